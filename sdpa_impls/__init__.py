@@ -1,0 +1,14 @@
+"""sdpa_impls: interchangeable scaled dot-product attention implementations behind one protocol."""
+from __future__ import annotations
+
+from . import impls  # noqa: F401  (registers the built-ins)
+from .protocol import Implementation, SDPAImplementation, SDPAInputs, Support, Unsupported, validate
+from .reference import max_abs_error, reference, tolerance
+from .registry import ENTRY_POINT_GROUP, get, names, register
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ENTRY_POINT_GROUP", "Implementation", "SDPAImplementation", "SDPAInputs", "Support", "Unsupported",
+    "get", "max_abs_error", "names", "reference", "register", "tolerance", "validate",
+]

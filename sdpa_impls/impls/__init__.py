@@ -1,0 +1,6 @@
+"""The built-in implementations: importing a module registers it (one line per implementation)."""
+from . import naive  # noqa: F401  (the baseline is registered first)
+from . import chunked  # noqa: F401
+from . import fused  # noqa: F401
+from . import xformers  # noqa: F401
+from . import torch_sdpa  # noqa: F401

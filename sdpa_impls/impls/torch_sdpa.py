@@ -1,0 +1,133 @@
+"""torch_sdpa and its pinned backends: F.scaled_dot_product_attention under torch's own or a forced dispatch."""
+from __future__ import annotations
+
+import contextlib
+import re
+import warnings
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from ..protocol import Implementation, SDPAInputs, Support
+from ..registry import register
+
+_TRIGGERED = re.compile(r"\s*\(Triggered internally at .*\)\s*$", re.S)
+_probe_cache: dict[tuple, list[str]] = {}
+_CUDA_CHECKS = {
+    SDPBackend.FLASH_ATTENTION: torch.backends.cuda.can_use_flash_attention,
+    SDPBackend.EFFICIENT_ATTENTION: torch.backends.cuda.can_use_efficient_attention,
+    SDPBackend.CUDNN_ATTENTION: torch.backends.cuda.can_use_cudnn_attention,
+}
+
+
+def _torch_messages(caught: list[warnings.WarningMessage]) -> list[str]:
+    """torch's own explanations of why a kernel was not used, without the C++ source locations."""
+    out = []
+    for w in caught:
+        text = _TRIGGERED.sub("", str(w.message)).strip()
+        if text and not text.endswith("because:") and text not in out:
+            out.append(text)
+    return out
+
+
+def _cuda_reasons(backend: SDPBackend, inp: SDPAInputs) -> list[str]:
+    """Ask torch's CUDA support checks directly, on the real shapes (cheap, no kernel runs)."""
+    check = _CUDA_CHECKS[backend]
+    params = torch.backends.cuda.SDPAParams(inp.query, inp.key, inp.value, inp.attn_mask,
+                                            float(inp.dropout_p), bool(inp.is_causal), bool(inp.enable_gqa))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ok = check(params, True)
+    return [] if ok else (_torch_messages(caught) or [f"torch refuses the {backend.name} backend for this case"])
+
+
+def _probe_reasons(backend: SDPBackend | None, inp: SDPAInputs) -> list[str]:
+    """Elsewhere torch exposes no checker: run the (pinned) dispatch on a 4-token slice of the same case
+    (same dtype, heads, head dims, mask kind, flags, grad) and keep torch's warnings if it refuses."""
+    m = inp.attn_mask
+    key = (backend, inp.query.device.type, inp.query.dtype, tuple(inp.query.shape[:2]), tuple(inp.key.shape[:2]),
+           inp.query.shape[-1], inp.value.shape[-1], None if m is None else (m.dtype, tuple(m.shape[:-2])),
+           bool(inp.is_causal), inp.dropout_p > 0, bool(inp.enable_gqa), inp.needs_grad)
+    if key not in _probe_cache:
+        q, k, v = (t.detach()[..., :4, :].clone().requires_grad_(inp.needs_grad)
+                   for t in (inp.query, inp.key, inp.value))
+        mask = None if m is None else m[..., : min(4, m.shape[-2]), : min(4, m.shape[-1])]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                with sdpa_kernel(backend) if backend is not None else contextlib.nullcontext():
+                    out = F.scaled_dot_product_attention(q, k, v, mask, inp.dropout_p, inp.is_causal,
+                                                         scale=inp.scale, enable_gqa=inp.enable_gqa)
+                    if inp.needs_grad:
+                        out.sum().backward()
+                reasons: list[str] = []
+            except RuntimeError as exc:
+                reasons = _torch_messages(caught) or [str(exc).strip().splitlines()[0]]
+        _probe_cache[key] = reasons
+    return _probe_cache[key]
+
+
+class TorchSDPA(Implementation):
+    """F.scaled_dot_product_attention, optionally pinned to one backend with sdpa_kernel."""
+
+    backend: SDPBackend | None = None
+    support = Support(devices=frozenset({"cpu", "cuda"}), dropout=True)
+
+    def library_reasons(self, inp: SDPAInputs) -> list[str]:
+        if inp.query.device.type == "cuda" and self.backend in _CUDA_CHECKS:
+            return _cuda_reasons(self.backend, inp)
+        return _probe_reasons(self.backend, inp)
+
+    def prepare_inputs(self, inp: SDPAInputs) -> Callable[[], torch.Tensor]:
+        args = (inp.query, inp.key, inp.value, inp.attn_mask, inp.dropout_p, inp.is_causal)
+        kwargs = {"scale": inp.scale, "enable_gqa": inp.enable_gqa}
+        if self.backend is None:
+            return lambda: F.scaled_dot_product_attention(*args, **kwargs)
+        backend = self.backend
+
+        def call() -> torch.Tensor:
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(*args, **kwargs)
+
+        return call
+
+    def forward(self, inp: SDPAInputs) -> torch.Tensor:
+        return self.prepare_inputs(inp)()
+
+
+@register
+class TorchDefault(TorchSDPA):
+    name = "torch_sdpa"
+    description = "F.scaled_dot_product_attention with torch's own backend choice"
+
+
+@register
+class TorchMath(TorchSDPA):
+    name = "torch_sdpa_math"
+    description = "pinned to the MATH backend (composite reference kernels, every device)"
+    backend = SDPBackend.MATH
+
+
+@register
+class TorchFlash(TorchSDPA):
+    name = "torch_sdpa_flash"
+    description = "pinned to FLASH_ATTENTION (CUDA: FlashAttention-2; CPU: torch's tiled CPU kernel)"
+    backend = SDPBackend.FLASH_ATTENTION
+
+
+@register
+class TorchEfficient(TorchSDPA):
+    name = "torch_sdpa_efficient"
+    description = "pinned to EFFICIENT_ATTENTION (CUDA memory-efficient kernel)"
+    backend = SDPBackend.EFFICIENT_ATTENTION
+    support = Support(devices=frozenset({"cuda"}), dropout=True)
+
+
+@register
+class TorchCudnn(TorchSDPA):
+    name = "torch_sdpa_cudnn"
+    description = "pinned to CUDNN_ATTENTION (cuDNN fused attention, CUDA)"
+    backend = SDPBackend.CUDNN_ATTENTION
+    support = Support(devices=frozenset({"cuda"}), dropout=True)

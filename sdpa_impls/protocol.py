@@ -1,0 +1,220 @@
+"""The implementation contract: one call signature, one input validator, support declared as data."""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import torch
+
+DTYPE_SHORT = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64"}
+ALL_HALF_AND_FLOAT = frozenset({torch.float32, torch.float16, torch.bfloat16})
+
+
+class Unsupported(NotImplementedError):
+    """Raised when an implementation is called on a case it cannot run here; carries the reasons."""
+
+    def __init__(self, name: str, reasons: list[str]) -> None:
+        self.impl = name
+        self.reasons = list(reasons)
+        super().__init__(f"{name} cannot run this case: " + "; ".join(self.reasons))
+
+
+@dataclass(frozen=True)
+class SDPAInputs:
+    """The arguments of one call, exactly as `F.scaled_dot_product_attention` takes them."""
+
+    query: torch.Tensor  # (B, Hq, Lq, E)
+    key: torch.Tensor  # (B, Hkv, Lk, E)
+    value: torch.Tensor  # (B, Hkv, Lk, Ev)
+    attn_mask: torch.Tensor | None = None  # broadcastable to (B, Hq, Lq, Lk)
+    dropout_p: float = 0.0
+    is_causal: bool = False
+    scale: float | None = None
+    enable_gqa: bool = False
+
+    @property
+    def mask_kind(self) -> str:
+        if self.attn_mask is None:
+            return "none"
+        return "bool" if self.attn_mask.dtype == torch.bool else "float"
+
+    @property
+    def softmax_scale(self) -> float:
+        return self.scale if self.scale is not None else 1.0 / math.sqrt(self.query.shape[-1])
+
+    @property
+    def needs_grad(self) -> bool:
+        return any(t.requires_grad for t in (self.query, self.key, self.value))
+
+
+def _shape(t: torch.Tensor) -> str:
+    return "(" + ", ".join(str(s) for s in t.shape) + ")"
+
+
+def validate(inp: SDPAInputs) -> None:
+    """Raise one ValueError naming the offending tensors and shapes; the same text for every implementation."""
+    named = (("query", inp.query), ("key", inp.key), ("value", inp.value))
+    for name, t in named:
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"sdpa: {name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(f"sdpa: {name} must be 4-D (B, H, L, E); got {t.dim()}-D shape {_shape(t)}")
+        if not t.is_floating_point():
+            raise ValueError(f"sdpa: {name} has dtype {t.dtype}; a floating-point dtype is required")
+        if t.numel() == 0:
+            raise ValueError(f"sdpa: {name} is empty, shape {_shape(t)}")
+    q, k, v = inp.query, inp.key, inp.value
+    if not (q.dtype == k.dtype == v.dtype):
+        raise ValueError(f"sdpa: query, key and value must share one dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"sdpa: query, key and value must be on one device; got {q.device}, {k.device}, {v.device}")
+    shapes = f"query {_shape(q)}, key {_shape(k)}, value {_shape(v)}"
+    if not (q.shape[0] == k.shape[0] == v.shape[0]):
+        raise ValueError(f"sdpa: batch sizes differ: {shapes}")
+    if k.shape[1] != v.shape[1]:
+        raise ValueError(f"sdpa: key and value must have the same number of heads: {shapes}")
+    if k.shape[2] != v.shape[2]:
+        raise ValueError(f"sdpa: key and value must have the same sequence length: {shapes}")
+    if q.shape[3] != k.shape[3]:
+        raise ValueError(f"sdpa: query and key must have the same head dim E: {shapes}")
+    hq, hkv = q.shape[1], k.shape[1]
+    if inp.enable_gqa:
+        if hq % hkv:
+            raise ValueError(f"sdpa: query heads ({hq}) must be a multiple of key/value heads ({hkv}): {shapes}")
+    elif hq != hkv:
+        raise ValueError(f"sdpa: query and key/value heads differ ({hq} vs {hkv}) and enable_gqa=False: {shapes}")
+    _validate_mask(inp, shapes)
+    if not 0.0 <= float(inp.dropout_p) < 1.0:
+        raise ValueError(f"sdpa: dropout_p must be in [0, 1); got {inp.dropout_p}")
+    if inp.scale is not None and not math.isfinite(float(inp.scale)):
+        raise ValueError(f"sdpa: scale must be a finite number or None; got {inp.scale}")
+
+
+def _validate_mask(inp: SDPAInputs, shapes: str) -> None:
+    m = inp.attn_mask
+    if m is None:
+        return
+    if not isinstance(m, torch.Tensor):
+        raise ValueError(f"sdpa: attn_mask must be a torch.Tensor or None, got {type(m).__name__}")
+    q = inp.query
+    if m.dtype not in (torch.bool, torch.float32, q.dtype):
+        raise ValueError(f"sdpa: attn_mask dtype {m.dtype} must be bool, float32 or the query dtype {q.dtype}")
+    if m.device != q.device:
+        raise ValueError(f"sdpa: attn_mask is on {m.device} but query is on {q.device}")
+    target = (q.shape[0], q.shape[1], q.shape[2], inp.key.shape[2])
+    ok = m.dim() <= 4
+    if ok:
+        try:
+            ok = torch.broadcast_shapes(m.shape, target) == torch.Size(target)
+        except RuntimeError:
+            ok = False
+    if not ok:
+        raise ValueError(
+            f"sdpa: attn_mask {_shape(m)} does not broadcast to (B, Hq, Lq, Lk) = "
+            f"({', '.join(map(str, target))}); {shapes}"
+        )
+
+
+@dataclass(frozen=True)
+class Support:
+    """What an implementation can run, as data; `reasons` turns a call into sentences of what is not."""
+
+    devices: frozenset[str] = frozenset({"cpu", "cuda"})
+    dtypes: frozenset[torch.dtype] = ALL_HALF_AND_FLOAT
+    max_head_dim: int | None = None
+    masks: frozenset[str] = frozenset({"none", "bool", "float"})
+    dropout: bool = False
+    backward: bool = True
+
+    def reasons(self, inp: SDPAInputs) -> list[str]:
+        out: list[str] = []
+        dev = inp.query.device.type
+        if dev not in self.devices:
+            out.append(f"device={dev} (supported: {', '.join(sorted(self.devices))})")
+        if inp.query.dtype not in self.dtypes:
+            names = ", ".join(sorted(DTYPE_SHORT[d] for d in self.dtypes))
+            out.append(f"dtype={DTYPE_SHORT.get(inp.query.dtype, inp.query.dtype)} (supported: {names})")
+        head = max(inp.query.shape[-1], inp.value.shape[-1])
+        if self.max_head_dim is not None and head > self.max_head_dim:
+            out.append(f"head dim {head} > {self.max_head_dim}")
+        if inp.mask_kind not in self.masks:
+            out.append(f"attn_mask of kind {inp.mask_kind} (supported: {', '.join(sorted(self.masks))})")
+        if inp.dropout_p > 0 and not self.dropout:
+            out.append(f"dropout_p={inp.dropout_p} (this implementation has no dropout)")
+        if inp.needs_grad and not self.backward:
+            out.append("backward (inputs require grad; this implementation is forward-only)")
+        return out
+
+
+@runtime_checkable
+class SDPAImplementation(Protocol):
+    """What every implementation offers: a drop-in call for F.scaled_dot_product_attention and its reasons."""
+
+    name: str
+
+    def __call__(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                 attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0, is_causal: bool = False,
+                 scale: float | None = None, enable_gqa: bool = False) -> torch.Tensor: ...
+
+    def unsupported_reasons(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                            attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0,
+                            is_causal: bool = False, scale: float | None = None,
+                            enable_gqa: bool = False) -> list[str]: ...
+
+    def prepare(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0, is_causal: bool = False,
+                scale: float | None = None, enable_gqa: bool = False) -> Callable[[], torch.Tensor]: ...
+
+
+class Implementation:
+    """Base class: validation, reasons and the prepare/call split shared by every implementation.
+
+    Subclasses set `name` and `support`, implement `forward(inp)`, and may override
+    `library_reasons(inp)` (the library's own checks) or `prepare_inputs(inp)` (work that
+    must stay out of the timed closure, e.g. layout changes).
+    """
+
+    name: str = ""
+    support: Support = Support()
+    description: str = ""
+
+    def forward(self, inp: SDPAInputs) -> torch.Tensor:
+        raise NotImplementedError
+
+    def library_reasons(self, inp: SDPAInputs) -> list[str]:
+        """Reasons from the library's own support checks; called only when the data checks pass."""
+        return []
+
+    def prepare_inputs(self, inp: SDPAInputs) -> Callable[[], torch.Tensor]:
+        return lambda: self.forward(inp)
+
+    def _reasons(self, inp: SDPAInputs) -> list[str]:
+        validate(inp)
+        return self.support.reasons(inp) or self.library_reasons(inp)
+
+    def unsupported_reasons(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                            attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0,
+                            is_causal: bool = False, scale: float | None = None,
+                            enable_gqa: bool = False) -> list[str]:
+        """Empty when this implementation can run the call here; else one sentence per obstacle."""
+        return self._reasons(SDPAInputs(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa))
+
+    def prepare(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0, is_causal: bool = False,
+                scale: float | None = None, enable_gqa: bool = False) -> Callable[[], torch.Tensor]:
+        """Validate and check support once; return a zero-argument closure that only computes."""
+        inp = SDPAInputs(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+        reasons = self._reasons(inp)
+        if reasons:
+            raise Unsupported(self.name, reasons)
+        return self.prepare_inputs(inp)
+
+    def __call__(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                 attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0, is_causal: bool = False,
+                 scale: float | None = None, enable_gqa: bool = False) -> torch.Tensor:
+        return self.prepare(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)()
+
+    def __repr__(self) -> str:
+        return f"<sdpa implementation {self.name!r}>"

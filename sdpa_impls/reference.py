@@ -1,0 +1,74 @@
+"""The float64 reference (written independently of torch's SDPA) and the tolerance rule every result is held to."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .protocol import SDPAInputs, validate
+
+# Absolute error floor per dtype, scaled by max(1, |reference|): what rounding alone can cost
+# when the naive baseline happens to be lucky on a small case.
+ERROR_FLOOR = {torch.float64: 1e-10, torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+REFERENCE_CHUNK_BYTES = 256 << 20  # bound the fp64 score block of one query chunk
+
+
+def reference(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+              attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0, is_causal: bool = False,
+              scale: float | None = None, enable_gqa: bool = False) -> torch.Tensor:
+    """softmax(Q Kᵀ·scale + mask) V in float64, query rows in chunks; returns float64 (B, Hq, Lq, Ev).
+
+    Differentiable (autograd through fp64 ops), so it also gives reference gradients.
+    A row whose keys are all masked gives zeros.
+    """
+    inp = SDPAInputs(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    validate(inp)
+    if dropout_p:
+        raise ValueError("sdpa: the reference is deterministic; dropout_p must be 0")
+    q, k, v = query.double(), key.double(), value.double()
+    hq, hkv = q.shape[1], k.shape[1]
+    if hq != hkv:  # GQA: query head h reads key/value head h // (Hq/Hkv)
+        k = k.repeat_interleave(hq // hkv, dim=1)
+        v = v.repeat_interleave(hq // hkv, dim=1)
+    b, _, lq, _ = q.shape
+    lk = k.shape[2]
+    keep = torch.ones((lq, lk), dtype=torch.bool, device=q.device)
+    if is_causal:
+        keep = torch.tril(keep)
+    bias = torch.zeros((lq, lk), dtype=torch.float64, device=q.device)
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            keep = keep & attn_mask
+        else:
+            bias = bias + attn_mask.double()
+    bias = bias.expand(b, hq, lq, lk)
+    keep = keep.expand(b, hq, lq, lk)
+    s = inp.softmax_scale
+    rows = max(1, REFERENCE_CHUNK_BYTES // (8 * b * hq * lk))
+    outs = []
+    for i0 in range(0, lq, rows):
+        i1 = min(lq, i0 + rows)
+        scores = torch.einsum("bhie,bhje->bhij", q[:, :, i0:i1], k) * s + bias[:, :, i0:i1]
+        scores = scores.masked_fill(~keep[:, :, i0:i1], -math.inf)
+        top = scores.amax(dim=-1, keepdim=True).detach()
+        top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+        w = torch.exp(scores - top)
+        total = w.sum(dim=-1, keepdim=True)
+        w = w / torch.where(total > 0, total, torch.ones_like(total))
+        outs.append(torch.einsum("bhij,bhjd->bhid", w, v))
+    return torch.cat(outs, dim=2)
+
+
+def max_abs_error(result: torch.Tensor, expected: torch.Tensor) -> float:
+    """Largest |result - expected| in float64; inf when the result holds NaN or inf where expected is finite."""
+    diff = (result.double() - expected.double()).abs()
+    if not bool(torch.isfinite(diff).all()):
+        return math.inf
+    return float(diff.max()) if diff.numel() else 0.0
+
+
+def tolerance(baseline_error: float, dtype: torch.dtype, expected: torch.Tensor) -> float:
+    """flash-attention's rule: at most 2× the naive implementation's error in the same dtype,
+    plus a floor for rounding, scaled by the magnitude of the expected values."""
+    magnitude = max(1.0, float(expected.abs().max())) if expected.numel() else 1.0
+    return 2.0 * baseline_error + ERROR_FLOOR[dtype] * magnitude

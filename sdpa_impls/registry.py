@@ -1,0 +1,78 @@
+"""The catalogue of implementations: built-ins register with a decorator, plug-ins through entry points."""
+from __future__ import annotations
+
+from importlib.metadata import entry_points
+from typing import TypeVar
+
+from .protocol import Implementation, SDPAImplementation, SDPAInputs, Support
+
+ENTRY_POINT_GROUP = "sdpa_impls"
+
+_REGISTRY: dict[str, SDPAImplementation] = {}
+_plugins_loaded = False
+
+T = TypeVar("T", bound=type)
+
+
+def register(cls: T) -> T:
+    """Class decorator: instantiate `cls` and add it to the catalogue under `cls.name`."""
+    _add(cls())
+    return cls
+
+
+def _add(impl: SDPAImplementation) -> None:
+    if not isinstance(impl, SDPAImplementation) or not getattr(impl, "name", ""):
+        raise TypeError(f"{impl!r} does not follow the sdpa_impls implementation protocol")
+    if impl.name in _REGISTRY:
+        raise ValueError(f"an implementation named {impl.name!r} is already registered")
+    _REGISTRY[impl.name] = impl
+
+
+class BrokenPlugin(Implementation):
+    """Stands in for a plug-in that failed to load, so the failure shows as a reason, not a crash."""
+
+    support = Support()
+
+    def __init__(self, name: str, error: str) -> None:
+        self.name = name
+        self.error = error
+
+    def library_reasons(self, inp: SDPAInputs) -> list[str]:
+        return [f"plug-in failed to load: {self.error}"]
+
+    def _reasons(self, inp: SDPAInputs) -> list[str]:
+        return [f"plug-in failed to load: {self.error}"]
+
+
+def _load_plugins() -> None:
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    _plugins_loaded = True
+    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        if ep.name in _REGISTRY:
+            continue
+        try:
+            obj = ep.load()
+            impl = obj() if isinstance(obj, type) else obj
+            if getattr(impl, "name", "") != ep.name:
+                raise ValueError(f"entry point {ep.name!r} loads an implementation named "
+                                 f"{getattr(impl, 'name', None)!r}")
+            _add(impl)
+        except Exception as exc:  # a broken plug-in must not break the catalogue
+            _REGISTRY[ep.name] = BrokenPlugin(ep.name, f"{type(exc).__name__}: {exc}")
+
+
+def names() -> list[str]:
+    """Every registered implementation, built-ins first, available on this machine or not."""
+    _load_plugins()
+    return list(_REGISTRY)
+
+
+def get(name: str) -> SDPAImplementation:
+    """The implementation registered as `name`; LookupError listing the known names otherwise."""
+    _load_plugins()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise LookupError(f"unknown implementation {name!r}; known: {', '.join(_REGISTRY)}") from None
