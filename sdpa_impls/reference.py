@@ -61,7 +61,7 @@ def reference(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
 
 def max_abs_error(result: torch.Tensor, expected: torch.Tensor) -> float:
     """Largest |result - expected| in float64; inf when the result holds NaN or inf where expected is finite."""
-    diff = (result.double() - expected.double()).abs()
+    diff = (result.detach().double() - expected.detach().double()).abs()
     if not bool(torch.isfinite(diff).all()):
         return math.inf
     return float(diff.max()) if diff.numel() else 0.0

@@ -12,10 +12,11 @@ NEG_INF = float("-inf")
 
 
 def grouped(inp: SDPAInputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Views that make GQA a broadcast instead of a copy.
+    """Views that make GQA free: the G query heads that share a key/value head are grouped together.
 
-    query -> (B, Hkv, G, Lq, E), key -> (B, Hkv, 1, Lk, E), value -> (B, Hkv, 1, Lk, Ev),
+    query -> (B, Hkv, G, Lq, E), key -> (B, Hkv, Lk, E), value -> (B, Hkv, Lk, Ev),
     mask -> (B, Hkv, G, Lq, Lk) (expanded view, no memory), where G = Hq // Hkv.
+    Multiply grouped tiles with `gmm`, never by broadcasting K over G (torch would copy K).
     """
     q, k, v = inp.query, inp.key, inp.value
     b, hq, lq, _ = q.shape
@@ -24,7 +25,19 @@ def grouped(inp: SDPAInputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, 
     mask5 = None
     if inp.attn_mask is not None:
         mask5 = inp.attn_mask.expand(b, hq, lq, lk).unflatten(1, (hkv, hq // hkv))
-    return q5, k.unsqueeze(2), v.unsqueeze(2), mask5
+    return q5, k, v, mask5
+
+
+def gmm(a5: torch.Tensor, b4: torch.Tensor) -> torch.Tensor:
+    """(B, Hkv, G, m, n) @ (B, Hkv, n, p) -> (B, Hkv, G, m, p), folding G into the rows of one GEMM."""
+    b, hkv, g, m, n = a5.shape
+    return (a5.reshape(b, hkv, g * m, n) @ b4).view(b, hkv, g, m, b4.shape[-1])
+
+
+def gmm_t(a5: torch.Tensor, c5: torch.Tensor) -> torch.Tensor:
+    """Σ_g a5[g]ᵀ @ c5[g]: (B, Hkv, G, m, n), (B, Hkv, G, m, p) -> (B, Hkv, n, p); the GQA sum of dk and dv."""
+    b, hkv, g, m, n = a5.shape
+    return a5.reshape(b, hkv, g * m, n).transpose(-2, -1) @ c5.reshape(b, hkv, g * m, c5.shape[-1])
 
 
 def causal_keep(i0: int, i1: int, j0: int, j1: int, device: torch.device) -> torch.Tensor:

@@ -6,7 +6,7 @@ import torch
 from ..online_softmax import tiled_attention
 from ..protocol import Implementation, SDPAInputs, Support
 from ..registry import register
-from ..tiles import causal_key_end, key_tile, l2_cache_bytes, mask_scores_
+from ..tiles import causal_key_end, gmm, key_tile, l2_cache_bytes, mask_scores_
 
 
 def query_tile(device: torch.device, lk: int) -> int:
@@ -19,10 +19,10 @@ def query_tile(device: torch.device, lk: int) -> int:
     return int(max(16, min(256, rows // 16 * 16)))
 
 
-def fused_forward(q5: torch.Tensor, k5: torch.Tensor, v5: torch.Tensor, mask5: torch.Tensor | None,
+def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: torch.Tensor | None,
                   is_causal: bool, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
     b, hkv, g, lq, _ = q5.shape
-    lk, ev = k5.shape[-2], v5.shape[-1]
+    lk, ev = k4.shape[-2], v4.shape[-1]
     dtype = q5.dtype
     out = torch.empty((b, hkv, g, lq, ev), dtype=dtype, device=q5.device)
     lse = torch.empty((b, hkv, g, lq), dtype=torch.float32, device=q5.device)
@@ -30,14 +30,14 @@ def fused_forward(q5: torch.Tensor, k5: torch.Tensor, v5: torch.Tensor, mask5: t
     for i0 in range(0, lq, rows):
         i1 = min(lq, i0 + rows)
         k_end = causal_key_end(is_causal, i1, lk)  # causal: keys past the tile's last row are never read
-        s = (q5[..., i0:i1, :] * scale) @ k5[..., :k_end, :].transpose(-2, -1)  # scale folded into Q
+        s = gmm(q5[..., i0:i1, :] * scale, k4[..., :k_end, :].transpose(-2, -1))  # scale folded into Q
         s = s.float()  # (B, Hkv, G, rows, k_end); a no-op for fp32
         mask_scores_(s, mask5, is_causal, i0, i1, 0, k_end)
         row_max = s.amax(dim=-1, keepdim=True)
         row_max = torch.where(torch.isinf(row_max), torch.zeros_like(row_max), row_max)
         p = s.sub_(row_max).exp_()
         row_sum = p.sum(dim=-1, keepdim=True)
-        o = p.to(dtype) @ v5[..., :k_end, :]
+        o = gmm(p.to(dtype), v4[..., :k_end, :])
         out[..., i0:i1, :] = o.float().div_(torch.where(row_sum == 0, torch.ones_like(row_sum), row_sum))
         lse[..., i0:i1] = (row_max + torch.log(row_sum)).squeeze(-1)
     return out, lse

@@ -5,7 +5,7 @@ import torch
 
 from ..protocol import Implementation, SDPAInputs, Support
 from ..registry import register
-from ..tiles import grouped, mask_scores_
+from ..tiles import gmm, grouped, mask_scores_
 
 
 @register
@@ -15,9 +15,9 @@ class Naive(Implementation):
     support = Support(dropout=True)
 
     def forward(self, inp: SDPAInputs) -> torch.Tensor:
-        q5, k5, v5, mask5 = grouped(inp)
-        lq, lk = q5.shape[-2], k5.shape[-2]
-        scores = (q5 @ k5.transpose(-2, -1)).float() * inp.softmax_scale  # (B, Hkv, G, Lq, Lk)
+        q5, k4, v4, mask5 = grouped(inp)
+        lq, lk = q5.shape[-2], k4.shape[-2]
+        scores = gmm(q5, k4.transpose(-2, -1)).float() * inp.softmax_scale  # (B, Hkv, G, Lq, Lk)
         scores = mask_scores_(scores, mask5, inp.is_causal, 0, lq, 0, lk)
         row_max = scores.amax(dim=-1, keepdim=True).detach()
         row_max = torch.where(torch.isinf(row_max), torch.zeros_like(row_max), row_max)  # fully masked rows
@@ -26,5 +26,5 @@ class Naive(Implementation):
         p = p / torch.where(denom == 0, torch.ones_like(denom), denom)  # a fully masked row stays all zeros
         if inp.dropout_p > 0:
             p = torch.nn.functional.dropout(p, inp.dropout_p)
-        out = p.to(v5.dtype) @ v5  # (B, Hkv, G, Lq, Ev)
+        out = gmm(p.to(v4.dtype), v4)  # (B, Hkv, G, Lq, Ev)
         return out.flatten(1, 2)  # (B, Hq, Lq, Ev)

@@ -1,0 +1,204 @@
+"""The benchmark grid: frozen Case rows, named presets declared once, and seeded inputs on the device."""
+from __future__ import annotations
+
+import itertools
+import os
+import zlib
+from dataclasses import asdict, dataclass
+
+import torch
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+MODES = ("fwd", "bwd", "fwd+bwd")
+MASKS = ("none", "bool", "float")
+PRESET_ENV = "SDPA_BENCH_PRESET"
+
+
+@dataclass(frozen=True, order=True)
+class Case:
+    """One point of the grid; `id` is its stable, readable name (e.g. L1024-E64-bf16-causal-fwd)."""
+
+    lq: int
+    lk: int
+    e: int
+    dtype: str = "fp32"
+    causal: bool = False
+    mode: str = "fwd"
+    mask: str = "none"
+    batch: int = 1
+    heads_q: int = 8
+    heads_kv: int = 8
+    ev: int = 0  # 0 means "same as e"
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ValueError(f"Case dtype {self.dtype!r} is not one of {sorted(DTYPES)}")
+        if self.mode not in MODES:
+            raise ValueError(f"Case mode {self.mode!r} is not one of {MODES}")
+        if self.mask not in MASKS:
+            raise ValueError(f"Case mask {self.mask!r} is not one of {MASKS}")
+        if self.heads_q % self.heads_kv:
+            raise ValueError(f"Case heads_q={self.heads_q} is not a multiple of heads_kv={self.heads_kv}")
+        if self.ev == 0:
+            object.__setattr__(self, "ev", self.e)
+
+    @property
+    def id(self) -> str:
+        parts = [f"L{self.lq}" if self.lq == self.lk else f"Lq{self.lq}-Lk{self.lk}", f"E{self.e}"]
+        if self.ev != self.e:
+            parts.append(f"Ev{self.ev}")
+        parts.append(self.dtype)
+        if self.causal:
+            parts.append("causal")
+        if self.mask != "none":
+            parts.append(f"{self.mask}mask")
+        if (self.batch, self.heads_q, self.heads_kv) != (1, 8, 8):
+            parts.append(f"B{self.batch}-H{self.heads_q}" + (f"kv{self.heads_kv}" if self.gqa else ""))
+        parts.append(self.mode)
+        return "-".join(parts)
+
+    @property
+    def gqa(self) -> bool:
+        return self.heads_q != self.heads_kv
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
+    def pairs(self) -> int:
+        """Query-key pairs that are computed: all, or exactly the unmasked ones under top-left causal."""
+        if not self.causal:
+            return self.lq * self.lk
+        return sum(min(i + 1, self.lk) for i in range(self.lq)) if self.lq <= self.lk else (
+            self.lk * (self.lk + 1) // 2 + (self.lq - self.lk) * self.lk)
+
+    def flops(self) -> float:
+        """2 FLOPs per multiply-add in both GEMMs; backward counts 2.5× the forward."""
+        fwd = 2.0 * self.batch * self.heads_q * self.pairs() * (self.e + self.ev)
+        return fwd * {"fwd": 1.0, "bwd": 2.5, "fwd+bwd": 3.5}[self.mode]
+
+    def min_bytes(self) -> float:
+        """The least memory traffic: every input read once, every output written once."""
+        item = torch.empty((), dtype=self.torch_dtype).element_size()
+        q = self.batch * self.heads_q * self.lq * self.e
+        k = self.batch * self.heads_kv * self.lk * self.e
+        v = self.batch * self.heads_kv * self.lk * self.ev
+        o = self.batch * self.heads_q * self.lq * self.ev
+        mask = 0 if self.mask == "none" else self.lq * self.lk * (1 if self.mask == "bool" else 4)
+        fwd = item * (q + k + v + o) + mask
+        bwd = item * 2 * (q + k + v + o) + mask  # read q, k, v, out, dout; write dq, dk, dv
+        return {"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[self.mode]
+
+    def as_dict(self) -> dict:
+        return asdict(self) | {"id": self.id}
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Seeded tensors of one case on one device; `grad_out` is set for the backward modes."""
+
+    query: torch.Tensor
+    key: torch.Tensor
+    value: torch.Tensor
+    attn_mask: torch.Tensor | None
+    is_causal: bool
+    grad_out: torch.Tensor | None
+
+    @property
+    def enable_gqa(self) -> bool:
+        return self.query.shape[1] != self.key.shape[1]
+
+    def args(self) -> dict:
+        return {"query": self.query, "key": self.key, "value": self.value, "attn_mask": self.attn_mask,
+                "is_causal": self.is_causal, "enable_gqa": self.enable_gqa}
+
+
+def make_inputs(case: Case, device: str | torch.device, seed: int = 0) -> Inputs:
+    """Standard-normal Q, K, V (never zeros), seeded by the case id so every implementation sees the same data."""
+    device = torch.device(device)
+    gen = torch.Generator(device=device).manual_seed(seed * 1_000_003 + zlib.crc32(case.id.encode()))
+    grad = case.mode != "fwd"
+
+    def randn(*shape: int) -> torch.Tensor:
+        t = torch.randn(shape, generator=gen, device=device, dtype=torch.float32).to(case.torch_dtype)
+        return t.requires_grad_(grad)
+
+    q = randn(case.batch, case.heads_q, case.lq, case.e)  # (B, Hq, Lq, E)
+    k = randn(case.batch, case.heads_kv, case.lk, case.e)  # (B, Hkv, Lk, E)
+    v = randn(case.batch, case.heads_kv, case.lk, case.ev)  # (B, Hkv, Lk, Ev)
+    mask = None
+    if case.mask == "bool":  # keep ~90 % of the keys, broadcast over batch and heads
+        mask = torch.rand((case.lq, case.lk), generator=gen, device=device) < 0.9
+    elif case.mask == "float":  # an additive bias of order 1
+        mask = torch.randn((case.lq, case.lk), generator=gen, device=device).to(case.torch_dtype)
+    grad_out = None
+    if grad:
+        grad_out = torch.randn((case.batch, case.heads_q, case.lq, case.ev), generator=gen, device=device,
+                               dtype=torch.float32).to(case.torch_dtype)
+    return Inputs(q, k, v, mask, case.causal, grad_out)
+
+
+def _product(**axes: tuple) -> tuple[Case, ...]:
+    keys = list(axes)
+    rows = []
+    for values in itertools.product(*(axes[k] for k in keys)):
+        row = dict(zip(keys, values))
+        row.setdefault("lk", row.get("lq"))
+        rows.append(Case(**row))
+    return tuple(rows)
+
+
+def _gpu_cases() -> tuple[Case, ...]:
+    """16k tokens per case and model width 2048 (batch = 16384 / L, heads = 2048 / E), as FlashAttention's benchmarks."""
+    rows = []
+    for lq, e, dtype, causal, mode in itertools.product((512, 1024, 2048, 4096, 8192, 16384), (64, 128, 256),
+                                                        ("fp16", "bf16", "fp32"), (False, True), MODES):
+        h = 2048 // e
+        rows.append(Case(lq=lq, lk=lq, e=e, dtype=dtype, causal=causal, mode=mode, batch=16384 // lq,
+                         heads_q=h, heads_kv=h))
+    return tuple(rows)
+
+
+PRESETS: dict[str, tuple[Case, ...]] = {
+    "smoke": (
+        Case(lq=128, lk=128, e=64),
+        Case(lq=128, lk=128, e=64, dtype="bf16", causal=True),
+        Case(lq=96, lk=96, e=32, mode="fwd+bwd"),
+        Case(lq=128, lk=128, e=64, mask="bool"),
+        Case(lq=1, lk=256, e=64, heads_q=8, heads_kv=2),
+    ),
+    "quick": _product(lq=(256, 1024, 2048), e=(64,), dtype=("fp32", "bf16"), causal=(False, True),
+                      mode=("fwd", "fwd+bwd")),
+    "cpu": _product(lq=(256, 512, 1024, 2048, 4096), e=(64, 128), dtype=("fp32", "bf16"), causal=(False, True),
+                    mode=("fwd", "fwd+bwd")),
+    "gpu": _gpu_cases(),
+    "decode": _product(lq=(1,), lk=(1024, 4096, 16384), e=(128,), dtype=("fp32", "bf16"), batch=(1, 8),
+                       heads_q=(32,), heads_kv=(8,)),
+    "llm": (  # (heads_q, heads_kv, E): Llama-3-8B / Mistral-7B, Llama-2-7B, GPT-2 small
+        _product(lq=(1024, 4096), e=(128,), dtype=("bf16",), causal=(True,), mode=("fwd", "fwd+bwd"),
+                 heads_q=(32,), heads_kv=(8, 32))
+        + _product(lq=(1024,), e=(64,), dtype=("bf16",), causal=(True,), mode=("fwd", "fwd+bwd"),
+                   heads_q=(12,), heads_kv=(12,))
+    ),
+}
+
+
+def preset(name: str) -> tuple[Case, ...]:
+    """The cases of a named preset; ValueError naming the known presets otherwise."""
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ValueError(f"unknown preset {name!r}; known: {', '.join(PRESETS)}") from None
+
+
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def default_preset_name(device: str | None = None) -> str:
+    """SDPA_BENCH_PRESET when set, else the preset that follows the device."""
+    env = os.environ.get(PRESET_ENV, "").strip()
+    if env:
+        preset(env)  # fail early and clearly on a typo
+        return env
+    return "gpu" if (device or default_device()) == "cuda" else "cpu"
