@@ -57,6 +57,9 @@ class CudaEventClock:
         return self._origin.elapsed_time(event) / 1e3
 
 
+cuda_event_clock = CudaEventClock()  # for `pytest --benchmark-timer sdpa_impls.timing.cuda_event_clock`
+
+
 def _l2_flusher(device: torch.device) -> Callable[[], None]:
     """Overwrite a buffer twice the L2 size so the next repetition starts with a cold cache."""
     props = torch.cuda.get_device_properties(device)
