@@ -1,0 +1,137 @@
+"""Every implementation against the float64 reference: outputs and gradients, under the flash-attention tolerance rule."""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+import sdpa_impls
+from sdpa_impls import max_abs_error, reference, tolerance
+
+IMPLS = [sdpa_impls.get(n) for n in sdpa_impls.names()]
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(),
+                                                                   reason="no CUDA device on this machine"))]
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    lq: int = 64
+    lk: int | None = None
+    e: int = 64
+    ev: int | None = None
+    b: int = 1
+    hq: int = 2
+    hkv: int | None = None
+    causal: bool = False
+    mask: str = "none"  # none | bool2d | bool4d | float_bcast | full_rows
+    scale: float | None = None
+    score_std: float = 1.0  # std of the scaled scores
+    grad: bool = False
+
+
+SPECS = [
+    Spec("L1", lq=1, grad=True),
+    Spec("odd-E16", lq=37, e=16, grad=True),
+    Spec("tiles-ragged", lq=300, lk=257, grad=True),
+    Spec("L1100", lq=1100, b=1, hq=2),
+    Spec("decode-Lq1", lq=1, lk=513, hq=4, hkv=2),
+    Spec("Lq>Lk-causal", lq=200, lk=50, causal=True, grad=True),
+    Spec("Lq<Lk-causal", lq=50, lk=200, causal=True),
+    Spec("E128", lq=130, e=128),
+    Spec("E256", lq=70, e=256),
+    Spec("Ev!=E", lq=96, e=64, ev=32, grad=True),
+    Spec("causal", lq=333, causal=True, grad=True),
+    Spec("bool-broadcast", lq=150, lk=140, mask="bool2d", grad=True),
+    Spec("bool-4d", lq=64, b=2, mask="bool4d"),
+    Spec("float-broadcast", lq=100, mask="float_bcast", grad=True),
+    Spec("mask+causal", lq=90, mask="bool2d", causal=True),
+    Spec("gqa", lq=129, hq=8, hkv=2, grad=True),
+    Spec("gqa-causal-mask", lq=77, hq=6, hkv=3, causal=True, mask="bool2d", grad=True),
+    Spec("scale", lq=80, scale=0.3, grad=True),
+    Spec("fully-masked-rows", lq=48, mask="full_rows", grad=True),
+    Spec("scores-1e4", lq=64, e=16, score_std=3000.0),
+]
+
+
+def make_case(spec: Spec, dtype: torch.dtype, device: str) -> dict:
+    """Seeded inputs for a spec; the score scale is set through the std of Q and K."""
+    gen = torch.Generator(device=device).manual_seed(hash(spec.name) % 2**31)
+    lk, ev, hkv = spec.lk or spec.lq, spec.ev or spec.e, spec.hkv or spec.hq
+    sigma = math.sqrt(spec.score_std)
+
+    def randn(*shape: int, std: float = 1.0) -> torch.Tensor:
+        return (torch.randn(shape, generator=gen, device=device) * std).to(dtype)
+
+    args = {"query": randn(spec.b, spec.hq, spec.lq, spec.e, std=sigma),
+            "key": randn(spec.b, hkv, lk, spec.e, std=sigma),
+            "value": randn(spec.b, hkv, lk, ev), "is_causal": spec.causal, "scale": spec.scale,
+            "enable_gqa": hkv != spec.hq}
+    if spec.scale is not None:  # keep the scaled scores of order 1
+        args["query"] = args["query"] * (1.0 / math.sqrt(spec.e) / spec.scale)
+    if spec.mask == "bool2d":
+        args["attn_mask"] = torch.rand((spec.lq, lk), generator=gen, device=device) < 0.8
+    elif spec.mask == "bool4d":
+        args["attn_mask"] = torch.rand((spec.b, 1, spec.lq, lk), generator=gen, device=device) < 0.7
+    elif spec.mask == "float_bcast":
+        args["attn_mask"] = torch.randn((1, spec.hq, 1, lk), generator=gen, device=device).to(dtype)
+    elif spec.mask == "full_rows":
+        mask = torch.rand((spec.lq, lk), generator=gen, device=device) < 0.8
+        mask[::7] = False  # every 7th query row sees no key at all
+        args["attn_mask"] = mask
+    return args
+
+
+@functools.lru_cache(maxsize=8)
+def expected(spec: Spec, dtype: torch.dtype, device: str):
+    """(args, grad_out, fp64 output, fp64 grads or None, naive's errors) — shared by every implementation."""
+    args = make_case(spec, dtype, device)
+    grad_out = torch.randn(args["query"].shape[:-1] + (args["value"].shape[-1],), device=device).to(dtype)
+    ref, ref_grads = _run(reference, args, grad_out if spec.grad else None)
+    naive_errs = _errors(sdpa_impls.get("naive"), args, grad_out if spec.grad else None, ref, ref_grads)
+    return args, grad_out, ref, ref_grads, naive_errs
+
+
+def _run(fn, args: dict, grad_out: torch.Tensor | None):
+    if grad_out is None:
+        with torch.no_grad():
+            return fn(**args), None
+    leaves = {k: args[k].detach().clone().requires_grad_(True) for k in ("query", "key", "value")}
+    out = fn(**(args | leaves))
+    grads = torch.autograd.grad(out, tuple(leaves.values()), grad_out.to(out.dtype))
+    return out.detach(), grads
+
+
+def _errors(impl, args, grad_out, ref, ref_grads) -> list[float]:
+    out, grads = _run(impl, args, grad_out)
+    errs = [max_abs_error(out, ref)]
+    if grads is not None:
+        errs += [max_abs_error(g, r) for g, r in zip(grads, ref_grads)]
+    return errs
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).removeprefix("torch."))
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+@pytest.mark.parametrize("impl", IMPLS, ids=lambda i: i.name)
+def test_matches_fp64_reference(impl, spec: Spec, dtype: torch.dtype, device: str) -> None:
+    args = make_case(spec, dtype, device)
+    reasons = impl.unsupported_reasons(**args)
+    if reasons:
+        pytest.skip("; ".join(reasons))
+    args, grad_out, ref, ref_grads, naive_errs = expected(spec, dtype, device)
+    out, grads = _run(impl, args, grad_out if spec.grad else None)
+    assert out.shape == ref.shape and out.dtype == dtype
+    assert torch.isfinite(out).all(), "output has NaN or inf"
+    checks = [("out", out, ref)] + ([] if grads is None else list(zip(("dq", "dk", "dv"), grads, ref_grads)))
+    for (name, got, want), naive_err in zip(checks, naive_errs):
+        err, tol = max_abs_error(got, want), tolerance(naive_err, dtype, want)
+        assert err <= tol, f"{name}: max |error| {err:.3g} > {tol:.3g} (2 × naive's {naive_err:.3g} + floor)"
+    if spec.mask == "full_rows":
+        assert (out[..., ::7, :] == 0).all(), "a query row with every key masked must give zeros"
+        if grads is not None:
+            assert (grads[0][..., ::7, :] == 0).all(), "fully masked rows must get zero dq"

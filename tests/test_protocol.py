@@ -1,0 +1,113 @@
+"""The shared contract: names, lookup, Unsupported with reasons, and one validation message for every implementation."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import sdpa_impls
+from sdpa_impls import Unsupported, reference
+
+BUILTINS = ["naive", "chunked", "fused", "xformers", "torch_sdpa", "torch_sdpa_math", "torch_sdpa_flash",
+            "torch_sdpa_efficient", "torch_sdpa_cudnn"]
+CALLABLES = [sdpa_impls.get(n) for n in BUILTINS] + [reference]
+
+
+def test_names_lists_every_builtin_in_order() -> None:
+    assert sdpa_impls.names()[: len(BUILTINS)] == BUILTINS
+    for name in BUILTINS:
+        impl = sdpa_impls.get(name)
+        assert impl.name == name and isinstance(impl, sdpa_impls.SDPAImplementation)
+
+
+def test_unknown_name_lists_known_ones() -> None:
+    with pytest.raises(LookupError, match="unknown implementation 'nope'; known: naive, chunked"):
+        sdpa_impls.get("nope")
+
+
+def t(*shape: int, dtype: torch.dtype = torch.float32, device: str = "cpu") -> torch.Tensor:
+    return torch.randn(shape).to(dtype=dtype, device=device) if dtype.is_floating_point else \
+        torch.ones(shape, dtype=dtype, device=device)
+
+
+BAD_INPUTS = {
+    "3-D query": (dict(query=t(2, 5, 8), key=t(1, 2, 5, 8), value=t(1, 2, 5, 8)), "query must be 4-D"),
+    "batch mismatch": (dict(query=t(2, 2, 5, 8), key=t(1, 2, 5, 8), value=t(1, 2, 5, 8)), "batch sizes differ"),
+    "head dim mismatch": (dict(query=t(1, 2, 5, 8), key=t(1, 2, 5, 4), value=t(1, 2, 5, 8)), "same head dim E"),
+    "Lk != Lv": (dict(query=t(1, 2, 5, 8), key=t(1, 2, 6, 8), value=t(1, 2, 7, 8)), "same sequence length"),
+    "kv heads differ": (dict(query=t(1, 2, 5, 8), key=t(1, 2, 5, 8), value=t(1, 1, 5, 8)), "same number of heads"),
+    "gqa not a multiple": (dict(query=t(1, 3, 5, 8), key=t(1, 2, 5, 8), value=t(1, 2, 5, 8), enable_gqa=True),
+                           "must be a multiple"),
+    "heads differ, no gqa": (dict(query=t(1, 4, 5, 8), key=t(1, 2, 5, 8), value=t(1, 2, 5, 8)), "enable_gqa=False"),
+    "mask does not broadcast": (dict(query=t(1, 2, 5, 8), key=t(1, 2, 6, 8), value=t(1, 2, 6, 8),
+                                     attn_mask=torch.ones(5, 5, dtype=torch.bool)), "does not broadcast"),
+    "mixed dtypes": (dict(query=t(1, 2, 5, 8), key=t(1, 2, 5, 8, dtype=torch.bfloat16), value=t(1, 2, 5, 8)),
+                     "share one dtype"),
+    "integer dtype": (dict(query=t(1, 2, 5, 8, dtype=torch.int32), key=t(1, 2, 5, 8, dtype=torch.int32),
+                           value=t(1, 2, 5, 8, dtype=torch.int32)), "floating-point dtype is required"),
+    "mixed devices": (dict(query=t(1, 2, 5, 8), key=t(1, 2, 5, 8, device="meta"), value=t(1, 2, 5, 8)),
+                      "one device"),
+    "mask dtype": (dict(query=t(1, 2, 5, 8), key=t(1, 2, 5, 8), value=t(1, 2, 5, 8),
+                        attn_mask=torch.zeros(5, 5, dtype=torch.float64)), "attn_mask dtype"),
+    "dropout out of range": (dict(query=t(1, 2, 5, 8), key=t(1, 2, 5, 8), value=t(1, 2, 5, 8), dropout_p=1.5),
+                             "dropout_p must be in"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUTS), ids=str)
+def test_bad_input_gets_the_same_error_everywhere(case: str) -> None:
+    args, fragment = BAD_INPUTS[case]
+    messages = set()
+    for fn in CALLABLES:
+        with pytest.raises(ValueError) as info:
+            fn(**args)
+        messages.add(str(info.value))
+        if fn is not reference:
+            with pytest.raises(ValueError):
+                fn.unsupported_reasons(**args)
+    assert len(messages) == 1, messages
+    (message,) = messages
+    assert fragment in message and message.startswith("sdpa: ")
+
+
+def test_shape_errors_name_the_shapes() -> None:
+    args, _ = BAD_INPUTS["head dim mismatch"]
+    with pytest.raises(ValueError, match=r"query \(1, 2, 5, 8\), key \(1, 2, 5, 4\), value \(1, 2, 5, 8\)"):
+        sdpa_impls.get("fused")(**args)
+
+
+def test_unsupported_raises_with_the_reasons() -> None:
+    q = t(1, 2, 8, 16)
+    impl = sdpa_impls.get("torch_sdpa_cudnn")
+    reasons = impl.unsupported_reasons(q, q, q)
+    if not reasons:
+        pytest.skip("cuDNN attention runs here")
+    with pytest.raises(Unsupported) as info:
+        impl(q, q, q)
+    assert isinstance(info.value, NotImplementedError)
+    assert info.value.reasons == reasons and reasons[0] in str(info.value)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only reasons")
+def test_xformers_explains_itself_on_cpu() -> None:
+    q = t(1, 2, 8, 16)
+    reasons = sdpa_impls.get("xformers").unsupported_reasons(q, q, q)
+    assert any("xformers is not installed" in r or "device=cpu (supported: cuda)" in r for r in reasons), reasons
+
+
+def test_dropout_support_is_declared() -> None:
+    q = t(1, 2, 8, 16)
+    assert sdpa_impls.get("naive").unsupported_reasons(q, q, q, dropout_p=0.1) == []
+    for name in ("chunked", "fused"):
+        assert any("dropout" in r for r in sdpa_impls.get(name).unsupported_reasons(q, q, q, dropout_p=0.1))
+
+
+@pytest.mark.parametrize("name", ["naive", "torch_sdpa_math"])
+def test_dropout_is_unbiased(name: str) -> None:
+    """E[dropout output] equals the output without dropout (kept weights are rescaled by 1/(1-p))."""
+    torch.manual_seed(0)
+    q, k, v = t(1, 2, 16, 8), t(1, 2, 16, 8), t(1, 2, 16, 8)
+    impl = sdpa_impls.get(name)
+    exact = impl(q, k, v)
+    runs = torch.stack([impl(q, k, v, dropout_p=0.3) for _ in range(2000)])
+    assert not torch.equal(runs[0], exact)
+    assert (runs.mean(0) - exact).abs().max() < 0.1
