@@ -5,22 +5,59 @@ import argparse
 import importlib
 import sys
 
-# command -> module exposing add_arguments(parser) and run(args) -> int (exit code)
+# command -> (module exposing add_arguments(parser) and run(args) -> int, one-line help).
+# Modules are imported only when their command runs, so one missing or broken command never breaks the others.
 COMMANDS = {
+    "list": ("sdpa_impls.cmd_list", "show every implementation, whether it runs on this machine and why not"),
+    "run": ("sdpa_impls.cmd_run", "run a sweep here and write results, a table, plots and a report"),
+    "report": ("sdpa_impls.cmd_report", "re-render the table, CSV, plots and report of a saved sweep"),
+    "merge": ("sdpa_impls.cmd_merge", "join the results of sweep shards (run --shard I/N) into one"),
+    "compare": ("sdpa_impls.cmd_compare", "side-by-side ratios of two sweeps (time, memory, error)"),
     "gate": ("sdpa_impls.gate", "fail a change that makes attention slower, bigger or wrong"),
 }
+USAGE_EXIT = 2
+
+
+class UsageError(Exception):
+    """A mistake the user can fix (bad name, bad path, bad file): printed as one line, exit status 2."""
+
+
+def _command_in(argv: list[str]) -> str | None:
+    """The first word that is not an option: the command (the top level takes no option with a value)."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def _load(name: str) -> object:
+    module_name = COMMANDS[name][0]
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name == module_name:
+            raise UsageError(f"the {name!r} command is not available in this installation "
+                             f"(module {module_name} is missing)") from None
+        raise
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     parser = argparse.ArgumentParser(prog="sdpa-bench", description="Benchmark scaled dot-product attention.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    modules = {}
-    for name, (module_name, help_text) in COMMANDS.items():
-        module = importlib.import_module(module_name)
-        modules[name] = module
-        module.add_arguments(sub.add_parser(name, help=help_text, description=help_text))
-    args = parser.parse_args(argv)
-    return int(modules[args.command].run(args))
+    chosen = _command_in(argv)
+    try:
+        module = None
+        for name, (_, help_text) in COMMANDS.items():
+            p = sub.add_parser(name, help=help_text, description=help_text)
+            if name == chosen:
+                module = _load(name)
+                module.add_arguments(p)
+        args = parser.parse_args(argv)
+        return int(module.run(args))
+    except UsageError as exc:
+        print(f"sdpa-bench: error: {exc}", file=sys.stderr)
+        return USAGE_EXIT
+    except KeyboardInterrupt:
+        print("sdpa-bench: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

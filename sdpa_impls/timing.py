@@ -1,12 +1,14 @@
 """Clocks, the repetition loop, peak-memory counting and this machine's measured ceilings, for CPU and CUDA."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sys
 import platform
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -128,8 +130,14 @@ def peak_memory(fn: Callable[[], object], device: torch.device | str) -> int:
         return int(peak)
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+    with _quiet_stderr():  # kineto prints a line to fd 2 on every start and stop
+        prof.start()
+    try:
         result = fn()
+    finally:
+        with _quiet_stderr():
+            prof.stop()
     del result
     events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
                     if e.name() == "[memory]" and str(e.device_type()).endswith("CPU"))
@@ -138,6 +146,20 @@ def peak_memory(fn: Callable[[], object], device: torch.device | str) -> int:
         live += nbytes
         peak = max(peak, live)
     return int(peak)
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """Silence the process's file descriptor 2 (C++ logging) for the duration of the block."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def machine_key(device: torch.device | str) -> str:
