@@ -1,0 +1,54 @@
+"""`compare DIR_A DIR_B`: two saved sweeps side by side per (case, implementation), through the gate's own rules."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from . import store
+from .cli import UsageError
+from .gate_config import load_config
+from .gate_points import GateInputError, Point, points_from_results
+from .gate_report import compare_points, render
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dir_a", type=Path, metavar="DIR_A", help="the baseline: the --out folder of a `run`")
+    p.add_argument("dir_b", type=Path, metavar="DIR_B", help="the candidate: the --out folder of another `run`")
+    p.add_argument("--config", metavar="FILE", help="gate thresholds (TOML); default: the nearest pyproject.toml's "
+                                                     "[tool.sdpa_bench.gate], else built-in defaults")
+    p.add_argument("--markdown", type=Path, metavar="FILE", help="also write the comparison as Markdown")
+    p.add_argument("--allow-different-machines", action="store_true", default=None,
+                   help="compare absolute times even when CPU, GPU, threads or torch differ")
+
+
+def sweep_points(directory: Path) -> tuple[dict, list[Point]]:
+    """(machine, gate points) of a saved sweep; skipped points are not measurements and are left out."""
+    sweep = store.load(directory)
+    return sweep.meta.get("machine") or {}, points_from_results(r for r in sweep.results if r.status != "skipped")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Prints the gate's table (A → B and B/A per point, verdicts by the gate's thresholds); exit 0.
+
+    `compare` informs; `sdpa-bench gate` is the command that fails a change.
+    """
+    machine_a, a = sweep_points(args.dir_a)
+    machine_b, b = sweep_points(args.dir_b)
+    if not b:
+        raise UsageError(f"{args.dir_b} holds no measured point to compare")
+    try:
+        config = load_config(args.config)
+    except GateInputError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        report = compare_points(a, b, config, machine_a, machine_b, args.allow_different_machines)
+    except GateInputError as exc:
+        raise UsageError(f"{args.dir_a} vs {args.dir_b}: {exc}") from None
+    print(f"A (baseline): {args.dir_a}\nB (candidate): {args.dir_b}\n")
+    print(render(report), end="")
+    if args.markdown:
+        try:
+            args.markdown.write_text(render(report, markdown=True), encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"cannot write {args.markdown}: {exc.strerror or exc}") from None
+    return 0

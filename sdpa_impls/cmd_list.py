@@ -1,0 +1,78 @@
+"""`list`: every implementation, whether it runs on this machine per dtype and feature, and why not."""
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from .cli import UsageError
+from .grid import DTYPES, Case, default_device, make_inputs
+from .machine import machine_info
+from .registry import get, names
+from .report import machine_lines
+
+PROBE_L, PROBE_E = 128, 64
+# feature probes, run with the first dtype an implementation supports: label -> changes to the base case
+FEATURES = {"E=256": {"e": 256}, "bwd": {"mode": "fwd+bwd"}, "causal": {"causal": True},
+            "mask": {"mask": "bool"}, "GQA": {"heads_q": 8, "heads_kv": 2}}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", choices=("cpu", "cuda"), help="probe this device (default: cuda when available)")
+
+
+def _reasons(impl_name: str, case: Case, device: str) -> list[str]:
+    """The implementation's own answer on small seeded inputs of `case` (an error in asking is a reason too)."""
+    try:
+        return list(get(impl_name).unsupported_reasons(**make_inputs(case, device).args()))
+    except Exception as exc:
+        return [f"{type(exc).__name__} while asking: {exc}"]
+
+
+def probe(impl_name: str, device: str) -> tuple[dict[str, bool | None], list[str]]:
+    """({dtype or feature: runs? (None = not probed)}, the reasons against, each labelled unless common to all)."""
+    verdict: dict[str, bool | None] = {}
+    found: dict[str, list[str]] = {}
+    for dtype in DTYPES:
+        found[dtype] = _reasons(impl_name, Case(lq=PROBE_L, lk=PROBE_L, e=PROBE_E, dtype=dtype), device)
+        verdict[dtype] = not found[dtype]
+    first = next((d for d in DTYPES if verdict[d]), None)
+    for label, change in FEATURES.items():
+        if first is None:
+            verdict[label] = None
+            continue
+        case = Case(**({"lq": PROBE_L, "lk": PROBE_L, "e": PROBE_E, "dtype": first} | change))
+        found[label] = _reasons(impl_name, case, device)
+        verdict[label] = not found[label]
+    failing = {k: v for k, v in found.items() if v}
+    if failing and all(v == next(iter(failing.values())) for v in failing.values()) and first is None:
+        return verdict, next(iter(failing.values()))  # the same obstacle everywhere: say it once
+    lines = []
+    for label, reasons in failing.items():
+        lines += [f"{label}: {r}" for r in reasons]
+    return verdict, lines
+
+
+def run(args: argparse.Namespace) -> int:
+    device = args.device or default_device()
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: no CUDA device is available to this torch")
+    info = machine_info(device)
+    print("\n".join(line.strip("| ").replace(" | ", ": ", 1) for line in machine_lines({"machine": info})))
+    print(f"probed on {device} with L={PROBE_L}, E={PROBE_E}, B=1, H=8; {', '.join(FEATURES)} with the first "
+          "dtype that runs\n")
+    columns = list(DTYPES) + list(FEATURES)
+    width = max(len(n) for n in names()) + 2
+    print("implementation".ljust(width) + "  ".join(c.ljust(max(len(c), 3)) for c in columns) + "  why not")
+    runnable = 0
+    for name in names():
+        verdict, reasons = probe(name, device)
+        runnable += any(verdict[d] for d in DTYPES)
+        cells = ["-" if verdict[c] is None else ("yes" if verdict[c] else "no") for c in columns]
+        line = name.ljust(width) + "  ".join(v.ljust(max(len(c), 3)) for v, c in zip(cells, columns))
+        pad = " " * (len(line) + 2)
+        print((line + "  " + ("\n" + pad).join(reasons)).rstrip())
+    print(f"\n{runnable} of {len(names())} implementations run on {device} here.")
+    for name in names():
+        print(f"  {name}: {getattr(get(name), 'description', '') or '(no description)'}")
+    return 0

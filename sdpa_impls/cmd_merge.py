@@ -1,0 +1,42 @@
+"""`merge OUT DIR...`: join the results of `run --shard I/N` sweeps into one folder and render its report."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from . import grid, store
+from .cli import UsageError
+from .report import render
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("out", type=Path, metavar="OUT", help="folder for the merged results.json and report")
+    p.add_argument("dirs", type=Path, nargs="+", metavar="DIR", help="the --out folders of the shards")
+    p.add_argument("--no-plots", action="store_true", help="write tables, CSV and report without PNGs")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.out.resolve() in {d.resolve() for d in args.dirs}:
+        raise UsageError(f"OUT {args.out} is also one of the shard folders; choose a new folder for the merge")
+    if (args.out / store.RESULTS_FILE).exists():
+        raise UsageError(f"{args.out} already holds a results.json; choose a new folder for the merge")
+    sweeps = [(d, store.load(d)) for d in args.dirs]
+    name = sweeps[0][1].meta.get("preset")
+    try:
+        all_ids = [c.id for c in grid.preset(name)]
+    except ValueError:
+        all_ids = None  # a preset this version does not know: keep the shards' order
+    merged = store.merge(sweeps, all_ids)
+    store.prepare_dir(args.out)
+    store.save(args.out, merged)
+    files = render(args.out, merged, plots=not args.no_plots)
+    if all_ids is not None and len(merged.meta["case_ids"]) < len(all_ids):
+        missing = len(all_ids) - len(merged.meta["case_ids"])
+        print(f"sdpa-bench: note: {missing} of the {len(all_ids)} cases of preset {name} are in none of these "
+              f"shards (is a shard missing?)", file=sys.stderr)
+    if not merged.complete:
+        print(f"sdpa-bench: note: {len(merged.done())} of {merged.planned} planned points are finished "
+              "(resume the unfinished shards, then merge again)", file=sys.stderr)
+    print(f"wrote {', '.join(map(str, [args.out / store.RESULTS_FILE, *files]))}", file=sys.stderr)
+    return 0

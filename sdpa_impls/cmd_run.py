@@ -1,0 +1,204 @@
+"""`run`: sweep a preset here, saving every finished point at once, then print the table and write the report."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import sys
+from pathlib import Path
+
+import torch
+
+from . import grid, store
+from .cli import UsageError
+from .machine import machine_info
+from .measure import Options, run_case
+from .progress import Progress, fmt_duration
+from .registry import names
+from .report import render
+from .timing import ceilings
+
+OPTION_FLAGS = {"budget_s": "--budget", "min_reps": "--min-reps", "max_reps": "--max-reps", "warmup": "--warmup",
+                "flush_l2": "--flush-l2", "cuda_graph": "--cuda-graph", "memory": "--no-memory"}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--preset", help=f"grid to sweep: {', '.join(grid.PRESETS)} (default: {grid.PRESET_ENV} "
+                                    "if set, else 'gpu' on a CUDA machine and 'cpu' elsewhere)")
+    p.add_argument("--impl", action="append", metavar="NAME",
+                   help="implementation to run (repeat, or comma-separate; default: all, see `list`)")
+    p.add_argument("--out", type=Path, metavar="DIR", help="output folder (default: results/<preset>)")
+    p.add_argument("--shard", metavar="I/N", help="run only shard I of N (cases whose index is I-1 mod N); "
+                                                  "join the shards with `merge`")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the sweep saved in DIR, skipping every point already finished")
+    p.add_argument("--overwrite", action="store_true",
+                   help="start a new sweep in DIR even if it holds one (its results, CSV, plots and report go)")
+    p.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when available, else cpu")
+    p.add_argument("--seed", type=int, help="input seed (default 0)")
+    t = p.add_argument_group("timing (defaults: sdpa_impls.measure.Options)")
+    t.add_argument("--budget", dest="budget_s", type=float, metavar="SECONDS",
+                   help=f"measured time per point (default {Options.budget_s})")
+    t.add_argument("--min-reps", type=int, help=f"at least this many timed calls (default {Options.min_reps})")
+    t.add_argument("--max-reps", type=int, help=f"at most this many timed calls (default {Options.max_reps})")
+    t.add_argument("--warmup", type=int, help=f"untimed calls first (default {Options.warmup})")
+    t.add_argument("--flush-l2", action="store_const", const=True, help="clear the GPU L2 before each call")
+    t.add_argument("--cuda-graph", action="store_const", const=True, help="time CUDA-graph replays")
+    t.add_argument("--no-memory", dest="memory", action="store_const", const=False,
+                   help="skip the peak-memory measurement")
+    p.add_argument("--no-plots", action="store_true", help="write tables, CSV and report without PNGs")
+
+
+def _impls(requested: list[str] | None) -> list[str] | None:
+    if not requested:
+        return None
+    chosen = [n.strip() for item in requested for n in item.split(",") if n.strip()]
+    unknown = [n for n in chosen if n not in names()]
+    if unknown:
+        raise UsageError(f"unknown implementation {', '.join(map(repr, unknown))}; known: {', '.join(names())}")
+    return list(dict.fromkeys(chosen))
+
+
+def _options(args: argparse.Namespace) -> tuple[dict, Options]:
+    """(the options given on the command line, the full Options); UsageError on nonsense values."""
+    given = {k: getattr(args, k) for k in OPTION_FLAGS if getattr(args, k) is not None}
+    for k in ("min_reps", "max_reps", "warmup"):
+        if given.get(k, 1) < (0 if k == "warmup" else 1):
+            raise UsageError(f"{OPTION_FLAGS[k]} must be {'>= 0' if k == 'warmup' else '>= 1'}; got {given[k]}")
+    if given.get("budget_s", 1.0) < 0:
+        raise UsageError(f"--budget must be >= 0 seconds; got {given['budget_s']}")
+    opts = Options(**given)
+    if opts.min_reps > opts.max_reps:
+        raise UsageError(f"--min-reps {opts.min_reps} exceeds --max-reps {opts.max_reps}")
+    return given, opts
+
+
+def _conflict(what: str, given: object, saved: object, out: Path) -> None:
+    if given is not None and given != saved:
+        raise UsageError(f"{out} holds a sweep with {what} {saved}, not {given}: --resume continues it as it "
+                         f"was started (drop the option), or choose another --out")
+
+
+def _resume(out: Path, args: argparse.Namespace, impls: list[str] | None, given: dict) -> store.Sweep:
+    """The saved sweep, after checking that this command line and machine can continue it."""
+    sweep = store.load(out)
+    meta = sweep.meta
+    _conflict("preset", args.preset, meta.get("preset"), out)
+    if impls is not None and set(impls) != set(meta.get("impls", ())):
+        _conflict("--impl", ",".join(impls), ",".join(meta.get("impls", ())), out)
+    _conflict("--shard", args.shard and "/".join(map(str, store.parse_shard(args.shard))), meta.get("shard"), out)
+    _conflict("--device", args.device, meta.get("device"), out)
+    _conflict("--seed", args.seed, meta.get("seed"), out)
+    for k, v in given.items():
+        _conflict(OPTION_FLAGS[k], v, (meta.get("options") or {}).get(k), out)
+    here, there = machine_info(meta.get("device")), meta.get("machine") or {}
+    same = ("device_name", "threads", "torch", "cuda")
+    if any(here.get(k) != there.get(k) for k in same):
+        raise UsageError(f"{out} was measured on {', '.join(str(there.get(k)) for k in same)}; this machine is "
+                         f"{', '.join(str(here.get(k)) for k in same)}. Resume it there (or split a sweep over "
+                         f"machines with --shard and `merge`)")
+    try:
+        known = {c.id for c in grid.preset(meta["preset"])}
+    except ValueError as exc:
+        raise UsageError(f"{out}: cannot resume: {exc}") from None
+    lost = [c for c in meta["case_ids"] if c not in known]
+    if lost:
+        raise UsageError(f"{out}: cannot resume: preset {meta['preset']} no longer has case(s) {', '.join(lost)}")
+    unknown = [i for i in meta["impls"] if i not in names()]
+    if unknown:
+        raise UsageError(f"{out}: cannot resume: implementation(s) {', '.join(unknown)} are not installed here")
+    return sweep
+
+
+def _new(args: argparse.Namespace, device: str, preset: str, impls: list[str] | None, opts: Options) -> store.Sweep:
+    shard = store.parse_shard(args.shard) if args.shard else None
+    cases = store.select_shard(grid.preset(preset), shard)
+    meta = {"preset": preset, "device": device, "shard": "/".join(map(str, shard)) if shard else None,
+            "impls": impls or names(), "case_ids": [c.id for c in cases], "options": dataclasses.asdict(opts),
+            "seed": args.seed or 0, "machine": machine_info(device), "ceilings": {},
+            "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds")}
+    return store.Sweep(meta)
+
+
+def sweep_points(sweep: store.Sweep, out: Path, progress: Progress) -> None:
+    """Run every unfinished point, saving results.json after each one."""
+    meta = sweep.meta
+    by_id = {c.id: c for c in grid.preset(meta["preset"])}
+    opts = store.options(meta)
+    done = sweep.done()
+    pending = [(i, by_id[cid]) for cid in meta["case_ids"] for i in meta["impls"] if (cid, i) not in done]
+    while pending:
+        case = pending[0][1]
+        impls = [i for i, c in pending if c == case]
+        progress.start(pending)
+        for result in run_case(case, impls, meta["device"], opts, meta.get("seed", 0)):
+            sweep.results.append(result)
+            store.save(out, sweep)
+            pending.pop(0)
+            progress.finish(result, pending)
+            if pending and pending[0][1] == case:
+                progress.start(pending)
+
+
+def run(args: argparse.Namespace) -> int:
+    device = args.device or grid.default_device()
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: no CUDA device is available to this torch "
+                         f"({torch.__version__}, CUDA {torch.version.cuda or 'none'})")
+    impls = _impls(args.impl)
+    given, opts = _options(args)
+    if args.shard:
+        store.parse_shard(args.shard)
+    try:
+        preset = args.preset or grid.default_preset_name(device)
+        grid.preset(preset)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    out = args.out or Path("results") / (preset + (f"-shard{args.shard.replace('/', 'of')}" if args.shard else ""))
+    store.prepare_dir(out)
+    existing = (out / store.RESULTS_FILE).exists()
+    if args.resume and args.overwrite:
+        raise UsageError("--resume continues the sweep in --out and --overwrite replaces it: choose one")
+    if existing and args.overwrite:
+        store.clear_outputs(out)
+        existing = False
+    elif existing and not args.resume:
+        raise UsageError(f"{out} already holds a sweep ({out / store.RESULTS_FILE}): continue it with --resume, "
+                         "start it again with --overwrite, or choose another --out")
+    sweep = _resume(out, args, impls, given) if existing else _new(args, device, preset, impls, opts)
+    meta = sweep.meta
+    total, done = sweep.planned, len(sweep.done())
+    progress = Progress(total, store.options(meta), done)
+    if args.resume:
+        progress.note(f"resuming {out}: {done} of {total} points already finished" if existing else
+                      f"nothing to resume in {out}: starting a new sweep")
+    progress.note(f"sweep: preset {meta['preset']}{' shard ' + meta['shard'] if meta['shard'] else ''}, "
+                  f"{len(meta['case_ids'])} cases × {len(meta['impls'])} implementations on "
+                  f"{meta['machine']['device_name']}; saving to {out / store.RESULTS_FILE}")
+    dtypes = sorted({c.dtype for c in grid.preset(meta["preset"]) if c.id in set(meta["case_ids"])})
+    needed = tuple(f"gemm_flops_{d}" for d in dtypes) + ("copy_bytes_per_s",)
+    if any(k not in meta["ceilings"] for k in needed):
+        progress.note("measuring this machine's ceilings (GEMM, copy; cached per machine) …")
+        meta["ceilings"] = {k: v for k, v in ceilings(device, needed).items() if k in needed}
+    store.save(out, sweep)
+    try:
+        sweep_points(sweep, out, progress)
+    except KeyboardInterrupt:
+        progress.close()
+        meta["wall_s"] = meta.get("wall_s", 0.0) + progress.wall_s
+        store.save(out, sweep)
+        print(f"sdpa-bench: interrupted; {len(sweep.done())} of {total} points are saved in "
+              f"{out / store.RESULTS_FILE}; continue with: sdpa-bench run --out {out} --resume", file=sys.stderr)
+        render(out, sweep, plots=False)
+        return 130
+    progress.close()
+    meta["wall_s"] = meta.get("wall_s", 0.0) + progress.wall_s
+    meta["finished"] = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+    store.save(out, sweep)
+    files = render(out, sweep, plots=not args.no_plots)
+    print(f"{len(sweep.results)} points in {fmt_duration(progress.wall_s)}; wrote "
+          f"{', '.join(str(f) for f in [out / store.RESULTS_FILE, *files])}", file=sys.stderr)
+    wrong = [r for r in sweep.results if r.status == "wrong"]
+    if wrong:  # a failure (e.g. out of memory) is a fact about the machine; a wrong answer is a bug
+        print(f"sdpa-bench: {len(wrong)} point(s) gave a WRONG result (see the notes above)", file=sys.stderr)
+    return 1 if wrong else 0

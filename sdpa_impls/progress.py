@@ -1,0 +1,157 @@
+"""Progress of a sweep on stderr: a live status line on a terminal, one line per finished point elsewhere."""
+from __future__ import annotations
+
+import shutil
+import statistics
+import sys
+import time
+from collections import defaultdict
+from typing import TextIO
+
+from .grid import Case
+from .measure import Options, Result
+
+
+def fmt_duration(seconds: float) -> str:
+    seconds = int(round(max(seconds, 0)))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def fmt_seconds(s: float | None) -> str:
+    """A time with a readable unit: 812 µs, 12.3 ms, 1.41 s."""
+    if s is None:
+        return "-"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if s >= scale or unit == "µs":
+            v = s / scale
+            return f"{v:.3g} {unit}" if v < 100 else f"{v:.0f} {unit}"
+    raise AssertionError("unreachable")
+
+
+class Eta:
+    """Seconds left, predicted point by point from how `time_closure` spends its time, then calibrated.
+
+    A point costs about max(budget, min_reps·t) (capped at max_reps·t) plus warm-up, memory and
+    correctness calls, where t = FLOPs / the throughput this implementation reached on finished
+    points of the same dtype and mode. The sum is scaled by observed / predicted time so far (case
+    set-up, the fp64 reference and overheads). Implementations that only ever skipped cost ~nothing.
+    """
+
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        self.throughput: dict[tuple, list[float]] = defaultdict(list)  # (impl[, dtype, mode]) -> FLOP/s
+        self.skips: dict[str, list[float]] = defaultdict(list)
+        self.ran: set[str] = set()
+        self.walls: list[float] = []
+        self.observed = self.predicted = 0.0
+
+    def _call_time(self, impl: str, case: Case) -> float | None:
+        for key in ((impl, case.dtype, case.mode), (impl,), ()):
+            if self.throughput.get(key):
+                return case.flops() / statistics.median(self.throughput[key])
+        return None
+
+    def predict(self, impl: str, case: Case) -> float | None:
+        if impl in self.skips and impl not in self.ran:
+            return statistics.mean(self.skips[impl])
+        t = self._call_time(impl, case)
+        if t is None:
+            return None
+        o = self.options
+        timed = min(max(o.budget_s, o.min_reps * t), o.max_reps * t)
+        return timed + (o.warmup + (2 if o.memory else 1)) * t
+
+    def add(self, result: Result, seconds: float) -> None:
+        self.walls.append(seconds)
+        if result.status == "ok" and result.median_s:
+            self.ran.add(result.impl)
+            rate = result.case.flops() / result.median_s
+            for key in ((result.impl, result.case.dtype, result.case.mode), (result.impl,), ()):
+                self.throughput[key].append(rate)
+        elif result.status == "skipped":
+            self.skips[result.impl].append(seconds)
+        guess = self.predict(result.impl, result.case)
+        if guess is not None:
+            self.observed += seconds
+            self.predicted += guess
+
+    def remaining(self, pending: list[tuple[str, Case]]) -> float | None:
+        """Seconds for the (implementation, case) points still to run; None before anything finished."""
+        if not self.walls:
+            return None
+        scale = self.observed / self.predicted if self.predicted > 0 else 1.0
+        fallback = statistics.mean(self.walls)
+        guesses = (self.predict(impl, case) for impl, case in pending)
+        return sum(fallback if g is None else g * scale for g in guesses)
+
+
+class Progress:
+    """Reports each point of a sweep; `start` before a point runs, `finish` when its Result exists."""
+
+    def __init__(self, total: int, options: Options, already_done: int = 0, stream: TextIO | None = None) -> None:
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty()
+        self.total = total
+        self.done = already_done
+        self.eta = Eta(options)
+        self._t0 = time.monotonic()
+        self._started = self._t0
+        self._status = ""
+
+    def _eta_text(self, pending: list[tuple[str, Case]]) -> str:
+        if not pending:
+            return "done"
+        left = self.eta.remaining(pending)
+        return "ETA ?" if left is None else f"ETA {fmt_duration(left)}"
+
+    def _write_status(self, text: str) -> None:
+        width = shutil.get_terminal_size((100, 20)).columns - 1
+        text = text[:width]
+        self.stream.write("\r" + text.ljust(len(self._status)))
+        self._status = text
+        self.stream.flush()
+
+    def _clear(self) -> None:
+        if self.tty and self._status:
+            self.stream.write("\r" + " " * len(self._status) + "\r")
+            self._status = ""
+
+    def note(self, text: str) -> None:
+        self._clear()
+        print(text, file=self.stream, flush=True)
+
+    def start(self, pending: list[tuple[str, Case]]) -> None:
+        """`pending`: every (implementation, case) still to run, the one starting now first."""
+        self._started = time.monotonic()
+        if self.tty and pending:
+            impl, case = pending[0]
+            self._write_status(f"[{self.done + 1}/{self.total}] {case.id}  {impl} …  {self._eta_text(pending)}")
+
+    def finish(self, result: Result, pending: list[tuple[str, Case]]) -> None:
+        """`pending`: the points still to run after this one (for the ETA)."""
+        elapsed = time.monotonic() - self._started
+        self.eta.add(result, elapsed)
+        self.done += 1
+        if result.status == "ok":
+            what = f"{fmt_seconds(result.median_s)}"
+            if result.tflops is not None:
+                what += f", {result.tflops:.3g} TFLOP/s"
+        else:
+            what = f"{result.status}: {result.reason}"
+            if len(what) > 110:
+                what = what[:107] + "..."
+        pct = 100 * self.done // max(self.total, 1)
+        self.note(f"[{self.done}/{self.total} {pct:3d}%] {result.case.id}  {result.impl}: {what}  "
+                  f"({self._eta_text(pending)})")
+
+    def close(self) -> None:
+        self._clear()
+        self.stream.flush()
+
+    @property
+    def wall_s(self) -> float:
+        return time.monotonic() - self._t0

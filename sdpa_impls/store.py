@@ -1,0 +1,173 @@
+"""A sweep's results file: atomic incremental writes, loading for --resume and report, shards and merging."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .cli import UsageError
+from .grid import Case
+from .measure import Options, Result
+
+RESULTS_FILE = "results.json"
+FORMAT = "sdpa-bench-results"
+VERSION = 1
+_RESULT_FIELDS = {f.name for f in dataclasses.fields(Result)}
+OUTPUTS = (RESULTS_FILE, "results.csv", "report.md", "time-*.png", "memory-*.png", "roofline.png")
+REQUIRED_META = ("preset", "device", "impls", "case_ids", "options", "machine")
+
+
+@dataclass
+class Sweep:
+    """What one `run` planned and what it has finished so far.
+
+    `meta` holds preset, device, shard, implementations, planned case ids, options, seed, the
+    machine description and its measured ceilings; `results` every finished point, in order.
+    """
+
+    meta: dict
+    results: list[Result] = field(default_factory=list)
+
+    def done(self) -> set[tuple[str, str]]:
+        """(case id, implementation) of every finished point, whatever its status."""
+        return {(r.case.id, r.impl) for r in self.results}
+
+    @property
+    def planned(self) -> int:
+        return len(self.meta.get("case_ids", ())) * len(self.meta.get("impls", ()))
+
+    @property
+    def complete(self) -> bool:
+        return len(self.done()) >= self.planned
+
+
+def _result_from(d: dict) -> Result:
+    """Result.from_dict, tolerating fields written by a newer or older version of Result."""
+    return Result.from_dict({k: v for k, v in d.items() if k in _RESULT_FIELDS})
+
+
+def to_text(sweep: Sweep) -> str:
+    """JSON with the metadata indented and one result per line (samples included: the gate needs them)."""
+    head = json.dumps({"format": FORMAT, "version": VERSION, "meta": sweep.meta}, indent=1)
+    rows = ",\n".join(json.dumps(r.as_dict()) for r in sweep.results)
+    return head[:-2] + ',\n "results": [\n' + rows + "\n ]\n}\n"
+
+
+def save(directory: Path, sweep: Sweep) -> Path:
+    """Write DIR/results.json atomically (temp file + os.replace): a killed run leaves the last complete file."""
+    path = Path(directory) / RESULTS_FILE
+    tmp = path.with_name(f".{RESULTS_FILE}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(to_text(sweep))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+def load(directory: Path) -> Sweep:
+    """Read DIR/results.json; UsageError with one clear sentence when it is missing, unreadable or not ours."""
+    path = Path(directory) / RESULTS_FILE
+    if not path.is_file():
+        raise UsageError(f"{path} does not exist (is {directory} the --out folder of a `run`?)")
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read {path}: {exc}") from None
+    except ValueError as exc:
+        raise UsageError(f"{path} is not valid JSON ({exc}); it is corrupt: move it away or use another --out")
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise UsageError(f"{path} is not an sdpa-bench results file (no \"format\": \"{FORMAT}\")")
+    if doc.get("version") != VERSION:
+        raise UsageError(f"{path} has results format version {doc.get('version')!r}; this sdpa-bench reads {VERSION}")
+    try:
+        results = [_result_from(d) for d in doc["results"]]
+        meta = dict(doc["meta"])
+        missing = [k for k in REQUIRED_META if k not in meta]
+        if missing:
+            raise KeyError(", ".join(missing))
+        options(meta)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UsageError(f"{path} has a malformed entry ({type(exc).__name__}: {exc}); it is corrupt") from None
+    return Sweep(meta, results)
+
+
+def options(meta: dict) -> Options:
+    """The timing options a sweep was started with (fields this version does not know are ignored)."""
+    known = {f.name for f in dataclasses.fields(Options)}
+    return Options(**{k: v for k, v in (meta.get("options") or {}).items() if k in known})
+
+
+def clear_outputs(directory: Path) -> None:
+    """Remove what a `run` writes (results, CSV, report, plots) from DIR, for `run --overwrite`."""
+    for pattern in OUTPUTS:
+        for path in Path(directory).glob(pattern):
+            path.unlink()
+
+
+def prepare_dir(directory: Path) -> Path:
+    """Create DIR (and parents) and prove it is writable; UsageError naming the problem otherwise."""
+    directory = Path(directory)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe = directory / f".write-test.{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(f"cannot write to output folder {directory}: {exc.strerror or exc}") from None
+    return directory
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """'I/N' with 1 <= I <= N -> (I, N); UsageError otherwise."""
+    try:
+        i, n = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise UsageError(f"--shard {text!r} must look like I/N, e.g. 1/4 (shard 1 of 4)") from None
+    if n < 1 or not 1 <= i <= n:
+        raise UsageError(f"--shard {text!r}: need 1 <= I <= N (shards are numbered 1 to N)")
+    return i, n
+
+
+def select_shard(cases: tuple[Case, ...], shard: tuple[int, int] | None) -> list[Case]:
+    """Shard I of N takes the cases whose index in the preset is I-1 modulo N: deterministic, disjoint,
+    together complete, and each shard gets its share of the large (slow) sequence lengths."""
+    if shard is None:
+        return list(cases)
+    i, n = shard
+    return [c for idx, c in enumerate(cases) if idx % n == i - 1]
+
+
+def merge(sweeps: list[tuple[Path, Sweep]], all_case_ids: list[str] | None = None) -> Sweep:
+    """Join shard results of one preset into one sweep; UsageError on mixed presets or repeated points."""
+    presets = {s.meta.get("preset") for _, s in sweeps}
+    if len(presets) != 1:
+        raise UsageError(f"cannot merge sweeps of different presets: {', '.join(sorted(map(str, presets)))}")
+    devices = {s.meta.get("device") for _, s in sweeps}
+    if len(devices) != 1:
+        raise UsageError(f"cannot merge sweeps on different devices: {', '.join(sorted(map(str, devices)))}")
+    seen: dict[tuple[str, str], Path] = {}
+    results: list[Result] = []
+    impls: list[str] = []
+    case_ids: list[str] = []
+    for directory, sweep in sweeps:
+        for r in sweep.results:
+            key = (r.case.id, r.impl)
+            if key in seen:
+                raise UsageError(f"{r.impl} on {r.case.id} is in both {seen[key]} and {directory}: "
+                                 f"is one shard given twice?")
+            seen[key] = directory
+            results.append(r)
+        impls += [i for i in sweep.meta.get("impls", []) if i not in impls]
+        case_ids += [c for c in sweep.meta.get("case_ids", []) if c not in case_ids]
+    if all_case_ids is not None:  # keep the preset's order
+        case_ids = [c for c in all_case_ids if c in set(case_ids)]
+    first = sweeps[0][1].meta
+    meta = {k: v for k, v in first.items() if k not in ("shard", "case_ids", "impls")}
+    meta |= {"shard": None, "impls": impls, "case_ids": case_ids,
+             "wall_s": sum(s.meta.get("wall_s") or 0.0 for _, s in sweeps),
+             "merged_from": [{"dir": str(d), "shard": s.meta.get("shard"), "machine": s.meta.get("machine")}
+                             for d, s in sweeps]}
+    return Sweep(meta, results)

@@ -1,0 +1,227 @@
+"""The command line as a user runs it: real subprocesses, real sweeps, every file checked, kill and resume."""
+from __future__ import annotations
+
+import csv
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sdpa_impls import names
+from sdpa_impls.grid import preset
+
+FAST = ["--budget", "0.005", "--min-reps", "2", "--warmup", "1"]
+SMOKE_POINTS = len(preset("smoke")) * len(names())
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+PROGRESS_LINE = re.compile(r"^\[(\d+)/(\d+)\s+\d+%\] (\S+)  (\S+): ", re.M)
+
+
+def cli(*args: str, timeout: float = 150) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sdpa_impls", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def load(directory: Path) -> dict:
+    return json.loads((directory / "results.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess]:
+    out = tmp_path_factory.mktemp("cli") / "smoke"
+    proc = cli("run", "--preset", "smoke", "--out", str(out), *FAST)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out, proc
+
+
+def test_run_writes_results_json_with_every_point_and_its_samples(smoke):
+    out, _ = smoke
+    doc = load(out)
+    assert doc["format"] == "sdpa-bench-results"
+    meta = doc["meta"]
+    assert meta["preset"] == "smoke" and meta["machine"]["device"] == "cpu"
+    assert meta["options"]["budget_s"] == 0.005 and meta["options"]["min_reps"] == 2
+    assert meta["ceilings"]["gemm_flops_fp32"] > 0 and meta["ceilings"]["copy_bytes_per_s"] > 0
+    keys = [(r["case"]["id"], r["impl"]) for r in doc["results"]]
+    assert len(keys) == len(set(keys)) == SMOKE_POINTS
+    ok = [r for r in doc["results"] if r["status"] == "ok"]
+    assert {r["impl"] for r in ok} >= {"naive", "chunked", "fused", "torch_sdpa"}
+    for r in ok:
+        assert len(r["samples"]) >= 2 and r["median_s"] > 0 and r["peak_memory_bytes"] > 0
+        assert r["max_error"] <= r["error_tolerance"]
+    skipped = {r["impl"]: r["reason"] for r in doc["results"] if r["status"] == "skipped"}
+    assert "device=cpu" in skipped["xformers"] or "not installed" in skipped["xformers"]
+
+
+def test_csv_rows_match_the_json(smoke):
+    out, _ = smoke
+    with open(out / "results.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    by_key = {(r["case"]["id"], r["impl"]): r for r in load(out)["results"]}
+    assert len(rows) == len(by_key)
+    for row in rows:
+        r = by_key[(row["case_id"], row["impl"])]
+        assert row["status"] == r["status"] and row["dtype"] == r["case"]["dtype"]
+        if r["status"] == "ok":
+            assert float(row["median_s"]) == pytest.approx(r["median_s"], rel=1e-12)
+            assert int(row["n_samples"]) == len(r["samples"])
+            assert int(row["peak_memory_bytes"]) == r["peak_memory_bytes"]
+        else:
+            assert row["median_s"] == "" and row["reason"] == r["reason"]
+
+
+def test_plots_are_png_images_linked_from_the_report(smoke):
+    import matplotlib.image
+
+    out, _ = smoke
+    report = (out / "report.md").read_text()
+    links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", report)
+    assert {"time-fwd.png", "time-fwd_bwd.png", "memory-fwd.png", "roofline.png"} <= set(links)
+    for name in links:
+        data = (out / name).read_bytes()
+        assert data[:8] == PNG_MAGIC, name
+        height, width = matplotlib.image.imread(out / name).shape[:2]
+        assert width >= 600 and height >= 300, name
+    assert "AMD" in report or "cpu" in report  # the machine description
+    assert "torch " in report and "| L128-E64-fp32-fwd |" in report
+
+
+def test_table_and_progress(smoke):
+    _, proc = smoke
+    assert "median time per call" in proc.stdout and "peak memory" in proc.stdout
+    assert "L128-E64-bf16-causal-fwd" in proc.stdout
+    header = next(line for line in proc.stdout.splitlines() if line.startswith("case "))
+    assert "naive" in header and "xformers" not in header  # a column of skips becomes a note instead
+    assert re.search(r"^\s+xformers: ", proc.stdout, re.M)
+    lines = PROGRESS_LINE.findall(proc.stderr)  # not a terminal: one line per finished point
+    assert len(lines) == SMOKE_POINTS and lines[-1][:2] == (str(SMOKE_POINTS), str(SMOKE_POINTS))
+
+
+def test_report_re_renders_from_saved_results(smoke):
+    out, _ = smoke
+    for name in ("results.csv", "report.md", "roofline.png"):
+        (out / name).unlink()
+    proc = cli("report", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "roofline.png").read_bytes()[:8] == PNG_MAGIC
+    assert "roofline.png" in (out / "report.md").read_text()
+    assert len((out / "results.csv").read_text().splitlines()) == SMOKE_POINTS + 1
+
+
+def test_killed_run_resumes_without_repeating_finished_points(tmp_path):
+    out = tmp_path / "killed"
+    impls = "naive,chunked,torch_sdpa"
+    total = len(preset("smoke")) * 3
+    cmd = [sys.executable, "-m", "sdpa_impls", "run", "--preset", "smoke", "--impl", impls, "--out", str(out),
+           "--budget", "0.25", "--min-reps", "2", "--warmup", "1", "--no-memory"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    before: list[dict] = []
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            if (out / "results.json").exists():
+                before = load(out)["results"]  # atomic writes: always a complete file
+                if len(before) >= 3:
+                    break
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert 3 <= len(before) < total, "the run finished before it could be killed"
+    saved = load(out)["results"]  # what the killed process left behind
+    assert len(saved) >= len(before) and saved[:len(before)] == before
+
+    resumed = cli("run", "--out", str(out), "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"{len(saved)} of {total} points already finished" in resumed.stderr
+    ran_again = PROGRESS_LINE.findall(resumed.stderr)
+    assert len(ran_again) == total - len(saved)
+    assert not {(c, i) for _, _, c, i in ran_again} & {(r["case"]["id"], r["impl"]) for r in saved}
+    final = load(out)["results"]
+    assert len({(r["case"]["id"], r["impl"]) for r in final}) == len(final) == total
+    assert final[:len(saved)] == saved  # finished points kept as measured (same samples), not re-run
+    assert (out / "report.md").exists() and (out / "results.csv").exists()
+
+
+def test_shards_are_disjoint_and_merge_into_the_whole_preset(tmp_path):
+    dirs = []
+    for shard in ("1/2", "2/2"):
+        d = tmp_path / f"shard{shard[0]}"
+        proc = cli("run", "--preset", "smoke", "--impl", "naive", "--shard", shard, "--out", str(d), *FAST,
+                   "--no-memory", "--no-plots")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        dirs.append(d)
+    ids = [{r["case"]["id"] for r in load(d)["results"]} for d in dirs]
+    assert not ids[0] & ids[1] and ids[0] | ids[1] == {c.id for c in preset("smoke")}
+    merged = tmp_path / "merged"
+    proc = cli("merge", str(merged), *map(str, dirs), "--no-plots")
+    assert proc.returncode == 0, proc.stderr
+    doc = load(merged)
+    assert doc["meta"]["case_ids"] == [c.id for c in preset("smoke")]
+    assert len(doc["results"]) == len(preset("smoke")) and doc["meta"]["shard"] is None
+    again = cli("merge", str(tmp_path / "twice"), str(dirs[0]), str(dirs[0]))
+    assert again.returncode == 2 and "is one shard given twice" in again.stderr
+
+
+def test_list_shows_every_implementation_and_why_xformers_cannot_run(tmp_path):
+    proc = cli("list")
+    assert proc.returncode == 0, proc.stderr
+    for name in names():
+        assert re.search(rf"^{name}\s", proc.stdout, re.M), name
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("xformers "))
+    assert line.split()[1:4] == ["no", "no", "no"]
+    assert "device=cpu (supported: cuda)" in proc.stdout or "not installed" in line
+    assert re.search(r"^naive\s+yes\s+yes\s+yes", proc.stdout, re.M)
+    versions = next(line for line in proc.stdout.splitlines() if line.startswith("versions:"))
+    assert "torch 2." in versions and "xformers" in versions and "CUDA" in versions
+
+
+@pytest.mark.parametrize("args, message", [
+    (["run", "--preset", "nope"], "unknown preset 'nope'"),
+    (["run", "--preset", "smoke", "--impl", "naive,nope"], "unknown implementation 'nope'"),
+    (["run", "--preset", "smoke", "--shard", "3/2"], "need 1 <= I <= N"),
+    (["run", "--preset", "smoke", "--shard", "half"], "must look like I/N"),
+    (["run", "--preset", "smoke", "--budget", "-1"], "--budget must be >= 0"),
+    (["report", "{tmp}/nothing-here"], "does not exist"),
+])
+def test_user_errors_exit_2_with_one_clear_message(tmp_path, args, message):
+    proc = cli(*[a.replace("{tmp}", str(tmp_path)) for a in args])
+    assert proc.returncode == 2
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.stderr.count("error:") == 1
+
+
+def test_unwritable_out_corrupt_resume_and_existing_results_exit_2(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    proc = cli("run", "--preset", "smoke", "--out", str(blocker / "out"))
+    assert proc.returncode == 2 and "cannot write to output folder" in proc.stderr
+    corrupt = tmp_path / "corrupt"
+    corrupt.mkdir()
+    (corrupt / "results.json").write_text('{"format": "sdpa-bench-results", "meta": {')  # cut short
+    proc = cli("run", "--preset", "smoke", "--out", str(corrupt), "--resume")
+    assert proc.returncode == 2 and "is not valid JSON" in proc.stderr and "Traceback" not in proc.stderr
+    proc = cli("run", "--preset", "smoke", "--out", str(corrupt))
+    assert proc.returncode == 2 and "--resume" in proc.stderr
+    assert (corrupt / "results.json").read_text().endswith('"meta": {')  # never overwritten unasked
+    proc = cli("run", "--preset", "smoke", "--impl", "naive", "--out", str(corrupt), "--overwrite", *FAST,
+               "--no-memory", "--no-plots")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert len(load(corrupt)["results"]) == len(preset("smoke"))
+
+
+def test_compare_puts_two_sweeps_side_by_side_through_the_gate(smoke, tmp_path):
+    out, _ = smoke
+    proc = cli("compare", str(out), str(out))
+    assert proc.returncode == 0, proc.stderr
+    measured = [r for r in load(out)["results"] if r["status"] != "skipped"]
+    for r in measured:
+        row = next(line for line in proc.stdout.splitlines() if line.startswith(f"{r['impl']}[{r['case']['id']}]"))
+        assert "×1.00" in row and row.rstrip().endswith("pass")
+    assert "xformers[" not in proc.stdout  # skipped points are not measurements
+    missing = cli("compare", str(out), str(tmp_path / "nowhere"))
+    assert missing.returncode == 2 and "does not exist" in missing.stderr and "Traceback" not in missing.stderr
