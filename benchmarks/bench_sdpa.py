@@ -1,0 +1,107 @@
+"""asv benchmarks: every registered implementation × every case of the preset, one class per mode, fp64-checked first.
+
+The preset comes from SDPA_BENCH_PRESET (default: "gpu" with CUDA, "cpu" without); SDPA_BENCH_IMPLS
+(comma-separated) narrows the implementations. Parameters never depend on what is installed: an
+implementation that cannot run a case raises `Unsupported` (a NotImplementedError) in `setup`, which
+asv records as a skipped cell and `asv run --show-stderr` prints as "asv: skipped: Unsupported('…')".
+"""
+from __future__ import annotations
+
+import os
+import timeit
+from collections.abc import Callable
+
+from sdpa_impls import get, names
+from sdpa_impls.grid import Case, default_device, default_preset_name, make_inputs, preset
+from sdpa_impls.measure import CaseContext, mode_closure
+from sdpa_impls.protocol import Unsupported
+from sdpa_impls.timing import CudaEventClock, peak_memory
+
+IMPLS_ENV = "SDPA_BENCH_IMPLS"
+DEVICE = default_device()
+PRESET = default_preset_name(DEVICE)
+
+
+def impl_names() -> list[str]:
+    """All registered implementations (installed or not), or the ones SDPA_BENCH_IMPLS names, in registry order."""
+    known = names()
+    wanted = [n.strip() for n in os.environ.get(IMPLS_ENV, "").split(",") if n.strip()]
+    unknown = sorted(set(wanted) - set(known))
+    if unknown:
+        raise ValueError(f"{IMPLS_ENV} names unknown implementations {unknown}; known: {', '.join(known)}")
+    return [n for n in known if n in wanted] if wanted else known
+
+
+def cases_of(mode: str) -> dict[str, Case]:
+    """The preset's cases of one mode, by id."""
+    return {case.id: case for case in preset(PRESET) if case.mode == mode}
+
+
+def no_cases_id(mode: str) -> str:
+    """The single placeholder parameter of a mode the preset has no cases for (asv needs one value)."""
+    return f"no-{mode}-cases-in-{PRESET}"
+
+
+def prepare(mode: str, impl: str, case_id: str) -> Callable[[], object]:
+    """Skip (NotImplementedError) what cannot run here, refuse a wrong result, return the closure to time."""
+    case = cases_of(mode).get(case_id)
+    if case_id == no_cases_id(mode):
+        raise NotImplementedError(f"preset {PRESET!r} has no {mode} cases")
+    if case is None:  # the preset changed between discovery and this run
+        raise ValueError(f"{case_id!r} is not a {mode} case of preset {PRESET!r}")
+    implementation = get(impl)
+    reasons = implementation.unsupported_reasons(**make_inputs(case, DEVICE).args())
+    if reasons:
+        raise Unsupported(impl, reasons)
+    ctx = CaseContext.build(case, DEVICE)
+    ctx.check(implementation)  # raises WrongResult: a wrong implementation fails and never gets a time
+    return mode_closure(implementation, ctx.inputs, case.mode)
+
+
+_prepared: dict[tuple[str, str, str], Callable[[], object]] = {}
+
+
+class _Mode:
+    """One mode of the grid: setup checks against fp64 and builds the closure; the benchmarks only run it."""
+
+    mode = "fwd"
+    param_names = ["impl", "case"]
+    timeout = 900  # seconds per parameter combination, setup (fp64 reference) included
+    repeat = (3, 25, 10.0)  # samples per round: at least 3, at most 25, stop after 10 s (asv's default: 1, 5, 10)
+    # GPU work is asynchronous: on CUDA asv's timing loop reads a clock that records an event and waits for it.
+    timer = CudaEventClock() if DEVICE == "cuda" else timeit.default_timer
+
+    def setup(self, impl: str, case_id: str) -> None:
+        # asv_runner re-runs setup before every timing sample; the check and the closure are made once a process
+        key = (self.mode, impl, case_id)
+        if key not in _prepared:
+            _prepared[key] = prepare(self.mode, impl, case_id)
+        self.fn = _prepared[key]
+
+    def time_sdpa(self, impl: str, case_id: str) -> None:
+        self.fn()
+
+    def track_peak_memory(self, impl: str, case_id: str) -> int:
+        self.fn()  # warm-up: one-time workspaces are not the operator's memory
+        return peak_memory(self.fn, DEVICE)
+
+    track_peak_memory.unit = "bytes"
+
+
+def _params(mode: str) -> list[list[str]]:
+    return [impl_names(), list(cases_of(mode)) or [no_cases_id(mode)]]
+
+
+class Forward(_Mode):
+    mode = "fwd"
+    params = _params(mode)
+
+
+class Backward(_Mode):
+    mode = "bwd"
+    params = _params(mode)
+
+
+class ForwardBackward(_Mode):
+    mode = "fwd+bwd"
+    params = _params(mode)

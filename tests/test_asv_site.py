@@ -1,0 +1,368 @@
+"""asv end to end: the suite under real asv, and a two-commit smoke history published and rendered in headless Chromium."""
+from __future__ import annotations
+
+import ast
+import base64
+import contextlib
+import fcntl
+import functools
+import http.server
+import itertools
+import json
+import math
+import os
+import queue
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+asv_results = pytest.importorskip("asv.results", reason="asv is not installed (pip install -e .[asv])")
+asv_util = pytest.importorskip("asv.util")
+
+sys.path.insert(0, str(Path(__file__).parent))
+from plugin_env import build_plugin_env  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+MEASURE_LOCK = Path("/tmp/sdpa-measure.lock")  # measurements on a shared machine take turns
+BRANCH = "asv-history"
+IMPLS = ("naive", "xformers", "torch_sdpa")  # xformers never runs on CPU: its cells must be skipped, not failed
+SCREENSHOT_ENV = "SDPA_ASV_SCREENSHOT"  # where to copy the graph screenshot (docs/asv-site.png)
+APT_PACKAGES = ("chromium", "libjs-jquery", "libjs-jquery-flot", "libjs-bootstrap", "libjs-jquery-stupidtable",
+                "node-blueimp-md5")
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--hide-scrollbars", "--window-size=1280,860")
+# asv 0.6's index.html takes jQuery, flot, bootstrap, stupidtable and md5 from CDNs, which a machine without
+# internet cannot reach; the test server substitutes Debian's packaged copies (flot's orderBars, for bar
+# charts of parameters, has no Debian package: an empty stand-in; the line graphs tested here do not use it).
+# Files named as on the CDN in $SDPA_ASV_VENDOR_DIR (e.g. unpacked with `npm pack`) take precedence.
+VENDOR_DIR_ENV = "SDPA_ASV_VENDOR_DIR"
+DEBIAN_JS = Path("/usr/share/javascript")
+VENDOR = {"jquery.min.js": "jquery/jquery.min.js", "jquery.flot.min.js": "jquery-flot/jquery.flot.min.js",
+          "jquery.flot.time.min.js": "jquery-flot/jquery.flot.time.min.js",
+          "jquery.flot.selection.min.js": "jquery-flot/jquery.flot.selection.min.js",
+          "jquery.flot.categories.min.js": "jquery-flot/jquery.flot.categories.min.js",
+          "jquery.flot.orderBars.js": None, "stupidtable.min.js": "jquery-stupidtable/stupidtable.min.js",
+          "md5.min.js": "blueimp-md5/md5.min.js", "bootstrap.min.js": "bootstrap/js/bootstrap.min.js",
+          "bootstrap.min.css": "bootstrap/css/bootstrap.min.css"}
+CDN_URL = re.compile(r'"https://[^"]+/([^/"]+)"')
+SRI_ATTRS = re.compile(r'\s(integrity|crossorigin|referrerpolicy)="[^"]*"')
+
+
+def run(cmd: list[str], *, env: dict[str, str] | None = None, cwd: Path = ROOT, timeout: float = 900,
+        codes: tuple[int, ...] = (0,)) -> str:
+    done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode in codes, f"{' '.join(map(str, cmd))} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+    return done.stdout + done.stderr
+
+
+def asv(*args: str, env: dict[str, str], cwd: Path, measure: bool = False, codes: tuple[int, ...] = (0,)) -> str:
+    """`python -m asv ...`; with `measure`, holding the machine's measurement lock (one measurement at a time)."""
+    cmd = [sys.executable, "-m", "asv", *args]
+    if not measure:
+        return run(cmd, env=env, cwd=cwd, codes=codes)
+    with open(MEASURE_LOCK, "a") as lock:
+        waited = time.monotonic()
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        started = time.monotonic()
+        try:
+            return run(cmd, env=env, cwd=cwd, codes=codes)
+        finally:
+            print(f"asv {args[0]}: {time.monotonic() - started:.0f} s after {started - waited:.0f} s for the lock")
+
+
+def asv_env(home: Path, impls: tuple[str, ...]) -> dict[str, str]:
+    return {**os.environ, "HOME": str(home), "SDPA_BENCH_PRESET": "smoke", "SDPA_BENCH_IMPLS": ",".join(impls)}
+
+
+def write_config(tmp: Path, repo: Path, branch: str) -> Path:
+    """The repository's asv.conf.json, with the project repo, results, html and environments moved into tmp."""
+    conf = asv_util.load_json(str(ROOT / "asv.conf.json"), js_comments=True)
+    conf.update(repo=str(repo), branches=[branch], benchmark_dir=str(ROOT / "benchmarks"),
+                env_dir=str(tmp / "env"), results_dir=str(tmp / "results"), html_dir=str(tmp / "html"))
+    path = tmp / "asv.conf.json"
+    path.write_text(json.dumps(conf, indent=1))
+    return path
+
+
+def values(results_dir: Path, machine: str, benchmark: str) -> dict[str, dict[tuple[str, ...], float | None]]:
+    """{commit: {(impl, case): value}} from asv's own result files (NaN: skipped, None: failed)."""
+    out = {}
+    for res in asv_results.iter_results_for_machine(str(results_dir), machine):
+        params = res.get_result_params(benchmark)  # asv stores each parameter value as its repr()
+        keys = [tuple(ast.literal_eval(p) for p in combo) for combo in itertools.product(*params)]
+        out[res.commit_hash] = dict(zip(keys, res.get_result_value(benchmark, params)))
+    return out
+
+
+def clone(tmp: Path) -> Path:
+    """This repository's HEAD cloned into tmp/repo, on branch BRANCH (even when HEAD here is detached)."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    repo = tmp / "repo"
+    run(["git", "clone", "--quiet", str(ROOT), str(repo)])
+    run(["git", "-C", str(repo), "checkout", "--quiet", "-B", BRANCH])
+    return repo
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Two commits of this repository (HEAD and an empty commit on top) benchmarked with the smoke preset."""
+    tmp = tmp_path_factory.mktemp("asv-history")
+    repo = clone(tmp)
+    run(["git", "-C", str(repo), "-c", "user.name=sdpa-bench test", "-c", "user.email=test@localhost", "commit",
+         "--quiet", "--allow-empty", "-m", "second point of the test history"])
+    config = write_config(tmp, repo, BRANCH)
+    env = asv_env(tmp, IMPLS)
+    machine = run([sys.executable, "-m", "benchmarks.asv_machine"], env=env).strip().splitlines()[-1]
+    clock = time.monotonic()
+    # the environment and torch, before taking the measurement lock; asv 0.6.6's `setup` exits 1 on success
+    asv("setup", "--config", str(config), env=env, cwd=tmp, codes=(0, 1))
+    assert list((tmp / "env").glob("*/bin/python")), "asv setup created no environment"
+    setup_s = time.monotonic() - clock
+    out = asv("run", "--config", str(config), "--quick", "--show-stderr", f"{BRANCH}~2..{BRANCH}",
+              env=env, cwd=tmp, measure=True)
+    clock = time.monotonic()
+    asv("publish", "--config", str(config), env=env, cwd=tmp)
+    print(f"asv setup: {setup_s:.0f} s, asv publish: {time.monotonic() - clock:.0f} s")
+    return {"tmp": tmp, "machine": machine, "run_output": out, "html": tmp / "html"}
+
+
+def test_history_has_both_commits_with_times_memory_and_visible_skips(history: dict) -> None:
+    import torch
+
+    machine, results = history["machine"], history["tmp"] / "results"
+    gpu = json.loads((results / machine / "machine.json").read_text())["gpu"]
+    if torch.cuda.is_available():  # the GPU model is in the machine's name and its `gpu` field
+        model = torch.cuda.get_device_name()
+        assert machine.endswith(re.sub(r"[^A-Za-z0-9._-]+", "-", model)) and gpu.startswith(model)
+    else:
+        assert machine.endswith("-cpu") and gpu == "none"
+    times = values(results, machine, "bench_sdpa.Forward.time_sdpa")
+    memory = values(results, machine, "bench_sdpa.Forward.track_peak_memory")
+    assert len(times) == 2 and times.keys() == memory.keys()
+    for commit in times:
+        for (impl, case), seconds in times[commit].items():
+            if impl == "xformers":  # skipped, with its reason shown by --show-stderr
+                assert seconds is not None and math.isnan(seconds)
+            else:
+                assert seconds is not None and 0 < seconds < 10, (impl, case, seconds)
+        # naive materializes the (B, H, L, L) fp32 scores; the measured peak must count at least those bytes
+        assert memory[commit][("naive", "L128-E64-fp32-fwd")] >= 1 * 8 * 128 * 128 * 4
+    assert "asv: skipped: Unsupported('xformers cannot run this case: xformers is not installed" \
+        in history["run_output"]
+
+
+def test_wrong_result_fails_and_extra_bytes_are_counted(tmp_path: Path) -> None:
+    """Under real asv, a wrong implementation gets no number, and bytes held at the peak appear in the memory."""
+    python = build_plugin_env(tmp_path)
+    repo = clone(tmp_path)
+    config = write_config(tmp_path, repo, BRANCH)
+    env = asv_env(tmp_path, ("naive", "test_perturbed", "test_tunable")) | {"SDPA_TUNABLE_EXTRA_BYTES": str(8 << 20)}
+    commit = run(["git", "-C", str(repo), "rev-parse", "HEAD"]).strip()
+    run([str(python), "-m", "benchmarks.asv_machine"], env=env)
+    out = asv("run", "--config", str(config), "--quick", "--show-stderr", "--environment", f"existing:{python}",
+              "--set-commit-hash", commit, "--bench", r"^bench_sdpa\.Forward\.", env=env, cwd=tmp_path,
+              measure=True, codes=(2,))  # 2: a benchmark failed
+    assert "WrongResult: test_perturbed: max |error| of out vs fp64" in out
+    machine = next(p.name for p in (tmp_path / "results").iterdir() if p.is_dir())
+    times = values(tmp_path / "results", machine, "bench_sdpa.Forward.time_sdpa")[commit]
+    memory = values(tmp_path / "results", machine, "bench_sdpa.Forward.track_peak_memory")[commit]
+    for (impl, case), seconds in times.items():
+        assert (seconds is None) == (impl == "test_perturbed"), (impl, case, seconds)
+    case = ("L128-E64-fp32-fwd",)
+    assert memory[("test_tunable", *case)] >= memory[("naive", *case)] + (8 << 20)
+
+
+def chromium_binary() -> str:
+    """Chromium and Debian's copies of the site's libraries, installed with apt when missing and allowed."""
+    missing = [p for p in ("jquery", "jquery-flot", "bootstrap", "jquery-stupidtable", "blueimp-md5")
+               if not (DEBIAN_JS / p).is_dir()]
+    if not shutil.which("chromium") or missing:
+        if os.geteuid() != 0 or not shutil.which("apt-get"):
+            pytest.skip(f"needs `apt-get install -y {' '.join(APT_PACKAGES)}` (not root or no apt-get here)")
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        install = ["apt-get", "install", "-y", "--no-install-recommends", *APT_PACKAGES]
+        if subprocess.run(install, env=env, capture_output=True, timeout=900).returncode != 0:
+            subprocess.run(["apt-get", "update"], env=env, capture_output=True, timeout=300)
+            done = subprocess.run(install, env=env, capture_output=True, text=True, timeout=900)
+            if done.returncode != 0:
+                pytest.skip(f"apt-get install {' '.join(APT_PACKAGES)} failed: {done.stderr[-500:]}")
+    return shutil.which("chromium") or pytest.skip("chromium is not on PATH after installing it")
+
+
+class SiteHandler(http.server.SimpleHTTPRequestHandler):
+    """Serves the published site; index.html takes its third-party libraries from /_vendor/ instead of CDNs."""
+
+    def do_GET(self) -> None:
+        path = self.path.split("?")[0].split("#")[0]
+        if path in ("/", "/index.html"):
+            html = (Path(self.directory) / "index.html").read_text()
+            return self.reply(SRI_ATTRS.sub("", CDN_URL.sub(lambda m: f'"_vendor/{m.group(1)}"', html)).encode(),
+                              "text/html")
+        if path.startswith("/_vendor/"):
+            cdn_name = path.rsplit("/", 1)[1]
+            exact = Path(os.environ.get(VENDOR_DIR_ENV, "/nonexistent")) / cdn_name
+            name = re.sub(r"-\d+(\.\d+)+", "", cdn_name)  # jquery-3.3.1.min.js -> jquery.min.js
+            if exact.is_file():
+                return self.reply(exact.read_bytes(), "text/css" if name.endswith(".css") else "text/javascript")
+            if name not in VENDOR:
+                return self.send_error(404, f"no local copy of {name}")
+            body = (DEBIAN_JS / VENDOR[name]).read_bytes() if VENDOR[name] else b""
+            return self.reply(body, "text/css" if name.endswith(".css") else "text/javascript")
+        return super().do_GET()
+
+    def reply(self, body: bytes, ctype: str) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def serve(directory: Path, lifetime_s: float = 300) -> Iterator[str]:
+    """The site on an ephemeral localhost port; stops on exit, or by itself after `lifetime_s`."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(SiteHandler, directory=str(directory)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    timer = threading.Timer(lifetime_s, server.shutdown)
+    timer.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/index.html"
+    finally:
+        timer.cancel()
+        server.shutdown()
+        server.server_close()
+
+
+class Chromium:
+    """Headless Chromium driven over the DevTools protocol on a pipe (--remote-debugging-pipe): no driver, no port."""
+
+    def __init__(self, binary: str, profile: Path) -> None:
+        high = lambda fd: (fcntl.fcntl(fd, fcntl.F_DUPFD, 10), os.close(fd))[0]  # noqa: E731  (clear of 3 and 4)
+        cmd_r, self._cmd_w = map(high, os.pipe())
+        self._out_r, out_w = map(high, os.pipe())
+        # Chromium reads commands on fd 3 and writes replies and events on fd 4, each message ending in NUL;
+        # bash (unlike dash) moves descriptors above 9
+        shell = f'exec "$0" "$@" 3<&{cmd_r} 4>&{out_w} {cmd_r}<&- {out_w}>&-'
+        self.proc = subprocess.Popen([shutil.which("bash") or "bash", "-c", shell, binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
+                                      "--remote-debugging-pipe", "about:blank"], pass_fds=(cmd_r, out_w),
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        os.close(cmd_r)
+        os.close(out_w)
+        self.inbox: queue.Queue[dict | None] = queue.Queue()
+        self.events: list[dict] = []
+        self._ids = itertools.count(1)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        pending = b""
+        with os.fdopen(self._out_r, "rb", buffering=0) as pipe:
+            while chunk := pipe.read(1 << 16):
+                *messages, pending = (pending + chunk).split(b"\0")
+                for message in messages:
+                    self.inbox.put(json.loads(message))
+        self.inbox.put(None)
+
+    def call(self, method: str, session: str | None = None, timeout: float = 30, **params: object) -> dict:
+        """Send one command and return its result; events that arrive meanwhile go to `events`."""
+        ident = next(self._ids)
+        message = {"id": ident, "method": method, "params": params} | ({"sessionId": session} if session else {})
+        os.write(self._cmd_w, json.dumps(message).encode() + b"\0")
+        deadline = time.monotonic() + timeout
+        while True:
+            item = self.inbox.get(timeout=max(0.01, deadline - time.monotonic()))
+            if item is None:
+                raise RuntimeError(f"Chromium closed its DevTools pipe during {method}")
+            if item.get("id") != ident:
+                self.events.append(item)
+            elif "error" in item:
+                raise RuntimeError(f"{method}: {item['error']}")
+            else:
+                return item.get("result", {})
+
+    def wait_for(self, session: str, expression: str, timeout: float = 60) -> object:
+        """Poll a JavaScript expression until it is truthy; its value."""
+        deadline = time.monotonic() + timeout
+        while True:
+            reply = self.call("Runtime.evaluate", session, expression=expression, returnByValue=True)
+            value = reply.get("result", {}).get("value")
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the page never satisfied {expression!r} within {timeout} s")
+            time.sleep(0.25)
+
+    def errors(self) -> list[str]:
+        """Uncaught exceptions, console.error calls and error log entries (e.g. failed loads) seen so far."""
+        out = []
+        for event in self.events:
+            method, params = event.get("method"), event.get("params", {})
+            if method == "Runtime.exceptionThrown":
+                details = params["exceptionDetails"]
+                out.append(details.get("exception", {}).get("description") or details.get("text", ""))
+            elif method == "Runtime.consoleAPICalled" and params.get("type") == "error":
+                out.append(" ".join(str(a.get("value", a.get("description"))) for a in params.get("args", [])))
+            elif method == "Log.entryAdded" and params["entry"]["level"] == "error":
+                out.append(f"{params['entry'].get('url', '')}: {params['entry']['text']}")
+        return out
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.call("Browser.close", timeout=10)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        os.close(self._cmd_w)
+
+
+def test_site_renders_benchmark_list_and_graph_without_js_errors(history: dict, tmp_path: Path) -> None:
+    binary = chromium_binary()
+    with serve(history["html"]) as url:
+        browser = Chromium(binary, tmp_path / "profile")
+        try:
+            target = browser.call("Target.createTarget", url="about:blank")["targetId"]
+            page = browser.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+            for domain in ("Page", "Runtime", "Log"):
+                browser.call(f"{domain}.enable", page)
+            browser.call("Page.navigate", page, url=f"{url}#/summarylist")
+            listed = browser.wait_for(page, "Array.from(document.querySelectorAll('#summarylist-body a'))"
+                                            ".map(a => a.getAttribute('href')).filter(h => h.startsWith('#bench'))")
+            for name in ("Forward.time_sdpa", "Forward.track_peak_memory", "ForwardBackward.time_sdpa"):
+                assert any(name in href for href in listed), (name, listed)
+            browser.call("Page.navigate", page, url=f"{url}#bench_sdpa.Forward.time_sdpa")
+            points = browser.wait_for(page, "(() => { const p = $('#main-graph').data('plot'); if (!p) return 0;"
+                                            " return p.getData().reduce((n, s) => n + s.data.length, 0); })()")
+            assert points >= 2  # at least one series with both commits
+            size = browser.wait_for(page, "(() => { const c = document.querySelector('#main-graph canvas');"
+                                          " return c && c.width > 300 && c.height > 100 && [c.width, c.height]; })()")
+            time.sleep(1)  # let late handlers run
+            png = base64.b64decode(browser.call("Page.captureScreenshot", page, format="png")["data"])
+            machine = history["machine"]
+            gpu = json.loads((history["tmp"] / "results" / machine / "machine.json").read_text())["gpu"]
+            tooltip = browser.wait_for(page, f"(() => {{ const b = $('#graphdisplay-navigation .btn').filter("
+                                             f"(i, e) => e.textContent.trim() === {json.dumps(machine)});"
+                                             " b.tooltip('show'); const t = $('.tooltip-inner').text();"
+                                             " b.tooltip('hide'); return t; })()")
+            assert f"gpu: {gpu}" in tooltip, tooltip  # the machine's GPU is on the site
+            assert browser.call("Runtime.evaluate", page, expression="location.pathname")["result"]["value"] \
+                == "/index.html"  # asv's js_load_failure() would have moved to error.html
+            assert browser.errors() == [], browser.errors()
+        finally:
+            browser.close()
+    assert png.startswith(b"\x89PNG") and size
+    (tmp_path / "asv-site.png").write_bytes(png)
+    if os.environ.get(SCREENSHOT_ENV):
+        Path(os.environ[SCREENSHOT_ENV]).write_bytes(png)
