@@ -1,0 +1,163 @@
+"""Gate thresholds from TOML (`[tool.sdpa_bench.gate]` in pyproject.toml, or a file given with --config).
+
+    load_config(path=None, start=Path.cwd()) -> GateConfig
+    GateConfig.thresholds(impl, case_id) -> Thresholds     # defaults, then every matching override in order
+
+Keys (all optional): time = "median:15%" | "off", alpha = 0.01, memory = "peak:1%" | "off",
+correctness = true, allow_missing = false, allow_different_machines = false,
+ratios = ["peak_memory: chunked / naive <= 0.5 when lq >= 2048", ...], and
+[[...override]] tables with `impl` / `case` fnmatch patterns plus any of time, alpha, memory,
+correctness, allow_missing. An unknown key or a bad value raises GateInputError naming the file.
+"""
+from __future__ import annotations
+
+import fnmatch
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .gate_points import GateInputError
+from .gate_rules import MemoryRule, RatioRule, TimeRule
+
+SECTION = ("tool", "sdpa_bench", "gate")
+DEFAULTS = {"time": "median:15%", "alpha": 0.01, "memory": "peak:1%", "correctness": True, "allow_missing": False}
+TYPES = {"time": str, "alpha": float, "memory": str, "correctness": bool, "allow_missing": bool,
+         "allow_different_machines": bool}
+OVERRIDABLE = tuple(DEFAULTS)
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """The rules that apply to one benchmark; None means the rule is switched off ("off")."""
+
+    time: TimeRule | None
+    memory: MemoryRule | None
+    correctness: bool
+    allow_missing: bool
+
+
+@dataclass(frozen=True)
+class Override:
+    impl: str = "*"
+    case: str = "*"
+    values: dict = field(default_factory=dict, compare=False)
+
+    def matches(self, impl: str, case_id: str) -> bool:
+        return fnmatch.fnmatchcase(impl, self.impl) and fnmatch.fnmatchcase(case_id, self.case)
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    settings: dict = field(default_factory=lambda: dict(DEFAULTS), compare=False)
+    allow_different_machines: bool = False
+    ratios: tuple[RatioRule, ...] = ()
+    overrides: tuple[Override, ...] = ()
+    source: str = "built-in defaults"
+
+    def thresholds(self, impl: str, case_id: str) -> Thresholds:
+        s = dict(self.settings)
+        for o in self.overrides:
+            if o.matches(impl, case_id):
+                s.update(o.values)
+        return _thresholds(s)
+
+    @property
+    def alpha(self) -> float:
+        return float(self.settings["alpha"])
+
+
+def _thresholds(s: dict) -> Thresholds:
+    time = None if s["time"] == "off" else TimeRule.parse(s["time"], float(s["alpha"]))
+    memory = None if s["memory"] == "off" else MemoryRule.parse(s["memory"])
+    return Thresholds(time, memory, bool(s["correctness"]), bool(s["allow_missing"]))
+
+
+def _typed(key: str, value: object, where: str) -> object:
+    want = TYPES[key]
+    ok = isinstance(value, want) and not (want is not bool and isinstance(value, bool))
+    if want is float and isinstance(value, int) and not isinstance(value, bool):
+        ok, value = True, float(value)
+    if not ok:
+        raise GateInputError(f"{where}: {key} should be a {want.__name__}, got {value!r}")
+    return value
+
+
+def config_from_dict(table: dict, source: str) -> GateConfig:
+    """Validate one gate table (the contents of [tool.sdpa_bench.gate]); GateInputError naming `source` otherwise."""
+    if not isinstance(table, dict):
+        raise GateInputError(f"{source}: the gate config should be a table of keys, got {table!r}")
+    known = set(TYPES) | {"ratios", "override"}
+    unknown = sorted(set(table) - known)
+    if unknown:
+        raise GateInputError(f"{source}: unknown gate config key {unknown[0]!r}; known keys: {', '.join(sorted(known))}")
+    settings = dict(DEFAULTS)
+    for key in OVERRIDABLE:
+        if key in table:
+            settings[key] = _typed(key, table[key], source)
+    different = bool(_typed("allow_different_machines", table.get("allow_different_machines", False), source))
+    ratios_in = table.get("ratios", [])
+    if not isinstance(ratios_in, list):
+        raise GateInputError(f"{source}: ratios should be a list of rule strings")
+    overrides_in = table.get("override", [])
+    if not isinstance(overrides_in, list) or not all(isinstance(o, dict) for o in overrides_in):
+        raise GateInputError(f"{source}: override should be an array of tables ([[tool.sdpa_bench.gate.override]])")
+    overrides = []
+    for i, o in enumerate(overrides_in):
+        where = f"{source}: override #{i + 1}"
+        bad = sorted(set(o) - set(OVERRIDABLE) - {"impl", "case"})
+        if bad:
+            raise GateInputError(f"{where}: unknown key {bad[0]!r}; known: impl, case, {', '.join(OVERRIDABLE)}")
+        pats = {k: o.get(k, "*") for k in ("impl", "case")}
+        if not all(isinstance(v, str) for v in pats.values()):
+            raise GateInputError(f"{where}: impl and case should be fnmatch pattern strings")
+        values = {k: _typed(k, o[k], where) for k in OVERRIDABLE if k in o}
+        overrides.append(Override(pats["impl"], pats["case"], values))
+    try:
+        ratios = tuple(RatioRule.parse(r) for r in ratios_in)
+        _thresholds(settings)
+        for o in overrides:
+            _thresholds(settings | o.values)
+    except ValueError as exc:
+        raise GateInputError(f"{source}: {exc}") from None
+    return GateConfig(settings, different, ratios, tuple(overrides), source)
+
+
+def _read_toml(path: Path) -> dict:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise GateInputError(f"{path}: no such config file") from None
+    except OSError as exc:
+        raise GateInputError(f"{path}: cannot be read ({exc})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise GateInputError(f"{path}: not valid TOML ({exc})") from None
+
+
+def _section(doc: dict) -> dict | None:
+    for key in SECTION:
+        doc = doc.get(key) if isinstance(doc, dict) else None
+    return doc
+
+
+def load_config(path: str | Path | None = None, start: str | Path | None = None) -> GateConfig:
+    """The gate config: `path` (its [tool.sdpa_bench.gate] section, or its top level when it has no [tool]),
+    else the first pyproject.toml from `start` (default: the working directory) upwards, else the defaults."""
+    if path is not None:
+        path = Path(path)
+        doc = _read_toml(path)
+        if "tool" in doc:
+            table = _section(doc)
+            if table is None:
+                raise GateInputError(f"{path}: has no [tool.sdpa_bench.gate] section")
+            return config_from_dict(table, f"{path} [tool.sdpa_bench.gate]")
+        return config_from_dict(doc, str(path))
+    here = Path(start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        candidate = folder / "pyproject.toml"
+        if candidate.is_file():
+            table = _section(_read_toml(candidate))
+            if table is not None:
+                return config_from_dict(table, f"{candidate} [tool.sdpa_bench.gate]")
+            break
+    return GateConfig()

@@ -1,0 +1,152 @@
+"""Measurements in one normalized shape for the gate and `compare`: `Point` rows and the machine they came from.
+
+Public API (independent of the pytest-benchmark file format):
+
+    Point(impl, case_id, median_s, samples, peak_memory_bytes, max_error, error_tolerance, status, case, name)
+    load_points(path) -> (machine: dict, points: list[Point])     # a pytest-benchmark JSON file
+    points_from_results(results) -> list[Point]                   # the CLI's own `measure.Result` rows
+    machine_identity(machine) -> dict[str, str]                    # what must match to compare absolute times
+
+`machine` is `sdpa_impls.machine.machine_info()` (pytest-benchmark files carry it as
+`machine_info["sdpa_bench"]`). Feed two point lists to `gate_compare.compare_points`.
+Every unusable file raises `GateInputError` with one message that names the file.
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CASE_FIELDS = ("lq", "lk", "e", "ev", "dtype", "causal", "mode", "mask", "batch", "heads_q", "heads_kv")
+
+
+class GateInputError(Exception):
+    """An input the gate cannot use (missing, corrupt or truncated file, bad config); the message says which."""
+
+
+@dataclass(frozen=True)
+class Point:
+    """One implementation on one case: time (seconds), raw samples, peak memory (bytes) and error vs fp64."""
+
+    impl: str
+    case_id: str
+    median_s: float | None
+    samples: tuple[float, ...] = ()
+    peak_memory_bytes: int | None = None
+    max_error: float | None = None
+    error_tolerance: float | None = None
+    status: str = "ok"
+    case: dict = field(default_factory=dict, compare=False)  # lq, lk, e, dtype, ... for rule conditions
+    name: str = ""  # the benchmark's own name, e.g. test_sdpa[naive-L128-E64-fp32-fwd]
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.impl, self.case_id)
+
+    @property
+    def label(self) -> str:
+        return f"{self.impl}[{self.case_id}]"
+
+
+def _number(value: object, what: str, where: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise GateInputError(f"{where}: {what} should be a number, got {value!r}")
+    return float(value)
+
+
+def _point_from_benchmark(bench: object, index: int, source: str) -> Point:
+    if not isinstance(bench, dict):
+        raise GateInputError(f"{source}: benchmarks[{index}] is not an object")
+    name = str(bench.get("fullname") or bench.get("name") or f"benchmarks[{index}]")
+    where = f"{source}: benchmark {name}"
+    extra = bench.get("extra_info") or {}
+    stats = bench.get("stats")
+    if not isinstance(extra, dict) or not isinstance(stats, dict):
+        raise GateInputError(f"{where} has no stats/extra_info objects (is this a pytest-benchmark JSON file?)")
+    impl, case_id = extra.get("impl"), extra.get("case") or bench.get("group")
+    if not impl or not case_id:
+        raise GateInputError(f"{where} has no extra_info 'impl'/'case' (not written by the sdpa-bench suite?)")
+    data = stats.get("data") or ()
+    if not isinstance(data, list) or not all(isinstance(v, (int, float)) and math.isfinite(v) for v in data):
+        raise GateInputError(f"{where}: stats.data should be a list of finite numbers")
+    memory = _number(extra.get("peak_memory_bytes"), "peak_memory_bytes", where)
+    return Point(
+        impl=str(impl), case_id=str(case_id),
+        median_s=_number(stats.get("median"), "stats.median", where),
+        samples=tuple(float(v) for v in data),
+        peak_memory_bytes=None if memory is None else int(memory),
+        max_error=_number(extra.get("max_error"), "max_error", where),
+        error_tolerance=_number(extra.get("error_tolerance"), "error_tolerance", where),
+        status=str(extra.get("status", "ok")),
+        case={k: extra[k] for k in CASE_FIELDS if k in extra},
+        name=name,
+    )
+
+
+def load_points(path: str | Path) -> tuple[dict, list[Point]]:
+    """(machine, points) of a pytest-benchmark JSON file written by the sdpa-bench suite.
+
+    Raises GateInputError when the file is missing, unreadable, not JSON (corrupt or truncated),
+    not a pytest-benchmark file, or holds the same implementation × case twice.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise GateInputError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise GateInputError(f"{path}: cannot be read ({exc})") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        hint = "the file is empty" if not text.strip() else f"{exc.msg} at line {exc.lineno} column {exc.colno}"
+        raise GateInputError(f"{path}: not valid JSON, truncated or corrupt ({hint})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("benchmarks"), list):
+        raise GateInputError(f"{path}: not a pytest-benchmark JSON file (no 'benchmarks' list)")
+    info = doc.get("machine_info") if isinstance(doc.get("machine_info"), dict) else {}
+    machine = dict(info.get("sdpa_bench") or {})
+    if not machine and isinstance(info.get("cpu"), dict):  # a plain pytest-benchmark file: what it knows
+        machine = {"cpu": info["cpu"].get("brand_raw")}
+    points = [_point_from_benchmark(b, i, str(path)) for i, b in enumerate(doc["benchmarks"])]
+    seen: dict[tuple[str, str], str] = {}
+    for p in points:
+        if p.key in seen:
+            raise GateInputError(f"{path}: {p.label} appears twice ({seen[p.key]} and {p.name}); "
+                                 "save one run per file")
+        seen[p.key] = p.name
+    return machine, points
+
+
+def points_from_results(results: Iterable) -> list[Point]:
+    """Points from `sdpa_impls.measure.Result` rows (or their `as_dict()` form, e.g. a results.json row)."""
+    out = []
+    for r in results:
+        d = r if isinstance(r, dict) else r.as_dict()
+        case = d["case"]
+        out.append(Point(
+            impl=d["impl"], case_id=case["id"], median_s=d.get("median_s"), samples=tuple(d.get("samples") or ()),
+            peak_memory_bytes=d.get("peak_memory_bytes"), max_error=d.get("max_error"),
+            error_tolerance=d.get("error_tolerance"), status=d.get("status", "ok"),
+            case={k: case[k] for k in CASE_FIELDS if k in case}, name=f"{d['impl']}[{case['id']}]"))
+    return out
+
+
+def machine_identity(machine: dict) -> dict[str, str]:
+    """The fields that must agree before absolute times of two runs mean anything: CPU, GPU, threads, torch."""
+    gpu = machine.get("gpu")
+    return {
+        "cpu": str(machine.get("cpu") or "unknown"),
+        "gpu": str(gpu.get("name") if isinstance(gpu, dict) else gpu or "none"),
+        "threads": str(machine.get("threads") or "unknown"),
+        "torch": str(machine.get("torch") or "unknown"),
+    }
+
+
+def machine_differences(a: dict, b: dict) -> list[str]:
+    """Human-readable differences between two machines' identities, e.g. "torch: 2.12.0 vs 2.13.0"."""
+    ia, ib = machine_identity(a), machine_identity(b)
+    return [f"{k}: {ia[k]} vs {ib[k]}" for k in ia if ia[k] != ib[k] or ia[k] == "unknown"]

@@ -1,0 +1,214 @@
+"""Compare a candidate run with a baseline (or with itself) and render the verdict as a table, Markdown or JSON.
+
+    compare_points(baseline, candidate, config, baseline_machine=None, candidate_machine=None,
+                   allow_different_machines=None, repeats=()) -> Report
+    render(report, markdown=False) -> str        # the table, then failures and notes
+    report_dict(report) -> dict                  # JSON-ready
+
+`baseline` may be None: then only correctness and the in-run ratio rules apply. Time rules are
+refused (status "refused", not a failure) when the machines differ, unless allowed.
+`repeats` (further candidate runs of the same tree) confirm time regressions: one must show in every run.
+Report.exit_code is 1 when any check failed, else 0; GateInputError means nothing was comparable.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
+
+from .gate_config import GateConfig
+from .gate_points import GateInputError, Point, machine_differences
+from .gate_rules import FAIL, INFO, NA, PASS, REFUSED, Check, correctness_check, fmt_bytes, fmt_seconds
+
+
+@dataclass(frozen=True)
+class Row:
+    """One implementation × case: its two points (either may be None) and the checks made on it."""
+
+    impl: str
+    case_id: str
+    baseline: Point | None
+    candidate: Point | None
+    checks: tuple[Check, ...]
+
+    @property
+    def verdict(self) -> str:
+        if any(c.failed for c in self.checks):
+            return FAIL
+        if self.candidate is None:
+            return "missing"
+        return "new" if any(c.kind == "new" for c in self.checks) else PASS
+
+
+@dataclass(frozen=True)
+class Report:
+    rows: tuple[Row, ...]
+    ratios: tuple[Check, ...]
+    notes: tuple[str, ...]
+    config_source: str = ""
+
+    @property
+    def failures(self) -> list[Check]:
+        return [c for r in self.rows for c in r.checks if c.failed] + [c for c in self.ratios if c.failed]
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.failures else 0
+
+
+def confirmed(check: Check, rechecks: Sequence[Check]) -> Check:
+    """A failed time check stands only when the same check fails on every further run of the candidate."""
+    if not check.failed or not rechecks:
+        return check
+    refuting = [(run, c) for run, c in enumerate(rechecks, 2) if not c.failed]
+    if not refuting:
+        return replace(check, message=f"{check.message}; in all {len(rechecks) + 1} candidate runs")
+    run, c = refuting[0]
+    return replace(check, status=PASS, message=f"{check.message} in run 1, but not in run {run}: {c.message}")
+
+
+def _row_checks(base: Point | None, cand: Point | None, config: GateConfig, times_ok: bool,
+                with_baseline: bool, again: Sequence[Point]) -> tuple[Check, ...]:
+    ref = cand or base
+    th = config.thresholds(ref.impl, ref.case_id)
+    if cand is None:
+        status = INFO if th.allow_missing else FAIL
+        why = "allowed by allow_missing" if th.allow_missing else "set allow_missing = true to allow it"
+        return (Check("missing", base.label, status, f"in the baseline but missing from the candidate ({why})"),)
+    checks = [correctness_check(cand)] if th.correctness else []
+    if base is None:
+        if with_baseline:
+            checks.append(Check("new", cand.label, INFO, "new benchmark, not in the baseline"))
+        return tuple(checks)
+    if th.time is not None:
+        checks.append(confirmed(th.time.check(base, cand), [th.time.check(base, p) for p in again]) if times_ok
+                      else Check("time", cand.label, REFUSED, "not compared: different machines"))
+    if th.memory is not None:
+        checks.append(th.memory.check(base, cand))
+    return tuple(checks)
+
+
+def compare_points(baseline: Sequence[Point] | None, candidate: Sequence[Point], config: GateConfig,
+                   baseline_machine: dict | None = None, candidate_machine: dict | None = None,
+                   allow_different_machines: bool | None = None,
+                   repeats: Sequence[Sequence[Point]] = ()) -> Report:
+    """Every check of the gate; raises GateInputError when there is nothing to compare.
+
+    `repeats` are further runs of the candidate tree: a time regression (vs the baseline, or of an in-run
+    time rule) must then show in every run, so one disturbed run on a shared machine cannot fail the gate.
+    """
+    if not candidate:
+        raise GateInputError("nothing comparable: the candidate has no benchmarks")
+    cand = {p.key: p for p in candidate}
+    base = {p.key: p for p in baseline or ()}
+    notes: list[str] = []
+    times_ok = True
+    if baseline is not None:
+        if not set(base) & set(cand):
+            raise GateInputError("nothing comparable: no benchmark of the baseline is in the candidate "
+                                 f"(baseline: {len(base)} benchmarks, candidate: {len(cand)})")
+        allowed = config.allow_different_machines if allow_different_machines is None else allow_different_machines
+        diffs = machine_differences(baseline_machine or {}, candidate_machine or {})
+        if diffs and not allowed:
+            times_ok = False
+            notes.append("absolute time rules refused: baseline and candidate come from different machines ("
+                         + "; ".join(diffs) + "). Memory, correctness and in-run ratio rules still apply; pass "
+                         "--allow-different-machines (or allow_different_machines = true) to compare times anyway.")
+        elif diffs:
+            notes.append("machines differ (" + "; ".join(diffs) + "); times compared anyway, as allowed.")
+    else:
+        notes.append("no baseline: correctness and in-run ratio rules only.")
+    keys = list(cand) + [k for k in base if k not in cand]
+    again = [{p.key: p for p in run} for run in repeats]
+    rows = tuple(Row(k[0], k[1], base.get(k), cand.get(k),
+                     _row_checks(base.get(k), cand.get(k), config, times_ok, baseline is not None,
+                                 [run[k] for run in again if k in run])) for k in keys)
+    unsampled = sum(1 for r in rows for c in r.checks if c.kind == "time" and "factor alone" in c.message)
+    if unsampled:
+        notes.append(f"{unsampled} time check(s) had too few raw samples for the rank test and used the factor alone.")
+    ratios = tuple(_ratio_checks(config, candidate, repeats))
+    if repeats:
+        unconfirmed = sum(1 for c in [*(c for r in rows for c in r.checks), *ratios] if ", but not in run " in c.message)
+        notes.append(f"{len(repeats) + 1} candidate runs: a time regression must show in every one "
+                     f"({unconfirmed} seen in run 1 only, taken as noise).")
+    return Report(rows, ratios, tuple(notes), config.source)
+
+
+def _ratio_checks(config: GateConfig, candidate: Sequence[Point], repeats: Sequence[Sequence[Point]]) -> list[Check]:
+    out = []
+    for rule in config.ratios:
+        again = [{c.subject: c for c in rule.check(run, config.alpha)} for run in repeats] if rule.metric == "time" else []
+        out += [confirmed(c, [run[c.subject] for run in again if c.subject in run])
+                for c in rule.check(candidate, config.alpha)]
+    return out
+
+
+def _time_cell(row: Row) -> str:
+    b, c = row.baseline, row.candidate
+    if c is None:
+        return fmt_seconds(b.median_s) + " → -"
+    if b is None or b.median_s is None or c.median_s is None:
+        return fmt_seconds(c.median_s)
+    ratio = c.median_s / b.median_s if b.median_s else float("inf")
+    return f"{fmt_seconds(b.median_s)} → {fmt_seconds(c.median_s)} ×{ratio:.2f}"
+
+
+def _memory_cell(row: Row) -> str:
+    b, c = row.baseline, row.candidate
+    if c is None or b is None:
+        return fmt_bytes((c or b).peak_memory_bytes)
+    return f"{fmt_bytes(b.peak_memory_bytes)} → {fmt_bytes(c.peak_memory_bytes)}"
+
+
+def _error_cell(row: Row) -> str:
+    c = row.candidate
+    if c is None or c.max_error is None or c.error_tolerance is None:
+        return "-"
+    return f"{c.max_error:.2g} / {c.error_tolerance:.2g}"
+
+
+def _table(header: list[str], rows: list[list[str]], markdown: bool) -> list[str]:
+    if markdown:
+        lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+        return lines + ["| " + " | ".join(r) + " |" for r in rows]
+    widths = [max(len(x) for x in col) for col in zip(header, *rows)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    return [fmt.format(*header).rstrip(), fmt.format(*("-" * w for w in widths))] + [
+        fmt.format(*r).rstrip() for r in rows]
+
+
+def render(report: Report, markdown: bool = False) -> str:
+    """The verdict as text: one row per benchmark, one per ratio rule and case, then failures and notes."""
+    verdict = "FAIL" if report.exit_code else "PASS"
+    out = [f"{'## ' if markdown else ''}sdpa-bench gate: {verdict} "
+           f"({len(report.failures)} failed check(s); config: {report.config_source or 'built-in defaults'})", ""]
+    out += _table(["benchmark", "median time", "peak memory", "error / tol", "verdict"],
+                  [[r.candidate.label if r.candidate else r.baseline.label, _time_cell(r), _memory_cell(r),
+                    _error_cell(r), r.verdict] for r in report.rows], markdown)
+    if report.ratios:
+        out += [""] + _table(["in-run rule", "verdict", "numbers"],
+                             [[c.subject, c.status, c.message] for c in report.ratios], markdown)
+    bullet = "- " if markdown else "  "
+    if report.failures:
+        out += ["", "Failures:"] + [f"{bullet}{c.kind} {c.subject}: {c.message}" for c in report.failures]
+    skipped = [c for r in report.rows for c in r.checks if c.status == NA]  # refusals are one note
+    if skipped:
+        out += ["", "Not checked:"] + [f"{bullet}{c.kind} {c.subject}: {c.message}" for c in skipped]
+    if report.notes:
+        out += ["", "Notes:"] + [f"{bullet}{n}" for n in report.notes]
+    return "\n".join(out) + "\n"
+
+
+def report_dict(report: Report) -> dict:
+    """JSON-ready: verdict, exit code, every row with its checks, ratio checks and notes (no raw samples)."""
+    def point(p: Point | None) -> dict | None:
+        return None if p is None else {k: v for k, v in asdict(p).items() if k != "samples"} | {
+            "n_samples": len(p.samples)}
+    return {
+        "verdict": "FAIL" if report.exit_code else PASS, "exit_code": report.exit_code,
+        "config": report.config_source,
+        "rows": [{"impl": r.impl, "case": r.case_id, "verdict": r.verdict, "baseline": point(r.baseline),
+                  "candidate": point(r.candidate), "checks": [asdict(c) for c in r.checks]} for r in report.rows],
+        "ratios": [asdict(c) for c in report.ratios],
+        "failures": [asdict(c) for c in report.failures],
+        "notes": list(report.notes),
+    }

@@ -1,0 +1,298 @@
+"""The CI gate: real pytest-benchmark runs (A/A passes, injected slowdown / memory / in-run ratio fail) and every
+unusable input answered with exit 2 and a message naming it.
+
+The real runs measure time: run this file under `flock /tmp/sdpa-measure.lock` on a shared machine.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from plugin_env import build_plugin_env
+from sdpa_impls.cli import main
+from sdpa_impls.gate_config import load_config
+from sdpa_impls.gate_points import GateInputError, Point, load_points
+from sdpa_impls.gate_report import compare_points
+from sdpa_impls.gate_rules import FAIL, NA, PASS, MemoryRule, RatioRule, TimeRule
+
+ROOT = Path(__file__).resolve().parents[1]
+# two implementations on the smoke preset, measured as docs/gate.md recommends for a shared CPU machine
+# (one thread, CPU time of the process), with short runs
+BENCH_ARGS = ["--sdpa-preset", "smoke", "--sdpa-impl", "naive", "--sdpa-impl", "test_tunable",
+              "--benchmark-timer=time.process_time", "--benchmark-max-time=0.25", "--benchmark-min-rounds=20"]
+
+
+def gate(tmp_path: Path, *args: str | Path, config: str | None = None) -> tuple[int, str, str]:
+    """Run `sdpa-bench gate` in this process from `tmp_path`, with an optional TOML config text.
+
+    A traceback would fail the test: user errors must come back as exit 2 with a message.
+    """
+    argv = ["gate", *map(str, args)]
+    if config is not None:
+        (tmp_path / "gate.toml").write_text(config)
+        argv += ["--config", str(tmp_path / "gate.toml")]
+    out, err = io.StringIO(), io.StringIO()
+    here = Path.cwd()
+    os.chdir(tmp_path)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(argv)
+    finally:
+        os.chdir(here)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_command_line_entry_point(tmp_path: Path) -> None:
+    """`python -m sdpa_impls gate` as a user types it: exit 2 and one line naming the file, no traceback."""
+    (tmp_path / "cut.json").write_text('{"benchmarks": [')
+    out = subprocess.run([sys.executable, "-m", "sdpa_impls", "gate", "--candidate", "cut.json"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines() == [
+        "sdpa-bench gate: error: cut.json: not valid JSON, truncated or corrupt (Expecting value at line 1 column 17)"]
+
+
+# ---------- real pytest-benchmark runs ----------
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """base, same and again (A/A), slow (SDPA_TUNABLE_SLOWDOWN=1.3) and big (+1 MiB at the peak) runs of one tree."""
+    root = tmp_path_factory.mktemp("gate-runs")
+    python = build_plugin_env(root)
+    variants = {"base": {}, "same": {}, "slow": {"SDPA_TUNABLE_SLOWDOWN": "1.3"}, "again": {},
+                "big": {"SDPA_TUNABLE_EXTRA_BYTES": str(1 << 20)}}
+    files = {}
+    for name, extra in variants.items():
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SDPA_TUNABLE")}
+        env |= {"OMP_NUM_THREADS": "1", **extra}
+        files[name] = root / f"{name}.json"
+        out = subprocess.run([str(python), "-m", "pytest", str(ROOT / "tests" / "test_benchmarks.py"), "-q",
+                              "-p", "no:cacheprovider", "--benchmark-only", *BENCH_ARGS,
+                              f"--benchmark-json={files[name]}", "--benchmark-save-data"],
+                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return files
+
+
+def test_saved_runs_have_raw_samples(runs: dict[str, Path]) -> None:
+    machine, points = load_points(runs["base"])
+    assert {p.impl for p in points} == {"naive", "test_tunable"} and len(points) == 10
+    assert all(len(p.samples) >= 20 and p.peak_memory_bytes and p.error_tolerance for p in points)
+    assert machine["threads"] == 1 and machine["torch"]
+
+
+def test_same_tree_passes(runs: dict[str, Path], tmp_path: Path) -> None:
+    """A/A as CI runs it on a shared machine: the candidate measured twice, a time regression must show in both."""
+    code, out, err = gate(tmp_path, "--baseline", runs["base"], "--candidate", runs["same"], "--candidate", runs["again"])
+    assert code == 0, out + err
+    assert "sdpa-bench gate: PASS" in out and "test_tunable[L128-E64-fp32-fwd]" in out
+
+
+def test_injected_slowdown_fails_naming_the_benchmark(runs: dict[str, Path], tmp_path: Path) -> None:
+    code, out, err = gate(tmp_path, "--baseline", runs["base"], "--candidate", runs["slow"],
+                          "--json", tmp_path / "verdict.json")
+    assert code == 1, out + err
+    failed = json.loads((tmp_path / "verdict.json").read_text())["failures"]
+    assert failed and {f["kind"] for f in failed} == {"time"}
+    assert {f["subject"].split("[")[0] for f in failed} == {"test_tunable"}  # naive is unchanged
+    assert len(failed) >= 2  # of five cases; fwd+bwd is slowed less (only the forward repeats)
+    assert "× 1.15 (p=" in out
+
+
+def test_a_regression_must_show_in_every_candidate_run(runs: dict[str, Path], tmp_path: Path) -> None:
+    code, out, _ = gate(tmp_path, "--baseline", runs["base"], "--candidate", runs["slow"], "--candidate", runs["same"])
+    assert code == 0, out  # the unchanged second run refutes the first: one disturbed run cannot fail the gate
+    assert "2 candidate runs: a time regression must show in every one" in out
+    code, out, _ = gate(tmp_path, "--baseline", runs["base"], "--candidate", runs["slow"], "--candidate", runs["slow"])
+    assert code == 1 and "in all 2 candidate runs" in out
+
+
+def test_injected_memory_increase_fails(runs: dict[str, Path], tmp_path: Path) -> None:
+    code, out, err = gate(tmp_path, "--baseline", runs["base"], "--candidate", runs["big"],
+                          "--markdown", tmp_path / "verdict.md")
+    assert code == 1, out + err
+    memory_lines = [line for line in out.splitlines() if line.startswith("  memory ")]
+    assert len(memory_lines) == 5 and all("test_tunable[" in line for line in memory_lines)
+    assert "+1048576 B" in out
+    assert (tmp_path / "verdict.md").read_text().startswith("## sdpa-bench gate: FAIL")
+
+
+def test_in_run_ratio_rules_need_no_baseline(runs: dict[str, Path], tmp_path: Path) -> None:
+    config = """ratios = [
+        "time: test_tunable / naive <= 1.0",
+        "time: naive / test_tunable <= 1.0",
+        "peak_memory: naive / test_tunable <= 1.0 when L >= 96",
+        "time: fused / naive <= 2 when dtype == fp32",
+    ]
+    """
+    code, out, err = gate(tmp_path, "--candidate", runs["base"], "--json", tmp_path / "v.json", config=config)
+    assert code == 1, out + err
+    ratios = json.loads((tmp_path / "v.json").read_text())["ratios"]
+    by_rule: dict[str, set[str]] = {}
+    for c in ratios:
+        by_rule.setdefault(c["subject"].split(" @ ")[0], set()).add(c["status"])
+    assert by_rule == {"time: test_tunable / naive <= 1.0": {FAIL}, "time: naive / test_tunable <= 1.0": {PASS},
+                       "peak_memory: naive / test_tunable <= 1.0 when L >= 96": {PASS},
+                       "time: fused / naive <= 2 when dtype == fp32": {NA}}  # fused did not run: not a failure
+    assert sum(c["status"] == PASS for c in ratios if c["subject"].startswith("peak_memory")) == 4  # not Lq1
+
+
+def test_wrong_result_fails_whatever_its_speed(runs: dict[str, Path], tmp_path: Path) -> None:
+    doc = json.loads(runs["same"].read_text())
+    bench = doc["benchmarks"][0]
+    bench["extra_info"]["max_error"] = bench["extra_info"]["error_tolerance"] * 3
+    (tmp_path / "wrong.json").write_text(json.dumps(doc))
+    code, out, _ = gate(tmp_path, "--baseline", runs["base"], "--candidate", tmp_path / "wrong.json")
+    assert code == 1
+    assert f"correctness {bench['extra_info']['impl']}[{bench['extra_info']['case']}]" in out and "wrong result" in out
+
+
+def test_missing_benchmarks_fail_unless_allowed(runs: dict[str, Path], tmp_path: Path) -> None:
+    doc = json.loads(runs["same"].read_text())
+    doc["benchmarks"] = [b for b in doc["benchmarks"] if b["extra_info"]["impl"] != "test_tunable"]
+    (tmp_path / "fewer.json").write_text(json.dumps(doc))
+    code, out, _ = gate(tmp_path, "--baseline", runs["base"], "--candidate", tmp_path / "fewer.json")
+    assert code == 1 and out.count("missing from the candidate") == 5
+    code, out, _ = gate(tmp_path, "--baseline", runs["base"], "--candidate", tmp_path / "fewer.json",
+                        config='[[override]]\nimpl = "test_*"\nallow_missing = true\n')
+    assert code == 0 and sum(line.endswith("  missing") for line in out.splitlines()) == 5
+    code, out, _ = gate(tmp_path, "--baseline", tmp_path / "fewer.json", "--candidate", runs["same"])
+    assert code == 0 and sum(line.endswith("  new") for line in out.splitlines()) == 5
+
+
+def test_other_machine_refuses_times_but_checks_the_rest(runs: dict[str, Path], tmp_path: Path) -> None:
+    doc = json.loads(runs["slow"].read_text())
+    doc["machine_info"]["sdpa_bench"]["torch"] = "9.9.9"
+    doc["machine_info"]["sdpa_bench"]["cpu"] = "Another CPU"
+    (tmp_path / "other.json").write_text(json.dumps(doc))
+    code, out, _ = gate(tmp_path, "--baseline", runs["base"], "--candidate", tmp_path / "other.json")
+    assert code == 0, out  # the slowdown is not judged across machines
+    assert "absolute time rules refused" in out and "torch: " in out and "vs 9.9.9" in out
+    code, out, _ = gate(tmp_path, "--baseline", runs["base"], "--candidate", tmp_path / "other.json",
+                        "--allow-different-machines")
+    assert code == 1 and "times compared anyway" in out
+    doc["machine_info"]["sdpa_bench"] = json.loads(runs["big"].read_text())["machine_info"]["sdpa_bench"] | {
+        "torch": "9.9.9"}
+    doc["benchmarks"] = json.loads(runs["big"].read_text())["benchmarks"]
+    (tmp_path / "other-big.json").write_text(json.dumps(doc))
+    code, out, _ = gate(tmp_path, "--baseline", runs["base"], "--candidate", tmp_path / "other-big.json")
+    assert code == 1 and "memory test_tunable[" in out  # memory still applies
+
+
+# ---------- unusable input: exit 2, one message naming the problem ----------
+
+def test_corrupt_truncated_missing_and_empty_files(runs: dict[str, Path], tmp_path: Path) -> None:
+    text = runs["base"].read_text()
+    (tmp_path / "truncated.json").write_text(text[: len(text) // 2])
+    (tmp_path / "corrupt.json").write_text("<html>not json</html>")
+    (tmp_path / "empty.json").write_text("")
+    (tmp_path / "none.json").write_text(json.dumps({"machine_info": {}, "benchmarks": []}))
+    (tmp_path / "other.json").write_text(json.dumps({"results": []}))
+    for name, words in [("truncated.json", "not valid JSON"), ("corrupt.json", "not valid JSON"),
+                        ("empty.json", "the file is empty"), ("absent.json", "no such file"),
+                        ("none.json", "nothing comparable"), ("other.json", "not a pytest-benchmark JSON")]:
+        code, out, err = gate(tmp_path, "--candidate", tmp_path / name)
+        assert code == 2 and name in err and words in err and out == "", (name, err)
+    code, _, err = gate(tmp_path, "--baseline", tmp_path / "truncated.json", "--candidate", runs["base"])
+    assert code == 2 and "truncated.json" in err
+
+
+def test_config_errors(runs: dict[str, Path], tmp_path: Path) -> None:
+    for text, words in [('tme = "median:10%"', "unknown gate config key 'tme'"),
+                        ('time = "mean:10%"', "'median:10%'"),
+                        ("alpha = 2.0", "alpha should be between 0 and 1"),
+                        ('ratios = ["time: a / b is small"]', "ratio rule 'time: a / b is small'"),
+                        ('ratios = ["speed: a / b <= 1"]', "metric 'speed'"),
+                        ('ratios = ["time: a / b <= 1 when colour == red"]', "condition 'colour == red'"),
+                        ('[[override]]\nimpl = "x"\nthreshold = 3', "unknown key 'threshold'"),
+                        ("correctness = 'yes'", "correctness should be a bool"),
+                        ("time = [", "not valid TOML")]:
+        code, _, err = gate(tmp_path, "--candidate", runs["base"], config=text)
+        assert code == 2 and "gate.toml" in err and words in err, (text, err)
+    (tmp_path / "pyproject.toml").write_text('[tool.other]\nx = 1\n')
+    code, _, err = gate(tmp_path, "--candidate", runs["base"], "--config", tmp_path / "pyproject.toml")
+    assert code == 2 and "no [tool.sdpa_bench.gate] section" in err
+
+
+def test_nothing_comparable(runs: dict[str, Path], tmp_path: Path) -> None:
+    doc = json.loads(runs["base"].read_text())
+    for b in doc["benchmarks"]:
+        b["extra_info"]["case"] = "renamed-" + b["extra_info"]["case"]
+    (tmp_path / "renamed.json").write_text(json.dumps(doc))
+    code, _, err = gate(tmp_path, "--baseline", runs["base"], "--candidate", tmp_path / "renamed.json")
+    assert code == 2 and "nothing comparable" in err and "renamed.json" in err
+
+
+def test_project_config_is_found_from_the_working_directory(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[tool.sdpa_bench.gate]\ntime = "median:25%"\n'
+                                             '[[tool.sdpa_bench.gate.override]]\ncase = "*-bf16-*"\nmemory = "off"\n')
+    (tmp_path / "sub").mkdir()
+    config = load_config(start=tmp_path / "sub")
+    assert "pyproject.toml" in config.source
+    assert config.thresholds("naive", "L128-E64-fp32-fwd").time.factor == pytest.approx(1.25)
+    assert config.thresholds("naive", "L128-E64-bf16-causal-fwd").memory is None
+    assert load_config(start=ROOT).ratios  # this project's own CI rules parse
+
+
+# ---------- the rule objects ----------
+
+def test_time_rule_messages_carry_their_numbers() -> None:
+    rule = TimeRule.parse("median:10%", alpha=0.01)
+    base = Point("naive", "c", 10.1e-3, tuple(10.1e-3 + i * 1e-6 for i in range(30)))
+    slow = Point("naive", "c", 12.3e-3, tuple(12.3e-3 + i * 1e-6 for i in range(30)))
+    check = rule.check(base, slow)
+    assert check.status == FAIL and check.message.startswith("median 12.3 ms > baseline 10.1 ms × 1.10 (p=")
+    assert rule.check(base, base).status == PASS
+    no_samples = rule.check(Point("naive", "c", 10.1e-3), Point("naive", "c", 12.3e-3))
+    assert no_samples.status == FAIL and "no raw samples" in no_samples.message
+    overlapping = Point("naive", "c", 11.5e-3, (8e-3, 11.5e-3, 15e-3))
+    assert "samples cannot reach" in rule.check(Point("naive", "c", 10e-3, (9e-3, 10e-3, 11e-3)), overlapping).message
+
+
+def test_significance_guards_a_noisy_median() -> None:
+    rule = TimeRule.parse("median:10%", alpha=0.01)
+    base = Point("x", "c", 1.0, tuple([1.0] * 10 + [1.3] * 10))
+    cand = Point("x", "c", 1.15, tuple([1.0] * 9 + [1.3] * 11))
+    check = rule.check(base, cand)
+    assert check.status == PASS and "not significant" in check.message
+
+
+def test_memory_rule_and_ratio_rule_parsing() -> None:
+    rule = MemoryRule.parse("peak:1%")
+    assert rule.check(Point("a", "c", 1.0, peak_memory_bytes=1000), Point("a", "c", 1.0, peak_memory_bytes=1010)).status == PASS
+    assert rule.check(Point("a", "c", 1.0, peak_memory_bytes=1000), Point("a", "c", 1.0, peak_memory_bytes=1011)).failed
+    r = RatioRule.parse("peak_memory: chunked / naive <= 0.5 when L >= 2048 and dtype == bf16")
+    assert (r.metric, r.numerator, r.denominator, r.op, r.limit) == ("peak_memory", "chunked", "naive", "<=", 0.5)
+    assert [(c.field, c.op, c.value) for c in r.conditions] == [("lq", ">=", "2048"), ("dtype", "==", "bf16")]
+    pts = [Point(i, "L4096-bf16", 1.0, peak_memory_bytes=m, case={"lq": 4096, "dtype": "bf16"})
+           for i, m in (("chunked", 10), ("naive", 100))]
+    assert [c.status for c in r.check(pts, 0.01)] == [PASS]
+    assert compare_points(None, pts, load_config(start=Path("/"))).exit_code == 0
+
+
+def test_in_process_api_refuses_nothing_comparable() -> None:
+    with pytest.raises(GateInputError, match="nothing comparable"):
+        compare_points([Point("a", "c1", 1.0)], [Point("a", "c2", 1.0)], load_config(start=Path("/")))
+
+
+def test_cli_error_for_missing_candidate_option(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["gate"])
+    assert exc.value.code == 2 and "--candidate" in capsys.readouterr().err
+
+
+def test_json_report_round_trips(runs: dict[str, Path], tmp_path: Path) -> None:
+    code, _, _ = gate(tmp_path, "--baseline", runs["base"], "--candidate", runs["same"], "--json", tmp_path / "v.json")
+    verdict = json.loads((tmp_path / "v.json").read_text())
+    assert verdict["exit_code"] == code == 0 and len(verdict["rows"]) == 10
+    row = copy.deepcopy(verdict["rows"][0])
+    assert {c["kind"] for c in row["checks"]} == {"time", "memory", "correctness"}
+    assert row["candidate"]["n_samples"] >= 20
