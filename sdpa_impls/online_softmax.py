@@ -1,7 +1,10 @@
 """Tiled attention with online softmax (FlashAttention's algorithm) in plain PyTorch, forward and backward.
 
 Everything works on the grouped 5-D views of `tiles.grouped`: q (B, Hkv, G, Lq, E),
-k (B, Hkv, Lk, E), v (B, Hkv, Lk, Ev). Score tiles are fp32; GEMMs run in the input dtype.
+k (B, Hkv, Lk, E), v (B, Hkv, Lk, Ev), folded into 3-D GEMM operands (B·Hkv, G·rows, ·).
+GEMMs run in the input dtype with the softmax scale folded into their alpha; the softmax
+arithmetic is fp32. Score tiles live in buffers allocated once per call and reused, so a
+call never holds more than one tile of scores, and the allocator never page-faults per tile.
 The backward recomputes score tiles from the saved per-row log-sum-exp, so it holds O(L) state.
 """
 from __future__ import annotations
@@ -11,74 +14,153 @@ from collections.abc import Callable
 import torch
 
 from .protocol import SDPAInputs
-from .tiles import NEG_INF, causal_key_end, gmm, gmm_t, grouped, mask_scores_
+from .tiles import NEG_INF, TileMasker, causal_key_end, flat, group_heads, grouped, head_groups, rows3, store_rows_
 
-# (q5, k4, v4, mask5, is_causal, scale) -> (out5 in the input dtype, lse (B, Hkv, G, Lq) fp32)
-ForwardFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
+# (q5, k4, v4, mask5, is_causal, scale, with_lse) -> (out5 (B, Hkv, G, Lq, Ev), lse (B, Hkv, G, Lq) fp32 or None)
+ForwardFn = Callable[..., tuple[torch.Tensor, torch.Tensor | None]]
 
 
-def _finite_or_zero(x: torch.Tensor) -> torch.Tensor:
+def finite_or_zero(x: torch.Tensor) -> torch.Tensor:
     return torch.where(torch.isinf(x), torch.zeros_like(x), x)
 
 
+def take(buf: torch.Tensor, *shape: int) -> torch.Tensor:
+    """A contiguous view of the first prod(shape) elements of a flat scratch buffer."""
+    n = 1
+    for s in shape:
+        n *= s
+    return buf[:n].view(shape)
+
+
 def chunked_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: torch.Tensor | None,
-                    is_causal: bool, scale: float, q_tile: int, k_tile: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Query tiles × key tiles with a running max and sum; never more than one score tile alive."""
-    b, hkv, g, lq, _ = q5.shape
-    lk, ev = k4.shape[-2], v4.shape[-1]
-    out = torch.empty((b, hkv, g, lq, ev), dtype=q5.dtype, device=q5.device)
-    lse = torch.empty((b, hkv, g, lq), dtype=torch.float32, device=q5.device)
-    for i0 in range(0, lq, q_tile):
-        i1 = min(lq, i0 + q_tile)
-        qt = q5[..., i0:i1, :]
-        run_max = torch.full((b, hkv, g, i1 - i0, 1), NEG_INF, dtype=torch.float32, device=q5.device)
-        run_sum = torch.zeros_like(run_max)
-        acc = torch.zeros((b, hkv, g, i1 - i0, ev), dtype=torch.float32, device=q5.device)
-        k_end = causal_key_end(is_causal, i1, lk)
-        for j0 in range(0, k_end, k_tile):
-            j1 = min(k_end, j0 + k_tile)
-            s = gmm(qt, k4[..., j0:j1, :].transpose(-2, -1)).float().mul_(scale)  # (B, Hkv, G, bq, bk)
-            mask_scores_(s, mask5, is_causal, i0, i1, j0, j1)
-            new_max = torch.maximum(run_max, s.amax(dim=-1, keepdim=True))
-            safe_max = _finite_or_zero(new_max)
-            p = s.sub_(safe_max).exp_()
-            alpha = torch.exp(run_max - safe_max)  # rescales what was summed under the old max
-            run_sum.mul_(alpha).add_(p.sum(dim=-1, keepdim=True))
-            acc.mul_(alpha).add_(gmm(p.to(v4.dtype), v4[..., j0:j1, :]))
-            run_max = new_max
-        denom = torch.where(run_sum == 0, torch.ones_like(run_sum), run_sum)
-        out[..., i0:i1, :] = acc.div_(denom)
-        lse[..., i0:i1] = (run_max + torch.log(run_sum)).squeeze(-1)  # -inf for fully masked rows
+                    is_causal: bool, scale: float, with_lse: bool, q_tile: int, k_tile: int,
+                    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Query tiles × key tiles with a running max and sum; never more than one (q_tile × k_tile) score tile."""
+    b, hkv, g, lq, e = q5.shape
+    lk, ev, dtype, dev = k4.shape[-2], v4.shape[-1], q5.dtype, q5.device
+    half = dtype != torch.float32
+    q_tile, k_tile = min(q_tile, lq), min(k_tile, lk)
+    heads = group_heads(dev, b * hkv, g * q_tile * k_tile * 4)
+    out = torch.empty((b, hkv, g, lq, ev), dtype=dtype, device=dev)
+    lse = torch.empty((b, hkv, g, lq), dtype=torch.float32, device=dev) if with_lse else None
+    sbuf = torch.empty(heads * g * q_tile * k_tile, dtype=dtype, device=dev)  # S, then P, in the input dtype
+    pbuf = torch.empty_like(sbuf, dtype=torch.float32) if half else sbuf  # fp32 P
+    abuf = torch.empty(heads * g * q_tile * ev, dtype=torch.float32, device=dev)  # output accumulator
+    masker = TileMasker(mask5, is_causal, q_tile, dev)
+    for bs, hs in head_groups(b, hkv, heads):
+        q4, out4 = flat(q5, bs, hs), flat(out, bs, hs)  # (heads, G, Lq, E), (heads, G, Lq, Ev)
+        kt3, v3 = flat(k4, bs, hs).transpose(1, 2), flat(v4, bs, hs)  # (heads, E, Lk), (heads, Lk, Ev)
+        mask_g = None if mask5 is None else mask5[bs, hs]
+        n = q4.shape[0]
+        for i0 in range(0, lq, q_tile):
+            i1 = min(lq, i0 + q_tile)
+            m = g * (i1 - i0)
+            qt = rows3(q4, i0, i1)  # (heads, G·rows, E)
+            run_max = run_sum = None
+            acc = take(abuf, n, m, ev)  # fp32 (heads, G·rows, Ev)
+            k_end = causal_key_end(is_causal, i1, lk)
+            for j0 in range(0, k_end, k_tile):
+                j1 = min(k_end, j0 + k_tile)
+                sd, p = take(sbuf, n, m, j1 - j0), take(pbuf, n, m, j1 - j0)  # (heads, G·rows, keys)
+                torch.baddbmm(sd, qt, kt3[..., j0:j1], beta=0, alpha=scale, out=sd)
+                s = p.copy_(sd) if masker.float_mask and half else sd  # a float mask is added in fp32, as naive does
+                masker.apply_(s, mask_g, i0, i1, j0, j1)
+                new_max = s.amax(dim=-1, keepdim=True).float()
+                if run_max is not None:
+                    new_max = torch.maximum(run_max, new_max)
+                safe_max = new_max if mask5 is None else finite_or_zero(new_max)  # -inf: every key so far masked
+                torch.sub(s, safe_max, out=p).exp_()  # unnormalized fp32 P
+                pv = p if not half else sd.copy_(p)
+                if run_max is None:  # first key tile: nothing to rescale
+                    run_sum = p.sum(dim=-1, keepdim=True)
+                    _product(acc, pv, v3[:, j0:j1], half)
+                else:
+                    alpha = torch.sub(run_max, safe_max).exp_()  # rescales what was summed under the old max
+                    run_sum.mul_(alpha).add_(p.sum(dim=-1, keepdim=True))
+                    _accumulate(acc.mul_(alpha), pv, v3[:, j0:j1], 1.0, half)
+                run_max = new_max
+            assert run_max is not None and run_sum is not None
+            denom = torch.where(run_sum == 0, torch.ones_like(run_sum), run_sum)
+            store_rows_(out4, i0, i1, acc.div_(denom))
+            if lse is not None:  # -inf for fully masked rows
+                store_rows_(flat(lse, bs, hs).unsqueeze(-1), i0, i1, run_max + torch.log(run_sum))
     return out, lse
 
 
 def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: torch.Tensor | None,
                    is_causal: bool, scale: float, out5: torch.Tensor, lse: torch.Tensor, dout5: torch.Tensor,
                    q_tile: int, k_tile: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """dq, dk, dv by recomputing P = exp(S - lse) tile by tile; fp32 accumulators of size O(L)."""
-    lq, lk = q5.shape[-2], k4.shape[-2]
-    dtype = q5.dtype
+    """dq (B, Hkv, G, Lq, E), dk, dv (B, Hkv, Lk, ·) fp32 by recomputing P = exp(S - lse) tile by tile.
+
+    dk and dv accumulate in fp32 (O(L)); dq is written once per query tile when one key tile spans
+    all keys (fused), else accumulated in an fp32 tile. dS = P ⊙ (dP − rowsum(dO ⊙ O)) in fp32.
+    """
+    b, hkv, g, lq, e = q5.shape
+    lk, ev, dtype, dev = k4.shape[-2], v4.shape[-1], q5.dtype, q5.device
+    half = dtype != torch.float32
+    q_tile, k_tile = min(q_tile, lq), min(k_tile, lk)
+    heads = group_heads(dev, b * hkv, g * q_tile * k_tile * 4)
     delta = (dout5.float() * out5.float()).sum(dim=-1, keepdim=True)  # (B, Hkv, G, Lq, 1)
-    lse5 = _finite_or_zero(lse).unsqueeze(-1)  # fully masked rows: all scores are -inf, P = 0
-    dq = torch.zeros(q5.shape, dtype=torch.float32, device=q5.device)
-    dk = torch.zeros(k4.shape, dtype=torch.float32, device=q5.device)
-    dv = torch.zeros(v4.shape, dtype=torch.float32, device=q5.device)
-    for i0 in range(0, lq, q_tile):
-        i1 = min(lq, i0 + q_tile)
-        qt, dot = q5[..., i0:i1, :], dout5[..., i0:i1, :]
-        k_end = causal_key_end(is_causal, i1, lk)
-        for j0 in range(0, k_end, k_tile):
-            j1 = min(k_end, j0 + k_tile)
-            kt, vt = k4[..., j0:j1, :], v4[..., j0:j1, :]
-            s = gmm(qt, kt.transpose(-2, -1)).float().mul_(scale)
-            mask_scores_(s, mask5, is_causal, i0, i1, j0, j1)
-            p = s.sub_(lse5[..., i0:i1, :]).exp_()  # (B, Hkv, G, bq, bk)
-            dv[..., j0:j1, :] += gmm_t(p.to(dtype), dot)
-            dp = gmm(dot, vt.transpose(-2, -1)).float()
-            ds = p.mul_(dp.sub_(delta[..., i0:i1, :])).mul_(scale).to(dtype)
-            dq[..., i0:i1, :] += gmm(ds, kt)
-            dk[..., j0:j1, :] += gmm_t(ds, qt)
+    lse5 = finite_or_zero(lse).unsqueeze(-1)  # fully masked rows: all scores are -inf, P = 0
+    dq = torch.empty(q5.shape, dtype=dtype, device=dev)
+    dk = torch.zeros((b, hkv, lk, e), dtype=torch.float32, device=dev)
+    dv = torch.zeros((b, hkv, lk, ev), dtype=torch.float32, device=dev)
+    tile = heads * g * q_tile * k_tile
+    sbuf = torch.empty(tile, dtype=dtype, device=dev)  # S, then P, in the input dtype
+    dpbuf = torch.empty(tile, dtype=dtype, device=dev)  # dP, then dS, in the input dtype
+    pbuf = torch.empty(tile, dtype=torch.float32, device=dev) if half else sbuf  # fp32 P
+    dsbuf = torch.empty(tile, dtype=torch.float32, device=dev) if half else dpbuf  # fp32 dS
+    masker = TileMasker(mask5, is_causal, q_tile, dev)
+    for bs, hs in head_groups(b, hkv, heads):
+        q4, do4, dq4 = flat(q5, bs, hs), flat(dout5, bs, hs), flat(dq, bs, hs)  # (heads, G, L, ·)
+        k3, v3 = flat(k4, bs, hs), flat(v4, bs, hs)  # (heads, Lk, E), (heads, Lk, Ev)
+        dk3, dv3 = flat(dk, bs, hs), flat(dv, bs, hs)
+        lse4, delta4 = flat(lse5, bs, hs), flat(delta, bs, hs)  # (heads, G, Lq, 1)
+        mask_g = None if mask5 is None else mask5[bs, hs]
+        n = q4.shape[0]
+        for i0 in range(0, lq, q_tile):
+            i1 = min(lq, i0 + q_tile)
+            m = g * (i1 - i0)
+            qt, dot = rows3(q4, i0, i1), rows3(do4, i0, i1)  # (heads, G·rows, E), (heads, G·rows, Ev)
+            lse_t, delta_t = rows3(lse4, i0, i1), rows3(delta4, i0, i1)  # (heads, G·rows, 1)
+            k_end = causal_key_end(is_causal, i1, lk)
+            dq_acc = None if k_tile >= k_end else torch.zeros((n, m, e), dtype=torch.float32, device=dev)
+            for j0 in range(0, k_end, k_tile):
+                j1 = min(k_end, j0 + k_tile)
+                sd, p, dp, ds = (take(x, n, m, j1 - j0) for x in (sbuf, pbuf, dpbuf, dsbuf))
+                torch.baddbmm(sd, qt, k3[:, j0:j1].transpose(1, 2), beta=0, alpha=scale, out=sd)
+                s = p.copy_(sd) if masker.float_mask and half else sd
+                masker.apply_(s, mask_g, i0, i1, j0, j1)
+                torch.sub(s, lse_t, out=p).exp_()  # P (heads, G·rows, keys) in fp32
+                pd = sd.copy_(p) if half else p  # P in the input dtype for the GEMMs
+                torch.bmm(dot, v3[:, j0:j1].transpose(1, 2), out=dp)  # dP = dO Vᵀ
+                _accumulate(dv3[:, j0:j1], pd.transpose(1, 2), dot, 1.0, half)  # dV += Pᵀ dO
+                torch.sub(dp, delta_t, out=ds).mul_(p)  # fp32 dS
+                dsd = dp.copy_(ds) if half else ds  # dS in the input dtype
+                if dq_acc is None:  # one key tile: dQ = scale · dS K is final, written once in the input dtype
+                    store_rows_(dq4, i0, i1, torch.baddbmm(qt, dsd, k3[:, j0:j1], beta=0, alpha=scale))
+                else:
+                    _accumulate(dq_acc, dsd, k3[:, j0:j1], scale, half)
+                _accumulate(dk3[:, j0:j1], dsd.transpose(1, 2), qt, scale, half)  # dK += scale · dSᵀ Q
+            if dq_acc is not None:
+                store_rows_(dq4, i0, i1, dq_acc)
     return dq, dk, dv
+
+
+def _product(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, half: bool) -> None:
+    """out = a @ b into an fp32 tile (through a tile of the input dtype for half types)."""
+    if half:
+        out.copy_(torch.bmm(a, b))
+    else:
+        torch.bmm(a, b, out=out)
+
+
+def _accumulate(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor, alpha: float, half: bool) -> None:
+    """acc += alpha · a @ b with an fp32 accumulator: inside the GEMM for fp32, one add for half types."""
+    if half:
+        acc.add_(torch.bmm(a, b), alpha=alpha)
+    else:
+        acc.baddbmm_(a, b, alpha=alpha)
 
 
 class TiledAttention(torch.autograd.Function):
@@ -88,7 +170,7 @@ class TiledAttention(torch.autograd.Function):
     def forward(ctx, query, key, value, attn_mask, is_causal, scale, forward_fn, q_tile, k_tile):  # type: ignore[override]
         inp = SDPAInputs(query, key, value, attn_mask, 0.0, is_causal, scale, True)
         q5, k4, v4, mask5 = grouped(inp)
-        out5, lse = forward_fn(q5, k4, v4, mask5, is_causal, scale)
+        out5, lse = forward_fn(q5, k4, v4, mask5, is_causal, scale, True)
         ctx.save_for_backward(query, key, value, attn_mask, out5, lse)
         ctx.meta = (is_causal, scale, q_tile, k_tile)
         return out5.flatten(1, 2)  # (B, Hq, Lq, Ev)
@@ -98,17 +180,17 @@ class TiledAttention(torch.autograd.Function):
         query, key, value, attn_mask, out5, lse = ctx.saved_tensors
         is_causal, scale, q_tile, k_tile = ctx.meta
         q5, k4, v4, mask5 = grouped(SDPAInputs(query, key, value, attn_mask, 0.0, is_causal, scale, True))
-        dout5 = dout.unflatten(1, out5.shape[1:3])
+        dout5 = dout.unflatten(1, out5.shape[1:3])  # (B, Hkv, G, Lq, Ev)
         dq, dk, dv = tiled_backward(q5, k4, v4, mask5, is_causal, scale, out5, lse, dout5, q_tile, k_tile)
-        return (dq.flatten(1, 2).to(query.dtype), dk.to(key.dtype), dv.to(value.dtype),
+        return (dq.flatten(1, 2), dk.to(key.dtype), dv.to(value.dtype),
                 None, None, None, None, None, None)
 
 
 def tiled_attention(inp: SDPAInputs, forward_fn: ForwardFn, q_tile: int, k_tile: int) -> torch.Tensor:
     """Run `forward_fn`; when gradients are needed, wrap it so the backward recomputes tiles."""
     scale = inp.softmax_scale
-    if not inp.needs_grad:
+    if not (inp.needs_grad and torch.is_grad_enabled()):
         q5, k4, v4, mask5 = grouped(inp)
-        return forward_fn(q5, k4, v4, mask5, inp.is_causal, scale)[0].flatten(1, 2)
+        return forward_fn(q5, k4, v4, mask5, inp.is_causal, scale, False)[0].flatten(1, 2)
     return TiledAttention.apply(inp.query, inp.key, inp.value, inp.attn_mask, inp.is_causal, scale,
                                 forward_fn, q_tile, k_tile)

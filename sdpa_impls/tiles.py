@@ -66,30 +66,104 @@ def causal_key_end(is_causal: bool, i1: int, lk: int) -> int:
     return min(lk, i1) if is_causal else lk
 
 
+class TileMasker:
+    """Applies a user-mask tile and the causal diagonal in place to 3-D score tiles (heads, G·rows, keys).
+
+    For causal, only the columns of a tile that cross the diagonal are touched, with slices of one
+    precomputed upper triangle; tiles entirely left of the diagonal cost nothing.
+    """
+
+    def __init__(self, mask5: torch.Tensor | None, is_causal: bool, max_rows: int, device: torch.device) -> None:
+        self.float_mask = mask5 is not None and mask5.dtype != torch.bool
+        self.upper = None  # upper[r, c] is True where key i0 + c lies after query i0 + r
+        if is_causal:
+            self.upper = torch.ones((max_rows, max_rows), dtype=torch.bool, device=device).triu_(1)
+
+    def apply_(self, s3: torch.Tensor, mask5: torch.Tensor | None, i0: int, i1: int, j0: int, j1: int) -> None:
+        """s3 holds query rows i0:i1 × keys j0:j1 of the heads of `mask5` (b, h, G, Lq, Lk); masked -> -inf."""
+        crosses = self.upper is not None and j1 - 1 > i0
+        if mask5 is None and not crosses:
+            return
+        g = s3.shape[1] // (i1 - i0)
+        s4 = s3.view(s3.shape[0], g, i1 - i0, j1 - j0)  # (heads, G, rows, keys)
+        if mask5 is not None:
+            m = mask5[..., i0:i1, j0:j1]
+            s5 = s4.view(*m.shape)  # (b, h, G, rows, keys)
+            if self.float_mask:
+                s5.add_(m)
+            else:
+                s5.masked_fill_(m.logical_not(), NEG_INF)
+        if crosses:
+            c0 = max(j0, i0 + 1)  # key i0 is kept by every row of the tile
+            s4[..., c0 - j0:].masked_fill_(self.upper[: i1 - i0, c0 - i0: j1 - i0], NEG_INF)
+
+
+def head_groups(b: int, hkv: int, size: int) -> list[tuple[slice, slice]]:
+    """(batch, kv-head) blocks of about `size` kv heads: whole batches, or a head range inside one batch,
+    so that every block of a (B, Hkv, ...) tensor, even an expanded mask, stays a plain view."""
+    if size >= hkv:
+        per = size // hkv
+        return [(slice(b0, min(b, b0 + per)), slice(0, hkv)) for b0 in range(0, b, per)]
+    return [(slice(bi, bi + 1), slice(h0, min(hkv, h0 + size))) for bi in range(b) for h0 in range(0, hkv, size)]
+
+
+def flat(x: torch.Tensor, bs: slice, hs: slice) -> torch.Tensor:
+    """x[bs, hs] with batch and head merged: (b, h, ...) -> (b·h, ...); a view for tensors we allocated."""
+    return x[bs, hs].flatten(0, 1)
+
+
+def rows3(x4: torch.Tensor, i0: int, i1: int) -> torch.Tensor:
+    """Rows i0:i1 of a (heads, G, L, D) tensor as (heads, G·rows, D); a copy only when G > 1."""
+    return x4[:, :, i0:i1].reshape(x4.shape[0], -1, x4.shape[-1])
+
+
+def store_rows_(x4: torch.Tensor, i0: int, i1: int, t3: torch.Tensor) -> None:
+    """Write a (heads, G·rows, D) tile back into rows i0:i1 of a (heads, G, L, D) tensor."""
+    x4[:, :, i0:i1] = t3.view(x4.shape[0], x4.shape[1], i1 - i0, x4.shape[-1])
+
+
 @functools.lru_cache(maxsize=None)
-def l2_cache_bytes() -> int:
-    """Per-core L2 size from sysfs; 1 MiB when it cannot be read."""
+def cache_bytes(level: int) -> int:
+    """Size of cpu0's cache at `level` from sysfs (L2 is per core, L3 shared); 0 when it cannot be read."""
     for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
         try:
-            if (index / "level").read_text().strip() == "2":
+            if (index / "level").read_text().strip() == str(level):
                 text = (index / "size").read_text().strip().upper()
                 unit = {"K": 1024, "M": 1024 * 1024}.get(text[-1], 1)
                 return int(text.rstrip("KM")) * unit
         except (OSError, ValueError):
             continue
-    return 1 << 20
+    return 0
 
 
-def key_tile(device: torch.device, dtype: torch.dtype, e: int, ev: int, q_tile: int) -> int:
-    """Key-tile length: on CPU, the K and V tiles plus one fp32 score tile fill about half of L2.
+def l2_cache_bytes() -> int:
+    """Per-core L2 size; 1 MiB when it cannot be read."""
+    return cache_bytes(2) or 1 << 20
 
-    Half of L2 leaves room for the query tile and the output accumulator; the result is
-    rounded down to a multiple of 64 (AVX-512 GEMM micro-kernels work on multiples of 16/32)
-    and kept in [64, 2048]. On CUDA the tile only bounds memory and launch count: 1024.
+
+def score_tile_bytes(device: torch.device) -> int:
+    """How many bytes the score tile of one head group may take.
+
+    CPU: twice the L2 size per thread (4 MiB on 2 cores with 1 MiB L2 each). The tile is written by one
+    GEMM, rewritten by the softmax and read by the next GEMM; each thread works on its own heads, and on
+    the EPYC this was tuned on 2 MiB per thread beat 4 and 8 MiB per thread by 5-10 % (fp32 and bf16,
+    L = 1024..4096, docs/performance.md). CUDA: the tile only bounds memory and launches: 512 MiB.
     """
     if device.type != "cpu":
-        return 1024
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    per_key = (e + ev) * itemsize + q_tile * 4  # one key row of K and V, one fp32 score column
-    tile = (l2_cache_bytes() // 2) // per_key
-    return int(max(64, min(2048, tile // 64 * 64)))
+        return 512 << 20
+    return torch.get_num_threads() * 2 * l2_cache_bytes()
+
+
+def group_heads(device: torch.device, heads: int, bytes_per_head: int) -> int:
+    """KV heads processed together. CPU: as many as fit `score_tile_bytes`, at least one per thread
+    (each GEMM then gives each thread whole heads, whose tiles stay in that core's cache). CUDA: all."""
+    if device.type != "cpu":
+        return heads
+    threads = torch.get_num_threads()
+    return fit_rows(score_tile_bytes(device), bytes_per_head, threads, max(threads, heads), threads)
+
+
+def fit_rows(budget: int, bytes_per_row: int, lo: int, hi: int, step: int) -> int:
+    """The largest multiple of `step` in [lo, hi] such that rows × bytes_per_row <= budget (lo if none)."""
+    rows = budget // max(1, bytes_per_row) // step * step
+    return int(max(lo, min(hi, rows)))

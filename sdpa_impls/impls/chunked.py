@@ -8,9 +8,17 @@ import torch
 from ..online_softmax import chunked_forward, tiled_attention
 from ..protocol import Implementation, SDPAInputs, Support
 from ..registry import register
-from ..tiles import key_tile
+from ..tiles import fit_rows, score_tile_bytes
 
-Q_TILE = 128  # query rows per tile; the key tile is derived from the cache (tiles.key_tile)
+# Query rows per tile. 128 rows keep the GEMMs efficient while a causal row of tiles wastes at most
+# half a tile on the diagonal; the key tile is then sized so one score tile of all heads fits the cache.
+Q_TILE = 128
+MAX_K_TILE = 1024  # a fixed bound, independent of L, so the score tile never grows with the sequence
+
+
+def key_tile(device: torch.device, heads: int, q_tile: int) -> int:
+    """Keys per tile: (heads × q_tile × keys) fp32 scores within `tiles.score_tile_bytes`, 128 to 1024."""
+    return fit_rows(score_tile_bytes(device), heads * q_tile * 4, 128, MAX_K_TILE, 128)
 
 
 @register
@@ -20,7 +28,7 @@ class Chunked(Implementation):
     support = Support()
 
     def forward(self, inp: SDPAInputs) -> torch.Tensor:
-        q, v = inp.query, inp.value
-        k_tile = key_tile(q.device, q.dtype, q.shape[-1], v.shape[-1], Q_TILE)
+        q = inp.query
+        k_tile = key_tile(q.device, q.shape[0] * q.shape[1], Q_TILE)
         fwd = functools.partial(chunked_forward, q_tile=Q_TILE, k_tile=k_tile)
         return tiled_attention(inp, fwd, Q_TILE, k_tile)

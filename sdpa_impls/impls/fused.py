@@ -3,53 +3,85 @@ from __future__ import annotations
 
 import torch
 
-from ..online_softmax import tiled_attention
+from ..online_softmax import take, tiled_attention
 from ..protocol import Implementation, SDPAInputs, Support
 from ..registry import register
-from ..tiles import causal_key_end, gmm, key_tile, l2_cache_bytes, mask_scores_
+from ..tiles import (NEG_INF, TileMasker, causal_key_end, fit_rows, flat, group_heads, head_groups, rows3,
+                     score_tile_bytes, store_rows_)
 
 
-def query_tile(device: torch.device, lk: int) -> int:
-    """Query rows per tile: on CPU one fp32 score tile of (rows × Lk) stays within about half of L2,
-    so the in-place mask/exp/sum passes run from cache; rows are a multiple of 16 in [16, 256].
-    On CUDA the tile only bounds the score memory (about 256 MiB per batch×head at fp32)."""
+def tiles(device: torch.device, b: int, hkv: int, g: int, lq: int, lk: int, itemsize: int) -> tuple[int, int]:
+    """(query rows, kv heads) per score tile.
+
+    CPU: first 32 to 256 rows (multiple of 32), as many as fit `tiles.score_tile_bytes` for one head per
+    thread (below 32 rows the GEMMs lose speed, above 256 they gain nothing: docs/performance.md), then as
+    many heads as still fit. CUDA: all heads, 64 to 16384 rows within the memory bound.
+    """
     if device.type != "cpu":
-        return int(max(256, min(8192, (64 << 20) // max(lk, 1) // 256 * 256)))
-    rows = (l2_cache_bytes() // 2) // (4 * max(lk, 1))
-    return int(max(16, min(256, rows // 16 * 16)))
+        rows = fit_rows(score_tile_bytes(device), b * hkv * g * lk * itemsize, 64, 16384, 64)
+    else:
+        per_row = torch.get_num_threads() * g * lk * itemsize
+        rows = fit_rows(score_tile_bytes(device), per_row, 32, 256, 32)
+    rows = min(rows, lq)
+    return rows, group_heads(device, b * hkv, rows * g * lk * itemsize)
 
 
 def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: torch.Tensor | None,
-                  is_causal: bool, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    b, hkv, g, lq, _ = q5.shape
-    lk, ev = k4.shape[-2], v4.shape[-1]
-    dtype = q5.dtype
-    out = torch.empty((b, hkv, g, lq, ev), dtype=dtype, device=q5.device)
-    lse = torch.empty((b, hkv, g, lq), dtype=torch.float32, device=q5.device)
-    rows = query_tile(q5.device, lk)
-    for i0 in range(0, lq, rows):
-        i1 = min(lq, i0 + rows)
-        k_end = causal_key_end(is_causal, i1, lk)  # causal: keys past the tile's last row are never read
-        s = gmm(q5[..., i0:i1, :] * scale, k4[..., :k_end, :].transpose(-2, -1))  # scale folded into Q
-        s = s.float()  # (B, Hkv, G, rows, k_end); a no-op for fp32
-        mask_scores_(s, mask5, is_causal, i0, i1, 0, k_end)
-        row_max = s.amax(dim=-1, keepdim=True)
-        row_max = torch.where(torch.isinf(row_max), torch.zeros_like(row_max), row_max)
-        p = s.sub_(row_max).exp_()
-        row_sum = p.sum(dim=-1, keepdim=True)
-        o = gmm(p.to(dtype), v4[..., :k_end, :])
-        out[..., i0:i1, :] = o.float().div_(torch.where(row_sum == 0, torch.ones_like(row_sum), row_sum))
-        lse[..., i0:i1] = (row_max + torch.log(row_sum)).squeeze(-1)
+                  is_causal: bool, scale: float, with_lse: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Per query tile: S = scale·Q Kᵀ (one GEMM, input dtype), torch.softmax in place, O = P V (one GEMM).
+
+    torch's CPU/CUDA softmax kernel computes in fp32 internally and rounds P once, exactly as naive's
+    fp32 softmax followed by the cast. Causal tiles stop at their last row's key (no masked GEMM work).
+    An fp32 copy of the tile is made only when the log-sum-exp is needed (training) or a float mask is added.
+    """
+    b, hkv, g, lq, e = q5.shape
+    lk, ev, dtype, dev = k4.shape[-2], v4.shape[-1], q5.dtype, q5.device
+    need_f32 = dtype != torch.float32 and (with_lse or (mask5 is not None and mask5.dtype != torch.bool))
+    rows, heads = tiles(dev, b, hkv, g, lq, lk, 4 if need_f32 else q5.element_size())
+    out = torch.empty((b, hkv, g, lq, ev), dtype=dtype, device=dev)
+    lse = torch.empty((b, hkv, g, lq), dtype=torch.float32, device=dev) if with_lse else None
+    masker = TileMasker(mask5, is_causal, rows, dev)
+    sbuf = torch.empty(heads * g * rows * lk, dtype=dtype, device=dev)
+    fbuf = torch.empty(heads * g * rows * lk, dtype=torch.float32, device=dev) if need_f32 else sbuf
+    obuf = torch.empty(heads * g * rows * ev, dtype=dtype, device=dev)  # a contiguous GEMM output is faster
+    # than writing into the strided rows of `out` (fp32, L=2048, E=64: 25 vs 30 ms for all P V GEMMs)
+    for bs, hs in head_groups(b, hkv, heads):
+        q4, out4 = flat(q5, bs, hs), flat(out, bs, hs)  # (heads, G, Lq, E), (heads, G, Lq, Ev)
+        kt3, v3 = flat(k4, bs, hs).transpose(1, 2), flat(v4, bs, hs)  # (heads, E, Lk), (heads, Lk, Ev)
+        mask_g = None if mask5 is None else mask5[bs, hs]
+        n = q4.shape[0]
+        for i0 in range(0, lq, rows):
+            i1 = min(lq, i0 + rows)
+            m = g * (i1 - i0)
+            k_end = causal_key_end(is_causal, i1, lk)  # causal: keys past the tile's last row are never read
+            sd = take(sbuf, n, m, k_end)  # (heads, G·rows, keys)
+            torch.baddbmm(sd, rows3(q4, i0, i1), kt3[..., :k_end], beta=0, alpha=scale, out=sd)
+            s = take(fbuf, n, m, k_end).copy_(sd) if need_f32 else sd
+            masker.apply_(s, mask_g, i0, i1, 0, k_end)
+            row_max = s.amax(dim=-1, keepdim=True) if (with_lse or mask5 is not None) else None
+            p = torch.softmax(s, dim=-1, out=s)
+            if p.dtype != dtype:
+                p = sd.copy_(p)
+            o = torch.bmm(p, v3[:, :k_end], out=take(obuf, n, m, ev))  # (heads, G·rows, Ev)
+            if row_max is not None:
+                dead = row_max == NEG_INF  # every key masked: softmax gave NaN, the answer is zeros
+                if mask5 is not None:
+                    o.masked_fill_(dead, 0.0)
+                if lse is not None:  # max P = 1 / Σ exp(s - max), so lse = max - log(max P), in fp32
+                    lse_t = torch.where(dead, NEG_INF, row_max.float() - torch.log(s.amax(dim=-1, keepdim=True)))
+                    store_rows_(flat(lse, bs, hs).unsqueeze(-1), i0, i1, lse_t)
+            store_rows_(out4, i0, i1, o)
     return out, lse
 
 
 @register
 class Fused(Implementation):
     name = "fused"
-    description = "query-tiled, cache-sized score rows, in-place fp32 softmax, causal tiles skip masked keys"
+    description = "query-tiled GEMMs with scale folded in, in-place torch.softmax on cache-sized tiles, causal skip"
     support = Support()
 
     def forward(self, inp: SDPAInputs) -> torch.Tensor:
-        q, v = inp.query, inp.value
-        rows = query_tile(q.device, inp.key.shape[-2])
-        return tiled_attention(inp, fused_forward, rows, key_tile(q.device, q.dtype, q.shape[-1], v.shape[-1], rows))
+        q, k = inp.query, inp.key
+        b, hkv, lk = k.shape[0], k.shape[1], k.shape[2]
+        rows, _ = tiles(q.device, b, hkv, q.shape[1] // hkv, q.shape[2], lk, 4)
+        return tiled_attention(inp, fused_forward, rows, lk)  # backward: full-width key tiles
