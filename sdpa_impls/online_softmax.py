@@ -80,10 +80,9 @@ def chunked_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5:
                     _accumulate(acc.mul_(alpha), pv, v3[:, j0:j1], 1.0, half)
                 run_max = new_max
             assert run_max is not None and run_sum is not None
-            if mask5 is not None:  # a fully masked row has run_sum 0 and acc 0: leave it 0
-                run_sum = torch.where(run_sum == 0, torch.ones_like(run_sum), run_sum)
-            store_rows_(out4, i0, i1, acc.div_(run_sum))
-            if lse is not None:  # -inf for fully masked rows (run_max = -inf)
+            denom = torch.where(run_sum == 0, torch.ones_like(run_sum), run_sum)
+            store_rows_(out4, i0, i1, acc.div_(denom))
+            if lse is not None:  # -inf for fully masked rows
                 store_rows_(flat(lse, bs, hs).unsqueeze(-1), i0, i1, run_max + torch.log(run_sum))
     return out, lse
 

@@ -64,11 +64,10 @@ def test_command_line_entry_point(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Interleaved runs of one tree: base, base2 (baseline), same, again (A/A candidate), slow
-    (SDPA_TUNABLE_SLOWDOWN=1.3) and big (+1 MiB at the peak)."""
+    """base, same and again (A/A), slow (SDPA_TUNABLE_SLOWDOWN=1.3) and big (+1 MiB at the peak) runs of one tree."""
     root = tmp_path_factory.mktemp("gate-runs")
     python = build_plugin_env(root)
-    variants = {"base": {}, "same": {}, "slow": {"SDPA_TUNABLE_SLOWDOWN": "1.3"}, "base2": {}, "again": {},
+    variants = {"base": {}, "same": {}, "slow": {"SDPA_TUNABLE_SLOWDOWN": "1.3"}, "again": {},
                 "big": {"SDPA_TUNABLE_EXTRA_BYTES": str(1 << 20)}}
     files = {}
     for name, extra in variants.items():
@@ -91,16 +90,15 @@ def test_saved_runs_have_raw_samples(runs: dict[str, Path]) -> None:
 
 
 def test_same_tree_passes(runs: dict[str, Path], tmp_path: Path) -> None:
-    """A/A as CI runs it on a shared machine: both trees measured twice, a time regression must show in every pair."""
-    code, out, err = gate(tmp_path, "--baseline", runs["base"], "--baseline", runs["base2"],
-                          "--candidate", runs["same"], "--candidate", runs["again"])
+    """A/A as CI runs it on a shared machine: the candidate measured twice, a time regression must show in both."""
+    code, out, err = gate(tmp_path, "--baseline", runs["base"], "--candidate", runs["same"], "--candidate", runs["again"])
     assert code == 0, out + err
     assert "sdpa-bench gate: PASS" in out and "test_tunable[L128-E64-fp32-fwd]" in out
 
 
 def test_injected_slowdown_fails_naming_the_benchmark(runs: dict[str, Path], tmp_path: Path) -> None:
-    code, out, err = gate(tmp_path, "--baseline", runs["base"], "--baseline", runs["base2"],
-                          "--candidate", runs["slow"], "--json", tmp_path / "verdict.json")
+    code, out, err = gate(tmp_path, "--baseline", runs["base"], "--candidate", runs["slow"],
+                          "--json", tmp_path / "verdict.json")
     assert code == 1, out + err
     failed = json.loads((tmp_path / "verdict.json").read_text())["failures"]
     assert failed and {f["kind"] for f in failed} == {"time"}
@@ -112,14 +110,9 @@ def test_injected_slowdown_fails_naming_the_benchmark(runs: dict[str, Path], tmp
 def test_a_regression_must_show_in_every_candidate_run(runs: dict[str, Path], tmp_path: Path) -> None:
     code, out, _ = gate(tmp_path, "--baseline", runs["base"], "--candidate", runs["slow"], "--candidate", runs["same"])
     assert code == 0, out  # the unchanged second run refutes the first: one disturbed run cannot fail the gate
-    assert "1 baseline and 2 candidate runs: a time regression must show in every pair of runs" in out
+    assert "2 candidate runs: a time regression must show in every one" in out
     code, out, _ = gate(tmp_path, "--baseline", runs["base"], "--candidate", runs["slow"], "--candidate", runs["slow"])
-    assert code == 1 and "in all 2 pairs of runs" in out
-    doc = json.loads(runs["again"].read_text())
-    doc["machine_info"]["sdpa_bench"]["torch"] = "9.9.9"
-    (tmp_path / "elsewhere.json").write_text(json.dumps(doc))
-    code, _, err = gate(tmp_path, "--candidate", runs["same"], "--candidate", tmp_path / "elsewhere.json")
-    assert code == 2 and "elsewhere.json comes from another machine" in err
+    assert code == 1 and "in all 2 candidate runs" in out
 
 
 def test_injected_memory_increase_fails(runs: dict[str, Path], tmp_path: Path) -> None:
