@@ -1,11 +1,13 @@
 """`sdpa-bench gate`: fail a change that makes attention slower, bigger or wrong, and never cry wolf.
 
-    python -m sdpa_impls gate --candidate CAND.json [--candidate AGAIN.json ...] [--baseline BASE.json] [--config FILE]
+    python -m sdpa_impls gate --candidate CAND.json [--baseline BASE.json] [--config FILE]
                               [--markdown FILE] [--json FILE] [--allow-different-machines]
 
 Reads pytest-benchmark JSON files written by tests/test_benchmarks.py (save raw samples with
---benchmark-save-data), prints a table and exits 0 (pass), 1 (a regression or a wrong result) or
-2 (unusable input: a missing, corrupt or truncated file, an unknown config key, nothing comparable).
+--benchmark-save-data). --candidate and --baseline repeat for further runs (separate processes, one
+machine) of the same tree: a time regression must then show between every baseline and candidate run.
+Prints a table and exits 0 (pass), 1 (a regression or a wrong result) or 2 (unusable input: a missing,
+corrupt or truncated file, an unknown config key, nothing comparable).
 Thresholds come from [tool.sdpa_bench.gate] (see gate_config); the rules live in gate_rules,
 the comparison and rendering in gate_report, the file reading in gate_points.
 """
@@ -17,7 +19,7 @@ import sys
 from pathlib import Path
 
 from .gate_config import load_config
-from .gate_points import GateInputError, load_points
+from .gate_points import GateInputError, load_points, machine_differences
 from .gate_report import compare_points, render, report_dict
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_UNUSABLE = 0, 1, 2
@@ -27,10 +29,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The gate's options on its sub-command parser."""
     parser.add_argument("--candidate", required=True, action="append", metavar="CAND.json",
                         help="pytest-benchmark JSON of the change under test (--benchmark-json ... --benchmark-save-data); "
-                             "repeat it with further runs of the same tree: a time regression must then show in every run")
-    parser.add_argument("--baseline", metavar="BASE.json",
-                        help="pytest-benchmark JSON of the reference (e.g. main); without it only correctness "
-                             "and in-run ratio rules apply")
+                             "repeat it for further runs of the same tree: a time regression must then show in every "
+                             "pair of baseline and candidate runs")
+    parser.add_argument("--baseline", action="append", metavar="BASE.json",
+                        help="pytest-benchmark JSON of the reference (e.g. main), repeatable like --candidate; "
+                             "without it only correctness and in-run ratio rules apply")
     parser.add_argument("--config", metavar="FILE",
                         help="TOML with the gate settings (a pyproject.toml's [tool.sdpa_bench.gate], or the keys "
                              "at top level); default: the nearest pyproject.toml, else built-in defaults")
@@ -52,19 +55,25 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config)
         runs = [load_points(path) for path in args.candidate]
-        for path, (_, points) in zip(args.candidate, runs):
+        cand_machine, candidate = runs[0]
+        bases = [load_points(path) for path in args.baseline or ()]
+        for path, (_, points) in zip(args.candidate + (args.baseline or []), runs + bases):
             if not points:
                 raise GateInputError(f"{path}: nothing comparable, the file holds no benchmarks "
                                      "(did every benchmark skip or fail?)")
-        cand_machine, candidate = runs[0]
-        base_machine, baseline = load_points(args.baseline) if args.baseline else ({}, None)
-        if baseline is not None and not baseline:
-            raise GateInputError(f"{args.baseline}: nothing comparable, the file holds no benchmarks")
+        for paths, group in ((args.candidate, runs), (args.baseline or [], bases)):
+            for path, (machine, _) in zip(paths[1:], group[1:]):
+                diffs = machine_differences(group[0][0], machine)
+                if diffs:
+                    raise GateInputError(f"{path} comes from another machine than {paths[0]} ({'; '.join(diffs)}); "
+                                         "repeated runs must come from one machine")
+        base_machine, baseline = bases[0] if bases else ({}, None)
         try:
             report = compare_points(baseline, candidate, config, base_machine, cand_machine,
-                                    args.allow_different_machines, [points for _, points in runs[1:]])
+                                    args.allow_different_machines, [points for _, points in runs[1:]],
+                                    [points for _, points in bases[1:]])
         except GateInputError as exc:
-            where = f"{args.baseline} vs {args.candidate[0]}" if args.baseline else args.candidate[0]
+            where = f"{args.baseline[0]} vs {args.candidate[0]}" if args.baseline else args.candidate[0]
             raise GateInputError(f"{where}: {exc}") from None
         sys.stdout.write(render(report))
         if args.markdown:

@@ -4,7 +4,8 @@
     GateConfig.thresholds(impl, case_id) -> Thresholds     # defaults, then every matching override in order
 
 Keys (all optional): time = "median:15%" | "off", alpha = 0.01, memory = "peak:1%" | "off",
-correctness = true, allow_missing = false, allow_different_machines = false,
+correctness = true, allow_missing = false, allow_different_machines = false, time_reference = "" (an
+implementation, e.g. "torch_sdpa": time-vs-baseline compares times in units of its time on the same case),
 ratios = ["peak_memory: chunked / naive <= 0.5 when lq >= 2048", ...], and
 [[...override]] tables with `impl` / `case` fnmatch patterns plus any of time, alpha, memory,
 correctness, allow_missing. An unknown key or a bad value raises GateInputError naming the file.
@@ -22,7 +23,7 @@ from .gate_rules import MemoryRule, RatioRule, TimeRule
 SECTION = ("tool", "sdpa_bench", "gate")
 DEFAULTS = {"time": "median:15%", "alpha": 0.01, "memory": "peak:1%", "correctness": True, "allow_missing": False}
 TYPES = {"time": str, "alpha": float, "memory": str, "correctness": bool, "allow_missing": bool,
-         "allow_different_machines": bool}
+         "allow_different_machines": bool, "time_reference": str}
 OVERRIDABLE = tuple(DEFAULTS)
 
 
@@ -50,6 +51,7 @@ class Override:
 class GateConfig:
     settings: dict = field(default_factory=lambda: dict(DEFAULTS), compare=False)
     allow_different_machines: bool = False
+    time_reference: str = ""  # an implementation: compare times in units of its time on the same case and run
     ratios: tuple[RatioRule, ...] = ()
     overrides: tuple[Override, ...] = ()
     source: str = "built-in defaults"
@@ -119,7 +121,8 @@ def config_from_dict(table: dict, source: str) -> GateConfig:
             _thresholds(settings | o.values)
     except ValueError as exc:
         raise GateInputError(f"{source}: {exc}") from None
-    return GateConfig(settings, different, ratios, tuple(overrides), source)
+    reference = str(_typed("time_reference", table.get("time_reference", ""), source)).strip()
+    return GateConfig(settings, different, reference, ratios, tuple(overrides), source)
 
 
 def _read_toml(path: Path) -> dict:

@@ -1,13 +1,14 @@
 """Compare a candidate run with a baseline (or with itself) and render the verdict as a table, Markdown or JSON.
 
     compare_points(baseline, candidate, config, baseline_machine=None, candidate_machine=None,
-                   allow_different_machines=None, repeats=()) -> Report
+                   allow_different_machines=None, repeats=(), baseline_repeats=()) -> Report
     render(report, markdown=False) -> str        # the table, then failures and notes
     report_dict(report) -> dict                  # JSON-ready
 
 `baseline` may be None: then only correctness and the in-run ratio rules apply. Time rules are
 refused (status "refused", not a failure) when the machines differ, unless allowed.
-`repeats` (further candidate runs of the same tree) confirm time regressions: one must show in every run.
+`repeats` / `baseline_repeats` (further runs of either tree) confirm time regressions: one must show in every
+pair of baseline and candidate runs.
 Report.exit_code is 1 when any check failed, else 0; GateInputError means nothing was comparable.
 """
 from __future__ import annotations
@@ -55,19 +56,19 @@ class Report:
         return 1 if self.failures else 0
 
 
-def confirmed(check: Check, rechecks: Sequence[Check]) -> Check:
-    """A failed time check stands only when the same check fails on every further run of the candidate."""
+def confirmed(check: Check, rechecks: Sequence[tuple[str, Check]]) -> Check:
+    """A failed time check stands only when the same check also fails in every other (labelled) pair of runs."""
     if not check.failed or not rechecks:
         return check
-    refuting = [(run, c) for run, c in enumerate(rechecks, 2) if not c.failed]
+    refuting = [(label, c) for label, c in rechecks if not c.failed]
     if not refuting:
-        return replace(check, message=f"{check.message}; in all {len(rechecks) + 1} candidate runs")
-    run, c = refuting[0]
-    return replace(check, status=PASS, message=f"{check.message} in run 1, but not in run {run}: {c.message}")
+        return replace(check, message=f"{check.message}; in all {len(rechecks) + 1} pairs of runs")
+    label, c = refuting[0]
+    return replace(check, status=PASS, message=f"{check.message} in the first runs, but not in {label}: {c.message}")
 
 
 def _row_checks(base: Point | None, cand: Point | None, config: GateConfig, times_ok: bool,
-                with_baseline: bool, again: Sequence[Point]) -> tuple[Check, ...]:
+                with_baseline: bool, pairs: Sequence[tuple[str, dict, dict]]) -> tuple[Check, ...]:
     ref = cand or base
     th = config.thresholds(ref.impl, ref.case_id)
     if cand is None:
@@ -79,9 +80,15 @@ def _row_checks(base: Point | None, cand: Point | None, config: GateConfig, time
         if with_baseline:
             checks.append(Check("new", cand.label, INFO, "new benchmark, not in the baseline"))
         return tuple(checks)
-    if th.time is not None:
-        checks.append(confirmed(th.time.check(base, cand), [th.time.check(base, p) for p in again]) if times_ok
-                      else Check("time", cand.label, REFUSED, "not compared: different machines"))
+    if th.time is not None and not times_ok:
+        checks.append(Check("time", cand.label, REFUSED, "not compared: different machines"))
+    elif th.time is not None and cand.impl == config.time_reference:
+        checks.append(Check("time", cand.label, NA, "the time reference of the other rows, not judged itself"))
+    elif th.time is not None:
+        ref = (config.time_reference, cand.case_id)
+        timed = [(label, th.time.check(b[base.key], c[base.key], b.get(ref), c.get(ref)))
+                 for label, b, c in pairs if base.key in b and base.key in c]
+        checks.append(confirmed(timed[0][1], timed[1:]))
     if th.memory is not None:
         checks.append(th.memory.check(base, cand))
     return tuple(checks)
@@ -90,11 +97,13 @@ def _row_checks(base: Point | None, cand: Point | None, config: GateConfig, time
 def compare_points(baseline: Sequence[Point] | None, candidate: Sequence[Point], config: GateConfig,
                    baseline_machine: dict | None = None, candidate_machine: dict | None = None,
                    allow_different_machines: bool | None = None,
-                   repeats: Sequence[Sequence[Point]] = ()) -> Report:
+                   repeats: Sequence[Sequence[Point]] = (),
+                   baseline_repeats: Sequence[Sequence[Point]] = ()) -> Report:
     """Every check of the gate; raises GateInputError when there is nothing to compare.
 
-    `repeats` are further runs of the candidate tree: a time regression (vs the baseline, or of an in-run
-    time rule) must then show in every run, so one disturbed run on a shared machine cannot fail the gate.
+    `repeats` / `baseline_repeats` are further runs of the candidate / baseline tree (separate processes):
+    a time regression must then show between every baseline run and every candidate run (and an in-run time
+    rule must fail in every candidate run), so one disturbed or lucky run cannot fail the gate.
     """
     if not candidate:
         raise GateInputError("nothing comparable: the candidate has no benchmarks")
@@ -118,18 +127,24 @@ def compare_points(baseline: Sequence[Point] | None, candidate: Sequence[Point],
     else:
         notes.append("no baseline: correctness and in-run ratio rules only.")
     keys = list(cand) + [k for k in base if k not in cand]
-    again = [{p.key: p for p in run} for run in repeats]
+    b_runs = [base] + [{p.key: p for p in run} for run in baseline_repeats]
+    c_runs = [cand] + [{p.key: p for p in run} for run in repeats]
+    pairs = [(f"baseline run {i + 1} vs candidate run {j + 1}", b, c) for i, b in enumerate(b_runs)
+             for j, c in enumerate(c_runs)]  # the first pair first
     rows = tuple(Row(k[0], k[1], base.get(k), cand.get(k),
-                     _row_checks(base.get(k), cand.get(k), config, times_ok, baseline is not None,
-                                 [run[k] for run in again if k in run])) for k in keys)
+                     _row_checks(base.get(k), cand.get(k), config, times_ok, baseline is not None, pairs))
+                 for k in keys)
+    if config.time_reference and baseline is not None and times_ok:
+        notes.append(f"times compared in units of {config.time_reference}'s time on the same case and run "
+                     "(time_reference), so a busier machine during one run cancels out.")
     unsampled = sum(1 for r in rows for c in r.checks if c.kind == "time" and "factor alone" in c.message)
     if unsampled:
         notes.append(f"{unsampled} time check(s) had too few raw samples for the rank test and used the factor alone.")
     ratios = tuple(_ratio_checks(config, candidate, repeats))
-    if repeats:
-        unconfirmed = sum(1 for c in [*(c for r in rows for c in r.checks), *ratios] if ", but not in run " in c.message)
-        notes.append(f"{len(repeats) + 1} candidate runs: a time regression must show in every one "
-                     f"({unconfirmed} seen in run 1 only, taken as noise).")
+    if len(c_runs) > 1 or (baseline is not None and len(b_runs) > 1):
+        unconfirmed = sum(1 for c in [*(c for r in rows for c in r.checks), *ratios] if ", but not in " in c.message)
+        notes.append(f"{len(b_runs) if baseline is not None else 0} baseline and {len(c_runs)} candidate runs: a "
+                     f"time regression must show in every pair of runs ({unconfirmed} that did not, taken as noise).")
     return Report(rows, ratios, tuple(notes), config.source)
 
 
@@ -137,7 +152,8 @@ def _ratio_checks(config: GateConfig, candidate: Sequence[Point], repeats: Seque
     out = []
     for rule in config.ratios:
         again = [{c.subject: c for c in rule.check(run, config.alpha)} for run in repeats] if rule.metric == "time" else []
-        out += [confirmed(c, [run[c.subject] for run in again if c.subject in run])
+        out += [confirmed(c, [(f"candidate run {j}", run[c.subject]) for j, run in enumerate(again, 2)
+                              if c.subject in run])
                 for c in rule.check(candidate, config.alpha)]
     return out
 

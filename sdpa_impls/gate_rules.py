@@ -1,13 +1,13 @@
 """Regression rules as small objects whose verdict message carries its numbers: time, memory, correctness, in-run ratios.
 
-    TimeRule.parse("median:10%", alpha=0.01).check(baseline_point, candidate_point) -> Check
+    TimeRule.parse("median:15%", alpha=0.01).check(baseline_point, candidate_point[, base_ref, cand_ref]) -> Check
     MemoryRule.parse("peak:1%").check(baseline_point, candidate_point) -> Check
     correctness_check(point) -> Check
     RatioRule.parse("time: fused / torch_sdpa <= 1.5 when dtype == fp32").check(points, alpha) -> [Check]
 
 Ratio rule syntax: `METRIC: IMPL / IMPL OP LIMIT [when FIELD OP VALUE [and ...]]` with METRIC
 `time` (medians, plus a rank test on the raw samples) or `peak_memory`, OP one of <= < >= >, and
-FIELD a case field (lq, lk, e, ev, dtype, causal, mode, mask, batch, heads_q, heads_kv; `L` = lq)
+FIELD a case field (lq, lk, e, ev, dtype, causal, mode, mask, batch, heads_q, heads_kv; `L` = lq), `device`
 or `case` (the case id); `==`/`!=` on text fields match fnmatch patterns, e.g. `case == *-fwd`.
 It is checked on every case where both implementations ran in the candidate, and is "n/a" when none did.
 """
@@ -17,7 +17,7 @@ import fnmatch
 import operator
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .gate_points import CASE_FIELDS, Point
 from .ranktest import mann_whitney_u
@@ -85,7 +85,11 @@ def slower_p(slow: Sequence[float], fast: Sequence[float], alpha: float, alterna
 
 @dataclass(frozen=True)
 class TimeRule:
-    """`median:10%`: the candidate median above baseline × 1.10 and, on raw samples, slower with p < alpha."""
+    """`median:15%`: the candidate median above baseline × 1.15 and, on raw samples, slower with p < alpha.
+
+    With reference points (the same case's reference implementation in each run), times are first divided
+    by the reference's median, so a machine that is busier during one run slows both and cancels out.
+    """
 
     percent: float
     alpha: float
@@ -100,20 +104,31 @@ class TimeRule:
     def factor(self) -> float:
         return 1.0 + self.percent / 100.0
 
-    def check(self, base: Point, cand: Point) -> Check:
+    def check(self, base: Point, cand: Point, base_ref: Point | None = None, cand_ref: Point | None = None) -> Check:
         if base.median_s is None or cand.median_s is None:
             return Check("time", cand.label, NA, "no median time recorded")
+        label, fmt = cand.label, fmt_seconds
+        if base_ref is not None and cand_ref is not None and base_ref.median_s and cand_ref.median_s:
+            base, cand = relative_to(base, base_ref.median_s), relative_to(cand, cand_ref.median_s)
+
+            def fmt(value: float | None, ref: str = cand_ref.impl) -> str:
+                return f"{value:.3g}× {ref}"
         ratio = cand.median_s / base.median_s if base.median_s > 0 else float("inf")
-        head = f"median {fmt_seconds(cand.median_s)}"
-        limit = f"baseline {fmt_seconds(base.median_s)} × {self.factor:.2f}"
+        head = f"median {fmt(cand.median_s)}"
+        limit = f"baseline {fmt(base.median_s)} × {self.factor:.2f}"
         if ratio <= self.factor:
-            return Check("time", cand.label, PASS, f"{head} <= {limit} (×{ratio:.3f})")
+            return Check("time", label, PASS, f"{head} <= {limit} (×{ratio:.3f})")
         p, note = slower_p(cand.samples, base.samples, self.alpha)
         if p is None:
-            return Check("time", cand.label, FAIL, f"{head} > {limit} ({note})")
+            return Check("time", label, FAIL, f"{head} > {limit} ({note})")
         if p < self.alpha:
-            return Check("time", cand.label, FAIL, f"{head} > {limit} (p={p:.2g})")
-        return Check("time", cand.label, PASS, f"{head} > {limit} but not significant (p={p:.2g} >= {self.alpha:g})")
+            return Check("time", label, FAIL, f"{head} > {limit} (p={p:.2g})")
+        return Check("time", label, PASS, f"{head} > {limit} but not significant (p={p:.2g} >= {self.alpha:g})")
+
+
+def relative_to(point: Point, scale: float) -> Point:
+    """`point` with its median and samples divided by `scale` (its reference's median on the same case and run)."""
+    return replace(point, median_s=point.median_s / scale, samples=tuple(s / scale for s in point.samples))
 
 
 @dataclass(frozen=True)

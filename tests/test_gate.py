@@ -10,6 +10,7 @@ import copy
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -28,6 +29,12 @@ ROOT = Path(__file__).resolve().parents[1]
 # (one thread, CPU time of the process), with short runs
 BENCH_ARGS = ["--sdpa-preset", "smoke", "--sdpa-impl", "naive", "--sdpa-impl", "test_tunable",
               "--benchmark-timer=time.process_time", "--benchmark-max-time=0.25", "--benchmark-min-rounds=20"]
+# test_tunable is naive repeated: in units of naive's time on the same case and run, a busier machine during one
+# run (other work on these 2 cores) cancels out, and the comparison is about the injected work. These tests check
+# the gate's mechanics on a CI machine shared with other jobs, so they inject +100 % work and judge at 25 %;
+# the false-alarm and catch rates of the 15 % default are measured in docs/gate.md, not asserted here.
+REF_NAIVE = 'time_reference = "naive"\ntime = "median:25%"\n'
+SLOWDOWN = "2.0"
 
 
 def gate(tmp_path: Path, *args: str | Path, config: str | None = None) -> tuple[int, str, str]:
@@ -64,10 +71,11 @@ def test_command_line_entry_point(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """base, same and again (A/A), slow (SDPA_TUNABLE_SLOWDOWN=1.5: 6 repeats of naive instead of 4, +50 % work) and big (+1 MiB at the peak) runs of one tree."""
+    """Interleaved runs of one tree: base and base2 (baseline), same and again (A/A candidate), slow
+    (SDPA_TUNABLE_SLOWDOWN=2: 8 repeats of naive instead of 4, +100 % work) and big (+1 MiB at the peak)."""
     root = tmp_path_factory.mktemp("gate-runs")
     python = build_plugin_env(root)
-    variants = {"base": {}, "same": {}, "slow": {"SDPA_TUNABLE_SLOWDOWN": "1.5"}, "again": {},
+    variants = {"base": {}, "same": {}, "slow": {"SDPA_TUNABLE_SLOWDOWN": SLOWDOWN}, "base2": {}, "again": {},
                 "big": {"SDPA_TUNABLE_EXTRA_BYTES": str(1 << 20)}}
     files = {}
     for name, extra in variants.items():
@@ -90,29 +98,40 @@ def test_saved_runs_have_raw_samples(runs: dict[str, Path]) -> None:
 
 
 def test_same_tree_passes(runs: dict[str, Path], tmp_path: Path) -> None:
-    """A/A as CI runs it on a shared machine: the candidate measured twice, a time regression must show in both."""
-    code, out, err = gate(tmp_path, "--baseline", runs["base"], "--candidate", runs["same"], "--candidate", runs["again"])
+    """A/A as CI runs it on a shared machine: both trees measured twice, a time regression must show in every pair."""
+    code, out, err = gate(tmp_path, "--baseline", runs["base"], "--baseline", runs["base2"],
+                          "--candidate", runs["same"], "--candidate", runs["again"], config=REF_NAIVE)
     assert code == 0, out + err
     assert "sdpa-bench gate: PASS" in out and "test_tunable[L128-E64-fp32-fwd]" in out
+    assert "2 baseline and 2 candidate runs" in out and "in units of naive's time" in out
 
 
 def test_injected_slowdown_fails_naming_the_benchmark(runs: dict[str, Path], tmp_path: Path) -> None:
-    code, out, err = gate(tmp_path, "--baseline", runs["base"], "--candidate", runs["slow"],
-                          "--json", tmp_path / "verdict.json")
+    code, out, err = gate(tmp_path, "--baseline", runs["base"], "--baseline", runs["base2"],
+                          "--candidate", runs["slow"], "--json", tmp_path / "verdict.json", config=REF_NAIVE)
     assert code == 1, out + err
     failed = json.loads((tmp_path / "verdict.json").read_text())["failures"]
     assert failed and {f["kind"] for f in failed} == {"time"}
-    assert {f["subject"].split("[")[0] for f in failed} == {"test_tunable"}  # naive is unchanged
+    assert {f["subject"].split("[")[0] for f in failed} == {"test_tunable"}  # naive is the yardstick
     assert len(failed) >= 2  # of five cases; fwd+bwd is slowed less (only the forward repeats)
-    assert "× 1.15 (p=" in out
+    assert "× naive × 1.25 (p=" in out and "in all 2 pairs of runs" in out
 
 
-def test_a_regression_must_show_in_every_candidate_run(runs: dict[str, Path], tmp_path: Path) -> None:
-    code, out, _ = gate(tmp_path, "--baseline", runs["base"], "--candidate", runs["slow"], "--candidate", runs["same"])
+def test_a_regression_must_show_in_every_pair_of_runs(runs: dict[str, Path], tmp_path: Path) -> None:
+    code, out, _ = gate(tmp_path, "--baseline", runs["base"], "--baseline", runs["base2"], "--candidate", runs["slow"],
+                        "--candidate", runs["same"], config=REF_NAIVE)
     assert code == 0, out  # the unchanged second run refutes the first: one disturbed run cannot fail the gate
-    assert "2 candidate runs: a time regression must show in every one" in out
-    code, out, _ = gate(tmp_path, "--baseline", runs["base"], "--candidate", runs["slow"], "--candidate", runs["slow"])
-    assert code == 1 and "in all 2 candidate runs" in out
+    assert "2 baseline and 2 candidate runs: a time regression must show in every pair of runs" in out
+    refuted = re.search(r"\((\d+) that did not, taken as noise\)", out)
+    assert refuted and int(refuted.group(1)) >= 2  # the slowed cases, each refuted by the unchanged run
+    code, out, _ = gate(tmp_path, "--baseline", runs["base"], "--candidate", runs["slow"], "--candidate", runs["slow"],
+                        config=REF_NAIVE)
+    assert code == 1 and "in all 2 pairs of runs" in out
+    doc = json.loads(runs["again"].read_text())
+    doc["machine_info"]["sdpa_bench"]["torch"] = "9.9.9"
+    (tmp_path / "elsewhere.json").write_text(json.dumps(doc))
+    code, _, err = gate(tmp_path, "--candidate", runs["same"], "--candidate", tmp_path / "elsewhere.json")
+    assert code == 2 and "elsewhere.json comes from another machine" in err
 
 
 def test_injected_memory_increase_fails(runs: dict[str, Path], tmp_path: Path) -> None:
@@ -159,12 +178,13 @@ def test_missing_benchmarks_fail_unless_allowed(runs: dict[str, Path], tmp_path:
     doc = json.loads(runs["same"].read_text())
     doc["benchmarks"] = [b for b in doc["benchmarks"] if b["extra_info"]["impl"] != "test_tunable"]
     (tmp_path / "fewer.json").write_text(json.dumps(doc))
-    code, out, _ = gate(tmp_path, "--baseline", runs["base"], "--candidate", tmp_path / "fewer.json")
+    no_time = 'time = "off"\n'  # this test is about the benchmark lists, not about timing noise
+    code, out, _ = gate(tmp_path, "--baseline", runs["base"], "--candidate", tmp_path / "fewer.json", config=no_time)
     assert code == 1 and out.count("missing from the candidate") == 5
     code, out, _ = gate(tmp_path, "--baseline", runs["base"], "--candidate", tmp_path / "fewer.json",
-                        config='[[override]]\nimpl = "test_*"\nallow_missing = true\n')
+                        config=no_time + '[[override]]\nimpl = "test_*"\nallow_missing = true\n')
     assert code == 0 and sum(line.endswith("  missing") for line in out.splitlines()) == 5
-    code, out, _ = gate(tmp_path, "--baseline", tmp_path / "fewer.json", "--candidate", runs["same"])
+    code, out, _ = gate(tmp_path, "--baseline", tmp_path / "fewer.json", "--candidate", runs["same"], config=no_time)
     assert code == 0 and sum(line.endswith("  new") for line in out.splitlines()) == 5
 
 
@@ -265,6 +285,17 @@ def test_significance_guards_a_noisy_median() -> None:
     assert check.status == PASS and "not significant" in check.message
 
 
+def test_time_reference_divides_out_a_busier_run() -> None:
+    busy = [Point(i, "c", 2 * t, tuple(2 * t + k * 1e-6 for k in range(30))) for i, t in (("x", 10e-3), ("ref", 5e-3))]
+    calm = [Point(i, "c", t, tuple(t + k * 1e-6 for k in range(30))) for i, t in (("x", 10e-3), ("ref", 5e-3))]
+    rule = TimeRule.parse("median:10%", alpha=0.01)
+    assert rule.check(calm[0], busy[0]).failed  # the whole run was twice as slow
+    relative = rule.check(calm[0], busy[0], calm[1], busy[1])
+    assert relative.status == PASS and relative.message.startswith("median 2× ref <= baseline 2× ref")
+    slower = Point("x", "c", 2.6 * 10e-3, tuple(2.6 * 10e-3 + k * 1e-6 for k in range(30)))
+    assert rule.check(calm[0], slower, calm[1], busy[1]).failed  # 2.6× ref vs 2× ref: 30 % slower relative
+
+
 def test_memory_rule_and_ratio_rule_parsing() -> None:
     rule = MemoryRule.parse("peak:1%")
     assert rule.check(Point("a", "c", 1.0, peak_memory_bytes=1000), Point("a", "c", 1.0, peak_memory_bytes=1010)).status == PASS
@@ -290,7 +321,8 @@ def test_cli_error_for_missing_candidate_option(capsys: pytest.CaptureFixture) -
 
 
 def test_json_report_round_trips(runs: dict[str, Path], tmp_path: Path) -> None:
-    code, _, _ = gate(tmp_path, "--baseline", runs["base"], "--candidate", runs["same"], "--json", tmp_path / "v.json")
+    code, _, _ = gate(tmp_path, "--baseline", runs["base"], "--baseline", runs["base2"], "--candidate", runs["same"],
+                      "--candidate", runs["again"], "--json", tmp_path / "v.json", config=REF_NAIVE)
     verdict = json.loads((tmp_path / "v.json").read_text())
     assert verdict["exit_code"] == code == 0 and len(verdict["rows"]) == 10
     row = copy.deepcopy(verdict["rows"][0])
