@@ -15,7 +15,7 @@ from .grid import Case, Inputs, make_inputs
 from .protocol import Unsupported
 from .reference import max_abs_error, reference, tolerance
 from .registry import get
-from .timing import Timing, ceilings, peak_memory, roofline_pct, time_closure
+from .timing import Timing, ceilings, peak_memory, roofline_pct, summarize, time_closure
 
 BASELINE_IMPL = "naive"  # the error every other implementation is allowed twice of
 SPEED_BASELINE = "torch_sdpa"  # speedups are reported against this one
@@ -142,36 +142,102 @@ def mode_closure(impl, inputs: Inputs, mode: str) -> Callable[[], object]:
     return lambda: torch.autograd.grad(out, leaves, inputs.grad_out, retain_graph=True)
 
 
-def run_point(impl_name: str, ctx: CaseContext, options: Options = Options()) -> Result:
-    """Check, then time and measure one implementation on one case. Every failure becomes a Result."""
-    case, device = ctx.case, ctx.device
-    base = Result(impl=impl_name, case=case, device=device, status="ok")
+def _timed_closure(impl_name: str, ctx: CaseContext) -> tuple[Result, Callable[[], object] | None]:
+    """The point's Result so far and the closure to time; no closure when the point is decided (skipped, wrong,
+    failed) before any timing. Never raises."""
+    base = Result(impl=impl_name, case=ctx.case, device=ctx.device, status="ok")
     try:
         impl = get(impl_name)
         reasons = impl.unsupported_reasons(**ctx.inputs.args())
         if reasons:
-            return replace(base, status="skipped", reason="; ".join(reasons))
+            return replace(base, status="skipped", reason="; ".join(reasons)), None
         err, tol = ctx.check(impl)
-        fn = mode_closure(impl, ctx.inputs, case.mode)
-        timing = time_closure(fn, device, budget_s=options.budget_s, min_reps=options.min_reps,
+        return replace(base, max_error=err, error_tolerance=tol), mode_closure(impl, ctx.inputs, ctx.case.mode)
+    except Exception as exc:
+        return _failed(base, exc), None
+
+
+def _failed(base: Result, exc: Exception) -> Result:
+    """What an exception during a point means, as a Result: one failing point never kills a sweep."""
+    if isinstance(exc, Unsupported):
+        return replace(base, status="skipped", reason="; ".join(exc.reasons))
+    if isinstance(exc, WrongResult):
+        return replace(base, status="wrong", reason=str(exc))
+    if isinstance(exc, torch.OutOfMemoryError):
+        return replace(base, status="failed", reason=f"out of memory: {str(exc).splitlines()[0]}")
+    where = traceback.extract_tb(exc.__traceback__)[-1]
+    return replace(base, status="failed",
+                   reason=f"{type(exc).__name__}: {exc} (at {where.filename.split('/')[-1]}:{where.lineno})")
+
+
+def _finished(base: Result, fn: Callable[[], object], timing: Timing, options: Options) -> Result:
+    mem = peak_memory(fn, base.device) if options.memory else None
+    return replace(base, peak_memory_bytes=mem, **derived_metrics(base.case, base.device, timing))
+
+
+def run_point(impl_name: str, ctx: CaseContext, options: Options = Options()) -> Result:
+    """Check, then time and measure one implementation on one case. Every failure becomes a Result."""
+    base, fn = _timed_closure(impl_name, ctx)
+    try:
+        if fn is None:
+            return base
+        timing = time_closure(fn, ctx.device, budget_s=options.budget_s, min_reps=options.min_reps,
                               max_reps=options.max_reps, warmup=options.warmup, flush_l2=options.flush_l2,
                               cuda_graph=options.cuda_graph)
-        mem = peak_memory(fn, device) if options.memory else None
-        return replace(base, max_error=err, error_tolerance=tol, peak_memory_bytes=mem,
-                       **derived_metrics(case, device, timing))
-    except Unsupported as exc:
-        return replace(base, status="skipped", reason="; ".join(exc.reasons))
-    except WrongResult as exc:
-        return replace(base, status="wrong", reason=str(exc))
-    except torch.OutOfMemoryError as exc:
-        return replace(base, status="failed", reason=f"out of memory: {str(exc).splitlines()[0]}")
-    except Exception as exc:  # one failing point never kills a sweep
-        where = traceback.extract_tb(exc.__traceback__)[-1]
-        return replace(base, status="failed",
-                       reason=f"{type(exc).__name__}: {exc} (at {where.filename.split('/')[-1]}:{where.lineno})")
+        return _finished(base, fn, timing, options)
+    except Exception as exc:
+        return _failed(base, exc)
     finally:
-        if device == "cuda":
+        if ctx.device == "cuda":
             torch.cuda.empty_cache()
+
+
+def run_case_interleaved(case: Case, impl_names: list[str], device: str, options: Options = Options(),
+                         seed: int = 0) -> list[Result]:
+    """Every implementation on one case, timed in rounds of one call each (A B C, A B C, ...).
+
+    For ratios between implementations on a shared machine: a slower period lasting seconds then lands on
+    every implementation of the rounds it covers instead of on one implementation's whole measurement, and
+    the median over rounds drops it. Rounds continue until `options.min_reps` rounds are done and every
+    implementation has `options.budget_s` of samples, or `options.max_reps` rounds. Never raises.
+    """
+    try:
+        ctx = CaseContext.build(case, device, seed)
+    except Exception as exc:
+        return [Result(impl=name, case=case, device=device, status="failed",
+                       reason=f"could not prepare the case: {type(exc).__name__}: {exc}") for name in impl_names]
+    results: dict[str, Result] = {}
+    live: dict[str, tuple[Result, Callable[[], object]]] = {}
+    for name in impl_names:
+        base, fn = _timed_closure(name, ctx)
+        try:
+            for _ in range(options.warmup if fn is not None else 0):
+                fn()
+        except Exception as exc:
+            base, fn = _failed(base, exc), None
+        if fn is None:
+            results[name] = base
+        else:
+            live[name] = (base, fn)
+    samples: dict[str, list[float]] = {name: [] for name in live}
+    rounds = 0
+    while live and rounds < options.max_reps and (
+            rounds < options.min_reps or min(sum(samples[n]) for n in live) < options.budget_s):
+        for name, (base, fn) in list(live.items()):
+            try:
+                samples[name] += time_closure(fn, device, budget_s=0.0, min_reps=1, max_reps=1, warmup=0).samples
+            except Exception as exc:
+                results[name] = _failed(base, exc)
+                del live[name]
+        rounds += 1
+    for name, (base, fn) in live.items():
+        try:
+            results[name] = _finished(base, fn, summarize(samples[name]), options)
+        except Exception as exc:
+            results[name] = _failed(base, exc)
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    return [results[name] for name in impl_names]
 
 
 def derived_metrics(case: Case, device: str, timing: Timing) -> dict:

@@ -2,8 +2,9 @@
 
     flock /tmp/sdpa-measure.lock python -m sdpa_impls.targets --out docs/
 
-Every case runs all its implementations one after another on the same inputs (measure.run_case),
-so each ratio compares neighbours in time on a shared, noisy machine.
+Every case times all its implementations on the same inputs in interleaved rounds, one call of each per
+round (measure.run_case_interleaved), so a slower period of a shared machine lands on all of them alike
+and each ratio compares medians over the same rounds. Peak memory is measured in a separate pass.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from .grid import PRESETS, Case
 from .machine import machine_info
-from .measure import Options, Result, run_case
+from .measure import Options, Result, run_case, run_case_interleaved
 from .registry import names
 
 DEVICE = "cpu"
@@ -24,7 +25,7 @@ CORE = ("torch_sdpa", "naive", "fused", "chunked")
 BF16_CASE = Case(lq=4096, lk=4096, e=128, dtype="bf16")
 FP32_CASE = Case(lq=2048, lk=2048, e=64)
 MEMORY_LENGTHS = (2048, 8192)
-TIMING = Options(budget_s=0.5, min_reps=3, max_reps=15, warmup=1, memory=False)
+TIMING = Options(budget_s=0.5, min_reps=5, max_reps=15, warmup=1, memory=False)  # 5+ rounds per case
 MEMORY = Options(budget_s=0.0, min_reps=1, max_reps=1, warmup=0, memory=True)
 
 
@@ -102,8 +103,9 @@ def measure(stream=sys.stdout) -> list[Result]:
     results = []
     start = time.perf_counter()
     for case, impls in plan():
-        options = MEMORY if case in map(memory_case, MEMORY_LENGTHS) else TIMING
-        for r in run_case(case, impls, DEVICE, options):
+        timed = case not in map(memory_case, MEMORY_LENGTHS)
+        rows = run_case_interleaved(case, impls, DEVICE, TIMING) if timed else run_case(case, impls, DEVICE, MEMORY)
+        for r in rows:
             results.append(r)
             shown = f"{r.median_s * 1e3:9.1f} ms" if r.status == "ok" else f"{r.status}: {r.reason[:70]}"
             mem = f"  peak {r.peak_memory_bytes / 2**20:8.1f} MiB" if r.peak_memory_bytes else ""
@@ -197,6 +199,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sdpa_impls.targets", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=None, help="directory for performance-time-vs-L.png")
     args = parser.parse_args(argv)
+    if args.out is not None:
+        try:  # before a 20-minute run, not after it
+            import matplotlib  # noqa: F401
+        except ImportError:
+            parser.error("--out needs matplotlib for the plot: pip install 'sdpa-bench[plots]' (or leave out --out)")
     start = time.perf_counter()
     info = machine_info(DEVICE)
     print(f"machine: {info['cpu']}, {info['threads']} threads, torch {info['torch']}, python {info['python']}")

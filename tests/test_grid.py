@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from sdpa_impls.grid import PRESETS, Case, default_preset_name, make_inputs, preset
-from sdpa_impls.measure import CaseContext, Options, run_point, with_speedups
+from sdpa_impls.measure import CaseContext, Options, run_case_interleaved, run_point, with_speedups
 
 
 @pytest.mark.parametrize("lq,lk", [(1, 1), (7, 7), (5, 9), (9, 5), (1, 300)])
@@ -64,3 +64,20 @@ def test_run_point_turns_every_outcome_into_a_result() -> None:
     assert sped["torch_sdpa"].speedup_vs_torch_sdpa == 1.0
     assert sped["fused"].speedup_vs_torch_sdpa == pytest.approx(base.median_s / ok.median_s)
     assert sped["torch_sdpa_cudnn"].speedup_vs_torch_sdpa is None
+
+
+def test_interleaved_rounds_time_every_implementation_alike() -> None:
+    """One call of each implementation per round: all get the same number of samples; a bad one is a Result."""
+    names = ["naive", "torch_sdpa_cudnn", "fused", "does_not_exist", "chunked"]
+    rows = run_case_interleaved(Case(lq=64, lk=64, e=32), names, "cpu",
+                                Options(budget_s=0.0, min_reps=4, max_reps=4, warmup=1, memory=False))
+    assert [r.impl for r in rows] == names  # in the order asked for
+    by = {r.impl: r for r in rows}
+    assert by["torch_sdpa_cudnn"].status == "skipped" and by["does_not_exist"].status == "failed"
+    timed = [by[n] for n in ("naive", "fused", "chunked")]
+    assert all(r.status == "ok" and len(r.samples) == 4 and r.max_error <= r.error_tolerance for r in timed)
+    assert all(r.peak_memory_bytes is None for r in timed)  # memory=False: no memory pass
+    more = run_case_interleaved(Case(lq=64, lk=64, e=32), ["fused", "naive"], "cpu",
+                                Options(budget_s=0.02, min_reps=2, max_reps=50, warmup=0))
+    assert all(sum(r.samples) >= 0.02 or len(r.samples) == 50 for r in more)  # the budget holds for the slowest too
+    assert len(more[0].samples) == len(more[1].samples) and more[0].peak_memory_bytes > 0
