@@ -19,7 +19,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-CASE_FIELDS = ("lq", "lk", "e", "ev", "dtype", "causal", "mode", "mask", "batch", "heads_q", "heads_kv")
+# what a ratio rule's `when` may test: the case's fields, and the device it ran on (cpu, cuda)
+CASE_FIELDS = ("lq", "lk", "e", "ev", "dtype", "causal", "mode", "mask", "batch", "heads_q", "heads_kv", "device")
 
 
 class GateInputError(Exception):
@@ -126,7 +127,7 @@ def points_from_results(results: Iterable) -> list[Point]:
     out = []
     for r in results:
         d = r if isinstance(r, dict) else r.as_dict()
-        case = d["case"]
+        case = d["case"] | ({"device": d["device"]} if d.get("device") else {})
         out.append(Point(
             impl=d["impl"], case_id=case["id"], median_s=d.get("median_s"), samples=tuple(d.get("samples") or ()),
             peak_memory_bytes=d.get("peak_memory_bytes"), max_error=d.get("max_error"),

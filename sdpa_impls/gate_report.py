@@ -143,8 +143,12 @@ def compare_points(baseline: Sequence[Point] | None, candidate: Sequence[Point],
     ratios = tuple(_ratio_checks(config, candidate, repeats))
     if len(c_runs) > 1 or (baseline is not None and len(b_runs) > 1):
         unconfirmed = sum(1 for c in [*(c for r in rows for c in r.checks), *ratios] if ", but not in " in c.message)
-        notes.append(f"{len(b_runs) if baseline is not None else 0} baseline and {len(c_runs)} candidate runs: a "
-                     f"time regression must show in every pair of runs ({unconfirmed} that did not, taken as noise).")
+        if baseline is not None:
+            notes.append(f"{len(b_runs)} baseline and {len(c_runs)} candidate runs: a time regression must show in "
+                         f"every pair of runs ({unconfirmed} that did not, taken as noise).")
+        else:
+            notes.append(f"{len(c_runs)} candidate runs: an in-run time rule must fail in every run ({unconfirmed} "
+                         "that did not, taken as noise).")
     return Report(rows, ratios, tuple(notes), config.source)
 
 

@@ -162,6 +162,8 @@ def test_in_run_ratio_rules_need_no_baseline(runs: dict[str, Path], tmp_path: Pa
                        "peak_memory: naive / test_tunable <= 1.0 when L >= 96": {PASS},
                        "time: fused / naive <= 2 when dtype == fp32": {NA}}  # fused did not run: not a failure
     assert sum(c["status"] == PASS for c in ratios if c["subject"].startswith("peak_memory")) == 4  # not Lq1
+    code, out, _ = gate(tmp_path, "--candidate", runs["base"], "--candidate", runs["same"], config=config)
+    assert code == 1 and "2 candidate runs: an in-run time rule must fail in every run" in out
 
 
 def test_wrong_result_fails_whatever_its_speed(runs: dict[str, Path], tmp_path: Path) -> None:
