@@ -308,6 +308,12 @@ def test_memory_rule_and_ratio_rule_parsing() -> None:
     pts = [Point(i, "L4096-bf16", 1.0, peak_memory_bytes=m, case={"lq": 4096, "dtype": "bf16"})
            for i, m in (("chunked", 10), ("naive", 100))]
     assert [c.status for c in r.check(pts, 0.01)] == [PASS]
+    on_gpu = RatioRule.parse("peak_memory: chunked / naive <= 0.01 when device == cuda")
+    assert [c.status for c in on_gpu.check(pts, 0.01)] == [NA]  # no device recorded: the rule does not apply
+    cpu_pts = [Point(p.impl, p.case_id, 1.0, peak_memory_bytes=p.peak_memory_bytes, case=p.case | {"device": "cpu"})
+               for p in pts]
+    assert [c.status for c in on_gpu.check(cpu_pts, 0.01)] == [NA]
+    assert [c.status for c in RatioRule.parse(on_gpu.text.replace("cuda", "cpu")).check(cpu_pts, 0.01)] == [FAIL]
     assert compare_points(None, pts, load_config(start=Path("/"))).exit_code == 0
 
 
