@@ -147,7 +147,8 @@ def score_tile_bytes(device: torch.device) -> int:
     CPU: twice the L2 size per thread (4 MiB on 2 cores with 1 MiB L2 each). The tile is written by one
     GEMM, rewritten by the softmax and read by the next GEMM; each thread works on its own heads, and on
     the EPYC this was tuned on 2 MiB per thread beat 4 and 8 MiB per thread by 5-10 % (fp32 and bf16,
-    L = 1024..4096, docs/performance.md). CUDA: the tile only bounds memory and launches: 512 MiB.
+    L = 1024..4096; an earlier tuning run, not repeated for docs/performance.md). CUDA: the tile only bounds
+    memory and launches: 512 MiB.
     """
     if device.type != "cpu":
         return 512 << 20

@@ -14,8 +14,7 @@ def tiles(device: torch.device, b: int, hkv: int, g: int, lq: int, lk: int, item
     """(query rows, kv heads) per score tile.
 
     CPU: first 32 to 256 rows (multiple of 32), as many as fit `tiles.score_tile_bytes` for one head per
-    thread (below 32 rows the GEMMs lose speed, above 256 they gain nothing: docs/performance.md), then as
-    many heads as still fit. CUDA: all heads, 64 to 16384 rows within the memory bound.
+    thread (below 32 rows the GEMMs lose speed, above 256 they gain nothing), then as many heads as still fit. CUDA: all heads, 64 to 16384 rows within the memory bound.
     """
     if device.type != "cpu":
         rows = fit_rows(score_tile_bytes(device), b * hkv * g * lk * itemsize, 64, 16384, 64)
