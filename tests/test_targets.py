@@ -1,0 +1,66 @@
+"""The issue-7 targets harness: its plan covers the cpu preset, its verdict takes the worst ratio and names gaps.
+
+The timing itself is measure.run_case_interleaved (tests/test_grid.py); here the evaluation is fed Results
+whose times are chosen so that each target's worst case is known.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from sdpa_impls import targets
+from sdpa_impls.grid import PRESETS
+from sdpa_impls.measure import Result
+
+
+def test_plan_runs_every_cpu_case_then_the_memory_cases() -> None:
+    plan = targets.plan()
+    cases = [case for case, _ in plan]
+    assert cases[: len(PRESETS["cpu"])] == list(PRESETS["cpu"])
+    assert cases[len(PRESETS["cpu"]):] == [targets.memory_case(n) for n in targets.MEMORY_LENGTHS]
+    assert all(set(targets.CORE) <= set(impls) for _, impls in plan)
+    assert targets.BF16_CASE in cases and targets.FP32_CASE in cases
+
+
+def _results(slow_case_factor: float) -> list[Result]:
+    """fused at half of torch_sdpa's time everywhere, except one cpu case where it is `slow_case_factor` × torch."""
+    out = []
+    for case in PRESETS["cpu"]:
+        t = 1e-3 * case.lq / 256 * (0.5 if case.causal else 1.0)
+        fused = t * (slow_case_factor if case == PRESETS["cpu"][3] else 0.5)
+        out += [Result("torch_sdpa", case, "cpu", "ok", median_s=t), Result("naive", case, "cpu", "ok", median_s=2 * t),
+                Result("fused", case, "cpu", "ok", median_s=fused), Result("chunked", case, "cpu", "ok", median_s=t)]
+    for lq, mib in zip(targets.MEMORY_LENGTHS, (10, 30)):
+        case = targets.memory_case(lq)
+        out += [Result("chunked", case, "cpu", "ok", median_s=1.0, peak_memory_bytes=mib << 20),
+                Result("naive", case, "cpu", "ok", median_s=1.0, peak_memory_bytes=16 * mib << 20)]
+    return out
+
+
+def test_each_target_reports_its_worst_case() -> None:
+    rows = targets.evaluate(targets.Table(_results(3.0)))
+    assert len(rows) == 9 and all(r.measured is not None for r in rows)
+    worst = next(r for r in rows if r.what.startswith("fused / naive"))
+    assert worst.measured == pytest.approx(1.5) and worst.where == PRESETS["cpu"][3].id and worst.met is False
+    bf16 = next(r for r in rows if r.what.startswith("fused / torch_sdpa, L4096"))
+    assert bf16.measured == pytest.approx(0.5) and bf16.met is True
+    memory = next(r for r in rows if "peak memory" in r.what)
+    assert memory.measured == pytest.approx(3.0) and "naive: 3.0×" in memory.what  # 16×30 / 16×10
+    causal = next(r for r in rows if r.what.startswith("chunked causal"))
+    assert causal.measured == pytest.approx(0.5) and causal.met is True
+    slow_train = next(r for r in rows if r.what.startswith("fused / torch_sdpa, every fp32 fwd+bwd"))
+    assert slow_train.measured == pytest.approx(3.0) and slow_train.where == PRESETS["cpu"][3].id
+    # the memory pass's single timed call of L2048-E64-fp32-fwd+bwd (1 s here) does not replace the timed result
+    chunked_train = next(r for r in rows if r.what.startswith("chunked / torch_sdpa, every fp32 fwd+bwd"))
+    assert chunked_train.measured == pytest.approx(1.0)
+    table = targets.markdown(rows)
+    assert table.count("\n") == len(rows) + 1 and table.count("| **no** |") == 2
+
+
+def test_a_target_that_could_not_be_measured_is_named_not_passed() -> None:
+    results = [r for r in _results(0.5) if not (r.impl == "fused" and r.case == targets.BF16_CASE)]
+    results.append(replace(Result("fused", targets.BF16_CASE, "cpu", "failed"), reason="boom"))
+    row = targets.evaluate(targets.Table(results))[0]
+    assert row.measured is None and row.met is None and "not measured: " + targets.BF16_CASE.id in row.where
+    assert "| - | - |" in targets.markdown([row])
