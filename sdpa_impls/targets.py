@@ -91,23 +91,23 @@ class Table:
         return f
 
 
-def plan() -> list[tuple[Case, list[str]]]:
-    """(case, implementations) in run order: the cpu preset, then the two memory cases."""
+def plan() -> list[tuple[Case, list[str], bool]]:
+    """(case, implementations, timed) in run order: the cpu preset, timed in interleaved rounds, then the two
+    memory cases, measured for peak memory (one of them is also a cpu-preset case: it runs twice)."""
     everyone = [n for n in names() if n not in CORE]
     out = []
     for case in PRESETS["cpu"]:
         impls = list(CORE) + (everyone if _plotted(case) else [])
-        out.append((case, impls))
+        out.append((case, impls, True))
     for lq in MEMORY_LENGTHS:
-        out.append((memory_case(lq), ["naive", "chunked", "fused", "torch_sdpa"]))
+        out.append((memory_case(lq), ["naive", "chunked", "fused", "torch_sdpa"], False))
     return out
 
 
 def measure(stream=sys.stdout) -> list[Result]:
     results = []
     start = time.perf_counter()
-    for case, impls in plan():
-        timed = case not in map(memory_case, MEMORY_LENGTHS)
+    for case, impls, timed in plan():
         rows = run_case_interleaved(case, impls, DEVICE, TIMING) if timed else run_case(case, impls, DEVICE, MEMORY)
         for r in rows:
             results.append(r)

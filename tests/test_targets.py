@@ -16,10 +16,13 @@ from sdpa_impls.measure import Result
 
 def test_plan_runs_every_cpu_case_then_the_memory_cases() -> None:
     plan = targets.plan()
-    cases = [case for case, _ in plan]
-    assert cases[: len(PRESETS["cpu"])] == list(PRESETS["cpu"])
-    assert cases[len(PRESETS["cpu"]):] == [targets.memory_case(n) for n in targets.MEMORY_LENGTHS]
-    assert all(set(targets.CORE) <= set(impls) for _, impls in plan)
+    cpu = len(PRESETS["cpu"])
+    assert [(case, timed) for case, _, timed in plan[:cpu]] == [(case, True) for case in PRESETS["cpu"]]
+    assert [(case, timed) for case, _, timed in plan[cpu:]] == [
+        (targets.memory_case(n), False) for n in targets.MEMORY_LENGTHS]
+    assert targets.memory_case(2048) in PRESETS["cpu"]  # so "timed" must come from the plan, not from the case
+    cases = [case for case, _, _ in plan]
+    assert all(set(targets.CORE) <= set(impls) for _, impls, _ in plan)
     assert targets.BF16_CASE in cases and targets.FP32_CASE in cases
 
 
