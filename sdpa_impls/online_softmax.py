@@ -14,7 +14,8 @@ from collections.abc import Callable
 import torch
 
 from .protocol import SDPAInputs
-from .tiles import NEG_INF, TileMasker, causal_key_end, flat, group_heads, grouped, head_groups, rows3, store_rows_
+from .tiles import (NEG_INF, TileMasker, causal_key_end, flat, forward_views, group_heads, grouped, head_groups,
+                    rows3, store_rows_)
 
 # (q5, k4, v4, mask5, is_causal, scale, with_lse) -> (out5 (B, Hkv, G, Lq, Ev), lse (B, Hkv, G, Lq) fp32 or None)
 ForwardFn = Callable[..., tuple[torch.Tensor, torch.Tensor | None]]
@@ -48,9 +49,7 @@ def chunked_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5:
     abuf = torch.empty(heads * g * q_tile * ev, dtype=torch.float32, device=dev)  # output accumulator
     masker = TileMasker(mask5, is_causal, q_tile, dev)
     for bs, hs in head_groups(b, hkv, heads):
-        q4, out4 = flat(q5, bs, hs), flat(out, bs, hs)  # (heads, G, Lq, E), (heads, G, Lq, Ev)
-        kt3, v3 = flat(k4, bs, hs).transpose(1, 2), flat(v4, bs, hs)  # (heads, E, Lk), (heads, Lk, Ev)
-        mask_g = None if mask5 is None else mask5[bs, hs]
+        q4, out4, kt3, v3, mask_g = forward_views(q5, k4, v4, out, mask5, bs, hs)
         n = q4.shape[0]
         for i0 in range(0, lq, q_tile):
             i1 = min(lq, i0 + q_tile)

@@ -112,6 +112,15 @@ def flat(x: torch.Tensor, bs: slice, hs: slice) -> torch.Tensor:
     return x[bs, hs].flatten(0, 1)
 
 
+def forward_views(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, out: torch.Tensor,
+                  mask5: torch.Tensor | None, bs: slice, hs: slice
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """One head group's views for a tiled forward: q (heads, G, Lq, E), out (heads, G, Lq, Ev),
+    Kᵀ (heads, E, Lk), V (heads, Lk, Ev) and the mask (b, h, G, Lq, Lk) or None."""
+    return (flat(q5, bs, hs), flat(out, bs, hs), flat(k4, bs, hs).transpose(1, 2), flat(v4, bs, hs),
+            None if mask5 is None else mask5[bs, hs])
+
+
 def rows3(x4: torch.Tensor, i0: int, i1: int) -> torch.Tensor:
     """Rows i0:i1 of a (heads, G, L, D) tensor as (heads, G·rows, D); a copy only when G > 1."""
     return x4[:, :, i0:i1].reshape(x4.shape[0], -1, x4.shape[-1])

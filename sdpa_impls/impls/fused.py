@@ -6,8 +6,8 @@ import torch
 from ..online_softmax import take, tiled_attention
 from ..protocol import Implementation, SDPAInputs, Support
 from ..registry import register
-from ..tiles import (NEG_INF, TileMasker, causal_key_end, fit_rows, flat, group_heads, head_groups, rows3,
-                     score_tile_bytes, store_rows_)
+from ..tiles import (NEG_INF, TileMasker, causal_key_end, fit_rows, flat, forward_views, group_heads, head_groups,
+                     rows3, score_tile_bytes, store_rows_)
 
 
 def tiles(device: torch.device, b: int, hkv: int, g: int, lq: int, lk: int, itemsize: int) -> tuple[int, int]:
@@ -45,9 +45,7 @@ def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: t
     obuf = torch.empty(heads * g * rows * ev, dtype=dtype, device=dev)  # a contiguous GEMM output is faster
     # than writing into the strided rows of `out` (fp32, L=2048, E=64: 25 vs 30 ms for all P V GEMMs)
     for bs, hs in head_groups(b, hkv, heads):
-        q4, out4 = flat(q5, bs, hs), flat(out, bs, hs)  # (heads, G, Lq, E), (heads, G, Lq, Ev)
-        kt3, v3 = flat(k4, bs, hs).transpose(1, 2), flat(v4, bs, hs)  # (heads, E, Lk), (heads, Lk, Ev)
-        mask_g = None if mask5 is None else mask5[bs, hs]
+        q4, out4, kt3, v3, mask_g = forward_views(q5, k4, v4, out, mask5, bs, hs)
         n = q4.shape[0]
         for i0 in range(0, lq, rows):
             i1 = min(lq, i0 + rows)
