@@ -175,6 +175,15 @@ def _finished(base: Result, fn: Callable[[], object], timing: Timing, options: O
     return replace(base, peak_memory_bytes=mem, **derived_metrics(base.case, base.device, timing))
 
 
+def _context_or_failures(case: Case, impl_names: list[str], device: str, seed: int) -> CaseContext | list[Result]:
+    """The case's shared context, or one failed Result per implementation when the case cannot be prepared."""
+    try:
+        return CaseContext.build(case, device, seed)
+    except Exception as exc:
+        return [Result(impl=name, case=case, device=device, status="failed",
+                       reason=f"could not prepare the case: {type(exc).__name__}: {exc}") for name in impl_names]
+
+
 def run_point(impl_name: str, ctx: CaseContext, options: Options = Options()) -> Result:
     """Check, then time and measure one implementation on one case. Every failure becomes a Result."""
     base, fn = _timed_closure(impl_name, ctx)
@@ -201,11 +210,9 @@ def run_case_interleaved(case: Case, impl_names: list[str], device: str, options
     the median over rounds drops it. Rounds continue until `options.min_reps` rounds are done and every
     implementation has `options.budget_s` of samples, or `options.max_reps` rounds. Never raises.
     """
-    try:
-        ctx = CaseContext.build(case, device, seed)
-    except Exception as exc:
-        return [Result(impl=name, case=case, device=device, status="failed",
-                       reason=f"could not prepare the case: {type(exc).__name__}: {exc}") for name in impl_names]
+    ctx = _context_or_failures(case, impl_names, device, seed)
+    if not isinstance(ctx, CaseContext):
+        return ctx
     results: dict[str, Result] = {}
     live: dict[str, tuple[Result, Callable[[], object]]] = {}
     for name in impl_names:
@@ -265,12 +272,9 @@ def with_speedups(results: list[Result]) -> list[Result]:
 def run_case(case: Case, impl_names: list[str], device: str, options: Options = Options(),
              seed: int = 0) -> Iterator[Result]:
     """Every implementation on one case, sharing one context; yields each result as soon as it exists."""
-    try:
-        ctx = CaseContext.build(case, device, seed)
-    except Exception as exc:
-        for name in impl_names:
-            yield Result(impl=name, case=case, device=device, status="failed",
-                         reason=f"could not prepare the case: {type(exc).__name__}: {exc}")
+    ctx = _context_or_failures(case, impl_names, device, seed)
+    if not isinstance(ctx, CaseContext):
+        yield from ctx
         return
     for name in impl_names:
         yield run_point(name, ctx, options)
