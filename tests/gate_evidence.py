@@ -16,8 +16,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -26,11 +24,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path[:0] = [str(HERE), str(ROOT)]
 
-from plugin_env import build_plugin_env  # noqa: E402
+from plugin_env import build_plugin_env, run_gate_benchmarks  # noqa: E402
 from sdpa_impls.cli import main as sdpa_bench  # noqa: E402
 
-BENCH_ARGS = ["--sdpa-preset", "smoke", "--sdpa-impl", "naive", "--sdpa-impl", "test_tunable",
-              "--benchmark-timer=time.process_time", "--benchmark-max-time=0.25", "--benchmark-min-rounds=20"]
 CONFIGS = {
     "median:15% (default)": 'time = "median:15%"\n',
     "median:15%, time_reference naive": 'time = "median:15%"\ntime_reference = "naive"\n',
@@ -38,12 +34,7 @@ CONFIGS = {
 
 
 def measure(python: Path, out: Path, slowdown: str | None) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SDPA_TUNABLE")} | {"OMP_NUM_THREADS": "1"}
-    if slowdown:
-        env["SDPA_TUNABLE_SLOWDOWN"] = slowdown
-    done = subprocess.run([str(python), "-m", "pytest", str(HERE / "test_benchmarks.py"), "-q", "-p", "no:cacheprovider",
-                           "--benchmark-only", *BENCH_ARGS, f"--benchmark-json={out}", "--benchmark-save-data"],
-                          cwd=ROOT, env=env, capture_output=True, text=True)
+    done = run_gate_benchmarks(python, out, {"SDPA_TUNABLE_SLOWDOWN": slowdown} if slowdown else {})
     if done.returncode != 0:
         raise SystemExit(f"benchmark run for {out.name} failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
 

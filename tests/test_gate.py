@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from plugin_env import build_plugin_env
+from plugin_env import build_plugin_env, run_gate_benchmarks
 from sdpa_impls.cli import main
 from sdpa_impls.gate_config import load_config
 from sdpa_impls.gate_points import GateInputError, Point, load_points
@@ -25,10 +25,6 @@ from sdpa_impls.gate_report import compare_points
 from sdpa_impls.gate_rules import FAIL, NA, PASS, MemoryRule, RatioRule, TimeRule
 
 ROOT = Path(__file__).resolve().parents[1]
-# two implementations on the smoke preset, measured as docs/gate.md recommends for a shared CPU machine
-# (one thread, CPU time of the process), with short runs
-BENCH_ARGS = ["--sdpa-preset", "smoke", "--sdpa-impl", "naive", "--sdpa-impl", "test_tunable",
-              "--benchmark-timer=time.process_time", "--benchmark-max-time=0.25", "--benchmark-min-rounds=20"]
 # test_tunable is naive repeated: in units of naive's time on the same case and run, a busier machine during one
 # run (other work on these 2 cores) cancels out, and the comparison is about the injected work. These tests check
 # the gate's mechanics on a CI machine shared with other jobs, so they inject +100 % work and judge at 25 %;
@@ -79,13 +75,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
                 "big": {"SDPA_TUNABLE_EXTRA_BYTES": str(1 << 20)}}
     files = {}
     for name, extra in variants.items():
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SDPA_TUNABLE")}
-        env |= {"OMP_NUM_THREADS": "1", **extra}
         files[name] = root / f"{name}.json"
-        out = subprocess.run([str(python), "-m", "pytest", str(ROOT / "tests" / "test_benchmarks.py"), "-q",
-                              "-p", "no:cacheprovider", "--benchmark-only", *BENCH_ARGS,
-                              f"--benchmark-json={files[name]}", "--benchmark-save-data"],
-                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        out = run_gate_benchmarks(python, files[name], extra)
         assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return files
 
