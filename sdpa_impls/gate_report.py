@@ -85,8 +85,8 @@ def _row_checks(base: Point | None, cand: Point | None, config: GateConfig, time
     elif th.time is not None and cand.impl == config.time_reference:
         checks.append(Check("time", cand.label, NA, "the time reference of the other rows, not judged itself"))
     elif th.time is not None:
-        ref = (config.time_reference, cand.case_id)
-        timed = [(label, th.time.check(b[base.key], c[base.key], b.get(ref), c.get(ref)))
+        ref_key = (config.time_reference, cand.case_id)
+        timed = [(label, th.time.check(b[base.key], c[base.key], b.get(ref_key), c.get(ref_key)))
                  for label, b, c in pairs if base.key in b and base.key in c]
         checks.append(confirmed(timed[0][1], timed[1:]))
     if th.memory is not None:
