@@ -1,4 +1,4 @@
-"""Issue-7 performance targets: measure them in one interleaved run, print the verdict table, plot time vs L.
+"""The CPU performance targets: measure them in one interleaved run, print the verdict table, plot time vs L.
 
     flock /tmp/sdpa-measure.lock python -m sdpa_impls.targets --out docs/
 

@@ -25,6 +25,31 @@ def run_py(python: Path, code: str) -> str:
     return done.stdout
 
 
+ORIGIN_CODE = ("import importlib.util, json, sys\n"
+               "mods = sys.argv[1:]\n"
+               "print(json.dumps({m: (importlib.util.find_spec(m) or None) and importlib.util.find_spec(m).origin "
+               "for m in mods}))\n")
+
+
+def origins(python: Path | str, modules: list[str]) -> dict[str, str | None]:
+    """Where `python` imports each module from (None: not importable there)."""
+    done = subprocess.run([str(python), "-c", ORIGIN_CODE, *modules], capture_output=True, text=True, cwd=REPO,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_the_plugin_environment_imports_from_the_test_environment(plugin_python: Path) -> None:
+    """The interpreter that the plug-in, gate and asv tests start must import torch, sdpa_impls and the test tools
+    from the environment the tests run in, never from whatever the machine's base python3 happens to have (or lack)."""
+    modules = ["torch", "sdpa_impls", "pytest", "pytest_benchmark", "numpy", "asv"]
+    here = origins(sys.executable, modules)
+    there = origins(plugin_python, modules)
+    wrong = [f"{m}: imported from {there[m]!r}, but the tests use {here[m]!r}" for m in modules if there[m] != here[m]]
+    assert not wrong, f"the plug-in environment does not see the test environment ({sys.prefix}):\n" + "\n".join(wrong)
+    assert here["torch"] and here["sdpa_impls"], "the test environment itself must have torch and sdpa_impls"
+
+
 def test_installed_plugins_appear_in_names(plugin_python: Path) -> None:
     out = run_py(plugin_python, "import json, sdpa_impls; print(json.dumps(sdpa_impls.names()))")
     names = json.loads(out)

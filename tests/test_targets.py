@@ -1,4 +1,4 @@
-"""The issue-7 targets harness: its plan covers the cpu preset, its verdict takes the worst ratio and names gaps.
+"""The CPU performance targets harness: its plan covers the cpu preset, its verdict takes the worst ratio and names gaps.
 
 The timing itself is measure.run_case_interleaved (tests/test_grid.py); here the evaluation is fed Results
 whose times are chosen so that each target's worst case is known.
