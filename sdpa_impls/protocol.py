@@ -8,7 +8,8 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-DTYPE_SHORT = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64"}
+from .dtypes import short_name
+
 ALL_HALF_AND_FLOAT = frozenset({torch.float32, torch.float16, torch.bfloat16})
 
 
@@ -134,8 +135,8 @@ class Support:
         if dev not in self.devices:
             out.append(f"device={dev} (supported: {', '.join(sorted(self.devices))})")
         if inp.query.dtype not in self.dtypes:
-            names = ", ".join(sorted(DTYPE_SHORT[d] for d in self.dtypes))
-            out.append(f"dtype={DTYPE_SHORT.get(inp.query.dtype, inp.query.dtype)} (supported: {names})")
+            names = ", ".join(sorted(short_name(d) for d in self.dtypes))
+            out.append(f"dtype={short_name(inp.query.dtype)} (supported: {names})")
         head = max(inp.query.shape[-1], inp.value.shape[-1])
         if self.max_head_dim is not None and head > self.max_head_dim:
             out.append(f"head dim {head} > {self.max_head_dim}")
@@ -172,8 +173,9 @@ class Implementation:
     """Base class: validation, reasons and the prepare/call split shared by every implementation.
 
     Subclasses set `name` and `support`, implement `forward(inp)`, and may override
-    `library_reasons(inp)` (the library's own checks) or `prepare_inputs(inp)` (work that
-    must stay out of the timed closure, e.g. layout changes).
+    `library_reasons(inp)` (the library's own checks), `prepare_inputs(inp)` (work that
+    must stay out of the timed closure, e.g. layout changes) or extend `not_supported_reasons(inp)`
+    with `super()` (the whole answer, e.g. to put "not installed" first).
     """
 
     name: str = ""
@@ -190,7 +192,9 @@ class Implementation:
     def prepare_inputs(self, inp: SDPAInputs) -> Callable[[], torch.Tensor]:
         return lambda: self.forward(inp)
 
-    def _reasons(self, inp: SDPAInputs) -> list[str]:
+    def not_supported_reasons(self, inp: SDPAInputs) -> list[str]:
+        """Validate (one ValueError for bad input), then the data checks of `support`, then the library's own
+        checks when those pass. Empty when this implementation can run `inp` here."""
         validate(inp)
         return self.support.reasons(inp) or self.library_reasons(inp)
 
@@ -199,14 +203,15 @@ class Implementation:
                             is_causal: bool = False, scale: float | None = None,
                             enable_gqa: bool = False) -> list[str]:
         """Empty when this implementation can run the call here; else one sentence per obstacle."""
-        return self._reasons(SDPAInputs(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa))
+        return self.not_supported_reasons(SDPAInputs(query, key, value, attn_mask, dropout_p, is_causal, scale,
+                                                      enable_gqa))
 
     def prepare(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0, is_causal: bool = False,
                 scale: float | None = None, enable_gqa: bool = False) -> Callable[[], torch.Tensor]:
         """Validate and check support once; return a zero-argument closure that only computes."""
         inp = SDPAInputs(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
-        reasons = self._reasons(inp)
+        reasons = self.not_supported_reasons(inp)
         if reasons:
             raise Unsupported(self.name, reasons)
         return self.prepare_inputs(inp)

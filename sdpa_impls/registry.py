@@ -37,10 +37,8 @@ class BrokenPlugin(Implementation):
         self.name = name
         self.error = error
 
-    def library_reasons(self, inp: SDPAInputs) -> list[str]:
-        return [f"plug-in failed to load: {self.error}"]
-
-    def _reasons(self, inp: SDPAInputs) -> list[str]:
+    def not_supported_reasons(self, inp: SDPAInputs) -> list[str]:
+        super().not_supported_reasons(inp)  # bad input still gets the one ValueError every implementation gives
         return [f"plug-in failed to load: {self.error}"]
 
 

@@ -5,10 +5,10 @@ import functools
 
 import torch
 
-from ..online_softmax import chunked_forward, tiled_attention
+from ._tiled.online_softmax import chunked_forward, tiled_attention
 from ..protocol import Implementation, SDPAInputs, Support
 from ..registry import register
-from ..tiles import fit_rows, score_tile_bytes
+from ._tiled.tiles import fit_rows, score_tile_bytes
 
 # Query rows per tile. 128 rows keep the GEMMs efficient while a causal row of tiles wastes at most
 # half a tile on the diagonal; the key tile is then sized so one score tile of all heads fits the cache.

@@ -3,14 +3,14 @@ from __future__ import annotations
 
 import torch
 
-from ..online_softmax import take, tiled_attention
+from ._tiled.online_softmax import take, tiled_attention
 from ..protocol import Implementation, SDPAInputs, Support
 from ..registry import register
-from ..tiles import (NEG_INF, TileMasker, causal_key_end, fit_rows, flat, forward_views, group_heads, head_groups,
+from ._tiled.tiles import (NEG_INF, TileMasker, causal_key_end, fit_rows, flat, forward_views, group_heads, head_groups,
                      rows3, score_tile_bytes, store_rows_)
 
 
-def tiles(device: torch.device, b: int, hkv: int, g: int, lq: int, lk: int, itemsize: int) -> tuple[int, int]:
+def tile_shape(device: torch.device, b: int, hkv: int, g: int, lq: int, lk: int, itemsize: int) -> tuple[int, int]:
     """(query rows, kv heads) per score tile.
 
     CPU: first 32 to 256 rows (multiple of 32), as many as fit `tiles.score_tile_bytes` for one head per
@@ -36,7 +36,7 @@ def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: t
     b, hkv, g, lq, e = q5.shape
     lk, ev, dtype, dev = k4.shape[-2], v4.shape[-1], q5.dtype, q5.device
     need_f32 = dtype != torch.float32 and (with_lse or (mask5 is not None and mask5.dtype != torch.bool))
-    rows, heads = tiles(dev, b, hkv, g, lq, lk, 4 if need_f32 else q5.element_size())
+    rows, heads = tile_shape(dev, b, hkv, g, lq, lk, 4 if need_f32 else q5.element_size())
     out = torch.empty((b, hkv, g, lq, ev), dtype=dtype, device=dev)
     lse = torch.empty((b, hkv, g, lq), dtype=torch.float32, device=dev) if with_lse else None
     masker = TileMasker(mask5, is_causal, rows, dev)
@@ -80,5 +80,5 @@ class Fused(Implementation):
     def forward(self, inp: SDPAInputs) -> torch.Tensor:
         q, k = inp.query, inp.key
         b, hkv, lk = k.shape[0], k.shape[1], k.shape[2]
-        rows, _ = tiles(q.device, b, hkv, q.shape[1] // hkv, q.shape[2], lk, 4)
+        rows, _ = tile_shape(q.device, b, hkv, q.shape[1] // hkv, q.shape[2], lk, 4)
         return tiled_attention(inp, fused_forward, rows, lk)  # backward: full-width key tiles

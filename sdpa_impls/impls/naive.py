@@ -5,7 +5,7 @@ import torch
 
 from ..protocol import Implementation, SDPAInputs, Support
 from ..registry import register
-from ..tiles import gmm, grouped, mask_scores_
+from ._tiled.tiles import gmm, grouped, mask_scores_
 
 
 @register

@@ -7,7 +7,7 @@ from types import ModuleType
 
 import torch
 
-from ..protocol import SDPAInputs, Implementation, Support, validate
+from ..protocol import Implementation, SDPAInputs, Support
 from ..registry import register
 
 
@@ -60,16 +60,15 @@ class XFormers(Implementation):
     description = "xformers.ops.memory_efficient_attention (optional dependency; no CPU kernels)"
     support = Support(devices=frozenset({"cuda"}), dropout=True)
 
-    def _reasons(self, inp: SDPAInputs) -> list[str]:
-        validate(inp)
+    def not_supported_reasons(self, inp: SDPAInputs) -> list[str]:
+        reasons = super().not_supported_reasons(inp)
         fmha, missing = _fmha()
-        data = self.support.reasons(inp)
-        if fmha is None:
-            return [missing, *data]
-        return data or self.library_reasons(inp)
+        return reasons if fmha is not None else [missing, *reasons]  # "not installed" first, wherever it runs
 
     def library_reasons(self, inp: SDPAInputs) -> list[str]:
         fmha, _ = _fmha()
+        if fmha is None:
+            return []  # said first by not_supported_reasons
         q, k, v = _layout(inp)
         try:
             x_inp = fmha.Inputs(query=q, key=k, value=v, attn_bias=_bias(inp, fmha), p=inp.dropout_p,

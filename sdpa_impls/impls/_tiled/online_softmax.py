@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import torch
 
-from .protocol import SDPAInputs
+from ...protocol import SDPAInputs
 from .tiles import (NEG_INF, TileMasker, causal_key_end, flat, forward_views, group_heads, grouped, head_groups,
                     rows3, store_rows_)
 
@@ -72,7 +72,7 @@ def chunked_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5:
                 pv = p if not half else sd.copy_(p)
                 if run_max is None:  # first key tile: nothing to rescale
                     run_sum = p.sum(dim=-1, keepdim=True)
-                    _product(acc, pv, v3[:, j0:j1], half)
+                    _matmul_into(acc, pv, v3[:, j0:j1], half)
                 else:
                     alpha = torch.sub(run_max, safe_max).exp_()  # rescales what was summed under the old max
                     run_sum.mul_(alpha).add_(p.sum(dim=-1, keepdim=True))
@@ -146,7 +146,7 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
     return dq, dk, dv
 
 
-def _product(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, half: bool) -> None:
+def _matmul_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, half: bool) -> None:
     """out = a @ b into an fp32 tile (through a tile of the input dtype for half types)."""
     if half:
         out.copy_(torch.bmm(a, b))

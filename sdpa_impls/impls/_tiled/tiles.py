@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from .protocol import SDPAInputs
+from ...protocol import SDPAInputs
 
 NEG_INF = float("-inf")
 
@@ -32,12 +32,6 @@ def gmm(a5: torch.Tensor, b4: torch.Tensor) -> torch.Tensor:
     """(B, Hkv, G, m, n) @ (B, Hkv, n, p) -> (B, Hkv, G, m, p), folding G into the rows of one GEMM."""
     b, hkv, g, m, n = a5.shape
     return (a5.reshape(b, hkv, g * m, n) @ b4).view(b, hkv, g, m, b4.shape[-1])
-
-
-def gmm_t(a5: torch.Tensor, c5: torch.Tensor) -> torch.Tensor:
-    """Σ_g a5[g]ᵀ @ c5[g]: (B, Hkv, G, m, n), (B, Hkv, G, m, p) -> (B, Hkv, n, p); the GQA sum of dk and dv."""
-    b, hkv, g, m, n = a5.shape
-    return a5.reshape(b, hkv, g * m, n).transpose(-2, -1) @ c5.reshape(b, hkv, g * m, c5.shape[-1])
 
 
 def causal_keep(i0: int, i1: int, j0: int, j1: int, device: torch.device) -> torch.Tensor:
