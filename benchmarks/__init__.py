@@ -1,1 +1,1 @@
-"""asv benchmark suite for sdpa-bench: thin wrappers over sdpa_impls.grid and sdpa_impls.measure (see docs/asv.md)."""
+"""asv benchmark suite for sdpa-bench: thin wrappers over sdpa_impls.bench (grid, check, measure) (see docs/asv.md)."""

@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from asv.machine import Machine, MachineCollection  # deferred: keeps benchmark discovery light
 
-    from sdpa_impls.machine import machine_info
+    from sdpa_impls.bench.machine import machine_info
 
     entry = machine_entry(machine_info(args.device), Machine.get_defaults())
     if args.dry_run:

@@ -1,5 +1,7 @@
 """asv benchmarks: every registered implementation × every case of the preset, one class per mode, fp64-checked first.
 
+Thin: the grid and `prepare_point` (reasons → check against fp64 → closure) come from sdpa_impls.bench.
+
 The preset comes from SDPA_BENCH_PRESET (default: "gpu" with CUDA, "cpu" without); SDPA_BENCH_IMPLS
 (comma-separated) narrows the implementations. Parameters never depend on what is installed: an
 implementation that cannot run a case raises `Unsupported` (a NotImplementedError) in `setup`, which
@@ -10,12 +12,29 @@ from __future__ import annotations
 import os
 import timeit
 from collections.abc import Callable
+from types import SimpleNamespace
 
-from sdpa_impls import get, names
-from sdpa_impls.grid import Case, default_device, default_preset_name, make_inputs, preset
-from sdpa_impls.measure import CaseContext, mode_closure
-from sdpa_impls.protocol import Unsupported
-from sdpa_impls.timing import CudaEventClock, peak_memory
+from sdpa_impls import Unsupported, get, names
+
+try:  # sdpa_impls with its bench/ layer
+    from sdpa_impls.bench.check import CaseContext
+    from sdpa_impls.bench.grid import Case, default_device, default_preset_name, preset
+    from sdpa_impls.bench.measure import prepare_point
+    from sdpa_impls.bench.memory import peak_memory
+    from sdpa_impls.bench.timing import CudaEventClock
+except ImportError:  # asv runs this suite against older commits too, whose modules were flat
+    from sdpa_impls.grid import Case, default_device, default_preset_name, preset
+    from sdpa_impls.measure import CaseContext, mode_closure
+    from sdpa_impls.timing import CudaEventClock, peak_memory
+
+    def prepare_point(impl: str, ctx: CaseContext) -> SimpleNamespace:  # the same sequence from the old parts
+        implementation = get(impl)
+        reasons = implementation.unsupported_reasons(**ctx.inputs.args())
+        if reasons:
+            raise Unsupported(impl, reasons)
+        max_error, error_tolerance = ctx.check(implementation)
+        return SimpleNamespace(fn=mode_closure(implementation, ctx.inputs, ctx.case.mode), max_error=max_error,
+                               error_tolerance=error_tolerance)
 
 IMPLS_ENV = "SDPA_BENCH_IMPLS"
 DEVICE = default_device()
@@ -49,13 +68,8 @@ def prepare(mode: str, impl: str, case_id: str) -> Callable[[], object]:
         raise NotImplementedError(f"preset {PRESET!r} has no {mode} cases")
     if case is None:  # the preset changed between discovery and this run
         raise ValueError(f"{case_id!r} is not a {mode} case of preset {PRESET!r}")
-    implementation = get(impl)
-    reasons = implementation.unsupported_reasons(**make_inputs(case, DEVICE).args())
-    if reasons:
-        raise Unsupported(impl, reasons)
-    ctx = CaseContext.build(case, DEVICE)
-    ctx.check(implementation)  # raises WrongResult: a wrong implementation fails and never gets a time
-    return mode_closure(implementation, ctx.inputs, case.mode)
+    # raises Unsupported (asv: a skipped cell) or WrongResult (a failure: a wrong implementation never gets a time)
+    return prepare_point(impl, CaseContext.build(case, DEVICE)).fn
 
 
 _prepared: dict[tuple[str, str, str], Callable[[], object]] = {}

@@ -6,8 +6,10 @@ import argparse
 import torch
 
 from .cli import UsageError
-from .grid import DTYPES, Case, default_device, make_inputs
-from .machine import machine_info
+from .bench.grid import Case, default_device
+from .bench.inputs import make_inputs
+from .dtypes import DTYPES
+from .bench.machine import machine_info
 from .registry import get, names
 from .report import machine_lines
 

@@ -5,7 +5,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import grid, store
+from . import store
+from .bench import grid
 from .cli import UsageError
 from .report import render
 

@@ -9,14 +9,15 @@ from pathlib import Path
 
 import torch
 
-from . import grid, store
+from . import store
+from .bench import grid
 from .cli import UsageError
-from .machine import machine_info
-from .measure import Options, run_case
+from .bench.machine import machine_info
+from .bench.measure import Options, run_case
 from .progress import Progress, fmt_duration
 from .registry import names
 from .report import render
-from .timing import ceilings
+from .bench.ceilings import ceilings
 
 OPTION_FLAGS = {"budget_s": "--budget", "min_reps": "--min-reps", "max_reps": "--max-reps", "warmup": "--warmup",
                 "flush_l2": "--flush-l2", "cuda_graph": "--cuda-graph", "memory": "--no-memory"}
@@ -36,7 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="start a new sweep in DIR even if it holds one (its results, CSV, plots and report go)")
     p.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when available, else cpu")
     p.add_argument("--seed", type=int, help="input seed (default 0)")
-    t = p.add_argument_group("timing (defaults: sdpa_impls.measure.Options)")
+    t = p.add_argument_group("timing (defaults: sdpa_impls.bench.measure.Options)")
     t.add_argument("--budget", dest="budget_s", type=float, metavar="SECONDS",
                    help=f"measured time per point (default {Options.budget_s})")
     t.add_argument("--min-reps", type=int, help=f"at least this many timed calls (default {Options.min_reps})")

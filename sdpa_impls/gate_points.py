@@ -7,7 +7,7 @@ Public API (independent of the pytest-benchmark file format):
     points_from_results(results) -> list[Point]                   # the CLI's own `measure.Result` rows
     machine_identity(machine) -> dict[str, str]                    # what must match to compare absolute times
 
-`machine` is `sdpa_impls.machine.machine_info()` (pytest-benchmark files carry it as
+`machine` is `sdpa_impls.bench.machine.machine_info()` (pytest-benchmark files carry it as
 `machine_info["sdpa_bench"]`). Feed two point lists to `gate_compare.compare_points`.
 Every unusable file raises `GateInputError` with one message that names the file.
 """
@@ -18,6 +18,8 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .bench.machine import machine_differences, machine_identity  # noqa: F401  (re-exported for the gate)
 
 # what a ratio rule's `when` may test: the case's fields, and the device it ran on (cpu, cuda)
 CASE_FIELDS = ("lq", "lk", "e", "ev", "dtype", "causal", "mode", "mask", "batch", "heads_q", "heads_kv", "device")
@@ -123,7 +125,7 @@ def load_points(path: str | Path) -> tuple[dict, list[Point]]:
 
 
 def points_from_results(results: Iterable) -> list[Point]:
-    """Points from `sdpa_impls.measure.Result` rows (or their `as_dict()` form, e.g. a results.json row)."""
+    """Points from `sdpa_impls.bench.result.Result` rows (or their `as_dict()` form, e.g. a results.json row)."""
     out = []
     for r in results:
         d = r if isinstance(r, dict) else r.as_dict()
@@ -134,20 +136,3 @@ def points_from_results(results: Iterable) -> list[Point]:
             error_tolerance=d.get("error_tolerance"), status=d.get("status", "ok"),
             case={k: case[k] for k in CASE_FIELDS if k in case}, name=f"{d['impl']}[{case['id']}]"))
     return out
-
-
-def machine_identity(machine: dict) -> dict[str, str]:
-    """The fields that must agree before absolute times of two runs mean anything: CPU, GPU, threads, torch."""
-    gpu = machine.get("gpu")
-    return {
-        "cpu": str(machine.get("cpu") or "unknown"),
-        "gpu": str(gpu.get("name") if isinstance(gpu, dict) else gpu or "none"),
-        "threads": str(machine.get("threads") or "unknown"),
-        "torch": str(machine.get("torch") or "unknown"),
-    }
-
-
-def machine_differences(a: dict, b: dict) -> list[str]:
-    """Human-readable differences between two machines' identities, e.g. "torch: 2.12.0 vs 2.13.0"."""
-    ia, ib = machine_identity(a), machine_identity(b)
-    return [f"{k}: {ia[k]} vs {ib[k]}" for k in ia if ia[k] != ib[k] or ia[k] == "unknown"]

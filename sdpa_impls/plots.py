@@ -13,8 +13,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: E402
 
-from .grid import Case  # noqa: E402
-from .measure import Result  # noqa: E402
+from .bench.grid import Case  # noqa: E402
+from .bench.result import Result  # noqa: E402
 from .progress import fmt_seconds  # noqa: E402
 from .registry import names  # noqa: E402
 from .report import fmt_bytes  # noqa: E402

@@ -8,8 +8,9 @@ import time
 from collections import defaultdict
 from typing import TextIO
 
-from .grid import Case
-from .measure import Options, Result
+from .bench.grid import Case
+from .bench.measure import Options
+from .bench.result import Result
 
 
 def fmt_duration(seconds: float) -> str:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from .measure import Result, with_speedups
+from .bench.result import Result, with_speedups
 from .progress import fmt_duration, fmt_seconds
 from .store import Sweep
 

@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .cli import UsageError
-from .grid import Case
-from .measure import Options, Result
+from .bench.grid import Case
+from .bench.measure import Options
+from .bench.result import Result
 
 RESULTS_FILE = "results.json"
 FORMAT = "sdpa-bench-results"

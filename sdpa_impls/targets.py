@@ -15,9 +15,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .grid import PRESETS, Case
-from .machine import machine_info
-from .measure import Options, Result, run_case, run_case_interleaved
+from .bench.grid import PRESETS, Case
+from .bench.machine import machine_info
+from .bench.measure import Options, run_case, run_case_interleaved
+from .bench.result import Result
 from .registry import names
 
 DEVICE = "cpu"

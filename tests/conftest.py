@@ -7,9 +7,9 @@ import pytest
 import torch
 
 import sdpa_impls
-from sdpa_impls.grid import PRESET_ENV, PRESETS, default_device, default_preset_name, preset
-from sdpa_impls.machine import machine_info as describe_machine
-from sdpa_impls.measure import SPEED_BASELINE
+from sdpa_impls.bench.grid import PRESET_ENV, PRESETS, default_device, default_preset_name, preset
+from sdpa_impls.bench.machine import machine_info as describe_machine
+from sdpa_impls.bench.result import SPEED_BASELINE
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -30,7 +30,7 @@ def pytest_configure(config: pytest.Config) -> None:
     device = config.getoption("sdpa_device") or default_device()
     timer_default = "time.perf_counter"
     if device == "cuda" and config.getoption("benchmark_timer", timer_default) == timer_default:
-        config.option.benchmark_timer = "sdpa_impls.timing.cuda_event_clock"  # GPU time, not async launch time
+        config.option.benchmark_timer = "sdpa_impls.bench.timing.cuda_event_clock"  # GPU time, not async launch time
 
 
 def selected_preset(config: pytest.Config) -> str:

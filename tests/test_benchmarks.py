@@ -5,51 +5,44 @@ Every point is checked against the fp64 reference first: a wrong implementation 
 """
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import pytest
 
-import sdpa_impls
-from sdpa_impls.grid import Case
-from sdpa_impls.measure import SPEED_BASELINE, CaseContext, derived_metrics, mode_closure
-from sdpa_impls.timing import peak_memory, summarize
+from sdpa_impls import Unsupported
+from sdpa_impls.bench.check import CaseContext
+from sdpa_impls.bench.grid import Case
+from sdpa_impls.bench.measure import prepare_point
+from sdpa_impls.bench.memory import peak_memory
+from sdpa_impls.bench.result import SPEED_BASELINE, Result
+from sdpa_impls.bench.timing import summarize
 
-_contexts: OrderedDict[tuple[Case, str], CaseContext] = OrderedDict()
+_context: dict[tuple[Case, str], CaseContext] = {}
 _baseline_median: dict[tuple[Case, str], float] = {}
 
 
 def case_context(case: Case, device: str) -> CaseContext:
     """Inputs + fp64 reference of a case, kept only while its implementations run (points are case-major)."""
     key = (case, device)
-    if key not in _contexts:
-        _contexts.clear()  # free the previous case's reference before building the next
-        _contexts[key] = CaseContext.build(case, device)
-    return _contexts[key]
+    if key not in _context:
+        _context.clear()  # free the previous case's reference before building the next
+        _context[key] = CaseContext(case, device)
+    return _context[key]
 
 
 def test_sdpa(benchmark, sdpa_point: tuple[str, Case], sdpa_device: str, sdpa_preset_name: str) -> None:
     impl_name, case = sdpa_point
     benchmark.group = case.id
-    impl = sdpa_impls.get(impl_name)
-    ctx = case_context(case, sdpa_device)
-    reasons = impl.unsupported_reasons(**ctx.inputs.args())
-    if reasons:
-        pytest.skip(f"{impl_name}: {'; '.join(reasons)}")
-    max_error, error_tolerance = ctx.check(impl)  # raises WrongResult (an AssertionError) before any timing
-    fn = mode_closure(impl, ctx.inputs, case.mode)
-    memory = peak_memory(fn, sdpa_device)
-    benchmark(fn)
-    info = {"impl": impl_name, "case": case.id, "preset": sdpa_preset_name, "device": sdpa_device, "status": "ok",
-            "peak_memory_bytes": memory, "max_error": max_error, "error_tolerance": error_tolerance,
-            "speedup_vs_torch_sdpa": None, **{k: v for k, v in case.as_dict().items() if k != "id"}}
+    try:  # a WrongResult (an AssertionError) fails the test before any timing
+        point = prepare_point(impl_name, case_context(case, sdpa_device))
+    except Unsupported as exc:
+        pytest.skip(f"{impl_name}: {'; '.join(exc.reasons)}")
+    memory = peak_memory(point.fn, sdpa_device)
+    benchmark(point.fn)
+    result = Result(impl_name, case, sdpa_device, "ok", peak_memory_bytes=memory, max_error=point.max_error,
+                    error_tolerance=point.error_tolerance)
     if benchmark.stats is not None:  # None when benchmarks are disabled (smoke mode)
-        stats = benchmark.stats.stats
-        samples = list(stats.data)
-        metrics = derived_metrics(case, sdpa_device, summarize(samples))
-        info |= {k: v for k, v in metrics.items() if k != "samples"}
+        result = result.timed(summarize(list(benchmark.stats.stats.data)))
         key = (case, sdpa_device)
         if impl_name == SPEED_BASELINE:
-            _baseline_median[key] = metrics["median_s"]
-        if key in _baseline_median and metrics["median_s"]:
-            info["speedup_vs_torch_sdpa"] = _baseline_median[key] / metrics["median_s"]
-    benchmark.extra_info.update(info)
+            _baseline_median[key] = result.median_s
+        result = result.with_speedup(_baseline_median.get(key))
+    benchmark.extra_info.update(result.extra_info() | {"preset": sdpa_preset_name})

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from sdpa_impls import names
-from sdpa_impls.grid import preset
+from sdpa_impls.bench.grid import preset
 
 FAST = ["--budget", "0.005", "--min-reps", "2", "--warmup", "1"]
 SMOKE_POINTS = len(preset("smoke")) * len(names())

@@ -5,9 +5,10 @@ import pytest
 import torch
 
 import sdpa_impls
-from sdpa_impls.grid import Case, make_inputs
-from sdpa_impls.measure import mode_closure
-from sdpa_impls.timing import peak_memory
+from sdpa_impls.bench.grid import Case
+from sdpa_impls.bench.inputs import make_inputs
+from sdpa_impls.bench.measure import mode_closure
+from sdpa_impls.bench.memory import peak_memory
 
 
 def test_peak_memory_counts_a_known_allocation() -> None:

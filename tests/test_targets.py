@@ -10,8 +10,8 @@ from dataclasses import replace
 import pytest
 
 from sdpa_impls import targets
-from sdpa_impls.grid import PRESETS
-from sdpa_impls.measure import Result
+from sdpa_impls.bench.grid import PRESETS
+from sdpa_impls.bench.result import Result
 
 
 def test_plan_runs_every_cpu_case_then_the_memory_cases() -> None:

@@ -1,14 +1,14 @@
-"""The benchmark grid: frozen Case rows, named presets declared once, and seeded inputs on the device."""
+"""The benchmark grid: frozen Case rows and named presets, declared once, append-only; shards of a preset."""
 from __future__ import annotations
 
 import itertools
 import os
-import zlib
 from dataclasses import asdict, dataclass
 
 import torch
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+from ..dtypes import DTYPES
+
 MODES = ("fwd", "bwd", "fwd+bwd")
 MASKS = ("none", "bool", "float")
 PRESET_ENV = "SDPA_BENCH_PRESET"
@@ -79,7 +79,7 @@ class Case:
 
     def min_bytes(self) -> float:
         """The least memory traffic: every input read once, every output written once."""
-        item = torch.empty((), dtype=self.torch_dtype).element_size()
+        item = self.torch_dtype.itemsize
         q = self.batch * self.heads_q * self.lq * self.e
         k = self.batch * self.heads_kv * self.lk * self.e
         v = self.batch * self.heads_kv * self.lk * self.ev
@@ -93,52 +93,7 @@ class Case:
         return asdict(self) | {"id": self.id}
 
 
-@dataclass(frozen=True)
-class Inputs:
-    """Seeded tensors of one case on one device; `grad_out` is set for the backward modes."""
-
-    query: torch.Tensor
-    key: torch.Tensor
-    value: torch.Tensor
-    attn_mask: torch.Tensor | None
-    is_causal: bool
-    grad_out: torch.Tensor | None
-
-    @property
-    def enable_gqa(self) -> bool:
-        return self.query.shape[1] != self.key.shape[1]
-
-    def args(self) -> dict:
-        return {"query": self.query, "key": self.key, "value": self.value, "attn_mask": self.attn_mask,
-                "is_causal": self.is_causal, "enable_gqa": self.enable_gqa}
-
-
-def make_inputs(case: Case, device: str | torch.device, seed: int = 0) -> Inputs:
-    """Standard-normal Q, K, V (never zeros), seeded by the case id so every implementation sees the same data."""
-    device = torch.device(device)
-    gen = torch.Generator(device=device).manual_seed(seed * 1_000_003 + zlib.crc32(case.id.encode()))
-    grad = case.mode != "fwd"
-
-    def randn(*shape: int) -> torch.Tensor:
-        t = torch.randn(shape, generator=gen, device=device, dtype=torch.float32).to(case.torch_dtype)
-        return t.requires_grad_(grad)
-
-    q = randn(case.batch, case.heads_q, case.lq, case.e)  # (B, Hq, Lq, E)
-    k = randn(case.batch, case.heads_kv, case.lk, case.e)  # (B, Hkv, Lk, E)
-    v = randn(case.batch, case.heads_kv, case.lk, case.ev)  # (B, Hkv, Lk, Ev)
-    mask = None
-    if case.mask == "bool":  # keep ~90 % of the keys, broadcast over batch and heads
-        mask = torch.rand((case.lq, case.lk), generator=gen, device=device) < 0.9
-    elif case.mask == "float":  # an additive bias of order 1
-        mask = torch.randn((case.lq, case.lk), generator=gen, device=device).to(case.torch_dtype)
-    grad_out = None
-    if grad:
-        grad_out = torch.randn((case.batch, case.heads_q, case.lq, case.ev), generator=gen, device=device,
-                               dtype=torch.float32).to(case.torch_dtype)
-    return Inputs(q, k, v, mask, case.causal, grad_out)
-
-
-def _product(**axes: tuple) -> tuple[Case, ...]:
+def _cases(**axes: tuple) -> tuple[Case, ...]:
     keys = list(axes)
     rows = []
     for values in itertools.product(*(axes[k] for k in keys)):
@@ -176,17 +131,17 @@ PRESETS: dict[str, tuple[Case, ...]] = {
         Case(lq=1024, lk=1024, e=64, mode="fwd+bwd"),
         Case(lq=1024, lk=1024, e=128, dtype="bf16"),
     ),
-    "quick": _product(lq=(256, 1024, 2048), e=(64,), dtype=("fp32", "bf16"), causal=(False, True),
+    "quick": _cases(lq=(256, 1024, 2048), e=(64,), dtype=("fp32", "bf16"), causal=(False, True),
                       mode=("fwd", "fwd+bwd")),
-    "cpu": _product(lq=(256, 512, 1024, 2048, 4096), e=(64, 128), dtype=("fp32", "bf16"), causal=(False, True),
+    "cpu": _cases(lq=(256, 512, 1024, 2048, 4096), e=(64, 128), dtype=("fp32", "bf16"), causal=(False, True),
                     mode=("fwd", "fwd+bwd")),
     "gpu": _gpu_cases(),
-    "decode": _product(lq=(1,), lk=(1024, 4096, 16384), e=(128,), dtype=("fp32", "bf16"), batch=(1, 8),
+    "decode": _cases(lq=(1,), lk=(1024, 4096, 16384), e=(128,), dtype=("fp32", "bf16"), batch=(1, 8),
                        heads_q=(32,), heads_kv=(8,)),
     "llm": (  # (heads_q, heads_kv, E): Llama-3-8B / Mistral-7B, Llama-2-7B, GPT-2 small
-        _product(lq=(1024, 4096), e=(128,), dtype=("bf16",), causal=(True,), mode=("fwd", "fwd+bwd"),
+        _cases(lq=(1024, 4096), e=(128,), dtype=("bf16",), causal=(True,), mode=("fwd", "fwd+bwd"),
                  heads_q=(32,), heads_kv=(8, 32))
-        + _product(lq=(1024,), e=(64,), dtype=("bf16",), causal=(True,), mode=("fwd", "fwd+bwd"),
+        + _cases(lq=(1024,), e=(64,), dtype=("bf16",), causal=(True,), mode=("fwd", "fwd+bwd"),
                    heads_q=(12,), heads_kv=(12,))
     ),
 }
@@ -211,3 +166,11 @@ def default_preset_name(device: str | None = None) -> str:
         preset(env)  # fail early and clearly on a typo
         return env
     return "gpu" if (device or default_device()) == "cuda" else "cpu"
+
+
+def shard_of(cases: tuple[Case, ...], index: int, count: int) -> list[Case]:
+    """Shard `index` (1-based) of `count`: the cases whose position is index-1 modulo count. Deterministic,
+    disjoint, together complete, and each shard gets its share of the large (slow) sequence lengths."""
+    if not 1 <= index <= count:
+        raise ValueError(f"shard {index}/{count}: need 1 <= I <= N")
+    return [c for k, c in enumerate(cases) if k % count == index - 1]

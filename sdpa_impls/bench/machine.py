@@ -1,0 +1,86 @@
+"""What machine a measurement came from (one dict for every front end), and the one definition of "the same machine"."""
+from __future__ import annotations
+
+import functools
+import platform
+import subprocess
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+import torch
+
+
+def _version(package: str) -> str | None:
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None
+
+
+@functools.lru_cache(maxsize=None)
+def _driver() -> str | None:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10)
+        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_info(device: str | torch.device | None = None) -> dict:
+    """Device, CPU model, thread count, GPU (model, memory, capability, driver), torch/CUDA/xformers versions."""
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    gpu = None
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        gpu = {"name": props.name, "memory_bytes": int(props.total_memory),
+               "capability": f"{props.major}.{props.minor}", "driver": _driver()}
+    return {
+        "device": device.type,
+        "device_name": gpu["name"] if gpu else cpu_model(),
+        "cpu": cpu_model(),
+        "machine": platform.machine(),
+        "threads": torch.get_num_threads(),
+        "gpu": gpu,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "xformers": _version("xformers"),
+        "python": platform.python_version(),
+    }
+
+
+# What must agree before absolute times (or a cached ceiling) of two runs mean anything.
+IDENTITY_FIELDS = ("cpu", "gpu", "threads", "torch", "cuda")
+
+
+def machine_identity(machine: dict) -> dict[str, str]:
+    """The identity fields of a `machine_info()` dict (or of an older or partial one: missing reads "unknown")."""
+    gpu = machine.get("gpu")
+    return {
+        "cpu": str(machine.get("cpu") or "unknown"),
+        "gpu": str(gpu.get("name") if isinstance(gpu, dict) else gpu or "none"),
+        "threads": str(machine.get("threads") or "unknown"),
+        "torch": str(machine.get("torch") or "unknown"),
+        "cuda": str(machine.get("cuda") or "none"),
+    }
+
+
+def machine_differences(a: dict, b: dict) -> list[str]:
+    """Human-readable differences between two machines' identities, e.g. "torch: 2.12.0 vs 2.13.0"."""
+    ia, ib = machine_identity(a), machine_identity(b)
+    return [f"{k}: {ia[k]} vs {ib[k]}" for k in ia if ia[k] != ib[k] or ia[k] == "unknown"]
+
+
+def machine_key(machine: dict) -> str:
+    """The identity as one string, e.g. a cache key."""
+    return "|".join(f"{k}={v}" for k, v in machine_identity(machine).items())

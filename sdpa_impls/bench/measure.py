@@ -1,0 +1,176 @@
+"""One point = implementation × case: reasons, the check against fp64, then time and memory; never raises.
+
+`prepare_point` (reasons → check → the closure to time) is the one sequence pytest-benchmark, asv and the
+command line share, so all three measure the same thing.
+"""
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+
+import torch
+
+from ..protocol import Unsupported
+from ..registry import get
+from .check import CaseContext, WrongResult
+from .grid import Case
+from .inputs import Inputs
+from .memory import peak_memory
+from .result import Result
+from .timing import Timing, summarize, time_closure
+
+
+@dataclass(frozen=True)
+class Options:
+    budget_s: float = 1.0
+    min_reps: int = 5
+    max_reps: int = 200
+    warmup: int = 2
+    flush_l2: bool = False
+    cuda_graph: bool = False
+    memory: bool = True
+
+
+@dataclass(frozen=True)
+class PreparedPoint:
+    """A point that passed its check: the closure to time, and the check's worst error and its tolerance."""
+
+    fn: Callable[[], object]
+    max_error: float
+    error_tolerance: float
+
+
+def mode_closure(impl, inputs: Inputs, mode: str) -> Callable[[], object]:
+    """The zero-argument closure to time: forward, backward only (forward done outside), or both."""
+    fwd = impl.prepare(**inputs.args())
+    if mode == "fwd":
+        return fwd
+    leaves = (inputs.query, inputs.key, inputs.value)
+    if mode == "fwd+bwd":
+        return lambda: torch.autograd.grad(fwd(), leaves, inputs.grad_out)
+    out = fwd()
+    return lambda: torch.autograd.grad(out, leaves, inputs.grad_out, retain_graph=True)
+
+
+def prepare_point(impl_name: str, ctx: CaseContext) -> PreparedPoint:
+    """Reasons first (Unsupported, cheap: no reference yet), then the check against fp64 (WrongResult), then the
+    closure to time. Raises; the callers decide what a skip or a failure means to them."""
+    impl = get(impl_name)
+    reasons = impl.unsupported_reasons(**ctx.inputs.args())
+    if reasons:
+        raise Unsupported(impl.name, reasons)
+    err, tol = ctx.check(impl)
+    return PreparedPoint(mode_closure(impl, ctx.inputs, ctx.case.mode), err, tol)
+
+
+def failed(base: Result, exc: BaseException) -> Result:
+    """What an exception during a point means, as a Result: one failing point never kills a sweep."""
+    if isinstance(exc, Unsupported):
+        return replace(base, status="skipped", reason="; ".join(exc.reasons))
+    if isinstance(exc, WrongResult):
+        return replace(base, status="wrong", reason=str(exc))
+    if isinstance(exc, torch.OutOfMemoryError):
+        return replace(base, status="failed", reason=f"out of memory: {str(exc).splitlines()[0]}")
+    where = traceback.extract_tb(exc.__traceback__)[-1]
+    return replace(base, status="failed",
+                   reason=f"{type(exc).__name__}: {exc} (at {where.filename.split('/')[-1]}:{where.lineno})")
+
+
+def _prepared(impl_name: str, ctx: CaseContext) -> tuple[Result, Callable[[], object] | None]:
+    """The point's Result so far and the closure to time; no closure when the point is decided (skipped, wrong,
+    failed) before any timing. Never raises."""
+    base = Result(impl=impl_name, case=ctx.case, device=ctx.device, status="ok")
+    try:
+        point = prepare_point(impl_name, ctx)
+    except Exception as exc:
+        return failed(base, exc), None
+    return replace(base, max_error=point.max_error, error_tolerance=point.error_tolerance), point.fn
+
+
+def _finished(base: Result, fn: Callable[[], object], timing: Timing, options: Options) -> Result:
+    mem = peak_memory(fn, base.device) if options.memory else None
+    return replace(base.timed(timing), peak_memory_bytes=mem)
+
+
+def _context_or_failures(case: Case, impl_names: list[str], device: str, seed: int) -> CaseContext | list[Result]:
+    """The case's shared context, or one failed Result per implementation when its inputs cannot be made."""
+    try:
+        return CaseContext(case, device, seed)
+    except Exception as exc:
+        return [Result(impl=name, case=case, device=device, status="failed",
+                       reason=f"could not prepare the case: {type(exc).__name__}: {exc}") for name in impl_names]
+
+
+def run_point(impl_name: str, ctx: CaseContext, options: Options = Options()) -> Result:
+    """Check, then time and measure one implementation on one case. Every failure becomes a Result."""
+    base, fn = _prepared(impl_name, ctx)
+    try:
+        if fn is None:
+            return base
+        timing = time_closure(fn, ctx.device, budget_s=options.budget_s, min_reps=options.min_reps,
+                              max_reps=options.max_reps, warmup=options.warmup, flush_l2=options.flush_l2,
+                              cuda_graph=options.cuda_graph)
+        return _finished(base, fn, timing, options)
+    except Exception as exc:
+        return failed(base, exc)
+    finally:
+        if ctx.device == "cuda":
+            torch.cuda.empty_cache()
+
+
+def run_case(case: Case, impl_names: list[str], device: str, options: Options = Options(),
+             seed: int = 0) -> Iterator[Result]:
+    """Every implementation on one case, sharing one context; yields each result as soon as it exists."""
+    ctx = _context_or_failures(case, impl_names, device, seed)
+    if not isinstance(ctx, CaseContext):
+        yield from ctx
+        return
+    for name in impl_names:
+        yield run_point(name, ctx, options)
+
+
+def run_case_interleaved(case: Case, impl_names: list[str], device: str, options: Options = Options(),
+                         seed: int = 0) -> list[Result]:
+    """Every implementation on one case, timed in rounds of one call each (A B C, A B C, ...).
+
+    For ratios between implementations on a shared machine: a slower period lasting seconds then lands on
+    every implementation of the rounds it covers instead of on one implementation's whole measurement, and
+    the median over rounds drops it. Rounds continue until `options.min_reps` rounds are done and every
+    implementation has `options.budget_s` of samples, or `options.max_reps` rounds. Never raises.
+    """
+    ctx = _context_or_failures(case, impl_names, device, seed)
+    if not isinstance(ctx, CaseContext):
+        return ctx
+    results: dict[str, Result] = {}
+    live: dict[str, tuple[Result, Callable[[], object]]] = {}
+    for name in impl_names:
+        base, fn = _prepared(name, ctx)
+        try:
+            for _ in range(options.warmup if fn is not None else 0):
+                fn()
+        except Exception as exc:
+            base, fn = failed(base, exc), None
+        if fn is None:
+            results[name] = base
+        else:
+            live[name] = (base, fn)
+    samples: dict[str, list[float]] = {name: [] for name in live}
+    rounds = 0
+    while live and rounds < options.max_reps and (
+            rounds < options.min_reps or min(sum(samples[n]) for n in live) < options.budget_s):
+        for name, (base, fn) in list(live.items()):
+            try:
+                samples[name] += time_closure(fn, device, budget_s=0.0, min_reps=1, max_reps=1, warmup=0).samples
+            except Exception as exc:
+                results[name] = failed(base, exc)
+                del live[name]
+        rounds += 1
+    for name, (base, fn) in live.items():
+        try:
+            results[name] = _finished(base, fn, summarize(samples[name]), options)
+        except Exception as exc:
+            results[name] = failed(base, exc)
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    return [results[name] for name in impl_names]

@@ -1,0 +1,75 @@
+"""One measured (or skipped, failed, wrong) point as a frozen Result, the metrics derived from its samples, and
+the form pytest-benchmark keeps (`extra_info`)."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+
+from .ceilings import ceilings, roofline_pct
+from .grid import Case
+from .timing import Timing
+
+SPEED_BASELINE = "torch_sdpa"  # speed-ups are reported against this one
+
+
+@dataclass(frozen=True)
+class Result:
+    """One point. Times in seconds, memory in bytes; `status` is "ok", "skipped", "failed" or "wrong"."""
+
+    impl: str
+    case: Case
+    device: str
+    status: str
+    reason: str = ""
+    median_s: float | None = None
+    iqr_s: float | None = None
+    samples: tuple[float, ...] = ()
+    tflops: float | None = None
+    gbps: float | None = None
+    roofline_pct: float | None = None
+    peak_memory_bytes: int | None = None
+    max_error: float | None = None
+    error_tolerance: float | None = None
+    speedup_vs_torch_sdpa: float | None = None
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["case"] = self.case.as_dict()
+        d["samples"] = list(self.samples)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Result:
+        case = {k: v for k, v in d["case"].items() if k != "id"}
+        return cls(**{**d, "case": Case(**case), "samples": tuple(d.get("samples", ()))})
+
+    def timed(self, timing: Timing) -> Result:
+        """This result with the timing and what follows from it: TFLOP/s, GB/s and % of the measured roofline."""
+        return replace(self, **derived_metrics(self.case, self.device, timing))
+
+    def with_speedup(self, baseline_median_s: float | None) -> Result:
+        """`speedup_vs_torch_sdpa` = the baseline's median / this median, when both exist."""
+        if self.status != "ok" or not baseline_median_s or not self.median_s:
+            return self
+        return replace(self, speedup_vs_torch_sdpa=baseline_median_s / self.median_s)
+
+    def extra_info(self) -> dict:
+        """The point as pytest-benchmark's `extra_info` holds it: every field but the samples (the benchmark's
+        own stats keep those), the case flattened into its fields, and `case` as the case id."""
+        d = {k: v for k, v in self.as_dict().items() if k not in ("samples", "case")}
+        return d | {k: v for k, v in self.case.as_dict().items() if k != "id"} | {"case": self.case.id}
+
+
+def derived_metrics(case: Case, device: str, timing: Timing) -> dict:
+    """Median/IQR plus TFLOP/s, GB/s of the minimal traffic and % of this machine's measured roofline."""
+    ceil = ceilings(device, (f"gemm_flops_{case.dtype}", "copy_bytes_per_s"))
+    t = timing.median
+    return {"median_s": t, "iqr_s": timing.iqr, "samples": timing.samples,
+            "tflops": case.flops() / t / 1e12 if t > 0 else None,
+            "gbps": case.min_bytes() / t / 1e9 if t > 0 else None,
+            "roofline_pct": roofline_pct(case.flops(), case.min_bytes(), t, case.dtype, ceil) if t > 0 else None}
+
+
+def with_speedups(results: list[Result]) -> list[Result]:
+    """Every result with `speedup_vs_torch_sdpa` against torch_sdpa's result of the same case and device."""
+    base = {(r.case, r.device): r.median_s for r in results if r.impl == SPEED_BASELINE and r.status == "ok"}
+    return [r.with_speedup(base.get((r.case, r.device))) for r in results]

@@ -1,0 +1,54 @@
+"""One set of formatters for every report, table and progress line: times, durations, bytes and tables."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def fmt_seconds(s: float | None) -> str:
+    """A time with a readable unit and three significant digits: 812 µs, 12.3 ms, 1.41 s, 95 ns."""
+    if s is None:
+        return "-"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9)):
+        if abs(s) >= scale or unit == "ns":
+            v = s / scale
+            return f"{v:.3g} {unit}" if abs(v) < 1000 else f"{v:.0f} {unit}"
+    raise AssertionError("unreachable")
+
+
+def fmt_duration(seconds: float) -> str:
+    """A wall-clock duration for humans: 42s, 3m05s, 1h07m."""
+    seconds = int(round(max(seconds, 0)))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def fmt_bytes(n: float | None) -> str:
+    """Bytes with a binary unit and three significant digits: 512 B, 3.5 KiB, 1.2 GiB."""
+    if n is None:
+        return "-"
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(n) >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{int(n)} B"
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]], markdown: bool = False,
+          numeric: bool = False) -> str:
+    """A plain-text (aligned, dashed rule under the header) or Markdown table.
+
+    `numeric`: every column after the first is right-aligned (numbers line up), in Markdown too.
+    """
+    if markdown:
+        rule = "|---|" + ("---:|" if numeric else "---|") * (len(header) - 1)
+        return "\n".join(["| " + " | ".join(header) + " |", rule] + ["| " + " | ".join(r) + " |" for r in rows])
+    widths = [max(len(str(row[k])) for row in [header, *rows]) for k in range(len(header))]
+
+    def line(row: Sequence[str]) -> str:
+        cells = [str(row[0]).ljust(widths[0])]
+        cells += [str(v).rjust(w) if numeric else str(v).ljust(w) for v, w in zip(row[1:], widths[1:])]
+        return "  ".join(cells).rstrip()
+
+    return "\n".join([line(header), "  ".join("-" * w for w in widths)] + [line(r) for r in rows])
