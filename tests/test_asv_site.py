@@ -26,8 +26,7 @@ import pytest
 asv_results = pytest.importorskip("asv.results", reason="asv is not installed (pip install -e .[asv])")
 asv_util = pytest.importorskip("asv.util")
 
-sys.path.insert(0, str(Path(__file__).parent))
-from plugin_env import build_plugin_env  # noqa: E402
+from plugin_env import build_plugin_env
 
 ROOT = Path(__file__).resolve().parents[1]
 MEASURE_LOCK = Path("/tmp/sdpa-measure.lock")  # measurements on a shared machine take turns

@@ -19,10 +19,11 @@ import pytest
 
 from plugin_env import build_plugin_env, run_gate_benchmarks
 from sdpa_impls.cli import main
-from sdpa_impls.gate_config import load_config
-from sdpa_impls.gate_points import GateInputError, Point, load_points
-from sdpa_impls.gate_report import compare_points
-from sdpa_impls.gate_rules import FAIL, NA, PASS, MemoryRule, RatioRule, TimeRule
+from sdpa_impls.errors import GateInputError
+from sdpa_impls.gate.compare import compare_points
+from sdpa_impls.gate.config import load_config
+from sdpa_impls.gate.points import Point, load_points
+from sdpa_impls.gate.rules import FAIL, NA, PASS, MemoryRule, RatioRule, TimeRule
 
 ROOT = Path(__file__).resolve().parents[1]
 # test_tunable is naive repeated: in units of naive's time on the same case and run, a busier machine during one

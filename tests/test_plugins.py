@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from plugin_env import build_plugin_env  # noqa: E402
+from plugin_env import build_plugin_env
 
 REPO = Path(__file__).resolve().parents[1]
 

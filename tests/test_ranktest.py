@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sdpa_impls.ranktest import mann_whitney_u, rank_average, u_distribution
+from sdpa_impls.gate.ranktest import mann_whitney_u, rank_average, u_distribution
 
 MALES, FEMALES = [19, 22, 16, 29, 24], [20, 11, 17, 12]  # the example of scipy's mannwhitneyu docstring
 TIES_SMALL = ([1, 2, 2, 3, 3, 3], [2, 3, 4, 4, 5])

@@ -1,6 +1,6 @@
 """The CPU performance targets harness: its plan covers the cpu preset, its verdict takes the worst ratio and names gaps.
 
-The timing itself is measure.run_case_interleaved (tests/test_grid.py); here the evaluation is fed Results
+The timing itself is bench.measure.run_case_interleaved (tests/test_measure.py); here the evaluation is fed Results
 whose times are chosen so that each target's worst case is known.
 """
 from __future__ import annotations
@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from sdpa_impls import targets
+from sdpa_impls.report import targets
 from sdpa_impls.bench.grid import PRESETS
 from sdpa_impls.bench.result import Result
 

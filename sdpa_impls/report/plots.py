@@ -13,12 +13,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: E402
 
-from .bench.grid import Case  # noqa: E402
-from .bench.result import Result  # noqa: E402
-from .progress import fmt_seconds  # noqa: E402
-from .registry import names  # noqa: E402
-from .report import fmt_bytes  # noqa: E402
-from .store import Sweep  # noqa: E402
+from ..bench.grid import Case  # noqa: E402
+from ..bench.result import Result  # noqa: E402
+from ..fmt import fmt_bytes, fmt_seconds  # noqa: E402
+from ..registry import names  # noqa: E402
+from .results import Sweep  # noqa: E402
 
 MODE_MARKERS = {"fwd": "o", "fwd+bwd": "^", "bwd": "s"}
 MODE_FILE = {"fwd": "fwd", "fwd+bwd": "fwd_bwd", "bwd": "bwd"}

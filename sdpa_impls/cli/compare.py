@@ -4,11 +4,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from . import store
-from .cli import UsageError
-from .gate_config import load_config
-from .gate_points import GateInputError, Point, points_from_results
-from .gate_report import compare_points, render
+from ..errors import GateInputError, UsageError
+from ..gate.compare import compare_points
+from ..gate.config import load_config
+from ..gate.points import Point, points_from_results
+from ..gate.render import render_verdict
+from ..report import results as store
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -21,7 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="compare absolute times even when CPU, GPU, threads or torch differ")
 
 
-def sweep_points(directory: Path) -> tuple[dict, list[Point]]:
+def measured_points(directory: Path) -> tuple[dict, list[Point]]:
     """(machine, gate points) of a saved sweep; skipped points are not measurements and are left out."""
     sweep = store.load(directory)
     return sweep.meta.get("machine") or {}, points_from_results(r for r in sweep.results if r.status != "skipped")
@@ -32,8 +33,8 @@ def run(args: argparse.Namespace) -> int:
 
     `compare` informs; `sdpa-bench gate` is the command that fails a change.
     """
-    machine_a, a = sweep_points(args.dir_a)
-    machine_b, b = sweep_points(args.dir_b)
+    machine_a, a = measured_points(args.dir_a)
+    machine_b, b = measured_points(args.dir_b)
     if not b:
         raise UsageError(f"{args.dir_b} holds no measured point to compare")
     try:
@@ -45,10 +46,10 @@ def run(args: argparse.Namespace) -> int:
     except GateInputError as exc:
         raise UsageError(f"{args.dir_a} vs {args.dir_b}: {exc}") from None
     print(f"A (baseline): {args.dir_a}\nB (candidate): {args.dir_b}\n")
-    print(render(report), end="")
+    print(render_verdict(report), end="")
     if args.markdown:
         try:
-            args.markdown.write_text(render(report, markdown=True), encoding="utf-8")
+            args.markdown.write_text(render_verdict(report, markdown=True), encoding="utf-8")
         except OSError as exc:
             raise UsageError(f"cannot write {args.markdown}: {exc.strerror or exc}") from None
     return 0

@@ -10,9 +10,9 @@ import sysconfig
 import venv
 from pathlib import Path
 
-PLUGIN_SRC = Path(__file__).parent / "plugins" / "sdpa_test_plugins"
+PLUGIN_SRC = Path(__file__).resolve().parents[1] / "plugins" / "sdpa_test_plugins"
 LINK_FILE = "_sdpa_test_environment.pth"
-# How the gate tests and tests/gate_evidence.py measure: the smoke preset, naive and the test_tunable plug-in,
+# How the gate tests and tools/gate_evidence.py measure: the smoke preset, naive and the test_tunable plug-in,
 # as docs/gate.md recommends for a shared CPU machine (one thread, CPU time of the process), with short runs
 GATE_BENCH_ARGS = ("--sdpa-preset", "smoke", "--sdpa-impl", "naive", "--sdpa-impl", "test_tunable",
                    "--benchmark-timer=time.process_time", "--benchmark-max-time=0.25", "--benchmark-min-rounds=20")
@@ -54,7 +54,7 @@ def build_plugin_env(root: Path) -> Path:
 def run_gate_benchmarks(python: Path, out: Path, extra_env: dict[str, str]) -> subprocess.CompletedProcess:
     """One real pytest-benchmark run of tests/test_benchmarks.py with GATE_BENCH_ARGS into `out` (raw samples
     saved), in the plug-in environment, with one thread and `extra_env` (e.g. SDPA_TUNABLE_SLOWDOWN)."""
-    tests = Path(__file__).parent
+    tests = Path(__file__).resolve().parents[1]
     env = {k: v for k, v in os.environ.items() if not k.startswith("SDPA_TUNABLE")} | {"OMP_NUM_THREADS": "1"}
     return subprocess.run([str(python), "-m", "pytest", str(tests / "test_benchmarks.py"), "-q", "-p", "no:cacheprovider",
                            "--benchmark-only", *GATE_BENCH_ARGS, f"--benchmark-json={out}", "--benchmark-save-data"],

@@ -1,28 +1,28 @@
-"""Compare a candidate run with a baseline (or with itself) and render the verdict as a table, Markdown or JSON.
+"""Compare a candidate run with a baseline (or with itself): every check of the gate, as a Verdict.
 
     compare_points(baseline, candidate, config, baseline_machine=None, candidate_machine=None,
-                   allow_different_machines=None, repeats=(), baseline_repeats=()) -> Report
-    render(report, markdown=False) -> str        # the table, then failures and notes
-    report_dict(report) -> dict                  # JSON-ready
+                   allow_different_machines=None, repeats=(), baseline_repeats=()) -> Verdict
 
 `baseline` may be None: then only correctness and the in-run ratio rules apply. Time rules are
 refused (status "refused", not a failure) when the machines differ, unless allowed.
 `repeats` / `baseline_repeats` (further runs of either tree) confirm time regressions: one must show in every
 pair of baseline and candidate runs.
-Report.exit_code is 1 when any check failed, else 0; GateInputError means nothing was comparable.
+Verdict.exit_code is 1 when any check failed, else 0; GateInputError means nothing was comparable.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 
-from .gate_config import GateConfig
-from .gate_points import GateInputError, Point, machine_differences
-from .gate_rules import FAIL, INFO, NA, PASS, REFUSED, Check, correctness_check, fmt_bytes, fmt_seconds
+from ..bench.machine import machine_differences
+from ..errors import GateInputError
+from .config import GateConfig
+from .points import Point
+from .rules import FAIL, INFO, NA, PASS, REFUSED, Check, correctness_check
 
 
 @dataclass(frozen=True)
-class Row:
+class Comparison:
     """One implementation × case: its two points (either may be None) and the checks made on it."""
 
     impl: str
@@ -41,8 +41,8 @@ class Row:
 
 
 @dataclass(frozen=True)
-class Report:
-    rows: tuple[Row, ...]
+class Verdict:
+    rows: tuple[Comparison, ...]
     ratios: tuple[Check, ...]
     notes: tuple[str, ...]
     config_source: str = ""
@@ -98,7 +98,7 @@ def compare_points(baseline: Sequence[Point] | None, candidate: Sequence[Point],
                    baseline_machine: dict | None = None, candidate_machine: dict | None = None,
                    allow_different_machines: bool | None = None,
                    repeats: Sequence[Sequence[Point]] = (),
-                   baseline_repeats: Sequence[Sequence[Point]] = ()) -> Report:
+                   baseline_repeats: Sequence[Sequence[Point]] = ()) -> Verdict:
     """Every check of the gate; raises GateInputError when there is nothing to compare.
 
     `repeats` / `baseline_repeats` are further runs of the candidate / baseline tree (separate processes):
@@ -131,7 +131,7 @@ def compare_points(baseline: Sequence[Point] | None, candidate: Sequence[Point],
     c_runs = [cand] + [{p.key: p for p in run} for run in repeats]
     pairs = [(f"baseline run {i + 1} vs candidate run {j + 1}", b, c) for i, b in enumerate(b_runs)
              for j, c in enumerate(c_runs)]  # the first pair first
-    rows = tuple(Row(k[0], k[1], base.get(k), cand.get(k),
+    rows = tuple(Comparison(k[0], k[1], base.get(k), cand.get(k),
                      _row_checks(base.get(k), cand.get(k), config, times_ok, baseline is not None, pairs))
                  for k in keys)
     if config.time_reference and baseline is not None and times_ok:
@@ -149,7 +149,7 @@ def compare_points(baseline: Sequence[Point] | None, candidate: Sequence[Point],
         else:
             notes.append(f"{len(c_runs)} candidate runs: an in-run time rule must fail in every run ({unconfirmed} "
                          "that did not, taken as noise).")
-    return Report(rows, ratios, tuple(notes), config.source)
+    return Verdict(rows, ratios, tuple(notes), config.source)
 
 
 def _ratio_checks(config: GateConfig, candidate: Sequence[Point], repeats: Sequence[Sequence[Point]]) -> list[Check]:
@@ -160,75 +160,3 @@ def _ratio_checks(config: GateConfig, candidate: Sequence[Point], repeats: Seque
                               if c.subject in run])
                 for c in rule.check(candidate, config.alpha)]
     return out
-
-
-def _time_cell(row: Row) -> str:
-    b, c = row.baseline, row.candidate
-    if c is None:
-        return fmt_seconds(b.median_s) + " → -"
-    if b is None or b.median_s is None or c.median_s is None:
-        return fmt_seconds(c.median_s)
-    ratio = c.median_s / b.median_s if b.median_s else float("inf")
-    return f"{fmt_seconds(b.median_s)} → {fmt_seconds(c.median_s)} ×{ratio:.2f}"
-
-
-def _memory_cell(row: Row) -> str:
-    b, c = row.baseline, row.candidate
-    if c is None or b is None:
-        return fmt_bytes((c or b).peak_memory_bytes)
-    return f"{fmt_bytes(b.peak_memory_bytes)} → {fmt_bytes(c.peak_memory_bytes)}"
-
-
-def _error_cell(row: Row) -> str:
-    c = row.candidate
-    if c is None or c.max_error is None or c.error_tolerance is None:
-        return "-"
-    return f"{c.max_error:.2g} / {c.error_tolerance:.2g}"
-
-
-def _table(header: list[str], rows: list[list[str]], markdown: bool) -> list[str]:
-    if markdown:
-        lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-        return lines + ["| " + " | ".join(r) + " |" for r in rows]
-    widths = [max(len(x) for x in col) for col in zip(header, *rows)]
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    return [fmt.format(*header).rstrip(), fmt.format(*("-" * w for w in widths))] + [
-        fmt.format(*r).rstrip() for r in rows]
-
-
-def render(report: Report, markdown: bool = False) -> str:
-    """The verdict as text: one row per benchmark, one per ratio rule and case, then failures and notes."""
-    verdict = "FAIL" if report.exit_code else "PASS"
-    out = [f"{'## ' if markdown else ''}sdpa-bench gate: {verdict} "
-           f"({len(report.failures)} failed check(s); config: {report.config_source or 'built-in defaults'})", ""]
-    out += _table(["benchmark", "median time", "peak memory", "error / tol", "verdict"],
-                  [[r.candidate.label if r.candidate else r.baseline.label, _time_cell(r), _memory_cell(r),
-                    _error_cell(r), r.verdict] for r in report.rows], markdown)
-    if report.ratios:
-        out += [""] + _table(["in-run rule", "verdict", "numbers"],
-                             [[c.subject, c.status, c.message] for c in report.ratios], markdown)
-    bullet = "- " if markdown else "  "
-    if report.failures:
-        out += ["", "Failures:"] + [f"{bullet}{c.kind} {c.subject}: {c.message}" for c in report.failures]
-    skipped = [c for r in report.rows for c in r.checks if c.status == NA]  # refusals are one note
-    if skipped:
-        out += ["", "Not checked:"] + [f"{bullet}{c.kind} {c.subject}: {c.message}" for c in skipped]
-    if report.notes:
-        out += ["", "Notes:"] + [f"{bullet}{n}" for n in report.notes]
-    return "\n".join(out) + "\n"
-
-
-def report_dict(report: Report) -> dict:
-    """JSON-ready: verdict, exit code, every row with its checks, ratio checks and notes (no raw samples)."""
-    def point(p: Point | None) -> dict | None:
-        return None if p is None else {k: v for k, v in asdict(p).items() if k != "samples"} | {
-            "n_samples": len(p.samples)}
-    return {
-        "verdict": "FAIL" if report.exit_code else PASS, "exit_code": report.exit_code,
-        "config": report.config_source,
-        "rows": [{"impl": r.impl, "case": r.case_id, "verdict": r.verdict, "baseline": point(r.baseline),
-                  "candidate": point(r.candidate), "checks": [asdict(c) for c in r.checks]} for r in report.rows],
-        "ratios": [asdict(c) for c in report.ratios],
-        "failures": [asdict(c) for c in report.failures],
-        "notes": list(report.notes),
-    }

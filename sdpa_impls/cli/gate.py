@@ -8,8 +8,8 @@ Reads pytest-benchmark JSON files written by tests/test_benchmarks.py (save raw 
 machine) of the same tree: a time regression must then show between every baseline and candidate run.
 Prints a table and exits 0 (pass), 1 (a regression or a wrong result) or 2 (unusable input: a missing,
 corrupt or truncated file, an unknown config key, nothing comparable).
-Thresholds come from [tool.sdpa_bench.gate] (see gate_config); the rules live in gate_rules,
-the comparison and rendering in gate_report, the file reading in gate_points.
+Thresholds come from [tool.sdpa_bench.gate] (see gate.config); the rules live in gate.rules, the
+comparison in gate.compare, the rendering in gate.render, the file reading in gate.points.
 """
 from __future__ import annotations
 
@@ -18,9 +18,12 @@ import json
 import sys
 from pathlib import Path
 
-from .gate_config import load_config
-from .gate_points import GateInputError, load_points, machine_differences
-from .gate_report import compare_points, render, report_dict
+from ..bench.machine import machine_differences
+from ..errors import GateInputError
+from ..gate.compare import compare_points
+from ..gate.config import load_config
+from ..gate.points import load_points
+from ..gate.render import render_verdict, verdict_dict
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_UNUSABLE = 0, 1, 2
 
@@ -75,11 +78,11 @@ def run(args: argparse.Namespace) -> int:
         except GateInputError as exc:
             where = f"{args.baseline[0]} vs {args.candidate[0]}" if args.baseline else args.candidate[0]
             raise GateInputError(f"{where}: {exc}") from None
-        sys.stdout.write(render(report))
+        sys.stdout.write(render_verdict(report))
         if args.markdown:
-            _write(args.markdown, render(report, markdown=True))
+            _write(args.markdown, render_verdict(report, markdown=True))
         if args.json:
-            _write(args.json, json.dumps(report_dict(report), indent=1) + "\n")
+            _write(args.json, json.dumps(verdict_dict(report), indent=1) + "\n")
     except GateInputError as exc:
         print(f"sdpa-bench gate: error: {exc}", file=sys.stderr)
         return EXIT_UNUSABLE

@@ -8,29 +8,10 @@ import time
 from collections import defaultdict
 from typing import TextIO
 
-from .bench.grid import Case
-from .bench.measure import Options
-from .bench.result import Result
-
-
-def fmt_duration(seconds: float) -> str:
-    seconds = int(round(max(seconds, 0)))
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-
-
-def fmt_seconds(s: float | None) -> str:
-    """A time with a readable unit: 812 µs, 12.3 ms, 1.41 s."""
-    if s is None:
-        return "-"
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
-        if s >= scale or unit == "µs":
-            v = s / scale
-            return f"{v:.3g} {unit}" if v < 100 else f"{v:.0f} {unit}"
-    raise AssertionError("unreachable")
+from ..bench.grid import Case
+from ..bench.measure import Options
+from ..bench.result import Result
+from ..fmt import fmt_duration, fmt_seconds
 
 
 class Eta:

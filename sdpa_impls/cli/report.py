@@ -5,8 +5,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import store
-from .report import render
+from ..report import results as store
+from ..report.write import write_report
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -17,6 +17,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     sweep = store.load(args.dir)
     store.prepare_dir(args.dir)
-    files = render(args.dir, sweep, plots=not args.no_plots)
+    files = write_report(args.dir, sweep, plots=not args.no_plots)
     print(f"wrote {', '.join(map(str, files))}", file=sys.stderr)
     return 0

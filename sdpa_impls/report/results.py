@@ -1,4 +1,4 @@
-"""A sweep's results file: atomic incremental writes, loading for --resume and report, shards and merging."""
+"""A sweep's results file (results.json): atomic incremental writes, loading for --resume and report, merging shards."""
 from __future__ import annotations
 
 import dataclasses
@@ -7,10 +7,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .cli import UsageError
-from .bench.grid import Case
-from .bench.measure import Options
-from .bench.result import Result
+from ..bench.measure import Options
+from ..bench.result import Result
+from ..errors import UsageError
 
 RESULTS_FILE = "results.json"
 FORMAT = "sdpa-bench-results"
@@ -119,26 +118,6 @@ def prepare_dir(directory: Path) -> Path:
     except OSError as exc:
         raise UsageError(f"cannot write to output folder {directory}: {exc.strerror or exc}") from None
     return directory
-
-
-def parse_shard(text: str) -> tuple[int, int]:
-    """'I/N' with 1 <= I <= N -> (I, N); UsageError otherwise."""
-    try:
-        i, n = (int(part) for part in text.split("/"))
-    except ValueError:
-        raise UsageError(f"--shard {text!r} must look like I/N, e.g. 1/4 (shard 1 of 4)") from None
-    if n < 1 or not 1 <= i <= n:
-        raise UsageError(f"--shard {text!r}: need 1 <= I <= N (shards are numbered 1 to N)")
-    return i, n
-
-
-def select_shard(cases: tuple[Case, ...], shard: tuple[int, int] | None) -> list[Case]:
-    """Shard I of N takes the cases whose index in the preset is I-1 modulo N: deterministic, disjoint,
-    together complete, and each shard gets its share of the large (slow) sequence lengths."""
-    if shard is None:
-        return list(cases)
-    i, n = shard
-    return [c for idx, c in enumerate(cases) if idx % n == i - 1]
 
 
 def merge(sweeps: list[tuple[Path, Sweep]], all_case_ids: list[str] | None = None) -> Sweep:

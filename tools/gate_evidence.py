@@ -1,6 +1,6 @@
 """Count the gate's false alarms and catches over repeated real runs (the numbers in docs/gate.md).
 
-    flock /tmp/sdpa-measure.lock python tests/gate_evidence.py --trials 10 --out /tmp/gate-evidence
+    flock /tmp/sdpa-measure.lock python tools/gate_evidence.py --trials 10 --out /tmp/gate-evidence
 
 Each trial measures, in this order, with pytest-benchmark as CI would (smoke preset, `naive` and the
 `test_tunable` plug-in, one thread, process time): baseline, candidate, baseline, candidate, slow, slow —
@@ -20,9 +20,8 @@ import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path[:0] = [str(HERE), str(ROOT)]
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "tests" / "_support"), str(ROOT)]  # the tests' measurement protocol
 
 from plugin_env import build_plugin_env, run_gate_benchmarks  # noqa: E402
 from sdpa_impls.cli import main as sdpa_bench  # noqa: E402

@@ -9,15 +9,16 @@ from pathlib import Path
 
 import torch
 
-from . import store
-from .bench import grid
-from .cli import UsageError
-from .bench.machine import machine_info
-from .bench.measure import Options, run_case
-from .progress import Progress, fmt_duration
-from .registry import names
-from .report import render
-from .bench.ceilings import ceilings
+from ..bench import grid
+from ..bench.ceilings import ceilings
+from ..bench.machine import machine_differences, machine_info
+from ..bench.measure import Options, run_case
+from ..errors import UsageError
+from ..fmt import fmt_duration
+from ..registry import names
+from ..report import results as store
+from ..report.write import write_report
+from .progress import Progress
 
 OPTION_FLAGS = {"budget_s": "--budget", "min_reps": "--min-reps", "max_reps": "--max-reps", "warmup": "--warmup",
                 "flush_l2": "--flush-l2", "cuda_graph": "--cuda-graph", "memory": "--no-memory"}
@@ -48,6 +49,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--no-memory", dest="memory", action="store_const", const=False,
                    help="skip the peak-memory measurement")
     p.add_argument("--no-plots", action="store_true", help="write tables, CSV and report without PNGs")
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """'I/N' with 1 <= I <= N -> (I, N); UsageError otherwise."""
+    try:
+        i, n = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise UsageError(f"--shard {text!r} must look like I/N, e.g. 1/4 (shard 1 of 4)") from None
+    if n < 1 or not 1 <= i <= n:
+        raise UsageError(f"--shard {text!r}: need 1 <= I <= N (shards are numbered 1 to N)")
+    return i, n
 
 
 def _impls(requested: list[str] | None) -> list[str] | None:
@@ -87,17 +99,15 @@ def _resume(out: Path, args: argparse.Namespace, impls: list[str] | None, given:
     _conflict("preset", args.preset, meta.get("preset"), out)
     if impls is not None and set(impls) != set(meta.get("impls", ())):
         _conflict("--impl", ",".join(impls), ",".join(meta.get("impls", ())), out)
-    _conflict("--shard", args.shard and "/".join(map(str, store.parse_shard(args.shard))), meta.get("shard"), out)
+    _conflict("--shard", args.shard and "/".join(map(str, parse_shard(args.shard))), meta.get("shard"), out)
     _conflict("--device", args.device, meta.get("device"), out)
     _conflict("--seed", args.seed, meta.get("seed"), out)
     for k, v in given.items():
         _conflict(OPTION_FLAGS[k], v, (meta.get("options") or {}).get(k), out)
-    here, there = machine_info(meta.get("device")), meta.get("machine") or {}
-    same = ("device_name", "threads", "torch", "cuda")
-    if any(here.get(k) != there.get(k) for k in same):
-        raise UsageError(f"{out} was measured on {', '.join(str(there.get(k)) for k in same)}; this machine is "
-                         f"{', '.join(str(here.get(k)) for k in same)}. Resume it there (or split a sweep over "
-                         f"machines with --shard and `merge`)")
+    diffs = machine_differences(meta.get("machine") or {}, machine_info(meta.get("device")))
+    if diffs:
+        raise UsageError(f"{out} was measured on another machine ({'; '.join(diffs)}, saved vs here). Resume it "
+                         f"there (or split a sweep over machines with --shard and `merge`)")
     try:
         known = {c.id for c in grid.preset(meta["preset"])}
     except ValueError as exc:
@@ -112,8 +122,8 @@ def _resume(out: Path, args: argparse.Namespace, impls: list[str] | None, given:
 
 
 def _new(args: argparse.Namespace, device: str, preset: str, impls: list[str] | None, opts: Options) -> store.Sweep:
-    shard = store.parse_shard(args.shard) if args.shard else None
-    cases = store.select_shard(grid.preset(preset), shard)
+    shard = parse_shard(args.shard) if args.shard else None
+    cases = grid.shard_of(grid.preset(preset), *shard) if shard else list(grid.preset(preset))
     meta = {"preset": preset, "device": device, "shard": "/".join(map(str, shard)) if shard else None,
             "impls": impls or names(), "case_ids": [c.id for c in cases], "options": dataclasses.asdict(opts),
             "seed": args.seed or 0, "machine": machine_info(device), "ceilings": {},
@@ -121,7 +131,7 @@ def _new(args: argparse.Namespace, device: str, preset: str, impls: list[str] | 
     return store.Sweep(meta)
 
 
-def sweep_points(sweep: store.Sweep, out: Path, progress: Progress) -> None:
+def run_pending(sweep: store.Sweep, out: Path, progress: Progress) -> None:
     """Run every unfinished point, saving results.json after each one."""
     meta = sweep.meta
     by_id = {c.id: c for c in grid.preset(meta["preset"])}
@@ -149,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
     impls = _impls(args.impl)
     given, opts = _options(args)
     if args.shard:
-        store.parse_shard(args.shard)
+        parse_shard(args.shard)
     try:
         preset = args.preset or grid.default_preset_name(device)
         grid.preset(preset)
@@ -183,20 +193,20 @@ def run(args: argparse.Namespace) -> int:
         meta["ceilings"] = {k: v for k, v in ceilings(device, needed).items() if k in needed}
     store.save(out, sweep)
     try:
-        sweep_points(sweep, out, progress)
+        run_pending(sweep, out, progress)
     except KeyboardInterrupt:
         progress.close()
         meta["wall_s"] = meta.get("wall_s", 0.0) + progress.wall_s
         store.save(out, sweep)
         print(f"sdpa-bench: interrupted; {len(sweep.done())} of {total} points are saved in "
               f"{out / store.RESULTS_FILE}; continue with: sdpa-bench run --out {out} --resume", file=sys.stderr)
-        render(out, sweep, plots=False)
+        write_report(out, sweep, plots=False)
         return 130
     progress.close()
     meta["wall_s"] = meta.get("wall_s", 0.0) + progress.wall_s
     meta["finished"] = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
     store.save(out, sweep)
-    files = render(out, sweep, plots=not args.no_plots)
+    files = write_report(out, sweep, plots=not args.no_plots)
     print(f"{len(sweep.results)} points in {fmt_duration(progress.wall_s)}; wrote "
           f"{', '.join(str(f) for f in [out / store.RESULTS_FILE, *files])}", file=sys.stderr)
     wrong = [r for r in sweep.results if r.status == "wrong"]

@@ -5,13 +5,13 @@ import argparse
 
 import torch
 
-from .cli import UsageError
-from .bench.grid import Case, default_device
-from .bench.inputs import make_inputs
-from .dtypes import DTYPES
-from .bench.machine import machine_info
-from .registry import get, names
-from .report import machine_lines
+from ..bench.grid import Case, default_device
+from ..bench.inputs import make_inputs
+from ..bench.machine import machine_info
+from ..dtypes import DTYPES
+from ..errors import UsageError
+from ..registry import get, names
+from ..report.markdown import machine_lines
 
 PROBE_L, PROBE_E = 128, 64
 # feature probes, run with the first dtype an implementation supports: label -> changes to the base case

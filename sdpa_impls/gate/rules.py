@@ -19,7 +19,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from .gate_points import CASE_FIELDS, Point
+from ..fmt import fmt_bytes, fmt_seconds
+from .points import CASE_FIELDS, Point
 from .ranktest import mann_whitney_u
 
 PASS, FAIL, NA, REFUSED, INFO = "pass", "FAIL", "n/a", "refused", "info"
@@ -41,24 +42,6 @@ class Check:
     @property
     def failed(self) -> bool:
         return self.status == FAIL
-
-
-def fmt_seconds(s: float | None) -> str:
-    if s is None:
-        return "-"
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
-        if abs(s) >= scale:
-            return f"{s / scale:.3g} {unit}"
-    return f"{s / 1e-9:.3g} ns"
-
-
-def fmt_bytes(n: float | None) -> str:
-    if n is None:
-        return "-"
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if abs(n) >= scale:
-            return f"{n / scale:.3g} {unit}"
-    return f"{int(n)} B"
 
 
 def _percent(spec: str, stat: str, what: str) -> float:

@@ -5,10 +5,9 @@ Public API (independent of the pytest-benchmark file format):
     Point(impl, case_id, median_s, samples, peak_memory_bytes, max_error, error_tolerance, status, case, name)
     load_points(path) -> (machine: dict, points: list[Point])     # a pytest-benchmark JSON file
     points_from_results(results) -> list[Point]                   # the CLI's own `measure.Result` rows
-    machine_identity(machine) -> dict[str, str]                    # what must match to compare absolute times
 
 `machine` is `sdpa_impls.bench.machine.machine_info()` (pytest-benchmark files carry it as
-`machine_info["sdpa_bench"]`). Feed two point lists to `gate_compare.compare_points`.
+`machine_info["sdpa_bench"]`). Feed two point lists to `sdpa_impls.gate.compare.compare_points`.
 Every unusable file raises `GateInputError` with one message that names the file.
 """
 from __future__ import annotations
@@ -19,14 +18,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .bench.machine import machine_differences, machine_identity  # noqa: F401  (re-exported for the gate)
+from ..errors import GateInputError
 
 # what a ratio rule's `when` may test: the case's fields, and the device it ran on (cpu, cuda)
 CASE_FIELDS = ("lq", "lk", "e", "ev", "dtype", "causal", "mode", "mask", "batch", "heads_q", "heads_kv", "device")
 
-
-class GateInputError(Exception):
-    """An input the gate cannot use (missing, corrupt or truncated file, bad config); the message says which."""
 
 
 @dataclass(frozen=True)

@@ -1,25 +1,26 @@
-"""Command line: `python -m sdpa_impls <command>` / `sdpa-bench <command>`; each command lives in its own module."""
+"""Command line: `python -m sdpa_impls <command>` / `sdpa-bench <command>`; each command lives in its own module.
+
+The one place a UsageError becomes a one-line message and exit status 2; nothing below imports this package.
+"""
 from __future__ import annotations
 
 import argparse
 import importlib
 import sys
 
+from ..errors import USAGE_EXIT, UsageError
+
 # command -> (module exposing add_arguments(parser) and run(args) -> int, one-line help).
 # Modules are imported only when their command runs, so one missing or broken command never breaks the others.
 COMMANDS = {
-    "list": ("sdpa_impls.cmd_list", "show every implementation, whether it runs on this machine and why not"),
-    "run": ("sdpa_impls.cmd_run", "run a sweep here and write results, a table, plots and a report"),
-    "report": ("sdpa_impls.cmd_report", "re-render the table, CSV, plots and report of a saved sweep"),
-    "merge": ("sdpa_impls.cmd_merge", "join the results of sweep shards (run --shard I/N) into one"),
-    "compare": ("sdpa_impls.cmd_compare", "side-by-side ratios of two sweeps (time, memory, error)"),
-    "gate": ("sdpa_impls.gate", "fail a change that makes attention slower, bigger or wrong"),
+    "list": ("sdpa_impls.cli.list", "show every implementation, whether it runs on this machine and why not"),
+    "run": ("sdpa_impls.cli.run", "run a sweep here and write results, a table, plots and a report"),
+    "report": ("sdpa_impls.cli.report", "re-render the table, CSV, plots and report of a saved sweep"),
+    "merge": ("sdpa_impls.cli.merge", "join the results of sweep shards (run --shard I/N) into one"),
+    "compare": ("sdpa_impls.cli.compare", "side-by-side ratios of two sweeps (time, memory, error)"),
+    "gate": ("sdpa_impls.cli.gate", "fail a change that makes attention slower, bigger or wrong"),
+    "targets": ("sdpa_impls.cli.targets", "measure the CPU performance targets in one interleaved run, with a verdict"),
 }
-USAGE_EXIT = 2
-
-
-class UsageError(Exception):
-    """A mistake the user can fix (bad name, bad path, bad file): printed as one line, exit status 2."""
 
 
 def _command_in(argv: list[str]) -> str | None:

@@ -6,6 +6,7 @@
 Keys (all optional): time = "median:15%" | "off", alpha = 0.01, memory = "peak:1%" | "off",
 correctness = true, allow_missing = false, allow_different_machines = false, time_reference = "" (an
 implementation, e.g. "torch_sdpa": time-vs-baseline compares times in units of its time on the same case),
+cpu_targets = false (true adds the in-run rules of the CPU performance targets, gate.targets),
 ratios = ["peak_memory: chunked / naive <= 0.5 when lq >= 2048", ...], and
 [[...override]] tables with `impl` / `case` fnmatch patterns plus any of time, alpha, memory,
 correctness, allow_missing. An unknown key or a bad value raises GateInputError naming the file.
@@ -17,13 +18,14 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .gate_points import GateInputError
-from .gate_rules import MemoryRule, RatioRule, TimeRule
+from ..errors import GateInputError
+from .rules import MemoryRule, RatioRule, TimeRule
+from .targets import ci_rules
 
 SECTION = ("tool", "sdpa_bench", "gate")
 DEFAULTS = {"time": "median:15%", "alpha": 0.01, "memory": "peak:1%", "correctness": True, "allow_missing": False}
 TYPES = {"time": str, "alpha": float, "memory": str, "correctness": bool, "allow_missing": bool,
-         "allow_different_machines": bool, "time_reference": str}
+         "allow_different_machines": bool, "time_reference": str, "cpu_targets": bool}
 OVERRIDABLE = tuple(DEFAULTS)
 
 
@@ -116,6 +118,8 @@ def config_from_dict(table: dict, source: str) -> GateConfig:
         overrides.append(Override(pats["impl"], pats["case"], values))
     try:
         ratios = tuple(RatioRule.parse(r) for r in ratios_in)
+        if _typed("cpu_targets", table.get("cpu_targets", False), source):
+            ratios += ci_rules()
         _thresholds(settings)
         for o in overrides:
             _thresholds(settings | o.values)

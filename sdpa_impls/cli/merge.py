@@ -5,10 +5,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import store
-from .bench import grid
-from .cli import UsageError
-from .report import render
+from ..bench import grid
+from ..errors import UsageError
+from ..report import results as store
+from ..report.write import write_report
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     merged = store.merge(sweeps, all_ids)
     store.prepare_dir(args.out)
     store.save(args.out, merged)
-    files = render(args.out, merged, plots=not args.no_plots)
+    files = write_report(args.out, merged, plots=not args.no_plots)
     if all_ids is not None and len(merged.meta["case_ids"]) < len(all_ids):
         missing = len(all_ids) - len(merged.meta["case_ids"])
         print(f"sdpa-bench: note: {missing} of the {len(all_ids)} cases of preset {name} are in none of these "

@@ -1,0 +1,74 @@
+"""`targets`: measure the CPU performance targets in one interleaved run and print the verdict table.
+
+    flock /tmp/sdpa-measure.lock sdpa-bench targets --out docs/targets
+
+Every case times all its implementations on the same inputs in interleaved rounds, one call of each per
+round (bench.measure.run_case_interleaved), so a slower period of a shared machine lands on all of them alike
+and each ratio compares medians over the same rounds. Peak memory is measured in a separate pass. With --out,
+the results are also saved as a sweep (results.json, tables, plots, report.md) and the verdict as targets.md.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+import time
+from pathlib import Path
+
+from ..bench.machine import machine_info
+from ..bench.measure import run_case, run_case_interleaved
+from ..bench.result import Result
+from ..errors import UsageError
+from ..report import results as store
+from ..report.targets import DEVICE, MEMORY, TIMING, Table, evaluate, markdown, plan
+from ..report.write import write_report
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", type=Path, metavar="DIR",
+                   help="also save the results as a sweep (results.json, tables, plots, report.md) and targets.md")
+
+
+def measure(stream=sys.stdout) -> list[Result]:
+    """Every point of the plan, printed as it finishes."""
+    results = []
+    start = time.perf_counter()
+    for case, impls, timed in plan():
+        rows = run_case_interleaved(case, impls, DEVICE, TIMING) if timed else run_case(case, impls, DEVICE, MEMORY)
+        for r in rows:
+            results.append(r)
+            shown = f"{r.median_s * 1e3:9.1f} ms" if r.status == "ok" else f"{r.status}: {r.reason[:70]}"
+            mem = f"  peak {r.peak_memory_bytes / 2**20:8.1f} MiB" if r.peak_memory_bytes else ""
+            print(f"[{time.perf_counter() - start:6.0f}s] {case.id:28s} {r.impl:20s} {shown}{mem}",
+                  file=stream, flush=True)
+    return results
+
+
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.out is not None:
+        store.prepare_dir(args.out)  # before a 20-minute run, not after it
+    start = time.perf_counter()
+    info = machine_info(DEVICE)
+    print(f"machine: {info['cpu']}, {info['threads']} threads, torch {info['torch']}, python {info['python']}")
+    table = Table(measure())
+    rows = evaluate(table)
+    print(f"\nmeasured in one run of {time.perf_counter() - start:.0f} s\n")
+    print(markdown(rows))
+    bad = [r for r in table.results if r.status in ("wrong", "failed")]
+    for r in bad:
+        print(f"{r.status}: {r.impl} on {r.case.id}: {r.reason}")
+    if args.out is not None:
+        timed = list(table.by.values()) + [r for r in table.results if r.status != "ok"]
+        meta = {"preset": "cpu", "device": DEVICE, "shard": None, "impls": sorted({r.impl for r in timed}),
+                "case_ids": list(dict.fromkeys(r.case.id for r in timed)), "options": TIMING.__dict__.copy(),
+                "seed": 0, "machine": info, "ceilings": {}, "wall_s": time.perf_counter() - start,
+                "finished": datetime.datetime.now().astimezone().isoformat(timespec="seconds")}
+        sweep = store.Sweep(meta, timed)
+        store.save(args.out, sweep)
+        files = write_report(args.out, sweep, stdout=sys.stderr)
+        (args.out / "targets.md").write_text(markdown(rows) + "\n", encoding="utf-8")
+        print(f"wrote {', '.join(map(str, [args.out / store.RESULTS_FILE, *files, args.out / 'targets.md']))}",
+              file=sys.stderr)
+    return 1 if bad else 0

@@ -1,0 +1,71 @@
+"""The gate's verdict as text, Markdown (e.g. a PR comment) or JSON."""
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from ..fmt import fmt_bytes, fmt_seconds, table
+from .compare import Comparison, Verdict
+from .points import Point
+from .rules import NA, PASS
+
+
+def _time_cell(row: Comparison) -> str:
+    b, c = row.baseline, row.candidate
+    if c is None:
+        return fmt_seconds(b.median_s) + " → -"
+    if b is None or b.median_s is None or c.median_s is None:
+        return fmt_seconds(c.median_s)
+    ratio = c.median_s / b.median_s if b.median_s else float("inf")
+    return f"{fmt_seconds(b.median_s)} → {fmt_seconds(c.median_s)} ×{ratio:.2f}"
+
+
+def _memory_cell(row: Comparison) -> str:
+    b, c = row.baseline, row.candidate
+    if c is None or b is None:
+        return fmt_bytes((c or b).peak_memory_bytes)
+    return f"{fmt_bytes(b.peak_memory_bytes)} → {fmt_bytes(c.peak_memory_bytes)}"
+
+
+def _error_cell(row: Comparison) -> str:
+    c = row.candidate
+    if c is None or c.max_error is None or c.error_tolerance is None:
+        return "-"
+    return f"{c.max_error:.2g} / {c.error_tolerance:.2g}"
+
+
+def render_verdict(report: Verdict, markdown: bool = False) -> str:
+    """The verdict as text: one row per benchmark, one per ratio rule and case, then failures and notes."""
+    verdict = "FAIL" if report.exit_code else "PASS"
+    out = [f"{'## ' if markdown else ''}sdpa-bench gate: {verdict} "
+           f"({len(report.failures)} failed check(s); config: {report.config_source or 'built-in defaults'})", ""]
+    out += table(["benchmark", "median time", "peak memory", "error / tol", "verdict"],
+                 [[r.candidate.label if r.candidate else r.baseline.label, _time_cell(r), _memory_cell(r),
+                   _error_cell(r), r.verdict] for r in report.rows], markdown).splitlines()
+    if report.ratios:
+        out += [""] + table(["in-run rule", "verdict", "numbers"],
+                            [[c.subject, c.status, c.message] for c in report.ratios], markdown).splitlines()
+    bullet = "- " if markdown else "  "
+    if report.failures:
+        out += ["", "Failures:"] + [f"{bullet}{c.kind} {c.subject}: {c.message}" for c in report.failures]
+    skipped = [c for r in report.rows for c in r.checks if c.status == NA]  # refusals are one note
+    if skipped:
+        out += ["", "Not checked:"] + [f"{bullet}{c.kind} {c.subject}: {c.message}" for c in skipped]
+    if report.notes:
+        out += ["", "Notes:"] + [f"{bullet}{n}" for n in report.notes]
+    return "\n".join(out) + "\n"
+
+
+def verdict_dict(report: Verdict) -> dict:
+    """JSON-ready: verdict, exit code, every row with its checks, ratio checks and notes (no raw samples)."""
+    def point(p: Point | None) -> dict | None:
+        return None if p is None else {k: v for k, v in asdict(p).items() if k != "samples"} | {
+            "n_samples": len(p.samples)}
+    return {
+        "verdict": "FAIL" if report.exit_code else PASS, "exit_code": report.exit_code,
+        "config": report.config_source,
+        "rows": [{"impl": r.impl, "case": r.case_id, "verdict": r.verdict, "baseline": point(r.baseline),
+                  "candidate": point(r.candidate), "checks": [asdict(c) for c in r.checks]} for r in report.rows],
+        "ratios": [asdict(c) for c in report.ratios],
+        "failures": [asdict(c) for c in report.failures],
+        "notes": list(report.notes),
+    }

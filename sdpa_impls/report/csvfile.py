@@ -1,0 +1,25 @@
+"""results.csv: one row per (case, implementation), the case's fields and every metric; samples stay in results.json."""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from ..bench.result import Result, with_speedups
+
+CSV_FILE = "results.csv"
+CSV_CASE_FIELDS = ("lq", "lk", "e", "ev", "dtype", "causal", "mode", "mask", "batch", "heads_q", "heads_kv")
+CSV_RESULT_FIELDS = ("median_s", "iqr_s", "tflops", "gbps", "roofline_pct", "peak_memory_bytes", "max_error",
+                     "error_tolerance", "speedup_vs_torch_sdpa")
+
+
+def write_csv(path: Path, results: list[Result]) -> Path:
+    """One row per (case, implementation); samples stay in results.json."""
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["case_id", "impl", "device", "status", *CSV_CASE_FIELDS, *CSV_RESULT_FIELDS, "n_samples",
+                    "reason"])
+        for r in with_speedups(results):
+            w.writerow([r.case.id, r.impl, r.device, r.status, *(getattr(r.case, k) for k in CSV_CASE_FIELDS),
+                        *("" if getattr(r, k) is None else getattr(r, k) for k in CSV_RESULT_FIELDS),
+                        len(r.samples), r.reason])
+    return path

@@ -1,0 +1,71 @@
+"""report.md: the machine, the sweep, the plots and every table, in one Markdown file beside the results."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..fmt import fmt_bytes, fmt_duration
+from .results import Sweep
+from .tables import METRICS, SweepTable, not_run, summary, tables
+
+REPORT_FILE = "report.md"
+
+
+def machine_lines(meta: dict) -> list[str]:
+    m = meta.get("machine") or {}
+    gpu = m.get("gpu") or {}
+    rows = [("device", f"{m.get('device', '?')}" + (f": {gpu.get('name')}" if gpu else ""))]
+    if gpu:
+        rows.append(("GPU", f"{gpu.get('name')}, {fmt_bytes(gpu.get('memory_bytes'))}, compute capability "
+                            f"{gpu.get('capability')}, driver {gpu.get('driver') or '?'}"))
+    rows += [("CPU", f"{m.get('cpu', '?')} ({m.get('machine', '?')}), {m.get('threads', '?')} torch threads"),
+             ("versions", f"torch {m.get('torch')}, CUDA {m.get('cuda') or 'none'}, "
+                          f"xformers {m.get('xformers') or 'not installed'}, python {m.get('python')}")]
+    ceil = meta.get("ceilings") or {}
+    if ceil:
+        parts = [f"GEMM {k.rsplit('_', 1)[1]} {v / 1e12:.3g} TFLOP/s" for k, v in sorted(ceil.items())
+                 if k.startswith("gemm_flops_")]
+        if "copy_bytes_per_s" in ceil:
+            parts.append(f"copy {ceil['copy_bytes_per_s'] / 1e9:.3g} GB/s")
+        rows.append(("measured ceilings", ", ".join(parts)))
+    return [f"| {k} | {v} |" for k, v in rows]
+
+
+def sweep_summary(sweep: Sweep) -> str:
+    meta = sweep.meta
+    counts: dict[str, int] = {}
+    for r in sweep.results:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    shard = f", shard {meta['shard']}" if meta.get("shard") else ""
+    merged = f", merged from {len(meta['merged_from'])} shards" if meta.get("merged_from") else ""
+    opts = meta.get("options") or {}
+    wall = f", {fmt_duration(meta['wall_s'])} of measuring" if meta.get("wall_s") else ""
+    done = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    return (f"preset `{meta.get('preset')}`{shard}{merged}: {len(meta.get('case_ids', []))} cases × "
+            f"{len(meta.get('impls', []))} implementations = {sweep.planned} points ({done or 'none finished'})"
+            f"{wall}; budget {opts.get('budget_s')} s per point, {opts.get('min_reps')}–{opts.get('max_reps')} "
+            f"repetitions after {opts.get('warmup')} warm-up calls, seed {meta.get('seed', 0)}")
+
+
+def write_markdown(path: Path, sweep: Sweep, layout: SweepTable, images: list[tuple[str, str]]) -> Path:
+    """report.md: machine, sweep, the plots (relative links) and every table."""
+    meta = sweep.meta
+    m = meta.get("machine") or {}
+    parts = [f"# sdpa-bench: `{meta.get('preset')}` on {m.get('device_name', '?')}\n",
+             "| machine | |\n|---|---|\n" + "\n".join(machine_lines(meta)) + "\n",
+             sweep_summary(sweep) + ".\n",
+             "Times are medians over repetitions of one call; compare implementations within this report "
+             "(ratios), not against another machine's absolute times. A result is only timed after its output "
+             "matched the fp64 reference.\n"]
+    if not sweep.complete:
+        parts.append(f"**Incomplete**: {len(sweep.done())} of {sweep.planned} points finished "
+                     "(continue with `run --resume`).\n")
+    if layout.cases:
+        parts.append(summary(layout, markdown=True))
+    if layout.not_run:
+        parts.append(not_run(layout, markdown=True))
+    if images:
+        parts.append("## Plots\n")
+        parts += [f"### {title}\n\n![{title}]({name})\n" for title, name in images]
+    parts += ["## Tables\n", tables(layout, markdown=True, metrics=len(METRICS), with_summary=False)]
+    path.write_text("\n".join(parts), encoding="utf-8")
+    return path

@@ -1,0 +1,144 @@
+"""The case × implementation tables of a sweep (text and Markdown): one cell per point, skips and failures as notes."""
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+
+from ..bench.result import Result, with_speedups
+from ..fmt import fmt_bytes, fmt_seconds, table
+from .results import Sweep
+
+
+def _throughput(r: Result) -> str:
+    if r.tflops is None:
+        return "-"
+    pct = "" if r.roofline_pct is None else f" ({r.roofline_pct:.0f}%)"
+    return f"{r.tflops:.3g}{pct}"
+
+
+# title, cell of an "ok" result; the first four are printed, all go into report.md
+METRICS: list[tuple[str, Callable[[Result], str]]] = [
+    ("median time per call (lower is better)", lambda r: fmt_seconds(r.median_s)),
+    ("TFLOP/s (% of this machine's measured roofline)", _throughput),
+    ("peak memory allocated during one call", lambda r: fmt_bytes(r.peak_memory_bytes)),
+    ("max |error| vs the fp64 reference", lambda r: "-" if r.max_error is None else f"{r.max_error:.2g}"),
+    ("speed-up vs torch_sdpa (higher is faster)",
+     lambda r: "-" if r.speedup_vs_torch_sdpa is None else f"{r.speedup_vs_torch_sdpa:.2f}×"),
+]
+
+
+SHORT_REASONS = [  # (pattern in a reason, a few words for a table cell); the full reason goes to the notes
+    (re.compile(r"device=\w+ \(supported: ([\w, ]+)\)"), r"needs \1"),
+    (re.compile(r"dtype=(\w+) \(supported"), r"no \1"),
+    (re.compile(r"head dim (\d+) > (\d+)"), r"E>\2"),
+    (re.compile(r"not installed"), "not installed"),
+    (re.compile(r"attn_mask of kind (\w+)"), r"no \1 mask"),
+    (re.compile(r"^backward"), "fwd only"),
+    (re.compile(r"out of memory", re.I), "OOM"),
+    (re.compile(r"max \|error\| of (\w+)"), r"\1 error"),
+    (re.compile(r"plug-in failed to load"), "broken plug-in"),
+]
+
+
+def short_reason(reason: str) -> str:
+    """A few words for a table cell: 'needs cuda', 'no fp32', 'E>256', 'OOM', ... (else the first words)."""
+    for pattern, words in SHORT_REASONS:
+        m = pattern.search(reason)
+        if m:
+            return m.expand(words)
+    return reason if len(reason) <= 16 else reason[:15].rstrip() + "…"
+
+
+class SweepTable:
+    """Rows, columns and footnotes shared by every table of one sweep.
+
+    Implementations that ran nowhere become a "not run" list instead of a column of skips; every
+    other skip, failure or wrong result shows in its cell as a short word and a footnote number.
+    """
+
+    def __init__(self, sweep: Sweep) -> None:
+        self.results = with_speedups(sweep.results)
+        self.cell = {(r.case.id, r.impl): r for r in self.results}
+        order = list(sweep.meta.get("case_ids", []))
+        present = {r.case.id for r in self.results}
+        self.cases = [c for c in order if c in present] + sorted(present - set(order))
+        impls = list(sweep.meta.get("impls", [])) or sorted({r.impl for r in self.results})
+        ran = {r.impl for r in self.results if r.status != "skipped"}
+        self.columns = [i for i in impls if i in ran]
+        self.not_run: dict[str, list[str]] = {}
+        for i in impls:
+            if i not in ran:
+                reasons = [r.reason for r in self.results if r.impl == i]
+                self.not_run[i] = sorted(set(reasons)) or ["no point measured yet"]
+        self.notes: list[str] = []
+        self._note_ids: dict[str, int] = {}
+
+    def note(self, text: str) -> int:
+        if text not in self._note_ids:
+            self.notes.append(text)
+            self._note_ids[text] = len(self.notes)
+        return self._note_ids[text]
+
+    def text_of(self, case_id: str, impl: str, metric: Callable[[Result], str]) -> str:
+        r = self.cell.get((case_id, impl))
+        if r is None:
+            return "…"  # not measured (yet)
+        if r.status == "ok":
+            return metric(r)
+        word = {"skipped": "skip", "failed": "FAILED", "wrong": "WRONG"}.get(r.status, r.status)
+        return f"{word}: {short_reason(r.reason)} ({self.note(f'{r.impl}: {r.reason}')})"
+
+    def rows(self, metric: Callable[[Result], str]) -> list[list[str]]:
+        return [[c] + [self.text_of(c, i, metric) for i in self.columns] for c in self.cases]
+
+
+def summary(layout: SweepTable, markdown: bool = False) -> str:
+    """One row per implementation that ran: points by status, geometric-mean speed-up, cases where fastest."""
+    fastest: dict[str, int] = {}
+    for c in layout.cases:
+        ok = [r for i in layout.columns if (r := layout.cell.get((c, i))) and r.status == "ok" and r.median_s]
+        if ok:
+            best = min(ok, key=lambda r: r.median_s).impl
+            fastest[best] = fastest.get(best, 0) + 1
+    header = ["implementation", "ok", "skipped", "failed", "wrong", "speed-up vs torch_sdpa (geo-mean)",
+              "fastest in"]
+    rows = []
+    for impl in layout.columns:
+        rs = [r for r in layout.results if r.impl == impl]
+        n = {s: sum(r.status == s for r in rs) for s in ("ok", "skipped", "failed", "wrong")}
+        ups = [math.log(r.speedup_vs_torch_sdpa) for r in rs if r.speedup_vs_torch_sdpa]
+        geo = f"{math.exp(sum(ups) / len(ups)):.2f}×" if ups else "-"
+        rows.append([impl, *(str(n[s]) for s in n), geo, f"{fastest.get(impl, 0)} of {len(layout.cases)} cases"])
+    title = "summary per implementation"
+    if markdown:
+        return f"### {title[0].upper()}{title[1:]}\n\n{table(header, rows, True, numeric=True)}\n"
+    return f"{title}\n{table(header, rows, numeric=True)}\n"
+
+
+def tables(layout: SweepTable, markdown: bool = False, metrics: int = 4, with_summary: bool = True) -> str:
+    """The summary, the metric tables (rows = cases, columns = implementations), the notes, the not-run list."""
+    if not layout.cases:
+        return "(no results yet)\n"
+    out = [summary(layout, markdown)] if with_summary else []
+    for title, metric in METRICS[:metrics]:
+        header = ["case"] + layout.columns
+        rows = layout.rows(metric)
+        if markdown:
+            out.append(f"### {title[0].upper()}{title[1:]}\n\n{table(header, rows, True, numeric=True)}\n")
+        else:
+            out.append(f"{title}\n{table(header, rows, numeric=True)}\n")
+    bullet = "- " if markdown else "  "
+    if layout.notes:
+        out.append(("**Notes**\n\n" if markdown else "notes:\n")
+                   + "\n".join(f"{bullet}({k}) {t}" for k, t in enumerate(layout.notes, 1)) + "\n")
+    if layout.not_run and with_summary:
+        out.append(not_run(layout, markdown))
+    return "\n".join(out)
+
+
+def not_run(layout: SweepTable, markdown: bool = False) -> str:
+    """The implementations that ran nowhere in this sweep, each with its reasons."""
+    bullet = "- " if markdown else "  "
+    return (("**Not run on this machine**\n\n" if markdown else "not run on this machine:\n")
+            + "\n".join(f"{bullet}{i}: {'; '.join(rs)}" for i, rs in layout.not_run.items()) + "\n")

@@ -1,0 +1,36 @@
+"""Everything a sweep leaves behind, written in one call: the printed tables, results.csv, the plots, report.md."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from .csvfile import CSV_FILE, write_csv
+from .markdown import REPORT_FILE, write_markdown
+from .results import Sweep
+from .tables import SweepTable, tables
+
+
+def write_report(directory: Path, sweep: Sweep, stdout: TextIO | None = None, plots: bool = True) -> list[Path]:
+    """Print the tables and (re)write results.csv, the PNG plots and report.md; returns the files written.
+
+    Plotting problems (e.g. matplotlib not installed) are reported and skipped: the other files still appear.
+    """
+    stdout = stdout or sys.stdout
+    directory = Path(directory)
+    layout = SweepTable(sweep)
+    print(tables(layout), file=stdout)
+    files = [write_csv(directory / CSV_FILE, sweep.results)]
+    images: list[tuple[str, str]] = []
+    if plots:
+        try:
+            from .plots import write_plots
+
+            images = write_plots(directory, sweep)
+        except ImportError as exc:
+            print(f"sdpa-bench: plots skipped: {exc} (pip install 'sdpa-bench[plots]')", file=sys.stderr)
+        except Exception as exc:  # a plotting bug must not cost the CSV and the report
+            print(f"sdpa-bench: plots skipped: {type(exc).__name__}: {exc}", file=sys.stderr)
+    files += [directory / name for _, name in images]
+    files.append(write_markdown(directory / REPORT_FILE, sweep, layout, images))
+    return files
