@@ -1,0 +1,63 @@
+"""asv runs today's benchmarks/ against old commits: the suite must import and measure against the flat module
+layout of commits from before sdpa_impls/bench/ existed, so a history over a range that spans the move stays
+one line per benchmark."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+OLD_MODULE = "sdpa_impls/measure.py"  # the flat layout's measuring module
+
+PROBE = """
+import json, sdpa_impls
+import benchmarks.bench_sdpa as suite
+case = next(iter(suite.cases_of("fwd")))
+bench = suite.Forward()
+out = {"sdpa_impls": sdpa_impls.__file__, "layered": hasattr(sdpa_impls, "bench") or None, "case": case,
+       "names": [c.__name__ for c in (suite.Forward, suite.Backward, suite.ForwardBackward)]}
+bench.setup("naive", case)
+bench.time_sdpa("naive", case)
+out["memory"] = bench.track_peak_memory("naive", case)
+try:
+    bench.setup("torch_sdpa_cudnn", case)
+except NotImplementedError as exc:
+    out["skip"] = str(exc)
+print(json.dumps(out))
+"""
+
+
+def git(*args: str) -> str:
+    done = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        pytest.skip(f"git {' '.join(args)} failed here: {done.stderr.strip()[:200]}")
+    return done.stdout.strip()
+
+
+def test_todays_benchmarks_measure_a_commit_from_before_the_move(tmp_path: Path) -> None:
+    moved = git("rev-list", "-1", "HEAD", "--", OLD_MODULE)  # the commit that removed the flat module
+    if not moved:
+        pytest.skip(f"this checkout's history has no {OLD_MODULE} (a shallow clone?)")
+    old = f"{moved}^"
+    archive = tmp_path / "old.tar"
+    subprocess.run(["git", "-C", str(ROOT), "archive", "-o", str(archive), old, "sdpa_impls"], check=True, timeout=120)
+    with tarfile.open(archive) as tar:
+        tar.extractall(tmp_path / "old", filter="data")
+    assert (tmp_path / "old" / OLD_MODULE).is_file()
+    # the old package first on the path, today's benchmarks/ after it, as asv arranges an old commit's environment
+    env = os.environ | {"PYTHONPATH": os.pathsep.join([str(tmp_path / "old"), str(ROOT)]),
+                        "SDPA_BENCH_PRESET": "smoke", "SDPA_BENCH_IMPLS": "naive,torch_sdpa_cudnn"}
+    done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, cwd=tmp_path, env=env,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["sdpa_impls"].startswith(str(tmp_path / "old")) and out["layered"] is None
+    assert out["names"] == ["Forward", "Backward", "ForwardBackward"]  # the asv benchmark names are unchanged
+    assert out["memory"] >= 8 * 128 * 128 * 4  # naive's (H, L, L) fp32 scores of the smoke case
+    assert "torch_sdpa_cudnn cannot run this case" in out.get("skip", "")
