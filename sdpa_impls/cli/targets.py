@@ -10,6 +10,7 @@ the results are also saved as a sweep (results.json, tables, plots, report.md) a
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import sys
 import time
@@ -18,7 +19,6 @@ from pathlib import Path
 from ..bench.machine import machine_info
 from ..bench.measure import run_case, run_case_interleaved
 from ..bench.result import Result
-from ..errors import UsageError
 from ..report import results as store
 from ..report.targets import DEVICE, MEMORY, TIMING, Table, evaluate, markdown, plan
 from ..report.write import write_report
@@ -61,8 +61,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"{r.status}: {r.impl} on {r.case.id}: {r.reason}")
     if args.out is not None:
         timed = list(table.by.values()) + [r for r in table.results if r.status != "ok"]
-        meta = {"preset": "cpu", "device": DEVICE, "shard": None, "impls": sorted({r.impl for r in timed}),
-                "case_ids": list(dict.fromkeys(r.case.id for r in timed)), "options": TIMING.__dict__.copy(),
+        meta = {"preset": "cpu", "device": DEVICE, "shard": None, "impls": list(dict.fromkeys(r.impl for r in timed)),
+                "case_ids": list(dict.fromkeys(r.case.id for r in timed)), "options": dataclasses.asdict(TIMING),
                 "seed": 0, "machine": info, "ceilings": {}, "wall_s": time.perf_counter() - start,
                 "finished": datetime.datetime.now().astimezone().isoformat(timespec="seconds")}
         sweep = store.Sweep(meta, timed)

@@ -12,7 +12,7 @@ Verdict.exit_code is 1 when any check failed, else 0; GateInputError means nothi
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 from ..bench.machine import machine_differences
 from ..errors import GateInputError
