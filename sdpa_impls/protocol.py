@@ -108,7 +108,9 @@ def _validate_mask(inp: SDPAInputs, shapes: str) -> None:
     if ok:
         try:
             ok = torch.broadcast_shapes(m.shape, target) == torch.Size(target)
-        except RuntimeError:
+        except RuntimeError as exc:  # a mismatch is a plain RuntimeError (torch._check); subclasses such as
+            if type(exc) is not RuntimeError:  # RecursionError say nothing about the mask: let them travel up
+                raise
             ok = False
     if not ok:
         raise ValueError(
