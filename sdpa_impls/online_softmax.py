@@ -14,8 +14,8 @@ from collections.abc import Callable
 import torch
 
 from .protocol import SDPAInputs
-from .tiles import (NEG_INF, TileMasker, causal_key_end, flat, forward_views, group_heads, grouped, head_groups,
-                    rows3, store_rows_)
+from .tiles import (NEG_INF, TileMasker, causal_key_end, empty_attention, flat, forward_views, group_heads, grouped,
+                    head_groups, rows3, store_rows_)
 
 # (q5, k4, v4, mask5, is_causal, scale, with_lse) -> (out5 (B, Hkv, G, Lq, Ev), lse (B, Hkv, G, Lq) fp32 or None)
 ForwardFn = Callable[..., tuple[torch.Tensor, torch.Tensor | None]]
@@ -187,6 +187,8 @@ class TiledAttention(torch.autograd.Function):
 
 def tiled_attention(inp: SDPAInputs, forward_fn: ForwardFn, q_tile: int, k_tile: int) -> torch.Tensor:
     """Run `forward_fn`; when gradients are needed, wrap it so the backward recomputes tiles."""
+    if inp.is_empty:
+        return empty_attention(inp)
     scale = inp.softmax_scale
     if not (inp.needs_grad and torch.is_grad_enabled()):
         q5, k4, v4, mask5 = grouped(inp)

@@ -26,12 +26,14 @@ def reference(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     if dropout_p:
         raise ValueError("sdpa: the reference is deterministic; dropout_p must be 0")
     q, k, v = query.double(), key.double(), value.double()
-    hq, hkv = q.shape[1], k.shape[1]
-    if hq != hkv:  # GQA: query head h reads key/value head h // (Hq/Hkv)
+    b, hq, lq, _ = q.shape
+    hkv, lk = k.shape[1], k.shape[2]
+    if hkv == 0:  # no key/value heads: every query head sees no keys (the reshapes keep k and v in the graph)
+        k, v = k.reshape(b, hq, 0, k.shape[-1]), v.reshape(b, hq, 0, v.shape[-1])
+        lk = 0
+    elif hq != hkv:  # GQA: query head h reads key/value head h // (Hq/Hkv)
         k = k.repeat_interleave(hq // hkv, dim=1)
         v = v.repeat_interleave(hq // hkv, dim=1)
-    b, _, lq, _ = q.shape
-    lk = k.shape[2]
     keep = torch.ones((lq, lk), dtype=torch.bool, device=q.device)
     if is_causal:
         keep = torch.tril(keep)
@@ -44,17 +46,17 @@ def reference(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     bias = bias.expand(b, hq, lq, lk)
     keep = keep.expand(b, hq, lq, lk)
     s = inp.softmax_scale
-    rows = max(1, REFERENCE_CHUNK_BYTES // (8 * b * hq * lk))
+    rows = max(1, REFERENCE_CHUNK_BYTES // max(1, 8 * b * hq * lk))
     outs = []
-    for i0 in range(0, lq, rows):
+    for i0 in range(0, lq, rows) or [0]:  # Lq = 0: one empty chunk, so the result still has its shape
         i1 = min(lq, i0 + rows)
         scores = torch.einsum("bhie,bhje->bhij", q[:, :, i0:i1], k) * s + bias[:, :, i0:i1]
         scores = scores.masked_fill(~keep[:, :, i0:i1], -math.inf)
-        top = scores.amax(dim=-1, keepdim=True).detach()
+        top = scores.amax(dim=-1, keepdim=True).detach() if lk else scores.new_zeros(scores.shape[:-1] + (1,))
         top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
         w = torch.exp(scores - top)
         total = w.sum(dim=-1, keepdim=True)
-        w = w / torch.where(total > 0, total, torch.ones_like(total))
+        w = w / torch.where(total > 0, total, torch.ones_like(total))  # no keys, or every key masked: zeros
         outs.append(torch.einsum("bhij,bhjd->bhid", w, v))
     return torch.cat(outs, dim=2)
 

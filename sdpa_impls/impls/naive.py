@@ -5,7 +5,7 @@ import torch
 
 from ..protocol import Implementation, SDPAInputs, Support
 from ..registry import register
-from ..tiles import gmm, grouped, mask_scores_
+from ..tiles import empty_attention, gmm, grouped, mask_scores_
 
 
 @register
@@ -15,6 +15,8 @@ class Naive(Implementation):
     support = Support(dropout=True)
 
     def forward(self, inp: SDPAInputs) -> torch.Tensor:
+        if inp.is_empty:
+            return empty_attention(inp)
         q5, k4, v4, mask5 = grouped(inp)
         lq, lk = q5.shape[-2], k4.shape[-2]
         scores = gmm(q5, k4.transpose(-2, -1)).float() * inp.softmax_scale  # (B, Hkv, G, Lq, Lk)
