@@ -43,7 +43,17 @@ class SDPAInputs:
 
     @property
     def softmax_scale(self) -> float:
-        return self.scale if self.scale is not None else 1.0 / math.sqrt(self.query.shape[-1])
+        """1/√E unless given; with E = 0 every score is an empty sum, 0, whatever the scale: 1."""
+        e = self.query.shape[-1]
+        return self.scale if self.scale is not None else (1.0 / math.sqrt(e) if e else 1.0)
+
+    @property
+    def is_empty(self) -> bool:
+        """Nothing to compute: the output has no elements, or there are no keys (Lk = 0 or Hkv = 0),
+        which gives zeros. torch answers all of these (zeros, zero gradients) rather than raising."""
+        b, hq, lq, _ = self.query.shape
+        hkv, lk = self.key.shape[1], self.key.shape[2]
+        return b * hq * lq * self.value.shape[-1] * hkv * lk == 0
 
     @property
     def needs_grad(self) -> bool:
@@ -64,8 +74,6 @@ def validate(inp: SDPAInputs) -> None:
             raise ValueError(f"sdpa: {name} must be 4-D (B, H, L, E); got {t.dim()}-D shape {_shape(t)}")
         if not t.is_floating_point():
             raise ValueError(f"sdpa: {name} has dtype {t.dtype}; a floating-point dtype is required")
-        if t.numel() == 0:
-            raise ValueError(f"sdpa: {name} is empty, shape {_shape(t)}")
     q, k, v = inp.query, inp.key, inp.value
     if not (q.dtype == k.dtype == v.dtype):
         raise ValueError(f"sdpa: query, key and value must share one dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
@@ -81,7 +89,9 @@ def validate(inp: SDPAInputs) -> None:
     if q.shape[3] != k.shape[3]:
         raise ValueError(f"sdpa: query and key must have the same head dim E: {shapes}")
     hq, hkv = q.shape[1], k.shape[1]
-    if inp.enable_gqa:
+    if hkv == 0:
+        pass  # no key/value heads: nothing to attend to, zeros for every query head (torch 2.13 answers the same)
+    elif inp.enable_gqa:
         if hq % hkv:
             raise ValueError(f"sdpa: query heads ({hq}) must be a multiple of key/value heads ({hkv}): {shapes}")
     elif hq != hkv:
@@ -109,7 +119,9 @@ def _validate_mask(inp: SDPAInputs, shapes: str) -> None:
     if ok:
         try:
             ok = torch.broadcast_shapes(m.shape, target) == torch.Size(target)
-        except RuntimeError:
+        except RuntimeError as exc:  # a mismatch is a plain RuntimeError (torch._check); subclasses such as
+            if type(exc) is not RuntimeError:  # RecursionError say nothing about the mask: let them travel up
+                raise
             ok = False
     if not ok:
         raise ValueError(

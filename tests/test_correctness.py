@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import math
+import zlib
 from dataclasses import dataclass
 
 import pytest
@@ -28,10 +29,13 @@ class Spec:
     hq: int = 2
     hkv: int | None = None
     causal: bool = False
-    mask: str = "none"  # none | bool2d | bool4d | float_bcast | full_rows
+    mask: str = "none"  # none | bool2d | bool4d | float_bcast | full_rows | bool1d | float3d
     scale: float | None = None
     score_std: float = 1.0  # std of the scaled scores
     grad: bool = False
+
+    def make(self, dtype: torch.dtype, device: str) -> dict:
+        return make_case(self, dtype, device)
 
 
 SPECS = [
@@ -55,12 +59,16 @@ SPECS = [
     Spec("scale", lq=80, scale=0.3, grad=True),
     Spec("fully-masked-rows", lq=48, mask="full_rows", grad=True),
     Spec("scores-1e4", lq=64, e=16, score_std=3000.0),
+    Spec("causal-Lq3-Lk799", lq=3, lk=799, causal=True, grad=True),  # row 0 attends to one key
+    Spec("causal-Lk1", lq=146, lk=1, b=3, causal=True, grad=True),  # every row attends to one key
+    Spec("mask-1d", lq=40, lk=70, mask="bool1d", grad=True),
+    Spec("mask-3d-float", lq=40, lk=70, hq=3, mask="float3d", grad=True),
 ]
 
 
 def make_case(spec: Spec, dtype: torch.dtype, device: str) -> dict:
     """Seeded inputs for a spec; the score scale is set through the std of Q and K."""
-    gen = torch.Generator(device=device).manual_seed(hash(spec.name) % 2**31)
+    gen = torch.Generator(device=device).manual_seed(zlib.crc32(spec.name.encode()))
     lk, ev, hkv = spec.lk or spec.lq, spec.ev or spec.e, spec.hkv or spec.hq
     sigma = math.sqrt(spec.score_std)
 
@@ -79,6 +87,10 @@ def make_case(spec: Spec, dtype: torch.dtype, device: str) -> dict:
         args["attn_mask"] = torch.rand((spec.b, 1, spec.lq, lk), generator=gen, device=device) < 0.7
     elif spec.mask == "float_bcast":
         args["attn_mask"] = torch.randn((1, spec.hq, 1, lk), generator=gen, device=device).to(dtype)
+    elif spec.mask == "bool1d":  # (Lk,): a key padding pattern shared by every query
+        args["attn_mask"] = torch.rand((lk,), generator=gen, device=device) < 0.7
+    elif spec.mask == "float3d":  # (Hq, 1, Lk): a per-head bias over the keys
+        args["attn_mask"] = torch.randn((spec.hq, 1, lk), generator=gen, device=device).to(dtype)
     elif spec.mask == "full_rows":
         mask = torch.rand((spec.lq, lk), generator=gen, device=device) < 0.8
         mask[::7] = False  # every 7th query row sees no key at all
@@ -87,12 +99,21 @@ def make_case(spec: Spec, dtype: torch.dtype, device: str) -> dict:
 
 
 @functools.lru_cache(maxsize=8)
-def expected(spec: Spec, dtype: torch.dtype, device: str):
-    """(args, grad_out, fp64 output, fp64 grads or None, naive's errors) — shared by every implementation."""
-    args = make_case(spec, dtype, device)
-    grad_out = torch.randn(args["query"].shape[:-1] + (args["value"].shape[-1],), device=device).to(dtype)
-    ref, ref_grads = _run(reference, args, grad_out if spec.grad else None)
-    naive_errs = _errors(sdpa_impls.get("naive"), args, grad_out if spec.grad else None, ref, ref_grads)
+def inputs(case, dtype: torch.dtype, device: str) -> dict:
+    """The call's keyword arguments for any frozen case with `make(dtype, device) -> kwargs` (never modified)."""
+    return case.make(dtype, device)
+
+
+@functools.lru_cache(maxsize=8)
+def expected(case, dtype: torch.dtype, device: str):
+    """(args, grad_out, fp64 output, fp64 grads or None, naive's errors) for any frozen case with
+    `make(dtype, device) -> kwargs` and `grad` — shared by every implementation."""
+    args = inputs(case, dtype, device)
+    gen = torch.Generator(device=device).manual_seed(zlib.crc32(repr(case).encode()))  # not the global RNG
+    grad_out = torch.randn(args["query"].shape[:-1] + (args["value"].shape[-1],), generator=gen,
+                           device=device).to(dtype)
+    ref, ref_grads = _run(reference, args, grad_out if case.grad else None)
+    naive_errs = _errors(sdpa_impls.get("naive"), args, grad_out if case.grad else None, ref, ref_grads)
     return args, grad_out, ref, ref_grads, naive_errs
 
 
@@ -114,24 +135,61 @@ def _errors(impl, args, grad_out, ref, ref_grads) -> list[float]:
     return errs
 
 
+def check_against_fp64(impl, case, dtype: torch.dtype, device: str = "cpu"):
+    """The rule of this suite for one implementation on one case: skip with the implementation's own reasons;
+    else the output (and dq, dk, dv when `case.grad`) has the inputs' shapes and dtype, holds no NaN or inf
+    where fp64 is finite, and is within 2 × naive's error in the same dtype plus the floor. Returns (out, grads)."""
+    reasons = impl.unsupported_reasons(**inputs(case, dtype, device))
+    if reasons:
+        pytest.skip("; ".join(reasons))
+    args, grad_out, ref, ref_grads, naive_errs = expected(case, dtype, device)
+    out, grads = _run(impl, args, grad_out if case.grad else None)
+    assert out.shape == ref.shape and out.dtype == dtype
+    checks = [("out", out, ref)]
+    if grads is not None:
+        for name, g, r, x in zip(("dq", "dk", "dv"), grads, ref_grads, (args["query"], args["key"], args["value"])):
+            assert g.shape == x.shape and g.dtype == x.dtype, f"{name}: {g.shape} {g.dtype}"
+            checks.append((name, g, r))
+    for (name, got, want), naive_err in zip(checks, naive_errs):
+        err, tol = max_abs_error(got, want), tolerance(naive_err, dtype, want)
+        assert math.isfinite(err), f"{name}: NaN or inf where the fp64 reference is finite"
+        assert err <= tol, f"{name}: max |error| {err:.3g} > {tol:.3g} (2 × naive's {naive_err:.3g} + floor)"
+    return out, grads
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).removeprefix("torch."))
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
 @pytest.mark.parametrize("impl", IMPLS, ids=lambda i: i.name)
 def test_matches_fp64_reference(impl, spec: Spec, dtype: torch.dtype, device: str) -> None:
-    args = make_case(spec, dtype, device)
-    reasons = impl.unsupported_reasons(**args)
-    if reasons:
-        pytest.skip("; ".join(reasons))
-    args, grad_out, ref, ref_grads, naive_errs = expected(spec, dtype, device)
-    out, grads = _run(impl, args, grad_out if spec.grad else None)
-    assert out.shape == ref.shape and out.dtype == dtype
-    assert torch.isfinite(out).all(), "output has NaN or inf"
-    checks = [("out", out, ref)] + ([] if grads is None else list(zip(("dq", "dk", "dv"), grads, ref_grads)))
-    for (name, got, want), naive_err in zip(checks, naive_errs):
-        err, tol = max_abs_error(got, want), tolerance(naive_err, dtype, want)
-        assert err <= tol, f"{name}: max |error| {err:.3g} > {tol:.3g} (2 × naive's {naive_err:.3g} + floor)"
+    out, grads = check_against_fp64(impl, spec, dtype, device)
     if spec.mask == "full_rows":
         assert (out[..., ::7, :] == 0).all(), "a query row with every key masked must give zeros"
         if grads is not None:
             assert (grads[0][..., ::7, :] == 0).all(), "fully masked rows must get zero dq"
+
+
+class _Returns:
+    """A stand-in implementation that returns a fixed tensor (with gradients through a product with zero)."""
+
+    name = "stand-in"
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def __call__(self, query, key, value, **_) -> torch.Tensor:
+        return torch.full_like(query, self.value) + 0.0 * (query + key.sum() + value.sum())
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+def test_measure_check_rejects_nan_even_when_naive_is_not_finite(bad: float) -> None:
+    """NaN and inf are wrong outright: a non-finite naive error must not make the tolerance infinite."""
+    from sdpa_impls.bench.check import CaseContext, WrongResult
+    from sdpa_impls.bench.grid import Case
+
+    ctx = CaseContext(Case(lq=8, lk=8, e=8, heads_q=1, heads_kv=1), "cpu")
+    ref_out, ref_grads, baseline = ctx.expected()
+    ctx._expected = (ref_out, ref_grads, {name: math.inf for name in baseline})  # as if naive had overflowed
+    with pytest.raises(WrongResult, match="NaN or inf where the fp64 reference is finite"):
+        ctx.check(_Returns(bad))
+    assert tolerance(math.inf, torch.float32, ref_out) < 1  # a non-finite baseline excuses nothing

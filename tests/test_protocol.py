@@ -111,3 +111,38 @@ def test_dropout_is_unbiased(name: str) -> None:
     runs = torch.stack([impl(q, k, v, dropout_p=0.3) for _ in range(2000)])
     assert not torch.equal(runs[0], exact)
     assert (runs.mean(0) - exact).abs().max() < 0.1
+
+
+def test_only_a_shape_mismatch_is_reported_as_a_mask_that_does_not_broadcast(monkeypatch: pytest.MonkeyPatch) -> None:
+    """broadcast_shapes signals a mismatch with a plain RuntimeError; anything else (a RecursionError is a
+    RuntimeError too) says nothing about the mask and travels up unchanged, never as "does not broadcast"."""
+    def deep(*shapes: object) -> torch.Size:
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(torch, "broadcast_shapes", deep)
+    q = t(1, 2, 5, 8)
+    for fn in CALLABLES:
+        with pytest.raises(RecursionError):
+            fn(q, q, q, attn_mask=torch.ones(5, 5, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("shapes", [((0, 2, 4, 8), (0, 2, 5, 8)), ((1, 2, 0, 8), (1, 2, 5, 8)),
+                                    ((1, 2, 4, 8), (1, 2, 0, 8)), ((1, 2, 4, 8), (1, 0, 5, 8)),
+                                    ((1, 2, 4, 0), (1, 2, 5, 0))], ids=["B=0", "Lq=0", "Lk=0", "Hkv=0", "E=0"])
+def test_empty_dimensions_are_valid_input(shapes: tuple) -> None:
+    """torch answers these (empty or zero outputs), so they are not errors; every implementation's reasons answer."""
+    (qs, ks), gqa = shapes, shapes[1][1] != shapes[0][1]
+    q, k = t(*qs), t(*ks)
+    sdpa_impls.validate(sdpa_impls.SDPAInputs(q, k, k, enable_gqa=gqa))
+    for name in BUILTINS:
+        assert isinstance(sdpa_impls.get(name).unsupported_reasons(q, k, k, enable_gqa=gqa), list)
+
+
+@pytest.mark.parametrize("shape", [(), (5,), (3, 1, 5), (1, 1, 4, 5)], ids=lambda s: f"{len(s)}-D")
+def test_every_reasons_check_answers_for_masks_of_any_rank(shape: tuple) -> None:
+    """A mask of rank 0 to 4 that broadcasts to (B, Hq, Lq, Lk) is valid everywhere, and no reasons check
+    indexes a dimension it does not have."""
+    q, k = t(2, 3, 4, 8), t(2, 3, 5, 8)
+    for mask in (torch.ones(shape, dtype=torch.bool), torch.zeros(shape)):
+        for name in BUILTINS:
+            assert isinstance(sdpa_impls.get(name).unsupported_reasons(q, k, k, attn_mask=mask), list)

@@ -2,6 +2,8 @@
 flash-attention's rule (at most 2× naive's error in the same dtype, plus a floor)."""
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..reference import max_abs_error, reference, tolerance
@@ -85,6 +87,8 @@ class CaseContext:
         dtype = self.case.torch_dtype
         worst = (0.0, 0.0, 0.0)  # (error / tolerance, error, tolerance)
         for name, err in errs.items():
+            if not math.isfinite(err):  # a NaN or inf no tolerance excuses, even when naive's is not finite either
+                raise WrongResult(f"{impl.name}: {name} holds NaN or inf where the fp64 reference is finite")
             tol = tolerance(baseline.get(name, 0.0), dtype, refs[name])
             if not err <= tol:
                 raise WrongResult(f"{impl.name}: max |error| of {name} vs fp64 is {err:.3g} > tolerance {tol:.3g} "

@@ -6,8 +6,8 @@ import torch
 from ._tiled.online_softmax import take, tiled_attention
 from ..protocol import Implementation, SDPAInputs, Support
 from ..registry import register
-from ._tiled.tiles import (NEG_INF, TileMasker, causal_key_end, fit_rows, flat, forward_views, group_heads, head_groups,
-                     rows3, score_tile_bytes, store_rows_)
+from ._tiled.tiles import (NEG_INF, TileMasker, causal_key_end, empty_attention, fit_rows, flat, forward_views,
+                           group_heads, head_groups, rows3, score_tile_bytes, store_rows_)
 
 
 def tile_shape(device: torch.device, b: int, hkv: int, g: int, lq: int, lk: int, itemsize: int) -> tuple[int, int]:
@@ -78,6 +78,8 @@ class Fused(Implementation):
     support = Support()
 
     def forward(self, inp: SDPAInputs) -> torch.Tensor:
+        if inp.is_empty:
+            return empty_attention(inp)
         q, k = inp.query, inp.key
         b, hkv, lk = k.shape[0], k.shape[1], k.shape[2]
         rows, _ = tile_shape(q.device, b, hkv, q.shape[1] // hkv, q.shape[2], lk, 4)

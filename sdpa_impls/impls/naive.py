@@ -5,18 +5,22 @@ import torch
 
 from ..protocol import Implementation, SDPAInputs, Support
 from ..registry import register
-from ._tiled.tiles import gmm, grouped, mask_scores_
+from ._tiled.tiles import empty_attention, gmm, grouped, mask_scores_
 
 
 @register
 class Naive(Implementation):
     name = "naive"
-    description = "materializes the (Lq, Lk) score matrix; GEMMs in the input dtype, softmax in fp32"
+    description = "materializes the (Lq, Lk) scores; softmax in fp32, GEMMs in the input dtype (fp16 scores: fp32)"
     support = Support(dropout=True)
 
     def forward(self, inp: SDPAInputs) -> torch.Tensor:
+        if inp.is_empty:
+            return empty_attention(inp)
         q5, k4, v4, mask5 = grouped(inp)
         lq, lk = q5.shape[-2], k4.shape[-2]
+        if q5.dtype == torch.float16:  # fp16 ends at 65504, where large inputs' scores do not: form them in fp32
+            q5, k4 = q5.float(), k4.float()
         scores = gmm(q5, k4.transpose(-2, -1)).float() * inp.softmax_scale  # (B, Hkv, G, Lq, Lk)
         scores = mask_scores_(scores, mask5, inp.is_causal, 0, lq, 0, lk)
         row_max = scores.amax(dim=-1, keepdim=True).detach()

@@ -43,22 +43,30 @@ def _cuda_reasons(backend: SDPBackend, inp: SDPAInputs) -> list[str]:
     return [] if ok else (_torch_messages(caught) or [f"torch refuses the {backend.name} backend for this case"])
 
 
+def mask4(mask: torch.Tensor | None) -> torch.Tensor | None:
+    """A mask of rank 0 to 4 as a 4-D view (leading size-1 dims), the only rank every torch kernel takes:
+    torch's CPU flash kernel indexes dims -2 and -1 of the mask and refuses 3-D ones."""
+    return None if mask is None else mask[(None,) * (4 - mask.dim())]
+
+
 def _probe_reasons(backend: SDPBackend | None, inp: SDPAInputs) -> list[str]:
-    """Elsewhere torch exposes no checker: run the (pinned) dispatch on a 4-token slice of the same case
-    (same dtype, heads, head dims, mask kind, flags, grad) and keep torch's warnings if it refuses."""
-    m = inp.attn_mask
-    key = (backend, inp.query.device.type, inp.query.dtype, tuple(inp.query.shape[:2]), tuple(inp.key.shape[:2]),
-           inp.query.shape[-1], inp.value.shape[-1], None if m is None else (m.dtype, tuple(m.shape[:-2])),
-           bool(inp.is_causal), inp.dropout_p > 0, bool(inp.enable_gqa), inp.needs_grad)
+    """Elsewhere torch exposes no checker: run the (pinned) dispatch on a slice of at most 4 query and key
+    tokens of the same case (same dtype, heads, head dims, mask kind and broadcast shape, flags, grad, empty
+    dims) and keep torch's warnings if it refuses."""
+    m = mask4(inp.attn_mask)
+    q, k, v = (t[..., :4, :] for t in (inp.query, inp.key, inp.value))  # (B, H, <=4, E)
+    if m is not None:
+        m = m[..., : min(4, m.shape[-2]), : min(4, m.shape[-1])]  # a broadcast (size-1) dim stays 1
+    key = (backend, inp.query.device.type, inp.query.dtype, q.shape, k.shape, v.shape,
+           None if m is None else (m.dtype, m.shape), bool(inp.is_causal), inp.dropout_p > 0,
+           bool(inp.enable_gqa), inp.needs_grad)
     if key not in _probe_cache:
-        q, k, v = (t.detach()[..., :4, :].clone().requires_grad_(inp.needs_grad)
-                   for t in (inp.query, inp.key, inp.value))
-        mask = None if m is None else m[..., : min(4, m.shape[-2]), : min(4, m.shape[-1])]
+        q, k, v = (t.detach().clone().requires_grad_(inp.needs_grad) for t in (q, k, v))
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
                 with sdpa_kernel(backend) if backend is not None else contextlib.nullcontext():
-                    out = F.scaled_dot_product_attention(q, k, v, mask, inp.dropout_p, inp.is_causal,
+                    out = F.scaled_dot_product_attention(q, k, v, m, inp.dropout_p, inp.is_causal,
                                                          scale=inp.scale, enable_gqa=inp.enable_gqa)
                     if inp.needs_grad:
                         out.sum().backward()
@@ -81,7 +89,7 @@ class TorchSDPA(Implementation):
         return _probe_reasons(self.backend, inp)
 
     def prepare_inputs(self, inp: SDPAInputs) -> Callable[[], torch.Tensor]:
-        args = (inp.query, inp.key, inp.value, inp.attn_mask, inp.dropout_p, inp.is_causal)
+        args = (inp.query, inp.key, inp.value, mask4(inp.attn_mask), inp.dropout_p, inp.is_causal)
         kwargs = {"scale": inp.scale, "enable_gqa": inp.enable_gqa}
         if self.backend is None:
             return lambda: F.scaled_dot_product_attention(*args, **kwargs)

@@ -2,20 +2,21 @@
 
 Everything works on the grouped 5-D views of `tiles.grouped`: q (B, Hkv, G, Lq, E),
 k (B, Hkv, Lk, E), v (B, Hkv, Lk, Ev), folded into 3-D GEMM operands (B·Hkv, G·rows, ·).
-GEMMs run in the input dtype with the softmax scale folded into their alpha; the softmax
-arithmetic is fp32. Score tiles live in buffers allocated once per call and reused, so a
+GEMMs run in the input dtype (fp16: in fp32) with the softmax scale folded into their alpha; the
+softmax arithmetic is fp32. Score tiles live in buffers allocated once per call and reused, so a
 call never holds more than one tile of scores, and the allocator never page-faults per tile.
 The backward recomputes score tiles from the saved per-row log-sum-exp, so it holds O(L) state.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import torch
 
 from ...protocol import SDPAInputs
-from .tiles import (NEG_INF, TileMasker, causal_key_end, flat, forward_views, group_heads, grouped, head_groups,
-                    rows3, store_rows_)
+from .tiles import (NEG_INF, TileMasker, causal_key_end, empty_attention, flat, forward_views, group_heads, grouped,
+                    head_groups, rows3, store_rows_)
 
 # (q5, k4, v4, mask5, is_causal, scale, with_lse) -> (out5 (B, Hkv, G, Lq, Ev), lse (B, Hkv, G, Lq) fp32 or None)
 ForwardFn = Callable[..., tuple[torch.Tensor, torch.Tensor | None]]
@@ -92,15 +93,22 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
     """dq (B, Hkv, G, Lq, E), dk, dv (B, Hkv, Lk, ·) fp32 by recomputing P = exp(S - lse) tile by tile.
 
     dk and dv accumulate in fp32 (O(L)); dq is written once per query tile when one key tile spans
-    all keys (fused), else accumulated in an fp32 tile. dS = P ⊙ (dP − rowsum(dO ⊙ O)) in fp32.
+    all keys (fused), else accumulated in an fp32 tile. dS = P ⊙ (dP − D) in fp32, where dP − D must be
+    formed consistently, or a row that attends to a single key (P = 1, true dS = 0) gets a rounding error:
+    - the row's keys fit one key tile (always in fused): D = rowsum(P ⊙ dP) from the very dP, rounded to the
+      input dtype, that dS uses (naive's softmax backward does the same); such a row gets dS = 0 exactly;
+    - they span several: D = rowsum(dO ⊙ O) in fp32 (FlashAttention's), against dP computed in fp32.
     """
     b, hkv, g, lq, e = q5.shape
     lk, ev, dtype, dev = k4.shape[-2], v4.shape[-1], q5.dtype, q5.device
     half = dtype != torch.float32
     q_tile, k_tile = min(q_tile, lq), min(k_tile, lk)
     heads = group_heads(dev, b * hkv, g * q_tile * k_tile * 4)
-    delta = (dout5.float() * out5.float()).sum(dim=-1, keepdim=True)  # (B, Hkv, G, Lq, 1)
     lse5 = finite_or_zero(lse).unsqueeze(-1)  # fully masked rows: all scores are -inf, P = 0
+    delta = v32 = None
+    if k_tile < lk:  # some rows span several key tiles
+        delta = (dout5.float() * out5.float()).sum(dim=-1, keepdim=True)  # (B, Hkv, G, Lq, 1)
+        v32 = v4.float()  # (B, Hkv, Lk, Ev), a copy only for half types
     dq = torch.empty(q5.shape, dtype=dtype, device=dev)
     dk = torch.zeros((b, hkv, lk, e), dtype=torch.float32, device=dev)
     dv = torch.zeros((b, hkv, lk, ev), dtype=torch.float32, device=dev)
@@ -114,16 +122,21 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
         q4, do4, dq4 = flat(q5, bs, hs), flat(dout5, bs, hs), flat(dq, bs, hs)  # (heads, G, L, ·)
         k3, v3 = flat(k4, bs, hs), flat(v4, bs, hs)  # (heads, Lk, E), (heads, Lk, Ev)
         dk3, dv3 = flat(dk, bs, hs), flat(dv, bs, hs)
-        lse4, delta4 = flat(lse5, bs, hs), flat(delta, bs, hs)  # (heads, G, Lq, 1)
+        lse4 = flat(lse5, bs, hs)  # (heads, G, Lq, 1)
         mask_g = None if mask5 is None else mask5[bs, hs]
         n = q4.shape[0]
         for i0 in range(0, lq, q_tile):
             i1 = min(lq, i0 + q_tile)
             m = g * (i1 - i0)
             qt, dot = rows3(q4, i0, i1), rows3(do4, i0, i1)  # (heads, G·rows, E), (heads, G·rows, Ev)
-            lse_t, delta_t = rows3(lse4, i0, i1), rows3(delta4, i0, i1)  # (heads, G·rows, 1)
+            lse_t = rows3(lse4, i0, i1)  # (heads, G·rows, 1)
             k_end = causal_key_end(is_causal, i1, lk)
-            dq_acc = None if k_tile >= k_end else torch.zeros((n, m, e), dtype=torch.float32, device=dev)
+            one_tile = k_tile >= k_end
+            dq_acc = delta_t = dot32 = v32_3 = None
+            if not one_tile:
+                dq_acc = torch.zeros((n, m, e), dtype=torch.float32, device=dev)
+                delta_t = rows3(flat(delta, bs, hs), i0, i1)  # (heads, G·rows, 1)
+                dot32, v32_3 = dot.float(), flat(v32, bs, hs)  # fp32 operands of dP
             for j0 in range(0, k_end, k_tile):
                 j1 = min(k_end, j0 + k_tile)
                 sd, p, dp, ds = (take(x, n, m, j1 - j0) for x in (sbuf, pbuf, dpbuf, dsbuf))
@@ -132,9 +145,12 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
                 masker.apply_(s, mask_g, i0, i1, j0, j1)
                 torch.sub(s, lse_t, out=p).exp_()  # P (heads, G·rows, keys) in fp32
                 pd = sd.copy_(p) if half else p  # P in the input dtype for the GEMMs
-                torch.bmm(dot, v3[:, j0:j1].transpose(1, 2), out=dp)  # dP = dO Vᵀ
                 _accumulate(dv3[:, j0:j1], pd.transpose(1, 2), dot, 1.0, half)  # dV += Pᵀ dO
-                torch.sub(dp, delta_t, out=ds).mul_(p)  # fp32 dS
+                if one_tile:  # dS = P ⊙ dP − P ⊙ rowsum(P ⊙ dP), dP = dO Vᵀ in the input dtype
+                    torch.mul(p, torch.bmm(dot, v3[:, j0:j1].transpose(1, 2), out=dp), out=ds)
+                    ds.addcmul_(p, ds.sum(dim=-1, keepdim=True), value=-1.0)
+                else:  # dS = P ⊙ (dP − D), dP = dO Vᵀ in fp32
+                    torch.bmm(dot32, v32_3[:, j0:j1].transpose(1, 2), out=ds).sub_(delta_t).mul_(p)
                 dsd = dp.copy_(ds) if half else ds  # dS in the input dtype
                 if dq_acc is None:  # one key tile: dQ = scale · dS K is final, written once in the input dtype
                     store_rows_(dq4, i0, i1, torch.baddbmm(qt, dsd, k3[:, j0:j1], beta=0, alpha=scale))
@@ -186,7 +202,18 @@ class TiledAttention(torch.autograd.Function):
 
 
 def tiled_attention(inp: SDPAInputs, forward_fn: ForwardFn, q_tile: int, k_tile: int) -> torch.Tensor:
-    """Run `forward_fn`; when gradients are needed, wrap it so the backward recomputes tiles."""
+    """Run `forward_fn`; when gradients are needed, wrap it so the backward recomputes tiles.
+
+    fp16 runs in fp32 and is rounded once at the end: fp16 ends at 65504, which scores, tile sums of P V and
+    dP reach with inputs whose answer is finite (every element 256, E = 80), as torch's own kernels avoid too.
+    """
+    if inp.is_empty:
+        return empty_attention(inp)
+    if inp.query.dtype == torch.float16:
+        mask = inp.attn_mask
+        mask = mask.float() if mask is not None and mask.is_floating_point() else mask
+        up = replace(inp, query=inp.query.float(), key=inp.key.float(), value=inp.value.float(), attn_mask=mask)
+        return tiled_attention(up, forward_fn, q_tile, k_tile).to(torch.float16)
     scale = inp.softmax_scale
     if not (inp.needs_grad and torch.is_grad_enabled()):
         q5, k4, v4, mask5 = grouped(inp)
