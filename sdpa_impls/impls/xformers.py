@@ -64,6 +64,8 @@ class XFormers(Implementation):
         validate(inp)
         fmha, missing = _fmha()
         data = self.support.reasons(inp)
+        if inp.is_empty:  # never asked: xformers' kernels are not known to take them (Hkv = 0 would divide by 0)
+            data.append("a dimension of size 0 (B, Hq, Hkv, Lq, Lk or Ev): xformers is not called on empty inputs")
         if fmha is None:
             return [missing, *data]
         return data or self.library_reasons(inp)
