@@ -98,6 +98,16 @@ def make_case(spec: Spec, dtype: torch.dtype, device: str) -> dict:
     return args
 
 
+@pytest.fixture(scope="module")
+def one_intra_op_thread():
+    """For modules of many small cases: one intra-op thread is faster on them, and on a shared machine two
+    threads spin-wait against other jobs for every small op (measured: 18 s instead of 120 s at load 3)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @functools.lru_cache(maxsize=8)
 def inputs(case, dtype: torch.dtype, device: str) -> dict:
     """The call's keyword arguments for any frozen case with `make(dtype, device) -> kwargs` (never modified)."""

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from test_correctness import IMPLS, check_against_fp64
+from test_correctness import IMPLS, check_against_fp64, one_intra_op_thread  # noqa: F401 (fixture)
 
 HALF = (torch.float16, torch.bfloat16)
+pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 
 
 @dataclass(frozen=True)

@@ -17,11 +17,12 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import sdpa_impls
-from test_correctness import IMPLS, check_against_fp64
+from test_correctness import IMPLS, check_against_fp64, one_intra_op_thread  # noqa: F401 (fixture)
 
 F32, F16, BF16, F64 = torch.float32, torch.float16, torch.bfloat16, torch.float64
 ALL = (F32, BF16, F16)
 OURS = [sdpa_impls.get(n) for n in ("naive", "chunked", "fused")]
+pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 
 
 @dataclass(frozen=True)

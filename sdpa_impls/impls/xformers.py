@@ -63,12 +63,14 @@ class XFormers(Implementation):
     def not_supported_reasons(self, inp: SDPAInputs) -> list[str]:
         reasons = super().not_supported_reasons(inp)
         fmha, missing = _fmha()
+        if inp.is_empty:  # never asked: xformers' kernels are not known to take them (Hkv = 0 would divide by 0)
+            reasons.append("a dimension of size 0 (B, Hq, Hkv, Lq, Lk or Ev): xformers is not called on empty inputs")
         return reasons if fmha is not None else [missing, *reasons]  # "not installed" first, wherever it runs
 
     def library_reasons(self, inp: SDPAInputs) -> list[str]:
         fmha, _ = _fmha()
-        if fmha is None:
-            return []  # said first by not_supported_reasons
+        if fmha is None or inp.is_empty:
+            return []  # both said by not_supported_reasons
         q, k, v = _layout(inp)
         try:
             x_inp = fmha.Inputs(query=q, key=k, value=v, attn_bias=_bias(inp, fmha), p=inp.dropout_p,
