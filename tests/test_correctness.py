@@ -203,3 +203,21 @@ def test_measure_check_rejects_nan_even_when_naive_is_not_finite(bad: float) -> 
     with pytest.raises(WrongResult, match="NaN or inf where the fp64 reference is finite"):
         ctx.check(_Returns(bad))
     assert tolerance(math.inf, torch.float32, ref_out) < 1  # a non-finite baseline excuses nothing
+
+
+def test_fp16_overflow_bound_keeps_the_usual_case_in_fp16() -> None:
+    """On CUDA fused and chunked compute fp16 in fp32 only when the inputs could overflow fp16 (the bound is plain
+    torch, so it is checked here); on CPU fp16 always runs in fp32, where it is also faster."""
+    from sdpa_impls.impls._tiled.online_softmax import fp16_in_fp32, fp16_may_overflow
+    from sdpa_impls.protocol import SDPAInputs
+
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 64, 80, generator=gen).half() for _ in range(3))
+    usual = SDPAInputs(q, k, v)
+    assert not fp16_may_overflow(usual, 1) and not fp16_may_overflow(usual, 1024)
+    big = torch.full_like(q, 256.0)
+    assert fp16_may_overflow(SDPAInputs(big, big, v), 1)  # scores near 6e5: past fp16
+    assert fp16_may_overflow(SDPAInputs(q, k, v * 40), 1024)  # 1024 keys of |v| ~ 160 summed: past 32752
+    assert fp16_may_overflow(SDPAInputs(q, k, v, attn_mask=torch.full((64, 64), 4e4)), 1)  # a huge float bias
+    assert fp16_in_fp32(usual, 1) is True  # CPU: always fp32
+    assert fp16_in_fp32(SDPAInputs(q.float(), k.float(), v.float()), 1) is False  # only fp16 is widened

@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import torch
 
-from ._tiled.online_softmax import chunked_forward, tiled_attention
+from ._tiled.online_softmax import chunked_forward, fp16_in_fp32, tiled_attention
 from ..protocol import Implementation, SDPAInputs, Support
 from ..registry import register
 from ._tiled.tiles import fit_rows, score_tile_bytes
@@ -28,7 +29,11 @@ class Chunked(Implementation):
     support = Support()
 
     def forward(self, inp: SDPAInputs) -> torch.Tensor:
+        return self.prepare_inputs(inp)()
+
+    def prepare_inputs(self, inp: SDPAInputs) -> Callable[[], torch.Tensor]:
         q = inp.query
         k_tile = key_tile(q.device, q.shape[0] * q.shape[1], Q_TILE)
         fwd = functools.partial(chunked_forward, q_tile=Q_TILE, k_tile=k_tile)
-        return tiled_attention(inp, fwd, Q_TILE, k_tile)
+        widen = fp16_in_fp32(inp, k_tile)  # a key tile sums up to k_tile unnormalized P V terms
+        return lambda: tiled_attention(inp, fwd, Q_TILE, k_tile, widen)

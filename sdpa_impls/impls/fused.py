@@ -1,9 +1,11 @@
 """fused: the fastest exact attention we write in plain PyTorch — query tiles, full-width rows, in-place softmax."""
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
-from ._tiled.online_softmax import take, tiled_attention
+from ._tiled.online_softmax import fp16_in_fp32, take, tiled_attention
 from ..protocol import Implementation, SDPAInputs, Support
 from ..registry import register
 from ._tiled.tiles import (NEG_INF, TileMasker, causal_key_end, empty_attention, fit_rows, flat, forward_views,
@@ -78,9 +80,13 @@ class Fused(Implementation):
     support = Support()
 
     def forward(self, inp: SDPAInputs) -> torch.Tensor:
+        return self.prepare_inputs(inp)()
+
+    def prepare_inputs(self, inp: SDPAInputs) -> Callable[[], torch.Tensor]:
         if inp.is_empty:
-            return empty_attention(inp)
+            return lambda: empty_attention(inp)
         q, k = inp.query, inp.key
         b, hkv, lk = k.shape[0], k.shape[1], k.shape[2]
         rows, _ = tile_shape(q.device, b, hkv, q.shape[1] // hkv, q.shape[2], lk, 4)
-        return tiled_attention(inp, fused_forward, rows, lk)  # backward: full-width key tiles
+        widen = fp16_in_fp32(inp, 1)  # P is normalized before P V: each output is bounded by max|v|
+        return lambda: tiled_attention(inp, fused_forward, rows, lk, widen)  # backward: full-width key tiles

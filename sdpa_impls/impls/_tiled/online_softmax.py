@@ -2,7 +2,7 @@
 
 Everything works on the grouped 5-D views of `tiles.grouped`: q (B, Hkv, G, Lq, E),
 k (B, Hkv, Lk, E), v (B, Hkv, Lk, Ev), folded into 3-D GEMM operands (B·Hkv, G·rows, ·).
-GEMMs run in the input dtype (fp16: in fp32) with the softmax scale folded into their alpha; the
+GEMMs run in the input dtype (fp16 where it could overflow: in fp32) with the softmax scale folded into their alpha; the
 softmax arithmetic is fp32. Score tiles live in buffers allocated once per call and reused, so a
 call never holds more than one tile of scores, and the allocator never page-faults per tile.
 The backward recomputes score tiles from the saved per-row log-sum-exp, so it holds O(L) state.
@@ -201,15 +201,43 @@ class TiledAttention(torch.autograd.Function):
                 None, None, None, None, None, None)
 
 
-def tiled_attention(inp: SDPAInputs, forward_fn: ForwardFn, q_tile: int, k_tile: int) -> torch.Tensor:
+FP16_MAX = 65504.0
+
+
+def fp16_in_fp32(inp: SDPAInputs, keys_summed: int) -> bool:
+    """Whether an fp16 call computes in fp32 (and is rounded once at the end).
+
+    fp16 ends at 65504, which scores and tile sums of P V reach with inputs whose answer is finite (every
+    element 256, E = 80). CPU: always, since its fp16 GEMMs have no fast kernels and fp32 is faster there.
+    CUDA: only when a bound from the inputs' largest magnitudes says a score (scale · E · max|q| · max|k|, plus
+    a float mask) or a sum of `keys_summed` unnormalized P V terms (max|v| each) could pass half of 65504, so
+    tensor cores keep the usual case. The bound costs one reduction and one sync: decide it outside a timed
+    closure (`prepare_inputs`). The backward's dP = dO Vᵀ depends on dO and is not bounded here.
+    """
+    if inp.query.dtype != torch.float16 or inp.is_empty:
+        return False
+    return inp.query.device.type == "cpu" or fp16_may_overflow(inp, keys_summed)
+
+
+def fp16_may_overflow(inp: SDPAInputs, keys_summed: int) -> bool:
+    """The bound of `fp16_in_fp32`: whether a score or a sum of `keys_summed` P V terms could pass 65504 / 2."""
+    tops = [inp.query.abs().amax(), inp.key.abs().amax(), inp.value.abs().amax()]
+    m = inp.attn_mask
+    tops.append(m.abs().amax() if m is not None and m.is_floating_point() and m.numel() else tops[0] * 0)
+    q, k, v, bias = torch.stack(tops).float().tolist()
+    score = abs(inp.softmax_scale) * inp.query.shape[-1] * q * k + bias
+    return not max(score, keys_summed * v) < FP16_MAX / 2
+
+
+def tiled_attention(inp: SDPAInputs, forward_fn: ForwardFn, q_tile: int, k_tile: int,
+                    widen_fp16: bool = False) -> torch.Tensor:
     """Run `forward_fn`; when gradients are needed, wrap it so the backward recomputes tiles.
 
-    fp16 runs in fp32 and is rounded once at the end: fp16 ends at 65504, which scores, tile sums of P V and
-    dP reach with inputs whose answer is finite (every element 256, E = 80), as torch's own kernels avoid too.
+    `widen_fp16` (see `fp16_in_fp32`): an fp16 call runs in fp32 and is rounded once at the end.
     """
     if inp.is_empty:
         return empty_attention(inp)
-    if inp.query.dtype == torch.float16:
+    if widen_fp16 and inp.query.dtype == torch.float16:
         mask = inp.attn_mask
         mask = mask.float() if mask is not None and mask.is_floating_point() else mask
         up = replace(inp, query=inp.query.float(), key=inp.key.float(), value=inp.value.float(), attn_mask=mask)
