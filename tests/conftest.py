@@ -29,7 +29,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.benchmark_disable = True  # plain `pytest`: each benchmark runs once, as a smoke test
     device = config.getoption("sdpa_device") or default_device()
     timer_default = "time.perf_counter"
-    if device == "cuda" and config.getoption("benchmark_timer", timer_default) == timer_default:
+    if torch.device(device).type == "cuda" and str(config.getoption("benchmark_timer", timer_default)) == timer_default:
         config.option.benchmark_timer = "sdpa_impls.bench.timing.cuda_event_clock"  # GPU time, not async launch time
 
 

@@ -23,6 +23,7 @@ class Result:
     median_s: float | None = None
     iqr_s: float | None = None
     samples: tuple[float, ...] = ()
+    calls_per_sample: int = 1  # each sample is the mean of this many back-to-back calls
     tflops: float | None = None
     gbps: float | None = None
     roofline_pct: float | None = None
@@ -63,7 +64,7 @@ def derived_metrics(case: Case, device: str, timing: Timing) -> dict:
     """Median/IQR plus TFLOP/s, GB/s of the minimal traffic and % of this machine's measured roofline."""
     ceil = ceilings(device, (f"gemm_flops_{case.dtype}", "copy_bytes_per_s"))
     t = timing.median
-    return {"median_s": t, "iqr_s": timing.iqr, "samples": timing.samples,
+    return {"median_s": t, "iqr_s": timing.iqr, "samples": timing.samples, "calls_per_sample": timing.calls_per_sample,
             "tflops": case.flops() / t / 1e12 if t > 0 else None,
             "gbps": case.min_bytes() / t / 1e9 if t > 0 else None,
             "roofline_pct": roofline_pct(case.flops(), case.min_bytes(), t, case.dtype, ceil) if t > 0 else None}

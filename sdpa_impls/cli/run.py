@@ -21,7 +21,8 @@ from ..report.write import write_report
 from .progress import Progress
 
 OPTION_FLAGS = {"budget_s": "--budget", "min_reps": "--min-reps", "max_reps": "--max-reps", "warmup": "--warmup",
-                "flush_l2": "--flush-l2", "cuda_graph": "--cuda-graph", "memory": "--no-memory"}
+                "flush_l2": "--flush-l2", "cuda_graph": "--cuda-graph", "memory": "--no-memory",
+                "min_sample_s": "--min-sample"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -44,6 +45,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--min-reps", type=int, help=f"at least this many timed calls (default {Options.min_reps})")
     t.add_argument("--max-reps", type=int, help=f"at most this many timed calls (default {Options.max_reps})")
     t.add_argument("--warmup", type=int, help=f"untimed calls first (default {Options.warmup})")
+    t.add_argument("--min-sample", dest="min_sample_s", type=float, metavar="SECONDS",
+                   help="a sample is the fewest back-to-back calls lasting this long "
+                        f"(default {Options.min_sample_s}; 0: one call per sample)")
     t.add_argument("--flush-l2", action="store_const", const=True, help="clear the GPU L2 before each call")
     t.add_argument("--cuda-graph", action="store_const", const=True, help="time CUDA-graph replays")
     t.add_argument("--no-memory", dest="memory", action="store_const", const=False,
@@ -78,6 +82,8 @@ def _options(args: argparse.Namespace) -> tuple[dict, Options]:
     for k in ("min_reps", "max_reps", "warmup"):
         if given.get(k, 1) < (0 if k == "warmup" else 1):
             raise UsageError(f"{OPTION_FLAGS[k]} must be {'>= 0' if k == 'warmup' else '>= 1'}; got {given[k]}")
+    if given.get("min_sample_s", 0.0) < 0:
+        raise UsageError(f"--min-sample must be >= 0 seconds; got {given['min_sample_s']}")
     if given.get("budget_s", 1.0) < 0:
         raise UsageError(f"--budget must be >= 0 seconds; got {given['budget_s']}")
     opts = Options(**given)
@@ -158,6 +164,8 @@ def run(args: argparse.Namespace) -> int:
                          f"({torch.__version__}, CUDA {torch.version.cuda or 'none'})")
     impls = _impls(args.impl)
     given, opts = _options(args)
+    if device != "cuda" and (opts.flush_l2 or opts.cuda_graph):
+        raise UsageError(f"{'--flush-l2' if opts.flush_l2 else '--cuda-graph'} needs --device cuda")
     if args.shard:
         parse_shard(args.shard)
     try:
