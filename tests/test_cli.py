@@ -15,7 +15,8 @@ import pytest
 from sdpa_impls import names
 from sdpa_impls.bench.grid import preset
 
-FAST = ["--budget", "0.005", "--min-reps", "2", "--warmup", "1"]
+CPU = ["--device", "cpu"]  # these tests describe a CPU sweep, also on a machine with a GPU
+FAST = [*CPU, "--budget", "0.005", "--min-reps", "2", "--warmup", "1"]
 SMOKE_POINTS = len(preset("smoke")) * len(names())
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 PROGRESS_LINE = re.compile(r"^\[(\d+)/(\d+)\s+\d+%\] (\S+)  (\S+): ", re.M)
@@ -117,7 +118,7 @@ def test_killed_run_resumes_without_repeating_finished_points(tmp_path):
     impls = "naive,chunked,torch_sdpa"
     total = len(preset("smoke")) * 3
     cmd = [sys.executable, "-m", "sdpa_impls", "run", "--preset", "smoke", "--impl", impls, "--out", str(out),
-           "--budget", "0.25", "--min-reps", "2", "--warmup", "1", "--no-memory"]
+           *CPU, "--budget", "0.25", "--min-reps", "2", "--warmup", "1", "--no-memory"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     before: list[dict] = []
     deadline = time.monotonic() + 120
@@ -168,7 +169,7 @@ def test_shards_are_disjoint_and_merge_into_the_whole_preset(tmp_path):
 
 
 def test_list_shows_every_implementation_and_why_xformers_cannot_run(tmp_path):
-    proc = cli("list")
+    proc = cli("list", *CPU)
     assert proc.returncode == 0, proc.stderr
     for name in names():
         assert re.search(rf"^{name}\s", proc.stdout, re.M), name
@@ -186,6 +187,8 @@ def test_list_shows_every_implementation_and_why_xformers_cannot_run(tmp_path):
     (["run", "--preset", "smoke", "--shard", "3/2"], "need 1 <= I <= N"),
     (["run", "--preset", "smoke", "--shard", "half"], "must look like I/N"),
     (["run", "--preset", "smoke", "--budget", "-1"], "--budget must be >= 0"),
+    (["run", "--preset", "smoke", "--device", "cpu", "--cuda-graph"], "--cuda-graph needs --device cuda"),
+    (["run", "--preset", "smoke", "--min-sample", "-1"], "--min-sample must be >= 0"),
     (["report", "{tmp}/nothing-here"], "does not exist"),
 ])
 def test_user_errors_exit_2_with_one_clear_message(tmp_path, args, message):
