@@ -14,6 +14,7 @@ import torch
 from ..protocol import Unsupported
 from ..registry import get
 from .check import CaseContext, WrongResult
+from .fits import ensure_fits, point_bytes
 from .grid import Case
 from .inputs import Inputs
 from .memory import peak_memory
@@ -78,12 +79,13 @@ def mode_closure(impl, inputs: Inputs, mode: str) -> Callable[[], object]:
 
 
 def prepare_point(impl_name: str, ctx: CaseContext) -> PreparedPoint:
-    """Reasons first (Unsupported, cheap: no reference yet), then the check against fp64 (WrongResult), then the
-    closure to time. Raises; the callers decide what a skip or a failure means to them."""
+    """Reasons first (Unsupported, cheap: no reference yet), then whether it fits in memory (Unsupported), then the
+    check against fp64 (WrongResult; Unsupported when the reference does not fit), then the closure to time. Raises; the callers decide what a skip or a failure means to them."""
     impl = get(impl_name)
     reasons = impl.unsupported_reasons(**ctx.inputs.args())
     if reasons:
         raise Unsupported(impl.name, reasons)
+    ensure_fits(impl.name, point_bytes(impl.name, ctx.case), ctx.device)  # a skip, never an out-of-memory
     err, tol = ctx.check(impl)
     return PreparedPoint(mode_closure(impl, ctx.inputs, ctx.case.mode), err, tol)
 

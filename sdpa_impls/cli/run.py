@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from ..bench import grid
-from ..bench.ceilings import ceilings
+from ..bench.ceilings import ceilings, needed_ceilings
 from ..bench.machine import machine_differences, machine_info
 from ..bench.measure import Options, run_case
 from ..errors import UsageError
@@ -195,7 +195,7 @@ def run(args: argparse.Namespace) -> int:
                   f"{len(meta['case_ids'])} cases × {len(meta['impls'])} implementations on "
                   f"{meta['machine']['device_name']}; saving to {out / store.RESULTS_FILE}")
     dtypes = sorted({c.dtype for c in grid.preset(meta["preset"]) if c.id in set(meta["case_ids"])})
-    needed = tuple(f"gemm_flops_{d}" for d in dtypes) + ("copy_bytes_per_s",)
+    needed = needed_ceilings(dtypes, device)
     if any(k not in meta["ceilings"] for k in needed):
         progress.note("measuring this machine's ceilings (GEMM, copy; cached per machine) …")
         meta["ceilings"] = {k: v for k, v in ceilings(device, needed).items() if k in needed}

@@ -18,7 +18,7 @@ def machine_lines(meta: dict) -> list[str]:
         rows.append(("GPU", f"{gpu.get('name')}, {fmt_bytes(gpu.get('memory_bytes'))}, compute capability "
                             f"{gpu.get('capability')}, driver {gpu.get('driver') or '?'}"))
     rows += [("CPU", f"{m.get('cpu', '?')} ({m.get('machine', '?')}), {m.get('threads', '?')} torch threads"),
-             ("versions", f"torch {m.get('torch')}, CUDA {m.get('cuda') or 'none'}, "
+             ("versions", f"torch {m.get('torch')}, CUDA {m.get('cuda') or 'none'}, cuDNN {m.get('cudnn') or 'none'}, "
                           f"xformers {m.get('xformers') or 'not installed'}, python {m.get('python')}")]
     ceil = meta.get("ceilings") or {}
     if ceil:
