@@ -54,6 +54,7 @@ def test_run_writes_results_json_with_every_point_and_its_samples(smoke):
     for r in ok:
         assert len(r["samples"]) >= 2 and r["median_s"] > 0 and r["peak_memory_bytes"] > 0
         assert r["max_error"] <= r["error_tolerance"]
+        assert r["kernels"] and r["calls_per_sample"] >= 1  # what one profiled call ran; the sample's call count
     skipped = {r["impl"]: r["reason"] for r in doc["results"] if r["status"] == "skipped"}
     assert "device=cpu" in skipped["xformers"] or "not installed" in skipped["xformers"]
 
@@ -88,6 +89,7 @@ def test_plots_are_png_images_linked_from_the_report(smoke):
         height, width = matplotlib.image.imread(out / name).shape[:2]
         assert width >= 600 and height >= 300, name
     assert "AMD" in report or "cpu" in report  # the machine description
+    assert "## What ran" in report and "aten::_scaled_dot_product_flash_attention_for_cpu" in report
     assert "torch " in report and "| L128-E64-fp32-fwd |" in report
 
 

@@ -17,6 +17,7 @@ from .check import CaseContext, WrongResult
 from .fits import ensure_fits, point_bytes
 from .grid import Case
 from .inputs import Inputs
+from .kernels import DispatchMismatch, check_pinned, profile_call
 from .memory import peak_memory
 from .result import Result
 from .timing import MIN_SAMPLE_S, Sampler, Timing, call_context, same_context, summarize, time_closure
@@ -41,11 +42,13 @@ class Options:
 
 @dataclass(frozen=True)
 class PreparedPoint:
-    """A point that passed its check: the closure to time, and the check's worst error and its tolerance."""
+    """A point that passed its check: the closure to time, the check's worst error and its tolerance, and what
+    the closure ran."""
 
     fn: Callable[[], object]
     max_error: float
     error_tolerance: float
+    kernels: tuple[str, ...] = ()  # what one profiled call ran: CUDA kernels, or aten ops on CPU; longest first
 
 
 class BackwardOnly:
@@ -87,7 +90,10 @@ def prepare_point(impl_name: str, ctx: CaseContext) -> PreparedPoint:
         raise Unsupported(impl.name, reasons)
     ensure_fits(impl.name, point_bytes(impl.name, ctx.case), ctx.device)  # a skip, never an out-of-memory
     err, tol = ctx.check(impl)
-    return PreparedPoint(mode_closure(impl, ctx.inputs, ctx.case.mode), err, tol)
+    fn = mode_closure(impl, ctx.inputs, ctx.case.mode)
+    prof = profile_call(fn, ctx.device)
+    check_pinned(impl, prof)  # DispatchMismatch: a pinned backend that ran another backend's kernel
+    return PreparedPoint(fn, err, tol, prof.kernels)
 
 
 def failed(base: Result, exc: BaseException) -> Result:
@@ -96,6 +102,8 @@ def failed(base: Result, exc: BaseException) -> Result:
         return replace(base, status="skipped", reason="; ".join(exc.reasons))
     if isinstance(exc, WrongResult):
         return replace(base, status="wrong", reason=str(exc))
+    if isinstance(exc, DispatchMismatch):
+        return replace(base, status="failed", reason=f"{base.impl}: {exc}")
     if isinstance(exc, torch.OutOfMemoryError):
         return replace(base, status="failed", reason=f"out of memory: {str(exc).splitlines()[0]}")
     where = traceback.extract_tb(exc.__traceback__)[-1]
@@ -111,7 +119,8 @@ def _prepared(impl_name: str, ctx: CaseContext) -> tuple[Result, Callable[[], ob
         point = prepare_point(impl_name, ctx)
     except Exception as exc:
         return failed(base, exc), None
-    return replace(base, max_error=point.max_error, error_tolerance=point.error_tolerance), point.fn
+    return replace(base, max_error=point.max_error, error_tolerance=point.error_tolerance,
+                   kernels=point.kernels), point.fn
 
 
 def _finished(base: Result, fn: Callable[[], object], timing: Timing, options: Options) -> Result:

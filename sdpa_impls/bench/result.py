@@ -32,17 +32,20 @@ class Result:
     max_error: float | None = None
     error_tolerance: float | None = None
     speedup_vs_torch_sdpa: float | None = None
+    kernels: tuple[str, ...] = ()  # what one profiled call ran: CUDA kernels, or aten ops on CPU; longest first
 
     def as_dict(self) -> dict:
         d = asdict(self)
         d["case"] = self.case.as_dict()
         d["samples"] = list(self.samples)
+        d["kernels"] = list(self.kernels)
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> Result:
         case = {k: v for k, v in d["case"].items() if k != "id"}
-        return cls(**{**d, "case": Case(**case), "samples": tuple(d.get("samples", ()))})
+        return cls(**{**d, "case": Case(**case), "samples": tuple(d.get("samples", ())),
+                      "kernels": tuple(d.get("kernels", ()))})
 
     def timed(self, timing: Timing) -> Result:
         """This result with the timing and what follows from it: TFLOP/s, GB/s and % of the measured roofline."""
@@ -66,7 +69,8 @@ def derived_metrics(case: Case, device: str, timing: Timing) -> dict:
     ceil = ceilings(device, needed_ceilings((case.dtype,), device))
     gemm = gemm_key(case.dtype, device)
     t = timing.median
-    return {"median_s": t, "iqr_s": timing.iqr, "samples": timing.samples, "calls_per_sample": timing.calls_per_sample,
+    return {"median_s": t, "iqr_s": timing.iqr, "samples": timing.samples,
+            "calls_per_sample": timing.calls_per_sample,
             "tflops": case.flops() / t / 1e12 if t > 0 else None,
             "gbps": case.min_bytes() / t / 1e9 if t > 0 else None,
             "roofline_pct": roofline_pct(case.flops(), case.min_bytes(), t, gemm, ceil) if t > 0 else None,
