@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import os
 import sys
 from pathlib import Path
 
@@ -31,8 +32,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--impl", action="append", metavar="NAME",
                    help="implementation to run (repeat, or comma-separate; default: all, see `list`)")
     p.add_argument("--out", type=Path, metavar="DIR", help="output folder (default: results/<preset>)")
-    p.add_argument("--shard", metavar="I/N", help="run only shard I of N (cases whose index is I-1 mod N); "
-                                                  "join the shards with `merge`")
+    p.add_argument("--shard", metavar="I/N", help="run only shard I of N (cases whose index is I-1 mod N); join the "
+                                                  "shards with `merge`. `auto`: I and N from torchrun (RANK, "
+                                                  "WORLD_SIZE; GPU LOCAL_RANK) or a SLURM array, each shard in "
+                                                  "DIR/shard-IofN (DIR: --out, default results/<preset>-shards)")
     p.add_argument("--resume", action="store_true",
                    help="continue the sweep saved in DIR, skipping every point already finished")
     p.add_argument("--overwrite", action="store_true",
@@ -64,6 +67,22 @@ def parse_shard(text: str) -> tuple[int, int]:
     if n < 1 or not 1 <= i <= n:
         raise UsageError(f"--shard {text!r}: need 1 <= I <= N (shards are numbered 1 to N)")
     return i, n
+
+
+def auto_shard(env: dict[str, str]) -> tuple[int, int, int | None]:
+    """(I, N, local rank or None) of this process from its launcher: torchrun (RANK, WORLD_SIZE, LOCAL_RANK) or a
+    SLURM job array (SLURM_ARRAY_TASK_ID counted from SLURM_ARRAY_TASK_MIN, SLURM_ARRAY_TASK_COUNT)."""
+    try:
+        if "RANK" in env and "WORLD_SIZE" in env:
+            local = env.get("LOCAL_RANK")
+            return int(env["RANK"]) + 1, int(env["WORLD_SIZE"]), int(local) if local is not None else None
+        if "SLURM_ARRAY_TASK_ID" in env and "SLURM_ARRAY_TASK_COUNT" in env:
+            first = int(env.get("SLURM_ARRAY_TASK_MIN", "0"))
+            return int(env["SLURM_ARRAY_TASK_ID"]) - first + 1, int(env["SLURM_ARRAY_TASK_COUNT"]), None
+    except ValueError as exc:
+        raise UsageError(f"--shard auto: the launcher's environment is not a number: {exc}") from None
+    raise UsageError("--shard auto takes its shard from torchrun (RANK, WORLD_SIZE) or a SLURM job array "
+                     "(SLURM_ARRAY_TASK_ID, SLURM_ARRAY_TASK_COUNT); neither is set: give --shard I/N")
 
 
 def _impls(requested: list[str] | None) -> list[str] | None:
@@ -162,6 +181,12 @@ def run(args: argparse.Namespace) -> int:
     if device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda: no CUDA device is available to this torch "
                          f"({torch.__version__}, CUDA {torch.version.cuda or 'none'})")
+    auto = args.shard == "auto"
+    if auto:
+        index, count, local_rank = auto_shard(dict(os.environ))
+        args.shard = f"{index}/{count}"
+        if device == "cuda" and local_rank is not None:
+            torch.cuda.set_device(local_rank)  # one GPU per torchrun process on this node
     impls = _impls(args.impl)
     given, opts = _options(args)
     if device != "cuda" and (opts.flush_l2 or opts.cuda_graph):
@@ -173,7 +198,10 @@ def run(args: argparse.Namespace) -> int:
         grid.preset(preset)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    out = args.out or Path("results") / (preset + (f"-shard{args.shard.replace('/', 'of')}" if args.shard else ""))
+    if auto:  # every process of the launch gets its own folder under one parent
+        out = (args.out or Path("results") / f"{preset}-shards") / f"shard-{args.shard.replace('/', 'of')}"
+    else:
+        out = args.out or Path("results") / (preset + (f"-shard{args.shard.replace('/', 'of')}" if args.shard else ""))
     store.prepare_dir(out)
     existing = (out / store.RESULTS_FILE).exists()
     if args.resume and args.overwrite:
