@@ -83,7 +83,9 @@ def mode_closure(impl, inputs: Inputs, mode: str) -> Callable[[], object]:
 
 def prepare_point(impl_name: str, ctx: CaseContext) -> PreparedPoint:
     """Reasons first (Unsupported, cheap: no reference yet), then whether it fits in memory (Unsupported), then the
-    check against fp64 (WrongResult; Unsupported when the reference does not fit), then the closure to time. Raises; the callers decide what a skip or a failure means to them."""
+    check against fp64 (WrongResult; Unsupported when the reference does not fit), then the closure to time,
+    profiled once outside any timed region (what it ran; DispatchMismatch when a pinned backend ran another
+    backend's kernel). Raises; the callers decide what a skip or a failure means to them."""
     impl = get(impl_name)
     reasons = impl.unsupported_reasons(**ctx.inputs.args())
     if reasons:
