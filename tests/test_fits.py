@@ -94,3 +94,11 @@ def test_fp32_is_held_to_the_ieee_gemm_on_cpu() -> None:
 
     assert gemm_key("fp32", "cpu") == "gemm_flops_fp32" and gemm_key("bf16", "cpu") == "gemm_flops_bf16"
     assert needed_ceilings(("fp32", "bf16"), "cpu") == ("gemm_flops_fp32", "gemm_flops_bf16", "copy_bytes_per_s")
+
+
+def test_small_cases_are_estimated_small() -> None:
+    """The smoke preset fits in a few MiB: a small runner never skips it for want of memory."""
+    for case in preset("smoke"):
+        part = grad_slice(case) if case.mode != "fwd" else None
+        assert reference_bytes(case, part) < 64 << 20 and max(point_bytes(i, case) for i in ("naive", "fused")) \
+            < 64 << 20

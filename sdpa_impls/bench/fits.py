@@ -33,7 +33,7 @@ def point_bytes(impl: str, case: Case) -> int:
     io = _io_bytes(case, case.torch_dtype.itemsize)
     if impl in QUADRATIC:
         return io + QUADRATIC_BYTES_PER_SCORE[case.mode] * case.batch * case.heads_q * case.lq * case.lk
-    return 3 * io + TILE_BYTES
+    return 3 * io + min(TILE_BYTES, 8 * case.batch * case.heads_q * case.lq * case.lk)
 
 
 def reference_bytes(case: Case, grad_case: Case | None) -> int:
@@ -42,7 +42,8 @@ def reference_bytes(case: Case, grad_case: Case | None) -> int:
     slice whose gradients are checked) the blockwise gradients."""
     g = case.heads_q // case.heads_kv
     wide = replace(case, heads_kv=case.heads_q) if g > 1 else case
-    total = 9 * case.lq * case.lk + _io_bytes(wide, 8) + 6 * REFERENCE_CHUNK_BYTES
+    block = min(REFERENCE_CHUNK_BYTES, 8 * case.batch * case.heads_q * case.lq * case.lk)  # one block of scores
+    total = 9 * case.lq * case.lk + _io_bytes(wide, 8) + 6 * block
     if grad_case is not None:
         total += 2 * _io_bytes(grad_case, 8)
     return total
