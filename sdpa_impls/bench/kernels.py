@@ -66,7 +66,7 @@ def profile_call(fn: Callable[[], object], device: torch.device | str) -> Profil
     if device.type != "cuda":
         return Profile(ops, ops)
     cuda = torch.autograd.DeviceType.CUDA
-    kernels = _by_time([(e.name, e.self_device_time_total) for e in events if e.device_type == cuda])
+    kernels = _by_time([(e.name, e.time_range.elapsed_us()) for e in events if e.device_type == cuda])  # durations
     return Profile(kernels, ops)
 
 
