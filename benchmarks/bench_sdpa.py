@@ -9,6 +9,7 @@ asv records as a skipped cell and `asv run --show-stderr` prints as "asv: skippe
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import timeit
 from collections.abc import Callable
@@ -35,6 +36,15 @@ except ImportError:  # asv runs this suite against older commits too, whose modu
         max_error, error_tolerance = ctx.check(implementation)
         return SimpleNamespace(fn=mode_closure(implementation, ctx.inputs, ctx.case.mode), max_error=max_error,
                                error_tolerance=error_tolerance)
+
+try:  # one sample = calls_per_sample back-to-back calls (sdpa_impls.bench.timing); older commits: one call
+    from sdpa_impls.bench.timing import call_context, calls_per_sample
+except ImportError:
+    def call_context(fn: Callable[[], object]) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()
+
+    def calls_per_sample(fn: Callable[[], object], device: str) -> int:
+        return 1
 
 IMPLS_ENV = "SDPA_BENCH_IMPLS"
 DEVICE = default_device()
@@ -72,7 +82,32 @@ def prepare(mode: str, impl: str, case_id: str) -> Callable[[], object]:
     return prepare_point(impl, CaseContext.build(case, DEVICE)).fn
 
 
-_prepared: dict[tuple[str, str, str], Callable[[], object]] = {}
+class PerCallClock:
+    """asv's timer: seconds per call of the sample being taken.
+
+    `time_sdpa` makes `calls` back-to-back calls (one sample, as sdpa_impls.bench.timing defines it for every
+    front end) and asv times each `time_sdpa` on its own (a benchmark with `setup` gets number = 1), so this
+    clock advances by what `base` (GPU events on CUDA, a host clock elsewhere) advanced, divided by `calls`.
+    """
+
+    def __init__(self, base: Callable[[], float]) -> None:
+        self.base = base
+        self.calls = 1
+        self._last: float | None = None
+        self._total = 0.0
+
+    def __call__(self) -> float:
+        now = self.base()
+        if self._last is not None:
+            self._total += (now - self._last) / self.calls
+        self._last = now
+        return self._total
+
+
+# GPU work is asynchronous: on CUDA the clock records an event and waits for it.
+CLOCK = PerCallClock(CudaEventClock() if DEVICE == "cuda" else timeit.default_timer)
+_prepared: dict[tuple[str, str, str], tuple[Callable[[], object], int]] = {}
+_entered: list = [None, contextlib.ExitStack()]  # (key whose call context is entered, its exit stack)
 
 
 class _Mode:
@@ -82,18 +117,31 @@ class _Mode:
     param_names = ["impl", "case"]
     timeout = 900  # seconds per parameter combination, setup (fp64 reference) included
     repeat = (3, 25, 10.0)  # samples per round: at least 3, at most 25, stop after 10 s (asv's default: 1, 5, 10)
-    # GPU work is asynchronous: on CUDA asv's timing loop reads a clock that records an event and waits for it.
-    timer = CudaEventClock() if DEVICE == "cuda" else timeit.default_timer
+    timer = CLOCK
 
     def setup(self, impl: str, case_id: str) -> None:
-        # asv_runner re-runs setup before every timing sample; the check and the closure are made once a process
+        # asv_runner re-runs setup before every timing sample; the check, the closure and its calls per sample
+        # are made once a process, and the closure's call context (a pinned backend) is entered once
         key = (self.mode, impl, case_id)
         if key not in _prepared:
-            _prepared[key] = prepare(self.mode, impl, case_id)
-        self.fn = _prepared[key]
+            fn = prepare(self.mode, impl, case_id)
+            with call_context(fn):
+                fn()  # warm-up
+                _prepared[key] = (fn, calls_per_sample(fn, DEVICE))
+        self.fn, self.calls = _prepared[key]
+        if _entered[0] != key:
+            _entered[1].close()
+            _entered[1].enter_context(call_context(self.fn))
+            _entered[0] = key
+        CLOCK.calls = self.calls
+
+    def teardown(self, impl: str, case_id: str) -> None:
+        _entered[1].close()
+        _entered[0] = None
 
     def time_sdpa(self, impl: str, case_id: str) -> None:
-        self.fn()
+        for _ in range(self.calls):
+            self.fn()
 
     def track_peak_memory(self, impl: str, case_id: str) -> int:
         self.fn()  # warm-up: one-time workspaces are not the operator's memory

@@ -29,7 +29,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.benchmark_disable = True  # plain `pytest`: each benchmark runs once, as a smoke test
     device = config.getoption("sdpa_device") or default_device()
     timer_default = "time.perf_counter"
-    if device == "cuda" and config.getoption("benchmark_timer", timer_default) == timer_default:
+    if torch.device(device).type == "cuda" and str(config.getoption("benchmark_timer", timer_default)) == timer_default:
         config.option.benchmark_timer = "sdpa_impls.bench.timing.cuda_event_clock"  # GPU time, not async launch time
 
 
@@ -65,14 +65,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:
-    machine_info["sdpa_bench"] = describe_machine(config.getoption("sdpa_device") or default_device())
+    machine_info["sdpa_bench"] = describe_machine(config.getoption("sdpa_device") or default_device(),
+                                                  timer=str(config.getoption("benchmark_timer")))
 
 
 @pytest.fixture(scope="session")
 def sdpa_device(pytestconfig: pytest.Config) -> str:
     device = pytestconfig.getoption("sdpa_device") or default_device()
-    if device == "cuda" and not torch.cuda.is_available():
-        pytest.skip("--sdpa-device cuda: no CUDA device on this machine")
+    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+        pytest.skip(f"--sdpa-device {device}: no CUDA device on this machine")
     return device
 
 

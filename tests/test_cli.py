@@ -15,7 +15,8 @@ import pytest
 from sdpa_impls import names
 from sdpa_impls.bench.grid import preset
 
-FAST = ["--budget", "0.005", "--min-reps", "2", "--warmup", "1"]
+CPU = ["--device", "cpu"]  # these tests describe a CPU sweep, also on a machine with a GPU
+FAST = [*CPU, "--budget", "0.005", "--min-reps", "2", "--warmup", "1"]
 SMOKE_POINTS = len(preset("smoke")) * len(names())
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 PROGRESS_LINE = re.compile(r"^\[(\d+)/(\d+)\s+\d+%\] (\S+)  (\S+): ", re.M)
@@ -53,6 +54,7 @@ def test_run_writes_results_json_with_every_point_and_its_samples(smoke):
     for r in ok:
         assert len(r["samples"]) >= 2 and r["median_s"] > 0 and r["peak_memory_bytes"] > 0
         assert r["max_error"] <= r["error_tolerance"]
+        assert r["kernels"] and r["calls_per_sample"] >= 1  # what one profiled call ran; the sample's call count
     skipped = {r["impl"]: r["reason"] for r in doc["results"] if r["status"] == "skipped"}
     assert "device=cpu" in skipped["xformers"] or "not installed" in skipped["xformers"]
 
@@ -87,6 +89,7 @@ def test_plots_are_png_images_linked_from_the_report(smoke):
         height, width = matplotlib.image.imread(out / name).shape[:2]
         assert width >= 600 and height >= 300, name
     assert "AMD" in report or "cpu" in report  # the machine description
+    assert "## What ran" in report and "aten::_scaled_dot_product_flash_attention_for_cpu" in report
     assert "torch " in report and "| L128-E64-fp32-fwd |" in report
 
 
@@ -117,7 +120,7 @@ def test_killed_run_resumes_without_repeating_finished_points(tmp_path):
     impls = "naive,chunked,torch_sdpa"
     total = len(preset("smoke")) * 3
     cmd = [sys.executable, "-m", "sdpa_impls", "run", "--preset", "smoke", "--impl", impls, "--out", str(out),
-           "--budget", "0.25", "--min-reps", "2", "--warmup", "1", "--no-memory"]
+           *CPU, "--budget", "0.25", "--min-reps", "2", "--warmup", "1", "--no-memory"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     before: list[dict] = []
     deadline = time.monotonic() + 120
@@ -168,7 +171,7 @@ def test_shards_are_disjoint_and_merge_into_the_whole_preset(tmp_path):
 
 
 def test_list_shows_every_implementation_and_why_xformers_cannot_run(tmp_path):
-    proc = cli("list")
+    proc = cli("list", *CPU)
     assert proc.returncode == 0, proc.stderr
     for name in names():
         assert re.search(rf"^{name}\s", proc.stdout, re.M), name
@@ -186,6 +189,8 @@ def test_list_shows_every_implementation_and_why_xformers_cannot_run(tmp_path):
     (["run", "--preset", "smoke", "--shard", "3/2"], "need 1 <= I <= N"),
     (["run", "--preset", "smoke", "--shard", "half"], "must look like I/N"),
     (["run", "--preset", "smoke", "--budget", "-1"], "--budget must be >= 0"),
+    (["run", "--preset", "smoke", "--device", "cpu", "--cuda-graph"], "--cuda-graph needs --device cuda"),
+    (["run", "--preset", "smoke", "--min-sample", "-1"], "--min-sample must be >= 0"),
     (["report", "{tmp}/nothing-here"], "does not exist"),
 ])
 def test_user_errors_exit_2_with_one_clear_message(tmp_path, args, message):

@@ -328,3 +328,25 @@ def test_json_report_round_trips(runs: dict[str, Path], tmp_path: Path) -> None:
     row = copy.deepcopy(verdict["rows"][0])
     assert {c["kind"] for c in row["checks"]} == {"time", "memory", "correctness"}
     assert row["candidate"]["n_samples"] >= 20
+
+
+def test_this_projects_fused_memory_rule_has_one_limit_per_device() -> None:
+    """On CUDA one fused score tile (up to 512 MiB) holds every row of the ci preset's L=1024 cases, so fused's
+    peak is ~0.38 of naive's there; the CPU limit (cache-sized tiles) must not be applied to CUDA points."""
+    import torch
+
+    from sdpa_impls.bench.grid import preset
+    from sdpa_impls.impls.fused import tile_shape
+
+    for case in (c for c in preset("ci") if c.lq >= 1024):
+        rows, _ = tile_shape(torch.device("cuda"), case.batch, case.heads_kv, case.heads_q // case.heads_kv,
+                             case.lq, case.lk, case.torch_dtype.itemsize)
+        assert rows >= case.lq  # one tile: the whole score matrix, as naive holds it
+    rules = [r for r in load_config(start=Path(__file__).parent).ratios
+             if (r.metric, r.numerator, r.denominator) == ("peak_memory", "fused", "naive")
+             and any(c.field == "lq" for c in r.conditions)]  # the O(L) rules, not the general fused <= 0.9
+    for device, ratio, expected in (("cuda", 0.38, PASS), ("cpu", 0.38, FAIL), ("cpu", 0.2, PASS)):
+        pts = [Point(i, "L1024", 1.0, peak_memory_bytes=m, case={"lq": 1024, "mode": "fwd", "device": device})
+               for i, m in (("fused", int(ratio * 1000)), ("naive", 1000))]
+        statuses = {c.status for r in rules for c in r.check(pts, 0.01)} - {NA}
+        assert statuses == {expected}, (device, ratio, statuses)

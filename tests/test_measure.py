@@ -1,12 +1,20 @@
 """The measurement of one point: every outcome becomes a Result, interleaved rounds time implementations alike."""
 from __future__ import annotations
 
+import contextlib
+import time
+
 import pytest
+import torch
+
+import sdpa_impls
+from sdpa_impls.impls import torch_sdpa
 
 from sdpa_impls.bench.check import CaseContext
 from sdpa_impls.bench.grid import Case
 from sdpa_impls.bench.measure import Options, run_case_interleaved, run_point
 from sdpa_impls.bench.result import with_speedups
+from sdpa_impls.bench.timing import call_context, same_context, time_closure
 
 
 def test_run_point_turns_every_outcome_into_a_result() -> None:
@@ -27,7 +35,7 @@ def test_run_point_turns_every_outcome_into_a_result() -> None:
 
 
 def test_interleaved_rounds_time_every_implementation_alike() -> None:
-    """One call of each implementation per round: all get the same number of samples; a bad one is a Result."""
+    """One sample of each implementation per round: all get the same number of samples; a bad one is a Result."""
     names = ["naive", "torch_sdpa_cudnn", "fused", "does_not_exist", "chunked"]
     rows = run_case_interleaved(Case(lq=64, lk=64, e=32), names, "cpu",
                                 Options(budget_s=0.0, min_reps=4, max_reps=4, warmup=1, memory=False))
@@ -39,5 +47,72 @@ def test_interleaved_rounds_time_every_implementation_alike() -> None:
     assert all(r.peak_memory_bytes is None for r in timed)  # memory=False: no memory pass
     more = run_case_interleaved(Case(lq=64, lk=64, e=32), ["fused", "naive"], "cpu",
                                 Options(budget_s=0.02, min_reps=2, max_reps=50, warmup=0))
-    assert all(sum(r.samples) >= 0.02 or len(r.samples) == 50 for r in more)  # the budget holds for the slowest too
+    assert all(sum(r.samples) * r.calls_per_sample >= 0.02 or len(r.samples) == 50 for r in more)  # the budget holds for the slowest too
     assert len(more[0].samples) == len(more[1].samples) and more[0].peak_memory_bytes > 0
+
+
+@pytest.mark.parametrize("option", ["flush_l2", "cuda_graph"])
+def test_interleaved_rounds_and_run_point_take_every_timing_option(option: str) -> None:
+    """Both front ends pass the CUDA-only options through: on CPU each timed point fails saying why."""
+    case = Case(lq=32, lk=32, e=16)
+    opts = Options(budget_s=0.0, min_reps=1, max_reps=1, warmup=0, memory=False, **{option: True})
+    rows = run_case_interleaved(case, ["naive", "fused"], "cpu", opts)
+    single = run_point("naive", CaseContext(case, "cpu"), opts)
+    for r in [*rows, single]:
+        assert r.status == "failed" and f"{option} needs a CUDA device" in r.reason, r
+
+
+def test_a_sample_is_back_to_back_calls_lasting_the_minimum() -> None:
+    x = torch.randn(8, 8)
+    fast = time_closure(lambda: x @ x, "cpu", budget_s=0.0, min_reps=3, max_reps=3, warmup=1, min_sample_s=2e-3)
+    assert fast.calls_per_sample > 1 and len(fast.samples) == 3
+    assert fast.calls_per_sample * max(fast.samples) >= 2e-3 * 0.5  # at least ~the minimum, whatever the noise
+    slow = time_closure(lambda: time.sleep(3e-3), "cpu", budget_s=0.0, min_reps=2, max_reps=2, warmup=0,
+                        min_sample_s=2e-3)
+    assert slow.calls_per_sample == 1 and min(slow.samples) >= 3e-3
+
+
+class Recorder:
+    """A closure with a call context that records whether each call ran inside it."""
+
+    def __init__(self) -> None:
+        self.inside = 0
+        self.calls: list[bool] = []
+        self.entered = 0
+
+    @contextlib.contextmanager
+    def context(self):
+        self.entered += 1
+        self.inside += 1
+        try:
+            yield
+        finally:
+            self.inside -= 1
+
+    def __call__(self) -> None:
+        self.calls.append(self.inside > 0)
+
+
+def test_the_timing_loop_enters_a_closures_context_once_outside_its_calls() -> None:
+    fn = Recorder()
+    timing = time_closure(fn, "cpu", budget_s=0.0, min_reps=5, max_reps=5, warmup=2)
+    assert len(timing.samples) == 5 and len(fn.calls) >= 7 and all(fn.calls)
+    assert fn.entered <= 2  # warm-up + calibration, then the samples: never once per call
+    wrapped = same_context(lambda: fn(), fn)
+    assert call_context(wrapped) is not None and wrapped.context == fn.context
+
+
+def test_a_pinned_backend_is_entered_once_and_restored() -> None:
+    """Inside its context the pinned closure finds torch's flags set to its backend alone; outside, nothing leaks."""
+    from torch.nn.attention import SDPBackend
+
+    q = torch.randn(1, 2, 8, 16)
+    fn = sdpa_impls.get("torch_sdpa_math").prepare(q, q, q)
+    before = torch.backends.cuda.flash_sdp_enabled(), torch.backends.cuda.math_sdp_enabled()
+    with call_context(fn):
+        assert torch_sdpa._pinned_now is SDPBackend.MATH
+        assert torch.backends.cuda.math_sdp_enabled() and not torch.backends.cuda.flash_sdp_enabled()
+        inside = fn()
+    assert torch_sdpa._pinned_now is None
+    assert (torch.backends.cuda.flash_sdp_enabled(), torch.backends.cuda.math_sdp_enabled()) == before
+    torch.testing.assert_close(fn(), inside)  # outside the context it pins itself per call

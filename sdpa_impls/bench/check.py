@@ -3,20 +3,42 @@ flash-attention's rule (at most 2× naive's error in the same dtype, plus a floo
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import torch
 
 from ..reference import max_abs_error, reference, tolerance
 from ..registry import get
+from .fits import ensure_fits, point_bytes, reference_bytes
 from .grid import Case
 from .inputs import Inputs, make_inputs
+from .refgrads import reference_grads
 
 BASELINE_IMPL = "naive"  # the error every other implementation is allowed twice of
-GRAD_CHECK_MAX_SCORES = 1 << 27  # larger cases check the forward output only (fp64 autograd would not fit)
+GRAD_CHECK_MAX_SCORES = 1 << 27  # larger cases check their gradients on a slice: one batch, one or two heads
 
 
 class WrongResult(AssertionError):
     """An implementation's output (or gradient) is further from the fp64 reference than the tolerance."""
+
+
+def grad_slice(case: Case) -> Case:
+    """The part of `case` whose gradients are checked: all of it up to GRAD_CHECK_MAX_SCORES scores, else one
+    batch and one or two query heads (two query heads over one key/value head under GQA), same L, E, mask, causal."""
+    if case.batch * case.heads_q * case.lq * case.lk <= GRAD_CHECK_MAX_SCORES:
+        return case
+    g = case.heads_q // case.heads_kv
+    hq = min(2, g) if g > 1 else min(2, case.heads_q)
+    return replace(case, batch=1, heads_q=hq, heads_kv=1 if g > 1 else hq)
+
+
+def sliced_inputs(inputs: Inputs, part: Case) -> Inputs:
+    """Fresh leaves holding the first `part.batch` batches and heads of `inputs` (the same tensors when whole)."""
+    def cut(t: torch.Tensor, heads: int) -> torch.Tensor:
+        return t.detach()[: part.batch, :heads].clone().requires_grad_(True)
+
+    return Inputs(cut(inputs.query, part.heads_q), cut(inputs.key, part.heads_kv), cut(inputs.value, part.heads_kv),
+                  inputs.attn_mask, inputs.is_causal, inputs.grad_out[: part.batch, : part.heads_q])
 
 
 class CaseContext:
@@ -27,6 +49,8 @@ class CaseContext:
         self.case = case
         self.device = device
         self.inputs: Inputs = make_inputs(case, device, seed)
+        self.grad_case: Case | None = grad_slice(case) if case.mode != "fwd" else None
+        self._grad_inputs: Inputs | None = None
         self._expected: tuple[torch.Tensor, tuple[torch.Tensor, ...] | None, dict[str, float]] | None = None
         self._error: BaseException | None = None
 
@@ -35,7 +59,7 @@ class CaseContext:
         return cls(case, device, seed)
 
     def expected(self) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None, dict[str, float]]:
-        """(fp64 output, fp64 (dq, dk, dv) or None, naive's errors by name); computed once."""
+        """(fp64 output, fp64 (dq, dk, dv) of `grad_case` or None, naive's errors by name); computed once."""
         if self._error is not None:
             raise self._error
         if self._expected is None:
@@ -48,34 +72,54 @@ class CaseContext:
 
     def _compute(self) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None, dict[str, float]]:
         case, inputs = self.case, self.inputs
-        check_grads = case.mode != "fwd" and case.batch * case.heads_q * case.lq * case.lk <= GRAD_CHECK_MAX_SCORES
-        q, k, v = (t.detach().requires_grad_(check_grads) for t in (inputs.query, inputs.key, inputs.value))
-        ref = reference(q, k, v, inputs.attn_mask, is_causal=case.causal, enable_gqa=inputs.enable_gqa)
-        grads = torch.autograd.grad(ref, (q, k, v), inputs.grad_out.double()) if check_grads else None
-        self._expected = (ref.detach(), grads, {})
-        try:
-            baseline = self.errors(get(BASELINE_IMPL))
-        except Exception:  # naive may not fit (OOM): the tolerance falls back to the floor alone
-            baseline = {}
+        ensure_fits("the fp64 reference", reference_bytes(case, self.grad_case), self.device)
+        with torch.no_grad():
+            ref = reference(inputs.query, inputs.key, inputs.value, inputs.attn_mask, is_causal=case.causal,
+                            enable_gqa=inputs.enable_gqa)
+        grads = None
+        if self.grad_case is not None:
+            self._grad_inputs = sliced_inputs(inputs, self.grad_case)
+            gi = self._grad_inputs
+            grads = reference_grads(gi.query, gi.key, gi.value, gi.grad_out, gi.attn_mask, is_causal=case.causal)
+        self._expected = (ref, grads, {})
+        baseline: dict[str, float] = {}
+        naive = get(BASELINE_IMPL)
+        for part in ("out", "grads"):  # naive may not fit (the output at full size, say): that part uses the floor
+            try:
+                baseline |= self._errors(naive, part)
+            except Exception:
+                pass
         if self.device == "cuda":
             torch.cuda.empty_cache()
-        return ref.detach(), grads, baseline
+        return ref, grads, baseline
 
-    def errors(self, impl) -> dict[str, float]:
-        """Max |error| of the output (and of dq, dk, dv when checked) against fp64."""
+    def _errors(self, impl, part: str) -> dict[str, float]:
+        """"out": max |error| of the whole case's output; "grads": of dq, dk, dv on `grad_case` (and of the output
+        there too when `grad_case` is the whole case, which then needs only the one run)."""
         ref_out, ref_grads, _ = self.expected()
         inp = self.inputs
-        args = inp.args()
-        if ref_grads is None:
+        whole = self.grad_case == self.case
+        if part == "out":
+            if whole:
+                return {}
+            ensure_fits(impl.name, point_bytes(impl.name, replace(self.case, mode="fwd")), self.device)
             with torch.no_grad():
-                return {"out": max_abs_error(impl(**args), ref_out)}
-        q, k, v = (t.detach().requires_grad_(True) for t in (inp.query, inp.key, inp.value))
-        out = impl(**(args | {"query": q, "key": k, "value": v}))
-        grads = torch.autograd.grad(out, (q, k, v), inp.grad_out)
-        errs = {"out": max_abs_error(out.detach(), ref_out)}
+                return {"out": max_abs_error(impl(**inp.args()), ref_out)}
+        if ref_grads is None:
+            return {}
+        gi = self._grad_inputs
+        ensure_fits(impl.name, point_bytes(impl.name, self.grad_case), self.device)
+        q, k, v = (t.detach().requires_grad_(True) for t in (gi.query, gi.key, gi.value))
+        out = impl(**(gi.args() | {"query": q, "key": k, "value": v}))
+        grads = torch.autograd.grad(out, (q, k, v), gi.grad_out)
+        errs = {"out": max_abs_error(out.detach(), ref_out)} if whole else {}
         for name, g, r in zip(("dq", "dk", "dv"), grads, ref_grads):
             errs[name] = max_abs_error(g, r)
         return errs
+
+    def errors(self, impl) -> dict[str, float]:
+        """Max |error| of the output (whole case) and of dq, dk, dv (on `grad_case`, when checked) against fp64."""
+        return self._errors(impl, "out") | self._errors(impl, "grads")
 
     def check(self, impl) -> tuple[float, float]:
         """(worst error, its tolerance); raises WrongResult when any checked tensor is out of tolerance."""
@@ -91,7 +135,8 @@ class CaseContext:
                 raise WrongResult(f"{impl.name}: {name} holds NaN or inf where the fp64 reference is finite")
             tol = tolerance(baseline.get(name, 0.0), dtype, refs[name])
             if not err <= tol:
-                raise WrongResult(f"{impl.name}: max |error| of {name} vs fp64 is {err:.3g} > tolerance {tol:.3g} "
-                                  f"(2 × naive's {baseline.get(name, float('nan')):.3g} + floor)")
+                where = "" if name == "out" or self.grad_case == self.case else f" (on {self.grad_case.id})"
+                raise WrongResult(f"{impl.name}: max |error| of {name}{where} vs fp64 is {err:.3g} > tolerance "
+                                  f"{tol:.3g} (2 × naive's {baseline.get(name, float('nan')):.3g} + floor)")
             worst = max(worst, (err / tol, err, tol))
         return worst[1], worst[2]

@@ -37,8 +37,27 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def machine_info(device: str | torch.device | None = None) -> dict:
-    """Device, CPU model, thread count, GPU (model, memory, capability, driver), torch/CUDA/xformers versions."""
+def default_timer(device: torch.device | str) -> str:
+    """What `bench.timing.time_closure` reads on this device (the pytest suite records its own --benchmark-timer)."""
+    return "sdpa_impls.bench.timing.cuda_event_clock" if torch.device(device).type == "cuda" else "time.perf_counter"
+
+
+def _sdpa_dispatch() -> dict:
+    """torch's SDPA dispatch settings: backend priority order, and the flash-attention version it was built with."""
+    from torch.nn.attention import SDPBackend
+
+    names = {int(b): b.name for b in SDPBackend.__members__.values()}
+    try:
+        from torch.nn.attention import _get_flash_version
+        flash = _get_flash_version()
+    except (ImportError, RuntimeError):
+        flash = None
+    return {"priority": [names.get(int(i), str(i)) for i in torch._C._get_sdp_priority_order()], "flash": flash}
+
+
+def machine_info(device: str | torch.device | None = None, timer: str | None = None) -> dict:
+    """Device, CPU model, thread count, GPU (model, memory, capability, driver), the torch/CUDA/cuDNN/xformers
+    versions, torch's SDPA dispatch settings, and the timer the measurements read (default: `default_timer`)."""
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     gpu = None
     if device.type == "cuda":
@@ -54,24 +73,38 @@ def machine_info(device: str | torch.device | None = None) -> dict:
         "gpu": gpu,
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
         "xformers": _version("xformers"),
+        "sdpa": _sdpa_dispatch(),
+        "timer": timer or default_timer(device),
         "python": platform.python_version(),
     }
 
 
-# What must agree before absolute times (or a cached ceiling) of two runs mean anything.
-IDENTITY_FIELDS = ("cpu", "gpu", "threads", "torch", "cuda")
+# What must agree before absolute times (or a cached ceiling) of two runs mean anything. cuDNN matters beyond
+# its kernels: depending on the torch and cuDNN versions torch's default SDPA dispatch puts cuDNN attention
+# first on Hopper and Blackwell, so `torch_sdpa` on one card can run different kernels.
+IDENTITY_FIELDS = ("cpu", "gpu", "threads", "torch", "cuda", "cudnn", "driver", "xformers", "timer")
 
 
 def machine_identity(machine: dict) -> dict[str, str]:
     """The identity fields of a `machine_info()` dict (or of an older or partial one: missing reads "unknown")."""
     gpu = machine.get("gpu")
+    on_gpu = isinstance(gpu, dict)
+
+    def field(key: str, absent: str = "none") -> str:
+        return str(machine[key] or absent) if key in machine else "unknown"
+
     return {
         "cpu": str(machine.get("cpu") or "unknown"),
-        "gpu": str(gpu.get("name") if isinstance(gpu, dict) else gpu or "none"),
+        "gpu": str(gpu.get("name") if on_gpu else gpu or "none"),
         "threads": str(machine.get("threads") or "unknown"),
         "torch": str(machine.get("torch") or "unknown"),
         "cuda": str(machine.get("cuda") or "none"),
+        "cudnn": field("cudnn"),
+        "driver": str(gpu.get("driver") or "unknown") if on_gpu else "none",
+        "xformers": field("xformers"),
+        "timer": field("timer"),
     }
 
 

@@ -14,11 +14,13 @@ import torch
 from ..protocol import Unsupported
 from ..registry import get
 from .check import CaseContext, WrongResult
+from .fits import ensure_fits, point_bytes
 from .grid import Case
 from .inputs import Inputs
+from .kernels import DispatchMismatch, check_pinned, profile_call
 from .memory import peak_memory
 from .result import Result
-from .timing import Timing, summarize, time_closure
+from .timing import MIN_SAMPLE_S, Sampler, Timing, call_context, same_context, summarize, time_closure
 
 
 @dataclass(frozen=True)
@@ -30,38 +32,70 @@ class Options:
     flush_l2: bool = False
     cuda_graph: bool = False
     memory: bool = True
+    min_sample_s: float = MIN_SAMPLE_S
+
+    def sampler(self, fn: Callable[[], object], device: str, warmup: bool = True) -> Sampler:
+        """`fn` ready to sample under every one of these options."""
+        return Sampler(fn, device, warmup=self.warmup if warmup else 0, flush_l2=self.flush_l2,
+                       cuda_graph=self.cuda_graph, min_sample_s=self.min_sample_s)
 
 
 @dataclass(frozen=True)
 class PreparedPoint:
-    """A point that passed its check: the closure to time, and the check's worst error and its tolerance."""
+    """A point that passed its check: the closure to time, the check's worst error and its tolerance, and what
+    the closure ran."""
 
     fn: Callable[[], object]
     max_error: float
     error_tolerance: float
+    kernels: tuple[str, ...] = ()  # what one profiled call ran: CUDA kernels, or aten ops on CPU; longest first
+
+
+class BackwardOnly:
+    """The backward-only closure: the forward output is built once, outside the timed calls. `rebuild()` builds
+    it again on the current stream (a CUDA graph capture calls it on the capture stream: autograd launches
+    each backward kernel on the stream its forward ran on)."""
+
+    def __init__(self, fwd: Callable[[], torch.Tensor], leaves: tuple[torch.Tensor, ...], grad_out: torch.Tensor):
+        self.fwd, self.leaves, self.grad_out = fwd, leaves, grad_out
+        same_context(self, fwd)
+        self.rebuild()
+
+    def rebuild(self) -> None:
+        with call_context(self.fwd):
+            self.out = self.fwd()
+
+    def __call__(self) -> tuple[torch.Tensor, ...]:
+        return torch.autograd.grad(self.out, self.leaves, self.grad_out, retain_graph=True)
 
 
 def mode_closure(impl, inputs: Inputs, mode: str) -> Callable[[], object]:
-    """The zero-argument closure to time: forward, backward only (forward done outside), or both."""
+    """The zero-argument closure to time: forward, backward only (forward done outside), or both. It declares
+    the implementation's call context (see `timing.call_context`) as its own."""
     fwd = impl.prepare(**inputs.args())
     if mode == "fwd":
         return fwd
     leaves = (inputs.query, inputs.key, inputs.value)
     if mode == "fwd+bwd":
-        return lambda: torch.autograd.grad(fwd(), leaves, inputs.grad_out)
-    out = fwd()
-    return lambda: torch.autograd.grad(out, leaves, inputs.grad_out, retain_graph=True)
+        return same_context(lambda: torch.autograd.grad(fwd(), leaves, inputs.grad_out), fwd)
+    return BackwardOnly(fwd, leaves, inputs.grad_out)
 
 
 def prepare_point(impl_name: str, ctx: CaseContext) -> PreparedPoint:
-    """Reasons first (Unsupported, cheap: no reference yet), then the check against fp64 (WrongResult), then the
-    closure to time. Raises; the callers decide what a skip or a failure means to them."""
+    """Reasons first (Unsupported, cheap: no reference yet), then whether it fits in memory (Unsupported), then the
+    check against fp64 (WrongResult; Unsupported when the reference does not fit), then the closure to time,
+    profiled once outside any timed region (what it ran; DispatchMismatch when a pinned backend ran another
+    backend's kernel). Raises; the callers decide what a skip or a failure means to them."""
     impl = get(impl_name)
     reasons = impl.unsupported_reasons(**ctx.inputs.args())
     if reasons:
         raise Unsupported(impl.name, reasons)
+    ensure_fits(impl.name, point_bytes(impl.name, ctx.case), ctx.device)  # a skip, never an out-of-memory
     err, tol = ctx.check(impl)
-    return PreparedPoint(mode_closure(impl, ctx.inputs, ctx.case.mode), err, tol)
+    fn = mode_closure(impl, ctx.inputs, ctx.case.mode)
+    prof = profile_call(fn, ctx.device)
+    check_pinned(impl, prof)  # DispatchMismatch: a pinned backend that ran another backend's kernel
+    return PreparedPoint(fn, err, tol, prof.kernels)
 
 
 def failed(base: Result, exc: BaseException) -> Result:
@@ -70,6 +104,8 @@ def failed(base: Result, exc: BaseException) -> Result:
         return replace(base, status="skipped", reason="; ".join(exc.reasons))
     if isinstance(exc, WrongResult):
         return replace(base, status="wrong", reason=str(exc))
+    if isinstance(exc, DispatchMismatch):
+        return replace(base, status="failed", reason=f"{base.impl}: {exc}")
     if isinstance(exc, torch.OutOfMemoryError):
         return replace(base, status="failed", reason=f"out of memory: {str(exc).splitlines()[0]}")
     where = traceback.extract_tb(exc.__traceback__)[-1]
@@ -85,11 +121,13 @@ def _prepared(impl_name: str, ctx: CaseContext) -> tuple[Result, Callable[[], ob
         point = prepare_point(impl_name, ctx)
     except Exception as exc:
         return failed(base, exc), None
-    return replace(base, max_error=point.max_error, error_tolerance=point.error_tolerance), point.fn
+    return replace(base, max_error=point.max_error, error_tolerance=point.error_tolerance,
+                   kernels=point.kernels), point.fn
 
 
 def _finished(base: Result, fn: Callable[[], object], timing: Timing, options: Options) -> Result:
-    mem = peak_memory(fn, base.device) if options.memory else None
+    with call_context(fn):
+        mem = peak_memory(fn, base.device) if options.memory else None
     return replace(base.timed(timing), peak_memory_bytes=mem)
 
 
@@ -110,7 +148,7 @@ def run_point(impl_name: str, ctx: CaseContext, options: Options = Options()) ->
             return base
         timing = time_closure(fn, ctx.device, budget_s=options.budget_s, min_reps=options.min_reps,
                               max_reps=options.max_reps, warmup=options.warmup, flush_l2=options.flush_l2,
-                              cuda_graph=options.cuda_graph)
+                              cuda_graph=options.cuda_graph, min_sample_s=options.min_sample_s)
         return _finished(base, fn, timing, options)
     except Exception as exc:
         return failed(base, exc)
@@ -132,7 +170,7 @@ def run_case(case: Case, impl_names: list[str], device: str, options: Options = 
 
 def run_case_interleaved(case: Case, impl_names: list[str], device: str, options: Options = Options(),
                          seed: int = 0) -> list[Result]:
-    """Every implementation on one case, timed in rounds of one call each (A B C, A B C, ...).
+    """Every implementation on one case, timed in rounds of one sample each (A B C, A B C, ...).
 
     For ratios between implementations on a shared machine: a slower period lasting seconds then lands on
     every implementation of the rounds it covers instead of on one implementation's whole measurement, and
@@ -143,32 +181,30 @@ def run_case_interleaved(case: Case, impl_names: list[str], device: str, options
     if not isinstance(ctx, CaseContext):
         return ctx
     results: dict[str, Result] = {}
-    live: dict[str, tuple[Result, Callable[[], object]]] = {}
-    for name in impl_names:
+    live: dict[str, tuple[Result, Callable[[], object], Sampler]] = {}
+    for name in impl_names:  # every option of `options` applies, as in run_point
         base, fn = _prepared(name, ctx)
-        try:
-            for _ in range(options.warmup if fn is not None else 0):
-                fn()
-        except Exception as exc:
-            base, fn = failed(base, exc), None
         if fn is None:
             results[name] = base
-        else:
-            live[name] = (base, fn)
+            continue
+        try:
+            live[name] = (base, fn, options.sampler(fn, device))
+        except Exception as exc:
+            results[name] = failed(base, exc)
     samples: dict[str, list[float]] = {name: [] for name in live}
     rounds = 0
-    while live and rounds < options.max_reps and (
-            rounds < options.min_reps or min(sum(samples[n]) for n in live) < options.budget_s):
-        for name, (base, fn) in list(live.items()):
+    while live and rounds < options.max_reps and (rounds < options.min_reps or min(
+            sum(samples[n]) * live[n][2].calls for n in live) < options.budget_s):
+        for name, (base, fn, sampler) in list(live.items()):
             try:
-                samples[name] += time_closure(fn, device, budget_s=0.0, min_reps=1, max_reps=1, warmup=0).samples
+                samples[name].append(sampler.sample())
             except Exception as exc:
                 results[name] = failed(base, exc)
                 del live[name]
         rounds += 1
-    for name, (base, fn) in live.items():
+    for name, (base, fn, sampler) in live.items():
         try:
-            results[name] = _finished(base, fn, summarize(samples[name]), options)
+            results[name] = _finished(base, fn, summarize(samples[name], sampler.calls), options)
         except Exception as exc:
             results[name] = failed(base, exc)
     if device == "cuda":

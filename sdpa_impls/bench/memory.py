@@ -28,12 +28,12 @@ def peak_memory(fn: Callable[[], object], device: torch.device | str) -> int:
     from torch.profiler import ProfilerActivity, profile
 
     prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
-    with _quiet_stderr():  # kineto prints a line to fd 2 on every start and stop
+    with quiet_stderr():  # kineto prints a line to fd 2 on every start and stop
         prof.start()
     try:
         result = fn()
     finally:
-        with _quiet_stderr():
+        with quiet_stderr():
             prof.stop()
     del result
     events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
@@ -46,7 +46,7 @@ def peak_memory(fn: Callable[[], object], device: torch.device | str) -> int:
 
 
 @contextlib.contextmanager
-def _quiet_stderr() -> Iterator[None]:
+def quiet_stderr() -> Iterator[None]:
     """Silence the process's file descriptor 2 (C++ logging) for the duration of the block."""
     sys.stderr.flush()
     saved = os.dup(2)

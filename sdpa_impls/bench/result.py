@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
-from .ceilings import ceilings, roofline_pct
+from .ceilings import ceilings, gemm_key, needed_ceilings, roofline_pct
 from .grid import Case
 from .timing import Timing
 
@@ -23,24 +23,29 @@ class Result:
     median_s: float | None = None
     iqr_s: float | None = None
     samples: tuple[float, ...] = ()
+    calls_per_sample: int = 1  # each sample is the mean of this many back-to-back calls
     tflops: float | None = None
     gbps: float | None = None
     roofline_pct: float | None = None
+    roofline_gemm: str | None = None  # the GEMM ceiling it is a percentage of, e.g. gemm_flops_tf32 for fp32 on sm80+
     peak_memory_bytes: int | None = None
     max_error: float | None = None
     error_tolerance: float | None = None
     speedup_vs_torch_sdpa: float | None = None
+    kernels: tuple[str, ...] = ()  # what one profiled call ran: CUDA kernels, or aten ops on CPU; longest first
 
     def as_dict(self) -> dict:
         d = asdict(self)
         d["case"] = self.case.as_dict()
         d["samples"] = list(self.samples)
+        d["kernels"] = list(self.kernels)
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> Result:
         case = {k: v for k, v in d["case"].items() if k != "id"}
-        return cls(**{**d, "case": Case(**case), "samples": tuple(d.get("samples", ()))})
+        return cls(**{**d, "case": Case(**case), "samples": tuple(d.get("samples", ())),
+                      "kernels": tuple(d.get("kernels", ()))})
 
     def timed(self, timing: Timing) -> Result:
         """This result with the timing and what follows from it: TFLOP/s, GB/s and % of the measured roofline."""
@@ -61,12 +66,15 @@ class Result:
 
 def derived_metrics(case: Case, device: str, timing: Timing) -> dict:
     """Median/IQR plus TFLOP/s, GB/s of the minimal traffic and % of this machine's measured roofline."""
-    ceil = ceilings(device, (f"gemm_flops_{case.dtype}", "copy_bytes_per_s"))
+    ceil = ceilings(device, needed_ceilings((case.dtype,), device))
+    gemm = gemm_key(case.dtype, device)
     t = timing.median
     return {"median_s": t, "iqr_s": timing.iqr, "samples": timing.samples,
+            "calls_per_sample": timing.calls_per_sample,
             "tflops": case.flops() / t / 1e12 if t > 0 else None,
             "gbps": case.min_bytes() / t / 1e9 if t > 0 else None,
-            "roofline_pct": roofline_pct(case.flops(), case.min_bytes(), t, case.dtype, ceil) if t > 0 else None}
+            "roofline_pct": roofline_pct(case.flops(), case.min_bytes(), t, gemm, ceil) if t > 0 else None,
+            "roofline_gemm": gemm}
 
 
 def with_speedups(results: list[Result]) -> list[Result]:

@@ -1,6 +1,15 @@
-"""Clocks and the repetition loop, for CPU and CUDA: what one timed sample is."""
+"""Clocks and the repetition loop, for CPU and CUDA: what one timed sample is.
+
+One sample, in every front end (the command line, pytest-benchmark, asv): `n` back-to-back calls between two
+readings of one clock (CUDA events on the GPU, `time.perf_counter` on the CPU), divided by `n`, where `n` is
+the smallest count that makes a sample last at least `MIN_SAMPLE_S` (`calls_per_sample`). The device is idle
+when a sample starts; the launch of its first call is then spread over `n` calls instead of adding to each.
+With an L2 flush every call must start cold, so a sample is one call.
+"""
 from __future__ import annotations
 
+import contextlib
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -8,21 +17,27 @@ from dataclasses import dataclass
 
 import torch
 
+MIN_SAMPLE_S = 1e-3  # the least duration of one sample: n back-to-back calls
+MAX_CALLS_PER_SAMPLE = 10_000
+
+
 @dataclass(frozen=True)
 class Timing:
-    """Seconds per call: median and inter-quartile range over `samples` (each one call)."""
+    """Seconds per call: median and inter-quartile range over `samples` (each the mean of `calls_per_sample`
+    back-to-back calls)."""
 
     median: float
     iqr: float
     samples: tuple[float, ...]
+    calls_per_sample: int = 1
 
 
-def summarize(samples: list[float]) -> Timing:
+def summarize(samples: list[float], calls_per_sample: int = 1) -> Timing:
     if len(samples) >= 4:
         q1, _, q3 = statistics.quantiles(samples, n=4)
     else:
         q1 = q3 = statistics.median(samples)
-    return Timing(statistics.median(samples), q3 - q1, tuple(samples))
+    return Timing(statistics.median(samples), q3 - q1, tuple(samples), calls_per_sample)
 
 
 def synchronize(device: torch.device | str) -> None:
@@ -30,24 +45,48 @@ def synchronize(device: torch.device | str) -> None:
         torch.cuda.synchronize(device)
 
 
+def call_context(fn: Callable[[], object]) -> contextlib.AbstractContextManager:
+    """The context a prepared closure's calls must run in (e.g. a pinned SDPA backend), to enter once around
+    many calls and outside every timed region; a closure declares it as a `context` attribute."""
+    context = getattr(fn, "context", None)
+    return context() if context is not None else contextlib.nullcontext()
+
+
+def same_context(wrapper: Callable[[], object], inner: Callable[[], object]) -> Callable[[], object]:
+    """`wrapper` (a closure that calls `inner`) declaring `inner`'s context as its own."""
+    if getattr(inner, "context", None) is not None:
+        wrapper.context = inner.context  # type: ignore[attr-defined]
+    return wrapper
+
+
 class CudaEventClock:
     """A clock that reads GPU time: each reading records an event on the current stream and waits for it.
 
-    The difference of two readings is the GPU time of the work launched between them, so it can
-    stand in for a host timer (e.g. pytest-benchmark's `timer`) without timing asynchronous launches.
+    The difference of two readings is the GPU time of the work launched between them, so it can stand in
+    for a host timer (pytest-benchmark's `timer`, asv's `timer`). Each reading adds the float32 milliseconds
+    between this event and the previous one to a float64 total: precise to about a microsecond however long
+    the run (an `elapsed_time` from the first event would lose ~62 µs of resolution after 10 minutes).
     """
 
+    __name__ = "cuda_event_clock"  # pytest-benchmark names a timer by module + __name__
+
     def __init__(self) -> None:
-        self._origin: torch.cuda.Event | None = None
+        self._last: torch.cuda.Event | None = None
+        self._total_s = 0.0
 
     def __call__(self) -> float:
         event = torch.cuda.Event(enable_timing=True)
         event.record()
         event.synchronize()
-        if self._origin is None:
-            self._origin = event
-            return 0.0
-        return self._origin.elapsed_time(event) / 1e3
+        if self._last is not None:
+            self._total_s += self._last.elapsed_time(event) / 1e3
+        self._last = event
+        return self._total_s
+
+    def __repr__(self) -> str:
+        return f"{__name__}.{self.__name__}"
+
+    __str__ = __repr__
 
 
 cuda_event_clock = CudaEventClock()  # for `pytest --benchmark-timer sdpa_impls.bench.timing.cuda_event_clock`
@@ -60,44 +99,103 @@ def _l2_flusher(device: torch.device) -> Callable[[], None]:
     return lambda: buf.zero_()
 
 
+def one_sample(fn: Callable[[], object], device: torch.device | str, calls: int = 1,
+               before: Callable[[], None] | None = None) -> float:
+    """Seconds per call of `calls` back-to-back calls of `fn` (GPU time between two events on CUDA);
+    `before` runs untimed first (e.g. an L2 flush)."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        if before is not None:
+            before()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        return (time.perf_counter() - start) / calls
+    torch.cuda.synchronize(device)
+    if before is not None:
+        before()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(calls):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3 / calls
+
+
+def calls_per_sample(fn: Callable[[], object], device: torch.device | str, min_sample_s: float = MIN_SAMPLE_S,
+                     flush_l2: bool = False) -> int:
+    """The fewest back-to-back calls of `fn` whose sample lasts `min_sample_s` (1 with an L2 flush: every call
+    starts cold). Calls `fn` a few times; call it after warm-up."""
+    if flush_l2 or min_sample_s <= 0:
+        return 1
+    calls = 1
+    while calls < MAX_CALLS_PER_SAMPLE:
+        per_call = one_sample(fn, device, calls)
+        if per_call * calls >= min_sample_s:
+            break
+        calls = min(MAX_CALLS_PER_SAMPLE, max(2 * calls, math.ceil(1.2 * min_sample_s / max(per_call, 1e-9))))
+    return calls
+
+
+def _graph_replay(fn: Callable[[], object], device: torch.device) -> Callable[[], object]:
+    """Capture one call of `fn` into a CUDA graph on a side stream; its replay. A closure with a `rebuild`
+    method (backward only: it holds a forward output) rebuilds that output on the capture stream first, so
+    autograd launches the backward kernels on the stream being captured."""
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):
+        rebuild = getattr(fn, "rebuild", None)
+        if rebuild is not None:
+            rebuild()
+        for _ in range(3):  # warm the side stream before capture, as torch.cuda.graphs recommends
+            fn()
+    torch.cuda.current_stream(device).wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        fn()
+    return graph.replay
+
+
+class Sampler:
+    """`fn` made ready to sample, inside its `call_context`: warmed up, captured into a CUDA graph (`cuda_graph`),
+    with an L2 flush before each sample (`flush_l2`) and its calls per sample chosen. Both options need CUDA:
+    asking for them elsewhere is a ValueError."""
+
+    def __init__(self, fn: Callable[[], object], device: torch.device | str, *, warmup: int = 2,
+                 flush_l2: bool = False, cuda_graph: bool = False, min_sample_s: float = MIN_SAMPLE_S) -> None:
+        self.device = torch.device(device)
+        if self.device.type != "cuda" and (flush_l2 or cuda_graph):
+            raise ValueError(f"{'flush_l2' if flush_l2 else 'cuda_graph'} needs a CUDA device; this point runs "
+                             f"on {self.device.type}")
+        self.closure = fn
+        with call_context(fn):
+            for _ in range(warmup):
+                fn()
+            synchronize(self.device)
+            self.fn = _graph_replay(fn, self.device) if cuda_graph else fn
+            self.flush = _l2_flusher(self.device) if flush_l2 else None
+            self.calls = calls_per_sample(self.fn, self.device, min_sample_s, flush_l2)
+
+    def sample(self) -> float:
+        """One sample (seconds per call), its context entered and left around it, outside the timed region."""
+        with call_context(self.closure):
+            return one_sample(self.fn, self.device, self.calls, self.flush)
+
+
 def time_closure(fn: Callable[[], object], device: torch.device | str, *, budget_s: float = 1.0,
                  min_reps: int = 5, max_reps: int = 200, warmup: int = 2, flush_l2: bool = False,
-                 cuda_graph: bool = False) -> Timing:
-    """Time `fn` after `warmup` calls: CUDA events on GPU, a monotonic clock on CPU.
+                 cuda_graph: bool = False, min_sample_s: float = MIN_SAMPLE_S) -> Timing:
+    """Time `fn` after `warmup` calls, inside its `call_context`: samples as the module docstring defines them.
 
-    Repeats until `budget_s` of measured time is spent (at least `min_reps`, at most `max_reps`).
-    `flush_l2` clears the GPU L2 before each repetition (outside the timed events); `cuda_graph`
-    captures `fn` once and times graph replays (small shapes, where launch overhead dominates).
+    Repeats until `budget_s` of measured time is spent (at least `min_reps`, at most `max_reps` samples).
+    `flush_l2` clears the GPU L2 before each sample (outside the timed events; one call per sample);
+    `cuda_graph` captures `fn` once and times graph replays (small shapes, where launch overhead dominates).
     """
-    device = torch.device(device)
-    for _ in range(warmup):
-        fn()
-    synchronize(device)
+    sampler = Sampler(fn, device, warmup=warmup, flush_l2=flush_l2, cuda_graph=cuda_graph,
+                      min_sample_s=min_sample_s)
     samples: list[float] = []
-    if device.type != "cuda":
-        while len(samples) < max_reps and (len(samples) < min_reps or sum(samples) < budget_s):
-            start = time.perf_counter()
-            fn()
-            samples.append(time.perf_counter() - start)
-        return summarize(samples)
-    if cuda_graph:
-        graph = torch.cuda.CUDAGraph()
-        stream = torch.cuda.Stream(device)
-        stream.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(stream):
-            fn()  # warm the side stream before capture
-        torch.cuda.current_stream(device).wait_stream(stream)
-        with torch.cuda.graph(graph):
-            fn()
-        fn = graph.replay
-    flush = _l2_flusher(device) if flush_l2 else None
-    while len(samples) < max_reps and (len(samples) < min_reps or sum(samples) < budget_s):
-        if flush is not None:
-            flush()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) / 1e3)
-    return summarize(samples)
+    with call_context(fn):
+        while len(samples) < max_reps and (len(samples) < min_reps or sum(samples) * sampler.calls < budget_s):
+            samples.append(one_sample(sampler.fn, sampler.device, sampler.calls, sampler.flush))
+    return summarize(samples, sampler.calls)

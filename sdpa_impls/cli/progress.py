@@ -17,7 +17,7 @@ from ..fmt import fmt_duration, fmt_seconds
 class Eta:
     """Seconds left, predicted point by point from how `time_closure` spends its time, then calibrated.
 
-    A point costs about max(budget, min_reps·t) (capped at max_reps·t) plus warm-up, memory and
+    A point costs about max(budget, min_reps·s) (capped at max_reps·s; s = max(t, min_sample_s)) plus warm-up, memory and
     correctness calls, where t = FLOPs / the throughput this implementation reached on finished
     points of the same dtype and mode. The sum is scaled by observed / predicted time so far (case
     set-up, the fp64 reference and overheads). Implementations that only ever skipped cost ~nothing.
@@ -44,7 +44,8 @@ class Eta:
         if t is None:
             return None
         o = self.options
-        timed = min(max(o.budget_s, o.min_reps * t), o.max_reps * t)
+        sample = max(t, o.min_sample_s)  # a sample is back-to-back calls lasting at least min_sample_s
+        timed = min(max(o.budget_s, o.min_reps * sample), o.max_reps * sample) + o.min_sample_s  # + calibration
         return timed + (o.warmup + (2 if o.memory else 1)) * t
 
     def add(self, result: Result, seconds: float) -> None:

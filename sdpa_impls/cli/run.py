@@ -4,13 +4,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import os
 import sys
 from pathlib import Path
 
 import torch
 
 from ..bench import grid
-from ..bench.ceilings import ceilings
+from ..bench.ceilings import ceilings, needed_ceilings
 from ..bench.machine import machine_differences, machine_info
 from ..bench.measure import Options, run_case
 from ..errors import UsageError
@@ -21,7 +22,8 @@ from ..report.write import write_report
 from .progress import Progress
 
 OPTION_FLAGS = {"budget_s": "--budget", "min_reps": "--min-reps", "max_reps": "--max-reps", "warmup": "--warmup",
-                "flush_l2": "--flush-l2", "cuda_graph": "--cuda-graph", "memory": "--no-memory"}
+                "flush_l2": "--flush-l2", "cuda_graph": "--cuda-graph", "memory": "--no-memory",
+                "min_sample_s": "--min-sample"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -30,8 +32,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--impl", action="append", metavar="NAME",
                    help="implementation to run (repeat, or comma-separate; default: all, see `list`)")
     p.add_argument("--out", type=Path, metavar="DIR", help="output folder (default: results/<preset>)")
-    p.add_argument("--shard", metavar="I/N", help="run only shard I of N (cases whose index is I-1 mod N); "
-                                                  "join the shards with `merge`")
+    p.add_argument("--shard", metavar="I/N", help="run only shard I of N (cases whose index is I-1 mod N); join the "
+                                                  "shards with `merge`. `auto`: I and N from torchrun (RANK, "
+                                                  "WORLD_SIZE; GPU LOCAL_RANK) or a SLURM array, each shard in "
+                                                  "DIR/shard-IofN (DIR: --out, default results/<preset>-shards)")
     p.add_argument("--resume", action="store_true",
                    help="continue the sweep saved in DIR, skipping every point already finished")
     p.add_argument("--overwrite", action="store_true",
@@ -44,6 +48,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--min-reps", type=int, help=f"at least this many timed calls (default {Options.min_reps})")
     t.add_argument("--max-reps", type=int, help=f"at most this many timed calls (default {Options.max_reps})")
     t.add_argument("--warmup", type=int, help=f"untimed calls first (default {Options.warmup})")
+    t.add_argument("--min-sample", dest="min_sample_s", type=float, metavar="SECONDS",
+                   help="a sample is the fewest back-to-back calls lasting this long "
+                        f"(default {Options.min_sample_s}; 0: one call per sample)")
     t.add_argument("--flush-l2", action="store_const", const=True, help="clear the GPU L2 before each call")
     t.add_argument("--cuda-graph", action="store_const", const=True, help="time CUDA-graph replays")
     t.add_argument("--no-memory", dest="memory", action="store_const", const=False,
@@ -62,6 +69,22 @@ def parse_shard(text: str) -> tuple[int, int]:
     return i, n
 
 
+def auto_shard(env: dict[str, str]) -> tuple[int, int, int | None]:
+    """(I, N, local rank or None) of this process from its launcher: torchrun (RANK, WORLD_SIZE, LOCAL_RANK) or a
+    SLURM job array (SLURM_ARRAY_TASK_ID counted from SLURM_ARRAY_TASK_MIN, SLURM_ARRAY_TASK_COUNT)."""
+    try:
+        if "RANK" in env and "WORLD_SIZE" in env:
+            local = env.get("LOCAL_RANK")
+            return int(env["RANK"]) + 1, int(env["WORLD_SIZE"]), int(local) if local is not None else None
+        if "SLURM_ARRAY_TASK_ID" in env and "SLURM_ARRAY_TASK_COUNT" in env:
+            first = int(env.get("SLURM_ARRAY_TASK_MIN", "0"))
+            return int(env["SLURM_ARRAY_TASK_ID"]) - first + 1, int(env["SLURM_ARRAY_TASK_COUNT"]), None
+    except ValueError as exc:
+        raise UsageError(f"--shard auto: the launcher's environment is not a number: {exc}") from None
+    raise UsageError("--shard auto takes its shard from torchrun (RANK, WORLD_SIZE) or a SLURM job array "
+                     "(SLURM_ARRAY_TASK_ID, SLURM_ARRAY_TASK_COUNT); neither is set: give --shard I/N")
+
+
 def _impls(requested: list[str] | None) -> list[str] | None:
     if not requested:
         return None
@@ -78,6 +101,8 @@ def _options(args: argparse.Namespace) -> tuple[dict, Options]:
     for k in ("min_reps", "max_reps", "warmup"):
         if given.get(k, 1) < (0 if k == "warmup" else 1):
             raise UsageError(f"{OPTION_FLAGS[k]} must be {'>= 0' if k == 'warmup' else '>= 1'}; got {given[k]}")
+    if given.get("min_sample_s", 0.0) < 0:
+        raise UsageError(f"--min-sample must be >= 0 seconds; got {given['min_sample_s']}")
     if given.get("budget_s", 1.0) < 0:
         raise UsageError(f"--budget must be >= 0 seconds; got {given['budget_s']}")
     opts = Options(**given)
@@ -156,8 +181,16 @@ def run(args: argparse.Namespace) -> int:
     if device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda: no CUDA device is available to this torch "
                          f"({torch.__version__}, CUDA {torch.version.cuda or 'none'})")
+    auto = args.shard == "auto"
+    if auto:
+        index, count, local_rank = auto_shard(dict(os.environ))
+        args.shard = f"{index}/{count}"
+        if device == "cuda" and local_rank is not None:
+            torch.cuda.set_device(local_rank)  # one GPU per torchrun process on this node
     impls = _impls(args.impl)
     given, opts = _options(args)
+    if device != "cuda" and (opts.flush_l2 or opts.cuda_graph):
+        raise UsageError(f"{'--flush-l2' if opts.flush_l2 else '--cuda-graph'} needs --device cuda")
     if args.shard:
         parse_shard(args.shard)
     try:
@@ -165,7 +198,10 @@ def run(args: argparse.Namespace) -> int:
         grid.preset(preset)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    out = args.out or Path("results") / (preset + (f"-shard{args.shard.replace('/', 'of')}" if args.shard else ""))
+    if auto:  # every process of the launch gets its own folder under one parent
+        out = (args.out or Path("results") / f"{preset}-shards") / f"shard-{args.shard.replace('/', 'of')}"
+    else:
+        out = args.out or Path("results") / (preset + (f"-shard{args.shard.replace('/', 'of')}" if args.shard else ""))
     store.prepare_dir(out)
     existing = (out / store.RESULTS_FILE).exists()
     if args.resume and args.overwrite:
@@ -187,7 +223,7 @@ def run(args: argparse.Namespace) -> int:
                   f"{len(meta['case_ids'])} cases × {len(meta['impls'])} implementations on "
                   f"{meta['machine']['device_name']}; saving to {out / store.RESULTS_FILE}")
     dtypes = sorted({c.dtype for c in grid.preset(meta["preset"]) if c.id in set(meta["case_ids"])})
-    needed = tuple(f"gemm_flops_{d}" for d in dtypes) + ("copy_bytes_per_s",)
+    needed = needed_ceilings(dtypes, device)
     if any(k not in meta["ceilings"] for k in needed):
         progress.note("measuring this machine's ceilings (GEMM, copy; cached per machine) …")
         meta["ceilings"] = {k: v for k, v in ceilings(device, needed).items() if k in needed}

@@ -23,15 +23,40 @@ def _fmha() -> tuple[ModuleType | None, str]:
     return fmha, ""
 
 
-def _bias(inp: SDPAInputs, fmha: ModuleType) -> object | None:
-    """xformers' attention bias: LowerTriangularMask for plain causal, else a dense additive tensor."""
+def _grouped(inp: SDPAInputs) -> bool:
+    """Whether xformers gets the 5-D BMGHK layout: GQA forward only (no xformers backward op supports BMGHK,
+    so with gradients K/V are repeated per query head into plain BMHK)."""
+    return inp.query.shape[1] != inp.key.shape[1] and not inp.needs_grad
+
+
+def _layout(inp: SDPAInputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(B, H, L, E) -> BMHK views, or for GQA forward BMGHK (B, L, Hkv, G, E) with K/V broadcast over G.
+
+    GQA with gradients: K/V repeated to Hq heads (a copy, made inside the call so that autograd sums the
+    gradients of the G copies back into each key/value head)."""
+    q, k, v = inp.query.transpose(1, 2), inp.key.transpose(1, 2), inp.value.transpose(1, 2)  # (B, L, H, E)
+    hq, hkv = q.shape[2], k.shape[2]
+    if hq == hkv:
+        return q, k, v
+    g = hq // hkv
+    k = k.unsqueeze(3).expand(-1, -1, -1, g, -1)  # (B, Lk, Hkv, G, E), stride 0 over G
+    v = v.unsqueeze(3).expand(-1, -1, -1, g, -1)
+    if _grouped(inp):
+        return q.unflatten(2, (hkv, g)), k, v  # query head h = kv head h // G, member h % G
+    return q, k.flatten(2, 3), v.flatten(2, 3)  # (B, Lk, Hq, E): query head h reads kv head h // G
+
+
+def _bias_tensor(inp: SDPAInputs) -> torch.Tensor:
+    """The mask (and causal triangle) as a dense additive bias in the layout xformers checks: (B, H, Lq, Lk) for
+    BMHK inputs (fmha.Inputs.validate_inputs), (B, Hkv, G, Lq, Lk) for BMGHK (the cutlass op selects head group
+    g with `select(dim=1)`). Rows are padded to 8 elements in memory, as xformers' alignment check requires of
+    every stride but the last."""
     q, k = inp.query, inp.key
-    if inp.attn_mask is None:
-        return fmha.attn_bias.LowerTriangularMask() if inp.is_causal else None
-    b, hq, lq, lk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
-    padded = (lk + 7) // 8 * 8  # xformers wants the bias rows 8-aligned in memory
-    bias = torch.zeros((b, hq, lq, padded), dtype=q.dtype, device=q.device)[..., :lk]
-    m = inp.attn_mask.expand(b, hq, lq, lk)
+    b, hq, lq, lk, hkv = q.shape[0], q.shape[1], q.shape[2], k.shape[2], k.shape[1]
+    heads = (hkv, hq // hkv) if _grouped(inp) else (hq,)
+    padded = (lk + 7) // 8 * 8
+    bias = torch.zeros((b, *heads, lq, padded), dtype=q.dtype, device=q.device)[..., :lk]
+    m = inp.attn_mask.expand(b, hq, lq, lk).reshape(b, *heads, lq, lk)  # query head h -> (h // G, h % G)
     if m.dtype == torch.bool:
         bias.masked_fill_(~m, float("-inf"))
     else:
@@ -41,17 +66,11 @@ def _bias(inp: SDPAInputs, fmha: ModuleType) -> object | None:
     return bias
 
 
-def _layout(inp: SDPAInputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(B, H, L, E) views -> BMHK, or BMGHK when K/V have fewer heads (GQA)."""
-    q, k, v = inp.query.transpose(1, 2), inp.key.transpose(1, 2), inp.value.transpose(1, 2)  # (B, L, H, E)
-    hq, hkv = q.shape[2], k.shape[2]
-    if hq == hkv:
-        return q, k, v
-    g = hq // hkv
-    q = q.unflatten(2, (hkv, g))  # (B, Lq, Hkv, G, E)
-    k = k.unsqueeze(3).expand(-1, -1, -1, g, -1)
-    v = v.unsqueeze(3).expand(-1, -1, -1, g, -1)
-    return q, k, v
+def _bias(inp: SDPAInputs, fmha: ModuleType) -> object | None:
+    """xformers' attention bias: LowerTriangularMask for plain causal, else the dense tensor of `_bias_tensor`."""
+    if inp.attn_mask is None:
+        return fmha.attn_bias.LowerTriangularMask() if inp.is_causal else None
+    return _bias_tensor(inp)
 
 
 @register
@@ -72,30 +91,35 @@ class XFormers(Implementation):
         if fmha is None or inp.is_empty:
             return []  # both said by not_supported_reasons
         q, k, v = _layout(inp)
+        x_inp = fmha.Inputs(query=q, key=k, value=v, attn_bias=_bias(inp, fmha), p=inp.dropout_p, scale=inp.scale)
+        x_inp.validate_inputs()  # a ValueError here is a bug in our layout: it fails the point, never skips it
         try:
-            x_inp = fmha.Inputs(query=q, key=k, value=v, attn_bias=_bias(inp, fmha), p=inp.dropout_p,
-                                scale=inp.scale)
             fmha._dispatch_fw(x_inp, inp.needs_grad)
-            if inp.needs_grad:
-                fmha._dispatch_bw(x_inp)
+            if inp.needs_grad:  # no variable-length bias here, so the LSE format does not matter
+                fmha._dispatch_bw(x_inp, varlen_lse_packed=None)
         except NotImplementedError as exc:
             return [line.strip() for line in str(exc).splitlines() if line.strip()]
-        except (AttributeError, TypeError):  # a newer xformers moved its private dispatch: let the call decide
-            return []
         return []
 
     def prepare_inputs(self, inp: SDPAInputs) -> Callable[[], torch.Tensor]:
         fmha, _ = _fmha()
-        q, k, v = _layout(inp)
         bias = _bias(inp, fmha)
         b, hq, lq, ev = inp.query.shape[0], inp.query.shape[1], inp.query.shape[2], inp.value.shape[-1]
         p, scale = inp.dropout_p, inp.scale
+        attention = fmha.memory_efficient_attention
+        if inp.needs_grad:  # views (and the GQA repeat) inside the call: autograd builds a fresh graph each call
+            def call() -> torch.Tensor:
+                q, k, v = _layout(inp)
+                return attention(q, k, v, attn_bias=bias, p=p, scale=scale).reshape(b, lq, hq, ev).transpose(1, 2)
 
-        def call() -> torch.Tensor:
-            out = fmha.memory_efficient_attention(q, k, v, attn_bias=bias, p=p, scale=scale)
+            return call
+        q, k, v = _layout(inp)
+
+        def call_fwd() -> torch.Tensor:
+            out = attention(q, k, v, attn_bias=bias, p=p, scale=scale)
             return out.reshape(b, lq, hq, ev).transpose(1, 2)  # back to (B, H, L, Ev)
 
-        return call
+        return call_fwd
 
     def forward(self, inp: SDPAInputs) -> torch.Tensor:
         return self.prepare_inputs(inp)()

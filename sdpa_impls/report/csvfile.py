@@ -17,9 +17,9 @@ def write_csv(path: Path, results: list[Result]) -> Path:
     with open(path, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(["case_id", "impl", "device", "status", *CSV_CASE_FIELDS, *CSV_RESULT_FIELDS, "n_samples",
-                    "reason"])
+                    "reason", "kernels"])
         for r in with_speedups(results):
             w.writerow([r.case.id, r.impl, r.device, r.status, *(getattr(r.case, k) for k in CSV_CASE_FIELDS),
                         *("" if getattr(r, k) is None else getattr(r, k) for k in CSV_RESULT_FIELDS),
-                        len(r.samples), r.reason])
+                        len(r.samples), r.reason, ";".join(r.kernels)])
     return path

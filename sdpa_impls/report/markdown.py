@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..bench.result import Result
 from ..fmt import fmt_bytes, fmt_duration
 from .results import Sweep
 from .tables import METRICS, SweepTable, not_run, summary, tables
@@ -18,7 +19,7 @@ def machine_lines(meta: dict) -> list[str]:
         rows.append(("GPU", f"{gpu.get('name')}, {fmt_bytes(gpu.get('memory_bytes'))}, compute capability "
                             f"{gpu.get('capability')}, driver {gpu.get('driver') or '?'}"))
     rows += [("CPU", f"{m.get('cpu', '?')} ({m.get('machine', '?')}), {m.get('threads', '?')} torch threads"),
-             ("versions", f"torch {m.get('torch')}, CUDA {m.get('cuda') or 'none'}, "
+             ("versions", f"torch {m.get('torch')}, CUDA {m.get('cuda') or 'none'}, cuDNN {m.get('cudnn') or 'none'}, "
                           f"xformers {m.get('xformers') or 'not installed'}, python {m.get('python')}")]
     ceil = meta.get("ceilings") or {}
     if ceil:
@@ -53,7 +54,8 @@ def write_markdown(path: Path, sweep: Sweep, layout: SweepTable, images: list[tu
     parts = [f"# sdpa-bench: `{meta.get('preset')}` on {m.get('device_name', '?')}\n",
              "| machine | |\n|---|---|\n" + "\n".join(machine_lines(meta)) + "\n",
              sweep_summary(sweep) + ".\n",
-             "Times are medians over repetitions of one call; compare implementations within this report "
+             "Times are medians over samples, each the mean of back-to-back calls lasting at least "
+             f"{(meta.get('options') or {}).get('min_sample_s', 0.001) * 1e3:g} ms; compare implementations within this report "
              "(ratios), not against another machine's absolute times. A result is only timed after its output "
              "matched the fp64 reference.\n"]
     if not sweep.complete:
@@ -67,5 +69,24 @@ def write_markdown(path: Path, sweep: Sweep, layout: SweepTable, images: list[tu
         parts.append("## Plots\n")
         parts += [f"### {title}\n\n![{title}]({name})\n" for title, name in images]
     parts += ["## Tables\n", tables(layout, markdown=True, metrics=len(METRICS), with_summary=False)]
+    parts.append(what_ran(sweep.results))
     path.write_text("\n".join(parts), encoding="utf-8")
     return path
+
+
+def what_ran(results: list[Result], top: int = 3) -> str:
+    """## What ran: per implementation, each distinct set of its `top` longest kernels (CUDA) or aten ops (CPU)
+    in one profiled call, with how many points ran it and one of them; a dispatch change shows as a new line."""
+    groups: dict[str, dict[tuple[str, ...], list[str]]] = {}
+    for r in results:
+        if r.kernels:
+            groups.setdefault(r.impl, {}).setdefault(tuple(r.kernels[:top]), []).append(r.case.id)
+    if not groups:
+        return ""
+    lines = ["## What ran\n", f"The {top} longest kernels (CUDA) or aten ops (CPU) of one profiled call per point, "
+             "outside the timed region; every name is in `results.json` (`kernels`).\n",
+             "| implementation | longest first | points | e.g. |", "|---|---|---|---|"]
+    for impl, sets in groups.items():
+        for names, cases in sorted(sets.items(), key=lambda kv: -len(kv[1])):
+            lines.append(f"| {impl} | {'<br>'.join(f'`{n[:80]}`' for n in names)} | {len(cases)} | {cases[0]} |")
+    return "\n".join(lines) + "\n"

@@ -205,13 +205,15 @@ def _roofline(sweep: Sweep, ok: list[Result], colors: dict[str, tuple], not_run:
         for r, x in zip(rs, ai):
             ax.scatter(x, r.tflops, color=colors[r.impl], marker=MODE_MARKERS.get(r.case.mode, "o"), s=22,
                        alpha=0.85)
-        peak, bw = ceil.get(f"gemm_flops_{dtype}"), ceil.get("copy_bytes_per_s")
+        # fp32 on CUDA sm80+ runs on TF32 tensor cores: its roof is the TF32 GEMM, measured only there
+        gemm = "gemm_flops_tf32" if dtype == "fp32" and "gemm_flops_tf32" in ceil else f"gemm_flops_{dtype}"
+        peak, bw = ceil.get(gemm), ceil.get("copy_bytes_per_s")
         if peak and bw:
             lo, hi = min(ai) / 2, max(ai) * 2
             knee = peak / bw
             xs = [lo] + ([knee] if lo < knee < hi else []) + [hi]
             ax.plot(xs, [min(peak, x * bw) / 1e12 for x in xs], color="black", lw=1.5)
-            ax.annotate(f"roof: GEMM {peak / 1e12:.3g} TFLOP/s, copy {bw / 1e9:.3g} GB/s",
+            ax.annotate(f"roof: GEMM {gemm.rsplit('_', 1)[1]} {peak / 1e12:.3g} TFLOP/s, copy {bw / 1e9:.3g} GB/s",
                         (0.98, 0.03), xycoords="axes fraction", ha="right", va="bottom", fontsize=7,
                         bbox={"boxstyle": "round", "fc": "white", "ec": "none", "alpha": 0.8})
         roof = [min(peak, x * bw) / 1e12 for x in (min(ai), max(ai))] if peak and bw else []

@@ -14,7 +14,7 @@ PLUGIN_SRC = Path(__file__).resolve().parents[1] / "plugins" / "sdpa_test_plugin
 LINK_FILE = "_sdpa_test_environment.pth"
 # How the gate tests and tools/gate_evidence.py measure: the smoke preset, naive and the test_tunable plug-in,
 # as docs/gate.md recommends for a shared CPU machine (one thread, CPU time of the process), with short runs
-GATE_BENCH_ARGS = ("--sdpa-preset", "smoke", "--sdpa-impl", "naive", "--sdpa-impl", "test_tunable",
+GATE_BENCH_ARGS = ("--sdpa-device", "cpu", "--sdpa-preset", "smoke", "--sdpa-impl", "naive", "--sdpa-impl", "test_tunable",
                    "--benchmark-timer=time.process_time", "--benchmark-max-time=0.25", "--benchmark-min-rounds=20")
 
 

@@ -1,0 +1,73 @@
+"""Will a point fit in memory? Estimates made before running it, so that a point too large for this device is
+skipped with a reason instead of failing out of memory, and the fp64 reference is never what runs out."""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from ..protocol import Unsupported
+from ..reference import REFERENCE_CHUNK_BYTES
+from .grid import Case
+
+# Bytes per (batch, query head, query, key) held at the peak by the implementations that materialize the scores:
+# naive holds the scores, their fp32 softmax and its cast (about 3 fp32 copies; the brief measured ~100 GB at
+# L=16384, 32 heads); with backward the saved softmax, its gradient and the score gradient double it.
+QUADRATIC_BYTES_PER_SCORE = {"fwd": 12, "bwd": 24, "fwd+bwd": 24}
+QUADRATIC = frozenset({"naive", "torch_sdpa_math"})
+TILE_BYTES = 512 << 20  # the largest score tile of the tiled implementations (fused on CUDA)
+HEADROOM = 0.9  # use at most this share of the free memory
+
+
+def _io_bytes(case: Case, itemsize: int) -> int:
+    """Q, K, V and the output (and, with backward, the output gradient and dq, dk, dv) in `itemsize` bytes."""
+    q = case.batch * case.heads_q * case.lq * case.e
+    kv = case.batch * case.heads_kv * case.lk * (case.e + case.ev)
+    o = case.batch * case.heads_q * case.lq * case.ev
+    return itemsize * (q + kv + o) * (1 if case.mode == "fwd" else 2)
+
+
+def point_bytes(impl: str, case: Case) -> int:
+    """About the most memory `impl` holds running `case` (its inputs included)."""
+    io = _io_bytes(case, case.torch_dtype.itemsize)
+    if impl in QUADRATIC:
+        return io + QUADRATIC_BYTES_PER_SCORE[case.mode] * case.batch * case.heads_q * case.lq * case.lk
+    return 3 * io + min(TILE_BYTES, 8 * case.batch * case.heads_q * case.lq * case.lk)
+
+
+def reference_bytes(case: Case, grad_case: Case | None) -> int:
+    """About the most memory the fp64 check holds: the reference's (Lq, Lk) fp64 bias and bool mask, fp64 copies
+    of the tensors (K/V repeated per query head), a few blocks of scores, and for `grad_case` (the case or the
+    slice whose gradients are checked) the blockwise gradients."""
+    g = case.heads_q // case.heads_kv
+    wide = replace(case, heads_kv=case.heads_q) if g > 1 else case
+    block = min(REFERENCE_CHUNK_BYTES, 8 * case.batch * case.heads_q * case.lq * case.lk)  # one block of scores
+    total = 9 * case.lq * case.lk + _io_bytes(wide, 8) + 6 * block
+    if grad_case is not None:
+        total += 2 * _io_bytes(grad_case, 8)
+    return total
+
+
+def free_bytes(device: str | torch.device) -> int | None:
+    """Memory free for a point here: CUDA's free memory plus what torch's caching allocator holds unused;
+    on CPU the kernel's MemAvailable. None when unknown."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def ensure_fits(what: str, need: int, device: str | torch.device, free: int | None = None) -> None:
+    """Raise Unsupported (a skip, with the numbers) when `need` bytes do not fit in the free memory of `device`."""
+    free = free_bytes(device) if free is None else free
+    if free is not None and need > HEADROOM * free:
+        raise Unsupported(what, [f"{what} needs about {need / 2**30:.1f} GiB of {torch.device(device).type} "
+                                 f"memory; {free / 2**30:.1f} GiB free"])

@@ -1,0 +1,73 @@
+"""CUDA paths that only a GPU can check: each test skips with its reason on a machine without one."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sdpa_impls.bench.check import CaseContext
+from sdpa_impls.bench.grid import Case
+from sdpa_impls.bench.measure import Options, run_case_interleaved, run_point
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+FAST = Options(budget_s=0.01, min_reps=2, max_reps=5, warmup=1)
+
+
+@pytest.mark.parametrize("mask", ["none", "bool"])
+@pytest.mark.parametrize("mode", ["fwd", "fwd+bwd"])
+def test_xformers_gqa_runs_or_skips_with_a_reason_never_fails(mode: str, mask: str) -> None:
+    pytest.importorskip("xformers", reason="xformers is not installed")
+    case = Case(lq=256, lk=256, e=64, dtype="bf16", mode=mode, mask=mask, heads_q=8, heads_kv=2)
+    r = run_point("xformers", CaseContext(case, "cuda"), FAST)
+    assert r.status in ("ok", "skipped"), r.reason
+    if r.status == "ok":
+        assert r.max_error <= r.error_tolerance
+
+
+@pytest.mark.parametrize("impl", ["fused", "torch_sdpa", "torch_sdpa_flash"])
+@pytest.mark.parametrize("mode", ["fwd", "bwd", "fwd+bwd"])
+def test_cuda_graph_replay_times_every_mode(impl: str, mode: str) -> None:
+    case = Case(lq=256, lk=256, e=64, dtype="bf16", mode=mode)
+    r = run_point(impl, CaseContext(case, "cuda"), Options(budget_s=0.01, min_reps=2, max_reps=5, cuda_graph=True))
+    assert r.status in ("ok", "skipped"), r.reason
+    if r.status == "ok":
+        assert r.median_s > 0
+
+
+def test_interleaved_rounds_flush_l2_and_replay_graphs_on_cuda() -> None:
+    case = Case(lq=256, lk=256, e=64, dtype="bf16")
+    for opts in (Options(budget_s=0.0, min_reps=3, max_reps=3, flush_l2=True),
+                 Options(budget_s=0.0, min_reps=3, max_reps=3, cuda_graph=True)):
+        rows = run_case_interleaved(case, ["fused", "torch_sdpa"], "cuda", opts)
+        assert all(r.status == "ok" and len(r.samples) == 3 for r in rows), [r.reason for r in rows]
+        if opts.flush_l2:
+            assert all(r.calls_per_sample == 1 for r in rows)  # every call starts with a cold L2
+
+
+def test_fp32_on_sm80_is_held_to_the_tf32_gemm_and_both_ceilings_are_measured() -> None:
+    from sdpa_impls.bench.ceilings import ceilings, gemm_key, needed_ceilings, uses_tf32
+
+    if not uses_tf32("cuda"):
+        pytest.skip("this GPU is older than sm80: no TF32 tensor cores")
+    ceil = ceilings("cuda", needed_ceilings(("fp32",), "cuda"))
+    assert ceil["gemm_flops_tf32"] > ceil["gemm_flops_fp32"] and gemm_key("fp32", "cuda") == "gemm_flops_tf32"
+    r = run_point("torch_sdpa", CaseContext(Case(lq=2048, lk=2048, e=64), "cuda"), FAST)
+    assert r.status == "ok" and r.roofline_gemm == "gemm_flops_tf32" and r.roofline_pct <= 100
+
+
+def test_a_point_larger_than_this_gpu_is_a_skip_not_an_out_of_memory() -> None:
+    total = torch.cuda.get_device_properties(0).total_memory
+    lq = 1
+    while 12 * 32 * lq * lq <= 2 * total:  # naive's scores alone: twice this card's memory
+        lq *= 2
+    case = Case(lq=lq, lk=lq, e=64, dtype="bf16", heads_q=32, heads_kv=32)
+    r = run_point("naive", CaseContext(case, "cuda"), FAST)
+    assert r.status == "skipped" and "naive needs about" in r.reason, r.reason
+
+
+def test_gradients_of_a_large_case_are_checked_on_a_slice_on_cuda() -> None:
+    case = Case(lq=4096, lk=4096, e=64, dtype="bf16", mode="fwd+bwd", batch=4, heads_q=32, heads_kv=32)
+    ctx = CaseContext(case, "cuda")
+    assert ctx.grad_case.batch == 1 and ctx.grad_case.heads_q == 2
+    for name in ("fused", "torch_sdpa"):
+        r = run_point(name, ctx, FAST)
+        assert r.status == "ok" and r.max_error <= r.error_tolerance, r.reason

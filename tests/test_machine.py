@@ -1,0 +1,79 @@
+"""What a result says about its machine, and the one definition of "the same machine"."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from sdpa_impls.bench.machine import IDENTITY_FIELDS, machine_differences, machine_identity, machine_info
+from sdpa_impls.bench.timing import cuda_event_clock
+
+
+def test_machine_info_records_every_version_and_the_timer() -> None:
+    info = machine_info("cpu")
+    for key in ("torch", "cuda", "cudnn", "xformers", "timer", "sdpa"):
+        assert key in info, key
+    assert info["timer"] == "time.perf_counter"
+    assert machine_info("cpu", timer="x.y")["timer"] == "x.y"
+    assert "MATH" in info["sdpa"]["priority"]  # torch's backend order, by name
+    assert set(machine_identity(info)) == set(IDENTITY_FIELDS)
+
+
+@pytest.mark.parametrize("field,value", [("cudnn", 91002), ("xformers", "0.0.35"), ("timer", "x.y"),
+                                         ("cuda", "13.0")])
+def test_another_cudnn_xformers_timer_or_cuda_is_another_machine(field: str, value: object) -> None:
+    a = machine_info("cpu")
+    b = a | {field: value}
+    assert any(d.startswith(f"{field}:") for d in machine_differences(a, b))
+    assert machine_differences(a, dict(a)) == []
+
+
+def test_another_driver_is_another_machine() -> None:
+    gpu = {"name": "NVIDIA H100 80GB HBM3", "memory_bytes": 1, "capability": "9.0", "driver": "550.54"}
+    a = machine_info("cpu") | {"gpu": gpu}
+    b = a | {"gpu": gpu | {"driver": "570.10"}}
+    assert machine_differences(a, b) == ["driver: 550.54 vs 570.10"]
+
+
+def test_an_older_record_without_the_new_fields_is_not_taken_for_the_same_machine() -> None:
+    old = {k: v for k, v in machine_info("cpu").items() if k not in ("cudnn", "timer")}
+    assert {d.split(":")[0] for d in machine_differences(old, machine_info("cpu"))} == {"cudnn", "timer"}
+
+
+def test_the_cuda_clock_is_named_by_its_import_path_in_pytest_benchmark_json() -> None:
+    from pytest_benchmark.utils import NameWrapper
+
+    assert str(NameWrapper(cuda_event_clock)) == "sdpa_impls.bench.timing.cuda_event_clock"
+    assert json.dumps({"timer": cuda_event_clock}, default=str) == '{"timer": "sdpa_impls.bench.timing.cuda_event_clock"}'
+
+
+def test_probe_prints_the_benchmark_timer(request: pytest.FixtureRequest) -> None:
+    """Run on its own by the next test, with another --sdpa-device."""
+    print("TIMER", request.config.getoption("benchmark_timer"))
+
+
+def test_the_pytest_suite_swaps_the_timer_for_any_cuda_device_string() -> None:
+    """--sdpa-device cuda:0 gets GPU time too (only the exact string `cuda` did); cpu keeps the host clock."""
+    for device, timer in (("cuda:0", "sdpa_impls.bench.timing.cuda_event_clock"), ("cpu", "time.perf_counter")):
+        proc = subprocess.run([sys.executable, "-m", "pytest", __file__, "-k", "probe_prints", "-s", "-q",
+                               "-p", "no:cacheprovider", "--sdpa-device", device],
+                              capture_output=True, text=True, timeout=120)
+        assert f"TIMER {timer}" in proc.stdout, proc.stdout + proc.stderr
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device: the clock reads CUDA events")
+def test_cuda_event_clock_sums_deltas_in_float64() -> None:
+    clock = type(cuda_event_clock)()
+    start = clock()
+    x = torch.randn(2048, 2048, device="cuda")
+    for _ in range(10):
+        x @ x
+    mid = clock()
+    assert isinstance(mid, float) and mid > start == 0.0
+    clock._total_s = 3600.0  # an hour into a run: a float32 of milliseconds would resolve 250 µs here
+    before = clock()
+    after = clock()
+    assert 0 <= after - before < 1e-4  # two back-to-back readings: microseconds apart, not 0 or 250 µs
