@@ -15,7 +15,7 @@ from dataclasses import replace
 import torch
 
 from ...protocol import SDPAInputs
-from .tiles import (NEG_INF, TileMasker, causal_key_end, empty_attention, flat, forward_views, group_heads, grouped,
+from .tiles import (TileMasker, causal_key_end, empty_attention, flat, forward_views, group_heads, grouped,
                     head_groups, rows3, store_rows_)
 
 # (q5, k4, v4, mask5, is_causal, scale, with_lse) -> (out5 (B, Hkv, G, Lq, Ev), lse (B, Hkv, G, Lq) fp32 or None)
