@@ -1,6 +1,8 @@
 """Count how often `sdpa-bench continuous` fails an unchanged tree and catches real regressions (docs/gate.md).
 
-    flock /tmp/sdpa-measure.lock python tools/continuous_evidence.py --trials 10 --out /tmp/continuous-evidence
+    python tools/continuous_evidence.py --trials 10 --out /tmp/continuous-evidence --lock /tmp/sdpa-measure.lock
+
+(--lock: each `continuous` run holds that lock, so other measurements on the machine take turns with it.)
 
 Builds a scratch git repository from this working tree (commit `base`), then one branch per scenario, each a
 real code or docs change committed on top of `base`:
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -80,22 +83,24 @@ def build_repo(out: Path, eighths10: int, eighths25: int) -> Path:
     return repo
 
 
-def one(repo: Path, scenario: str, out: Path) -> dict:
+def one(repo: Path, scenario: str, out: Path, lock: str | None) -> dict:
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "sdpa_impls", "continuous", "base", scenario, *CI_ARGS,
+    done = subprocess.run([*(["flock", lock] if lock else []), sys.executable, "-m", "sdpa_impls", "continuous", "base", scenario, *CI_ARGS,
                            "--json", str(out)], cwd=repo, capture_output=True, text=True,
                           env=os.environ | {"PYTHONPATH": str(repo)})
     wall = time.perf_counter() - start
+    took = re.search(r"\[\s*([0-9hms]+)\] done: exit", done.stderr)
     verdict = json.loads(out.read_text()) if out.is_file() else {}
     ratios = {impl: statistics.median([r["ratio"] for r in verdict.get("rows", []) if r["impl"] == impl
                                        and r["ratio"] is not None] or [float("nan")]) for impl in ("fused", "chunked")}
     return {"scenario": scenario, "exit": done.returncode, "wall_s": round(wall, 1),
+            "continuous_took": took.group(1) if took else None,
             "failed": [f"{f['kind']} {f['subject']}" for f in verdict.get("failures", [])],
             "median_ratio": ratios, "stderr_tail": done.stderr[-400:] if done.returncode == 2 else ""}
 
 
 def summary(results: list[dict]) -> str:
-    lines = ["| scenario | trials | exit 0 | exit 1 | exit 2 | median fused ratio | wall time (min–max) |",
+    lines = ["| scenario | trials | exit 0 | exit 1 | exit 2 | median fused ratio | wall time incl. lock wait (min–max) |",
              "|---|---|---|---|---|---|---|"]
     for s in ("aa", "fused10", "fused25", "chunkedmem"):
         rs = [r for r in results if r["scenario"] == s]
@@ -115,6 +120,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("continuous-evidence"))
     parser.add_argument("--eighths-10", type=int, default=2, help="eighths of each tile's rows GEMMed again, ~+10 %%")
     parser.add_argument("--eighths-25", type=int, default=5, help="the same for ~+25 %%")
+    parser.add_argument("--lock", help="run each continuous under `flock LOCK` (a shared machine's measurement lock)")
     parser.add_argument("--scenarios", default="aa,fused10,fused25,chunkedmem")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -125,11 +131,11 @@ def main() -> int:
         for scenario in args.scenarios.split(","):
             if sum(r["scenario"] == scenario for r in results) > t:
                 continue  # resumed: this trial of this scenario is done
-            r = one(repo, scenario, args.out / f"{scenario}-{t:02d}.json") | {"trial": t}
+            r = one(repo, scenario, args.out / f"{scenario}-{t:02d}.json", args.lock) | {"trial": t}
             results.append(r)
             with log.open("a") as fh:
                 fh.write(json.dumps(r) + "\n")
-            print(f"trial {t} {scenario}: exit {r['exit']} in {r['wall_s']:.0f} s, fused ×{r['median_ratio']['fused']:.3f}"
+            print(f"trial {t} {scenario}: exit {r['exit']}, continuous took {r['continuous_took']}, fused ×{r['median_ratio']['fused']:.3f}"
                   f", failed: {r['failed'][:4]}", flush=True)
         print(summary(results), flush=True)
     return 0

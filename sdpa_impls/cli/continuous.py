@@ -73,19 +73,25 @@ def _write(path: str, text: str) -> None:
         raise GateInputError(f"{path}: cannot write ({exc.strerror or exc})") from None
 
 
+def _name(root: Path, rev: str, commit: str) -> str:
+    """`main (abc1234 subject)`, or just `abc1234 subject` when the revision was named by its hash."""
+    described = describe(root, commit)
+    return described if commit.startswith(rev) else f"{rev} ({described})"
+
+
 def _compare(args: argparse.Namespace, root: Path, work: Path, progress) -> int:
     if args.rounds < 1:
         raise UsageError("--rounds should be at least 1")
     base_rev, why = (args.base, "") if args.base else ci_base(root)
     base_commit = resolve(root, base_rev)
-    base = Side("base", f"{base_rev} ({describe(root, base_commit)})", work / "base" / "tree", work / "base" / "site",
+    base = Side("base", _name(root, base_rev, base_commit), work / "base" / "tree", work / "base" / "site",
                 sys.executable)
     if why:
         progress(f"base: {base.name}, chosen as {why}")
     checkout(root, base_commit, base.tree)
     if args.head:
         head_commit = resolve(root, args.head)
-        head = Side("head", f"{args.head} ({describe(root, head_commit)})", work / "head" / "tree",
+        head = Side("head", _name(root, args.head, head_commit), work / "head" / "tree",
                     work / "head" / "site", sys.executable)
         checkout(root, head_commit, head.tree)
     else:
