@@ -15,7 +15,8 @@ real code or docs change committed on top of `base`:
 Each trial runs, for every scenario in turn, exactly what CI runs (`tox -e continuous`'s command, the ci preset,
 naive/chunked/fused + the time reference, default rounds), from the scratch repository:
     python -m sdpa_impls continuous base <branch> --impl naive --impl chunked --impl fused --json ...
-and records the exit status, the wall time, the failed checks and the fused / chunked head/base ratios. A
+(keeping every run's pytest-benchmark JSON next to the verdict) and records the exit status, the wall time, the
+failed checks and the fused / chunked head/base ratios. A
 summary table is printed at the end (and after every trial). Not a test: each run takes minutes.
 """
 from __future__ import annotations
@@ -85,9 +86,10 @@ def build_repo(out: Path, eighths10: int, eighths25: int) -> Path:
 
 def one(repo: Path, scenario: str, out: Path, lock: str | None) -> dict:
     start = time.perf_counter()
-    done = subprocess.run([*(["flock", lock] if lock else []), sys.executable, "-m", "sdpa_impls", "continuous", "base", scenario, *CI_ARGS,
-                           "--json", str(out)], cwd=repo, capture_output=True, text=True,
-                          env=os.environ | {"PYTHONPATH": str(repo)})
+    lock_cmd = ["flock", lock] if lock else []
+    done = subprocess.run([*lock_cmd, sys.executable, "-m", "sdpa_impls", "continuous", "base", scenario, *CI_ARGS,
+                           "--json", str(out), "--keep-runs", str(out.with_suffix(""))], cwd=repo,
+                          capture_output=True, text=True, env=os.environ | {"PYTHONPATH": str(repo)})
     wall = time.perf_counter() - start
     took = re.search(r"\[\s*([0-9hms]+)\] done: exit", done.stderr)
     verdict = json.loads(out.read_text()) if out.is_file() else {}
@@ -99,8 +101,31 @@ def one(repo: Path, scenario: str, out: Path, lock: str | None) -> dict:
             "median_ratio": ratios, "stderr_tail": done.stderr[-400:] if done.returncode == 2 else ""}
 
 
+def rejudge(out: Path) -> list[dict]:
+    """Judge the kept runs of every finished trial again with this tree's gate code and the scratch repository's
+    config (no measuring): how a change to the rule would have decided the same measurements."""
+    from sdpa_impls.gate.config import load_config
+    from sdpa_impls.gate.points import load_points
+    from sdpa_impls.gate.sidebyside import judge
+
+    config = load_config(start=out / "repo")
+    results = []
+    for runs in sorted(p for p in out.glob("*-[0-9][0-9]") if p.is_dir()):
+        scenario, trial = runs.name.rsplit("-", 1)
+        base = [load_points(f)[1] for f in sorted(runs.glob("base-*.json"))]
+        head = [load_points(f)[1] for f in sorted(runs.glob("head-*.json"))]
+        if not base or len(base) != len(head):
+            continue  # an interrupted run
+        report = judge(base, head, config)
+        fused = [r.ratio for r in report.rows if r.impl == "fused" and r.ratio is not None]
+        results.append({"scenario": scenario, "trial": int(trial), "exit": report.exit_code, "wall_s": 0.0,
+                        "failed": [f"{c.kind} {c.subject}" for c in report.failures],
+                        "median_ratio": {"fused": statistics.median(fused) if fused else float("nan")}})
+    return results
+
+
 def summary(results: list[dict]) -> str:
-    lines = ["| scenario | trials | exit 0 | exit 1 | exit 2 | median fused ratio | wall time incl. lock wait (min–max) |",
+    lines = ["| scenario | trials | exit 0 | exit 1 | exit 2 | median fused ratio | wall incl. lock wait |",
              "|---|---|---|---|---|---|---|"]
     for s in ("aa", "fused10", "fused25", "chunkedmem"):
         rs = [r for r in results if r["scenario"] == s]
@@ -122,7 +147,15 @@ def main() -> int:
     parser.add_argument("--eighths-25", type=int, default=5, help="the same for ~+25 %%")
     parser.add_argument("--lock", help="run each continuous under `flock LOCK` (a shared machine's measurement lock)")
     parser.add_argument("--scenarios", default="aa,fused10,fused25,chunkedmem")
+    parser.add_argument("--rejudge", action="store_true",
+                        help="measure nothing: judge the kept runs in OUT again with this tree's gate code")
     args = parser.parse_args()
+    if args.rejudge:
+        results = rejudge(args.out)
+        for r in results:
+            print(f"{r['scenario']}-{r['trial']:02d}: exit {r['exit']}, failed: {r['failed'][:4]}")
+        print(summary(results))
+        return 0
     args.out.mkdir(parents=True, exist_ok=True)
     repo = build_repo(args.out, args.eighths_10, args.eighths_25)
     log = args.out / "results.jsonl"
@@ -135,8 +168,8 @@ def main() -> int:
             results.append(r)
             with log.open("a") as fh:
                 fh.write(json.dumps(r) + "\n")
-            print(f"trial {t} {scenario}: exit {r['exit']}, continuous took {r['continuous_took']}, fused ×{r['median_ratio']['fused']:.3f}"
-                  f", failed: {r['failed'][:4]}", flush=True)
+            print(f"trial {t} {scenario}: exit {r['exit']}, continuous took {r['continuous_took']}, "
+                  f"fused ×{r['median_ratio']['fused']:.3f}, failed: {r['failed'][:4]}", flush=True)
         print(summary(results), flush=True)
     return 0
 
