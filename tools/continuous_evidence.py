@@ -125,8 +125,8 @@ def rejudge(out: Path) -> list[dict]:
 
 
 def summary(results: list[dict]) -> str:
-    lines = ["| scenario | trials | exit 0 | exit 1 | exit 2 | median fused ratio | wall incl. lock wait |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| scenario | trials | exit 0 | exit 1 | exit 2 | a time check failed | a memory check failed | "
+             "median fused ratio | wall incl. lock wait |", "|---|---|---|---|---|---|---|---|---|"]
     for s in ("aa", "fused10", "fused25", "chunkedmem"):
         rs = [r for r in results if r["scenario"] == s]
         if not rs:
@@ -134,8 +134,10 @@ def summary(results: list[dict]) -> str:
         codes = [r["exit"] for r in rs]
         walls = [r["wall_s"] for r in rs]
         fused = statistics.median(r["median_ratio"]["fused"] for r in rs)
-        lines.append(f"| {s} | {len(rs)} | {codes.count(0)} | {codes.count(1)} | {codes.count(2)} | "
-                     f"{fused:.3f} | {min(walls):.0f}–{max(walls):.0f} s |")
+        timed = sum(any(f.startswith("time ") for f in r["failed"]) for r in rs)
+        memory = sum(any(f.startswith("memory ") for f in r["failed"]) for r in rs)
+        lines.append(f"| {s} | {len(rs)} | {codes.count(0)} | {codes.count(1)} | {codes.count(2)} | {timed} | "
+                     f"{memory} | {fused:.3f} | {min(walls):.0f}–{max(walls):.0f} s |")
     return "\n".join(lines)
 
 
