@@ -20,6 +20,7 @@ COMMANDS = {
     "compare": ("sdpa_impls.cli.compare", "side-by-side ratios of two sweeps (time, memory, error)"),
     "gate": ("sdpa_impls.cli.gate", "fail a change that makes attention slower, bigger or wrong"),
     "targets": ("sdpa_impls.cli.targets", "measure the CPU performance targets in one interleaved run, with a verdict"),
+    "continuous": ("sdpa_impls.cli.continuous", "benchmark two git revisions side by side and judge the change (as asv continuous)"),
 }
 
 

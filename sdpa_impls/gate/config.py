@@ -6,7 +6,8 @@
 Keys (all optional): time = "median:15%" | "off", alpha = 0.01, memory = "peak:1%" | "off",
 correctness = true, allow_missing = false, allow_different_machines = false, time_reference = "" (an
 implementation, e.g. "torch_sdpa": time-vs-baseline compares times in units of its time on the same case),
-cpu_targets = false (true adds the in-run rules of the CPU performance targets, gate.targets),
+continuous_time = "median:5%" (`sdpa-bench continuous`: the smallest slowdown it reports, both sides measured in
+one interleaved run), cpu_targets = false (true adds the in-run rules of the CPU performance targets, gate.targets),
 ratios = ["peak_memory: chunked / naive <= 0.5 when lq >= 2048", ...], and
 [[...override]] tables with `impl` / `case` fnmatch patterns plus any of time, alpha, memory,
 correctness, allow_missing. An unknown key or a bad value raises GateInputError naming the file.
@@ -25,7 +26,8 @@ from .targets import ci_rules
 SECTION = ("tool", "sdpa_bench", "gate")
 DEFAULTS = {"time": "median:15%", "alpha": 0.01, "memory": "peak:1%", "correctness": True, "allow_missing": False}
 TYPES = {"time": str, "alpha": float, "memory": str, "correctness": bool, "allow_missing": bool,
-         "allow_different_machines": bool, "time_reference": str, "cpu_targets": bool}
+         "allow_different_machines": bool, "time_reference": str, "cpu_targets": bool, "continuous_time": str}
+CONTINUOUS_TIME = "median:5%"
 OVERRIDABLE = tuple(DEFAULTS)
 
 
@@ -57,6 +59,11 @@ class GateConfig:
     ratios: tuple[RatioRule, ...] = ()
     overrides: tuple[Override, ...] = ()
     source: str = "built-in defaults"
+    continuous_time: str = CONTINUOUS_TIME  # `sdpa-bench continuous`: base and head measured side by side
+
+    def continuous_rule(self) -> TimeRule:
+        """The time rule of `sdpa-bench continuous` (its factor; alpha is the false discovery rate)."""
+        return TimeRule.parse(self.continuous_time, self.alpha)
 
     def thresholds(self, impl: str, case_id: str) -> Thresholds:
         s = dict(self.settings)
@@ -126,7 +133,12 @@ def config_from_dict(table: dict, source: str) -> GateConfig:
     except ValueError as exc:
         raise GateInputError(f"{source}: {exc}") from None
     reference = str(_typed("time_reference", table.get("time_reference", ""), source)).strip()
-    return GateConfig(settings, different, reference, ratios, tuple(overrides), source)
+    continuous = str(_typed("continuous_time", table.get("continuous_time", CONTINUOUS_TIME), source))
+    try:
+        TimeRule.parse(continuous, float(settings["alpha"]))
+    except ValueError as exc:
+        raise GateInputError(f"{source}: continuous_time: {exc}") from None
+    return GateConfig(settings, different, reference, ratios, tuple(overrides), source, continuous)
 
 
 def _read_toml(path: Path) -> dict:

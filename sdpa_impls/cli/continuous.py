@@ -1,0 +1,139 @@
+"""`sdpa-bench continuous BASE [HEAD]`: benchmark two revisions side by side in one run and judge HEAD by the gate.
+
+    sdpa-bench continuous [BASE [HEAD]] [--preset NAME] [--impl NAME ...] [--rounds N] [--max-time S]
+                          [--config FILE] [--markdown FILE] [--json FILE] [--keep-runs DIR]
+
+asv's name and argument order. BASE and HEAD are git revisions; HEAD defaults to the working tree (uncommitted
+and untracked files included). Without BASE: $SDPA_CONTINUOUS_BASE, else the fork point of HEAD from main, else
+HEAD~1 (what CI compares; revisions.ci_base). Each side is checked out into a temporary worktree, pip-installed
+into its own folder for this interpreter (no dependencies, no network), and its own tests/test_benchmarks.py
+runs in alternating processes (base, head, head, base, ...) with identical settings: one thread and CPU time
+of the process on CPU, CUDA events on GPU. The verdict (gate.sidebyside) is printed as a table; exit 0 pass,
+1 regression, 2 unusable input (a revision that does not exist, install, import or run: one message).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ..bench.grid import PRESETS, default_device, default_preset_name
+from ..errors import GateInputError, UsageError
+from ..fmt import fmt_duration
+from ..gate.config import load_config
+from ..gate.sidebyside import judge
+from ..gate.sidebyside_render import as_dict, render
+from ..revisions import checkout, ci_base, describe, remove_checkout, repo_root, resolve, snapshot_working_tree
+from ..sides import Side, check_import, install, interleaved
+
+EXIT_UNUSABLE = 2
+ROUNDS, MAX_TIME, MIN_ROUNDS = 4, 0.1, 8  # per side: 4 processes of the ci preset fit CI's 5 minutes on 2 cores
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("base", nargs="?", metavar="BASE",
+                        help="the revision to compare with (e.g. main); default: $SDPA_CONTINUOUS_BASE, else the "
+                             "fork point of HEAD from main, else HEAD~1")
+    parser.add_argument("head", nargs="?", metavar="HEAD", help="the revision under test; default: the working tree")
+    parser.add_argument("--preset", choices=list(PRESETS), default=None,
+                        help="grid preset to measure; default: ci on CPU, the device's preset on GPU")
+    parser.add_argument("--impl", action="append", metavar="NAME",
+                        help="measure only this implementation (repeatable); the time reference is always added")
+    parser.add_argument("--rounds", type=int, default=ROUNDS,
+                        help=f"processes per side, alternating (default {ROUNDS}): more, shorter runs spread a slow "
+                             "period of the machine thinner")
+    parser.add_argument("--max-time", type=float, default=MAX_TIME, metavar="S",
+                        help=f"pytest-benchmark's --benchmark-max-time per benchmark and process (default {MAX_TIME})")
+    parser.add_argument("--config", metavar="FILE",
+                        help="gate settings (TOML); default: HEAD's pyproject.toml [tool.sdpa_bench.gate]")
+    parser.add_argument("--markdown", metavar="FILE", help="also write the verdict as Markdown (a PR comment)")
+    parser.add_argument("--json", metavar="FILE", help="also write the verdict as JSON")
+    parser.add_argument("--keep-runs", metavar="DIR", help="keep the pytest-benchmark JSON of every run in DIR")
+
+
+def _pytest_args(args: argparse.Namespace, reference: str, cpu: bool) -> list[str]:
+    preset = args.preset or ("ci" if cpu else default_preset_name("cuda"))
+    out = ["--sdpa-preset", preset, f"--benchmark-max-time={args.max_time:g}", f"--benchmark-min-rounds={MIN_ROUNDS}"]
+    impls = list(dict.fromkeys((args.impl or []) + ([reference] if args.impl and reference else [])))
+    for name in impls:
+        out += ["--sdpa-impl", name]
+    if cpu:  # CPU time of the one-thread process: time spent waiting for the other core's work does not count
+        out.append("--benchmark-timer=time.process_time")
+    return out
+
+
+def _write(path: str, text: str) -> None:
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise GateInputError(f"{path}: cannot write ({exc.strerror or exc})") from None
+
+
+def _name(root: Path, rev: str, commit: str) -> str:
+    """`main (abc1234 subject)`, or just `abc1234 subject` when the revision was named by its hash."""
+    described = describe(root, commit)
+    return described if commit.startswith(rev) else f"{rev} ({described})"
+
+
+def _compare(args: argparse.Namespace, root: Path, work: Path, progress) -> int:
+    if args.rounds < 1:
+        raise UsageError("--rounds should be at least 1")
+    base_rev, why = (args.base, "") if args.base else ci_base(root)
+    base_commit = resolve(root, base_rev)
+    base = Side("base", _name(root, base_rev, base_commit), work / "base" / "tree", work / "base" / "site",
+                sys.executable)
+    if why:
+        progress(f"base: {base.name}, chosen as {why}")
+    checkout(root, base_commit, base.tree)
+    if args.head:
+        head_commit = resolve(root, args.head)
+        head = Side("head", _name(root, args.head, head_commit), work / "head" / "tree",
+                    work / "head" / "site", sys.executable)
+        checkout(root, head_commit, head.tree)
+    else:
+        head = Side("head", f"working tree of {root}", work / "head" / "tree", work / "head" / "site", sys.executable)
+        snapshot_working_tree(root, head.tree)
+    cpu = default_device() == "cpu"
+    for side in (base, head):
+        install(side)
+        check_import(side, cpu)
+        progress(f"{side.role}: {side.name} installed into its own folder")
+    config = load_config(args.config, start=head.tree)
+    pytest_args = _pytest_args(args, config.time_reference, cpu)
+    runs = Path(args.keep_runs) if args.keep_runs else work / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    base_runs, head_runs, failed = interleaved(base, head, args.rounds, pytest_args, cpu, runs, progress)
+    report = judge(base_runs, head_runs, config, failed)
+    sys.stdout.write(render(report, base.name, head.name))
+    if args.markdown:
+        _write(args.markdown, render(report, base.name, head.name, markdown=True))
+    if args.json:
+        _write(args.json, json.dumps(as_dict(report, base.name, head.name), indent=1) + "\n")
+    return report.exit_code
+
+
+def run(args: argparse.Namespace) -> int:
+    """Exit code: 0 pass, 1 regression, 2 unusable input (one message on stderr, no traceback)."""
+    start = time.perf_counter()
+
+    def progress(text: str) -> None:
+        print(f"[{fmt_duration(time.perf_counter() - start):>5}] {text}", file=sys.stderr, flush=True)
+
+    root = repo_root(Path.cwd())
+    work = Path(tempfile.mkdtemp(prefix="sdpa-continuous-"))
+    try:
+        code = _compare(args, root, work, progress)
+        progress(f"done: exit {code}")
+        return code
+    except UsageError as exc:  # GateInputError included: a side that does not install, import or run
+        print(f"sdpa-bench continuous: error: {exc}", file=sys.stderr)
+        return EXIT_UNUSABLE
+    finally:
+        for role in ("base", "head"):
+            if (work / role / "tree" / ".git").is_file():  # a git worktree, not a copy
+                remove_checkout(root, work / role / "tree")
+        shutil.rmtree(work, ignore_errors=True)

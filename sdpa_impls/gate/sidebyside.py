@@ -1,0 +1,214 @@
+"""Judge two revisions measured side by side (interleaved runs of one machine) by the gate's rules.
+
+    judge(base_runs, head_runs, config, head_failures=()) -> SideBySide
+
+`base_runs` / `head_runs` are the points of each run (one pytest-benchmark file per process). Per benchmark:
+
+- time: every run's samples are divided by that run's speed as the time reference saw it (`run_speeds`),
+  pooled per side, and compared by a one-sided Mann–Whitney test; the p-values of all
+  benchmarks are adjusted together (Benjamini–Hochberg, false discovery rate = the config's alpha). A
+  benchmark is slower when its adjusted p < alpha and the whole 95 % interval of its head/base ratio of medians
+  lies above the factor of `continuous_time` — at least that much slower, with confidence. The interval is a
+  bootstrap over runs, then samples: samples of one run are not independent, and a process can be a few per cent
+  faster or slower than the next for its whole life, so only runs show how far the sides really differ;
+- memory: exact (peak memory is deterministic): head's smallest peak above base's largest fails;
+- correctness: every head run's point must be ok and within tolerance; a failed head test fails;
+- in-run ratio rules: on the head runs, as the gate checks them (a time rule must fail in every run);
+- a benchmark on one side only is listed: base-only fails unless allow_missing, head-only is new.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from statistics import median
+
+from .compare import compare_points
+from .config import GateConfig
+from .fdr import bh_adjusted
+from .interval import ratio_interval
+from .points import Point
+from .ranktest import mann_whitney_u
+from .rules import FAIL, INFO, NA, PASS, Check, MemoryRule, correctness_check, relative_to
+
+EXACT_MEMORY = MemoryRule(0.0)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One implementation × case: its points in every run of each side, the time statistics and the checks."""
+
+    impl: str
+    case_id: str
+    base: tuple[Point, ...]
+    head: tuple[Point, ...]
+    unit: str = ""  # the time reference whose run speeds scaled the times, "" for times as measured
+    ratio: float | None = None  # median(head) / median(base) of the pooled (relative) samples
+    interval: tuple[float, float] | None = None
+    p: float | None = None  # one-sided rank test, head slower than base
+    q: float | None = None  # p adjusted over the preset (Benjamini–Hochberg)
+    pairs_slower: int = 0  # pairs of (base run, head run) in which head's median is the larger
+    checks: tuple[Check, ...] = ()
+
+    @property
+    def label(self) -> str:
+        return f"{self.impl}[{self.case_id}]"
+
+    @property
+    def verdict(self) -> str:
+        if any(c.failed for c in self.checks):
+            return FAIL
+        if not self.head:
+            return "base only"
+        if not self.base:
+            return "head only"
+        return PASS
+
+
+@dataclass(frozen=True)
+class SideBySide:
+    rows: tuple[Row, ...]
+    ratios: tuple[Check, ...]  # the in-run rules on the head runs
+    suite: tuple[Check, ...]  # tests of head's benchmark suite that failed
+    notes: tuple[str, ...]
+    factor: float
+    fdr: float
+    config_source: str = ""
+
+    @property
+    def failures(self) -> list[Check]:
+        return [c for r in self.rows for c in r.checks if c.failed] + [c for c in (*self.ratios, *self.suite)
+                                                                      if c.failed]
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.failures else 0
+
+
+def _by_key(runs: Sequence[Sequence[Point]]) -> list[dict[tuple[str, str], Point]]:
+    return [{p.key: p for p in run} for run in runs]
+
+
+def run_speeds(runs: Sequence[dict[tuple[str, str], Point]], reference: str) -> list[float] | None:
+    """How slow each run was, as the reference saw it: the median over cases of the reference's median in that
+    run divided by its median over all runs (1.0 = a typical run). None when some run lacks the reference.
+
+    One factor per run, not one per case: dividing each case by the reference's time on that case adds the
+    reference's own noise on that case (a disturbance of a second hits one benchmark, not the whole run).
+    """
+    if not reference:
+        return None
+    per_case: dict[str, list[float]] = {}
+    for run in runs:
+        for (impl, case_id), point in run.items():
+            if impl == reference and point.median_s:
+                per_case.setdefault(case_id, []).append(point.median_s)
+    typical = {case: median(values) for case, values in per_case.items()}
+    speeds = []
+    for run in runs:
+        mine = [run[(reference, c)].median_s / t for c, t in typical.items() if (reference, c) in run
+                and run[(reference, c)].median_s]
+        if not mine:
+            return None
+        speeds.append(median(mine))
+    return speeds
+
+
+def _scaled(runs: list[dict], speeds: list[float] | None) -> list[dict]:
+    if speeds is None:
+        return runs
+    return [{k: relative_to(p, s) for k, p in run.items()} for run, s in zip(runs, speeds)]
+
+
+def _time_stats(base: list[Point], head: list[Point]) -> tuple[float, tuple[float, float], float, int] | None:
+    b_runs = [p.samples or ((p.median_s,) if p.median_s else ()) for p in base]
+    h_runs = [p.samples or ((p.median_s,) if p.median_s else ()) for p in head]
+    b_runs, h_runs = [r for r in b_runs if r], [r for r in h_runs if r]
+    if not b_runs or not h_runs:
+        return None
+    b_all, h_all = [s for r in b_runs for s in r], [s for r in h_runs for s in r]
+    ratio = median(h_all) / median(b_all) if median(b_all) > 0 else float("inf")
+    p = mann_whitney_u(h_all, b_all, "greater").pvalue
+    slower = sum(median(h) > median(b) for b in b_runs for h in h_runs)
+    return ratio, ratio_interval(b_runs, h_runs), p, slower
+
+
+def _memory_check(base: Sequence[Point], head: Sequence[Point]) -> Check:
+    b = [p for p in base if p.peak_memory_bytes is not None]
+    h = [p for p in head if p.peak_memory_bytes is not None]
+    if not b or not h:
+        return Check("memory", head[0].label, NA, "no peak memory recorded")
+    largest_base = max(b, key=lambda p: p.peak_memory_bytes)
+    smallest_head = min(h, key=lambda p: p.peak_memory_bytes)
+    check = EXACT_MEMORY.check(largest_base, smallest_head)
+    return Check("memory", head[0].label, check.status, check.message.replace(" × 1.00", " (exact)"))
+
+
+def _time_check(row: Row, factor: float, fdr: float, family: int) -> Check:
+    unit = f"scaled by {row.unit}'s run speed" if row.unit else "as measured"
+    lo, hi = row.interval
+    pairs = len(row.base) * len(row.head)
+    numbers = (f"head/base {row.ratio:.3f} (95% CI {lo:.3f}–{hi:.3f}, times {unit}), "
+               f"p={row.p:.2g}, BH-adjusted {row.q:.2g} over {family}, head slower in {row.pairs_slower} of "
+               f"{pairs} pairs of runs")
+    if row.q < fdr and lo > factor:
+        return Check("time", row.label, FAIL, f"slower: {numbers}; interval above {factor:.2f}, significant at "
+                                              f"FDR {fdr:g}")
+    return Check("time", row.label, PASS, numbers)
+
+
+def judge(base_runs: Sequence[Sequence[Point]], head_runs: Sequence[Sequence[Point]], config: GateConfig,
+          head_failures: Sequence[str] = ()) -> SideBySide:
+    """Every check of `sdpa-bench continuous` on the measured runs (at least one run per side)."""
+    factor, fdr, reference = config.continuous_rule().factor, config.alpha, config.time_reference
+    base, head = _by_key(base_runs), _by_key(head_runs)
+    speeds = run_speeds(base + head, reference)
+    unit = reference if speeds is not None else ""
+    base, head = _scaled(base, speeds and speeds[:len(base)]), _scaled(head, speeds and speeds[len(base):])
+    keys = list(dict.fromkeys([k for run in head for k in run] + [k for run in base for k in run]))
+    rows, notes = [], []
+    for key in keys:
+        b, h = [run[key] for run in base if key in run], [run[key] for run in head if key in run]
+        checks: list[Check] = []
+        th = config.thresholds(*key)
+        if not h:
+            status = INFO if th.allow_missing else FAIL
+            checks.append(Check("missing", b[0].label, status, f"in base ({len(b)} runs) but not in head"
+                                + (" (allowed by allow_missing)" if th.allow_missing else "")))
+        elif not b:
+            checks.append(Check("new", h[0].label, INFO, "in head only, not in base"))
+        if h and th.correctness:
+            bad = [c for c in (correctness_check(p) for p in h) if c.status != PASS]
+            checks.append(bad[0] if bad else correctness_check(h[0]))
+        stats = _time_stats(b, h) if b and h else None
+        ratio, interval, p, slower = stats or (None, None, None, 0)
+        row = Row(key[0], key[1], tuple(b), tuple(h), unit, ratio, interval, p, pairs_slower=slower)
+        if b and h and th.memory is not None:
+            checks.append(_memory_check(b, h))
+        rows.append(replace(row, checks=tuple(checks)))
+    judged = [i for i, r in enumerate(rows) if r.p is not None and r.impl != reference
+              and config.thresholds(r.impl, r.case_id).time is not None]
+    adjusted = bh_adjusted([rows[i].p for i in judged])
+    for i, q in zip(judged, adjusted):
+        row = replace(rows[i], q=q)
+        rows[i] = replace(row, checks=row.checks + (_time_check(row, factor, fdr, len(judged)),))
+    for i, r in enumerate(rows):
+        if r.impl == reference and r.p is not None:
+            rows[i] = replace(r, checks=r.checks + (
+                Check("time", r.label, NA, f"the time reference, not judged (head/base {r.ratio:.3f})"),))
+    notes.append(f"{len(base_runs)} base and {len(head_runs)} head runs, interleaved in separate processes; "
+                 f"samples pooled per side.")
+    notes.append(f"time: slower when the 95% interval of head/base lies above {factor:.2f} and the "
+                 f"one-sided Mann–Whitney p, adjusted over the {len(judged)} timed benchmarks by Benjamini–Hochberg, "
+                 f"is < {fdr:g} (a false discovery rate of {fdr:g} over the preset, not a per-benchmark alpha).")
+    if speeds is not None:
+        notes.append(f"each run's times divided by its speed as {reference} (time_reference) saw it, the median over "
+                     "cases of its time there / its time over all runs: base " + ", ".join(
+                         f"{v:.3f}" for v in speeds[:len(base)]) + "; head " + ", ".join(
+                         f"{v:.3f}" for v in speeds[len(base):]) + ".")
+    elif reference:
+        notes.append(f"times compared as measured: {reference} (time_reference) is missing from some run.")
+    notes.append("memory: exact (peak memory is deterministic); 95% CI: two-stage bootstrap over runs and samples.")
+    inrun = compare_points(None, head_runs[0], config, repeats=head_runs[1:]) if head_runs and head_runs[0] else None
+    suite = tuple(Check("suite", line, FAIL, "a test of head's benchmark suite failed") for line in head_failures)
+    return SideBySide(tuple(rows), inrun.ratios if inrun else (), suite, tuple(notes), factor, fdr,
+                      config.source)

@@ -1,0 +1,72 @@
+"""The verdict of `sdpa-bench continuous` as text, Markdown (a PR comment) or JSON."""
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from ..fmt import fmt_bytes, table
+from .rules import NA
+from .sidebyside import Row, SideBySide
+
+
+def _time_cells(row: Row) -> list[str]:
+    if row.ratio is None:
+        return ["-", "-", "-"]
+    lo, hi = row.interval
+    q = "-" if row.q is None else f"{row.q:.2g}"
+    return [f"×{row.ratio:.3f}", f"{lo:.3f}–{hi:.3f}", q]
+
+
+def _memory_cell(row: Row) -> str:
+    b = {p.peak_memory_bytes for p in row.base if p.peak_memory_bytes is not None}
+    h = {p.peak_memory_bytes for p in row.head if p.peak_memory_bytes is not None}
+    if not b or not h:
+        return fmt_bytes(max(b | h)) if b | h else "-"
+    if b == h:
+        return f"{fmt_bytes(max(b))} ="
+    return f"{fmt_bytes(max(b))} → {fmt_bytes(min(h))} ({min(h) - max(b):+d} B)"
+
+
+def render(report: SideBySide, base: str, head: str, markdown: bool = False) -> str:
+    """One row per benchmark (head/base ratio, interval, adjusted p, memory, verdict), the in-run rules, failures, notes."""
+    verdict = "FAIL" if report.exit_code else "PASS"
+    out = [f"{'## ' if markdown else ''}sdpa-bench continuous: {verdict} "
+           f"({len(report.failures)} failed check(s)) — head {head} vs base {base}", ""]
+    if markdown:
+        out += [f"Config: {report.config_source or 'built-in defaults'}. Time: head/base ratio of medians, "
+                f"a regression above ×{report.factor:.2f} at false discovery rate {report.fdr:g} "
+                "(Benjamini–Hochberg over the preset).", ""]
+    out += table(["benchmark", "head/base", "95% CI", "q (BH)", "peak memory", "verdict"],
+                 [[r.label, *_time_cells(r), _memory_cell(r), r.verdict] for r in report.rows],
+                 markdown).splitlines()
+    if report.ratios:
+        out += [""] + table(["in-run rule (head)", "verdict", "numbers"],
+                            [[c.subject, c.status, c.message] for c in report.ratios], markdown).splitlines()
+    bullet = "- " if markdown else "  "
+    if report.failures:
+        out += ["", "Failures:"] + [f"{bullet}{c.kind} {c.subject}: {c.message}" for c in report.failures]
+    one_side = [r for r in report.rows if not r.base or not r.head]
+    if one_side:
+        out += ["", "On one side only:"] + [f"{bullet}{r.label}: {r.verdict}" for r in one_side]
+    skipped = [c for r in report.rows for c in r.checks if c.status == NA]
+    if skipped:
+        out += ["", "Not checked:"] + [f"{bullet}{c.kind} {c.subject}: {c.message}" for c in skipped]
+    if report.notes:
+        out += ["", "Notes:"] + [f"{bullet}{n}" for n in report.notes]
+    return "\n".join(out) + "\n"
+
+
+def as_dict(report: SideBySide, base: str, head: str) -> dict:
+    """JSON-ready: verdict, exit code, every row with its statistics and checks (no raw samples)."""
+    return {
+        "verdict": "FAIL" if report.exit_code else "pass", "exit_code": report.exit_code, "base": base,
+        "head": head, "config": report.config_source, "factor": report.factor, "fdr": report.fdr,
+        "rows": [{"impl": r.impl, "case": r.case_id, "verdict": r.verdict, "unit": r.unit, "ratio": r.ratio,
+                  "interval": list(r.interval) if r.interval else None, "p": r.p, "q": r.q,
+                  "base_runs": len(r.base), "head_runs": len(r.head),
+                  "base_peak_memory": [p.peak_memory_bytes for p in r.base],
+                  "head_peak_memory": [p.peak_memory_bytes for p in r.head],
+                  "checks": [asdict(c) for c in r.checks]} for r in report.rows],
+        "ratios": [asdict(c) for c in report.ratios],
+        "failures": [asdict(c) for c in report.failures],
+        "notes": list(report.notes),
+    }

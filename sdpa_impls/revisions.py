@@ -1,0 +1,101 @@
+"""Revisions of a git repository as directories: resolve a name, check it out into a temporary worktree, or copy
+the working tree (uncommitted and untracked files included, ignored files left out); and how CI names its base.
+
+    repo_root(start) -> Path
+    resolve(root, rev) -> commit
+    describe(root, commit) -> "abc1234 subject"
+    checkout(root, commit, dest)  /  remove_checkout(root, dest)
+    snapshot_working_tree(root, dest)
+    ci_base(root, environ) -> (revision, why)
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+
+from .errors import UsageError
+
+BASE_ENV = "SDPA_CONTINUOUS_BASE"
+MAIN_REFS = ("origin/main", "main")
+
+
+def _git(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    try:
+        done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=300)
+    except FileNotFoundError:
+        raise UsageError("git is not installed: continuous needs it to check revisions out") from None
+    if check and done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["(no message)"])[-1]
+        raise UsageError(f"git {' '.join(args)}: {last}")
+    return done
+
+
+def repo_root(start: Path) -> Path:
+    """The top folder of the git working tree that holds `start`; UsageError outside a git repository."""
+    done = _git(start, "rev-parse", "--show-toplevel", check=False)
+    if done.returncode != 0:
+        raise UsageError(f"{start} is not inside a git repository: continuous compares git revisions")
+    return Path(done.stdout.strip())
+
+
+def resolve(root: Path, rev: str) -> str:
+    """The full commit hash `rev` names (a branch, tag, hash, HEAD~2, ...); UsageError when it names none."""
+    done = _git(root, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", check=False)
+    if done.returncode != 0:
+        raise UsageError(f"{rev!r} is not a revision of {root} (git rev-parse found no commit)")
+    return done.stdout.strip()
+
+
+def describe(root: Path, commit: str) -> str:
+    """A short name for people: abbreviated hash and subject."""
+    return _git(root, "log", "-1", "--format=%h %s", commit).stdout.strip()
+
+
+def checkout(root: Path, commit: str, dest: Path) -> None:
+    """`commit` checked out (detached) into the new temporary worktree `dest`."""
+    _git(root, "worktree", "add", "--detach", "--force", "--quiet", str(dest), commit)
+
+
+def remove_checkout(root: Path, dest: Path) -> None:
+    """Remove a worktree made by `checkout`, files and git's record of it; never raises."""
+    _git(root, "worktree", "remove", "--force", str(dest), check=False)
+    shutil.rmtree(dest, ignore_errors=True)
+    _git(root, "worktree", "prune", check=False)
+
+
+def snapshot_working_tree(root: Path, dest: Path) -> None:
+    """Copy the working tree as it is now into `dest`: tracked files (with uncommitted edits) and untracked files
+    that git does not ignore; deleted files stay deleted, build outputs and caches stay behind."""
+    listed = _git(root, "ls-files", "-z", "--cached", "--others", "--exclude-standard").stdout
+    for rel in sorted(set(filter(None, listed.split("\0")))):
+        src = root / rel
+        if not (src.is_file() or src.is_symlink()) or (src.is_symlink() and not src.exists()):
+            continue  # deleted in the working tree, or a submodule folder
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, target)
+
+
+def ci_base(root: Path, environ: Mapping[str, str] = os.environ) -> tuple[str, str]:
+    """The revision CI compares HEAD with — main as it was before the change — and how it was chosen.
+
+    1. `$SDPA_CONTINUOUS_BASE` when set (any revision name);
+    2. else the fork point of HEAD from main (`git merge-base HEAD origin/main`, else `main`) when that is not
+       HEAD itself: a clone or checkout of the submitted branch, whose main still names the landed state;
+    3. else HEAD's first parent (HEAD~1): main already is the submission, and a clone keeps no record of where
+       main was before; set the variable to compare the whole series.
+    """
+    named = environ.get(BASE_ENV, "").strip()
+    if named:
+        return named, f"${BASE_ENV}"
+    head = resolve(root, "HEAD")
+    for ref in MAIN_REFS:
+        done = _git(root, "merge-base", "HEAD", ref, check=False)
+        fork = done.stdout.strip()
+        if done.returncode == 0 and fork and fork != head:
+            return fork, f"the fork point of HEAD from {ref} (git merge-base HEAD {ref})"
+    return "HEAD~1", (f"HEAD's parent: {' and '.join(MAIN_REFS)} already point at HEAD, so the state before the "
+                      f"change is not named in this clone (set ${BASE_ENV} to compare a longer series)")

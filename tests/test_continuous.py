@@ -1,0 +1,185 @@
+"""`sdpa-bench continuous`: a real git repository made from this project, real worktrees, real installs and real
+pytest-benchmark runs of each revision's own suite — a slower implementation fails naming it, an unchanged one
+passes, a base that does not import is exit 2 — plus the statistics it rests on (Benjamini–Hochberg, the interval).
+
+The real runs measure time: run this file under `flock /tmp/sdpa-measure.lock` on a shared machine.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from sdpa_impls.cli import main
+from sdpa_impls.gate.config import config_from_dict
+from sdpa_impls.gate.fdr import bh_adjusted, bh_reject
+from sdpa_impls.gate.interval import ratio_interval
+from sdpa_impls.gate.points import Point
+from sdpa_impls.gate.sidebyside import judge
+from sdpa_impls.gate.sidebyside_render import render
+from sdpa_impls.revisions import ci_base, snapshot_working_tree
+
+ROOT = Path(__file__).resolve().parents[1]
+# Tiny and quick: the smoke preset, naive against the time reference, two processes per side. These tests check
+# the mechanics on a CI machine shared with other jobs, so the change under test triples naive's work and the
+# threshold is 25 %; the false-alarm and catch rates of the 5 % default are measured in docs/gate.md.
+FAST = ["--preset", "smoke", "--impl", "naive", "--rounds", "2", "--max-time", "0.05"]
+NAIVE = "sdpa_impls/impls/naive.py"
+SLOWER = """        scores = gmm(q5, k4.transpose(-2, -1)).float() * inp.softmax_scale  # (B, Hkv, G, Lq, Lk)
+        for _ in range(2):  # the same scores twice more: a slower naive, same answer
+            scores = gmm(q5, k4.transpose(-2, -1)).float() * inp.softmax_scale
+"""
+
+
+def git(repo: Path, *args: str) -> str:
+    env = os.environ | {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
+                        "GIT_COMMITTER_EMAIL": "t@example.com"}
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
+                          env=env).stdout.strip()
+
+
+def commit(repo: Path, message: str) -> str:
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", message)
+    return git(repo, "rev-parse", "HEAD")
+
+
+def continuous(repo: Path, *args: str) -> tuple[int, str, str]:
+    """`sdpa-bench continuous ARGS` in this process, from `repo` (its subprocesses use this interpreter)."""
+    out, err = io.StringIO(), io.StringIO()
+    here = Path.cwd()
+    os.chdir(repo)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(["continuous", *args])
+    finally:
+        os.chdir(here)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    """This project as a fresh repository: `good` on main (the project, continuous_time 25 %), and on top of it on
+    their own branches `slow` (naive does three times its GEMM work) and `broken` (the package does not import)."""
+    path = tmp_path_factory.mktemp("continuous") / "repo"
+    snapshot_working_tree(ROOT, path)
+    pyproject = path / "pyproject.toml"
+    text = pyproject.read_text()
+    assert 'continuous_time = "median:5%"' in text
+    pyproject.write_text(text.replace('continuous_time = "median:5%"', 'continuous_time = "median:25%"'))
+    git(path, "init", "-q", "-b", "main")
+    good = commit(path, "the project")
+    git(path, "checkout", "-q", "-b", "slowed")
+    naive = path / NAIVE
+    source = naive.read_text()
+    line = SLOWER.splitlines(keepends=True)[0]
+    assert line in source
+    naive.write_text(source.replace(line, SLOWER))
+    slow = commit(path, "naive: compute the scores three times")
+    git(path, "checkout", "-q", "-b", "broken", "main")
+    init = path / "sdpa_impls" / "__init__.py"
+    init.write_text(init.read_text() + "\nimport sdpa_bench_module_that_does_not_exist\n")
+    broken = commit(path, "break the package import")
+    git(path, "checkout", "-q", "main")
+    return {"path": path, "good": good, "slow": slow, "broken": broken}
+
+
+def test_a_slower_implementation_fails_naming_it(repo: dict, tmp_path: Path) -> None:
+    code, out, err = continuous(repo["path"], repo["good"], repo["slow"], *FAST, "--json", str(tmp_path / "v.json"),
+                                "--markdown", str(tmp_path / "v.md"))
+    assert code == 1, out + err
+    verdict = json.loads((tmp_path / "v.json").read_text())
+    failed = {f["subject"] for f in verdict["failures"]}
+    assert failed and all(s.startswith("naive[") for s in failed), failed  # torch_sdpa is the yardstick
+    assert {f["kind"] for f in verdict["failures"]} == {"time"}
+    assert len(failed) >= 3  # of the five smoke cases
+    assert "sdpa-bench continuous: FAIL" in out and "Benjamini–Hochberg" in out
+    assert "round 2/2: base measured" in err
+    assert (tmp_path / "v.md").read_text().startswith("## sdpa-bench continuous: FAIL")
+
+
+def test_unchanged_code_passes_against_the_working_tree(repo: dict, tmp_path: Path) -> None:
+    """A/A: BASE is the commit checked out, HEAD the working tree with an uncommitted docs edit."""
+    readme = repo["path"] / "README.md"
+    before = readme.read_text()
+    readme.write_text(before + "\nAn edit that changes no code.\n")
+    try:
+        code, out, err = continuous(repo["path"], repo["good"], *FAST, "--json", str(tmp_path / "v.json"))
+    finally:
+        readme.write_text(before)
+    assert code == 0, out + err
+    verdict = json.loads((tmp_path / "v.json").read_text())
+    assert verdict["head"].startswith("working tree of ")
+    rows = {(r["impl"], r["case"]): r for r in verdict["rows"]}
+    assert len(rows) == 10 and all(r["base_runs"] == 2 and r["head_runs"] == 2 for r in rows.values())
+    assert all(r["ratio"] < 1.25 for r in rows.values() if r["impl"] == "naive")
+    assert git(repo["path"], "worktree", "list").count("\n") == 0  # the temporary worktrees are gone
+
+
+def test_a_base_that_does_not_import_is_unusable(repo: dict) -> None:
+    code, out, err = continuous(repo["path"], repo["broken"], repo["good"], *FAST)
+    assert code == 2 and out == "" and "Traceback" not in err
+    message = [line for line in err.splitlines() if not line.startswith("[")]
+    assert len(message) == 1 and message[0].startswith("sdpa-bench continuous: error: base ")
+    assert "does not import: ModuleNotFoundError: No module named 'sdpa_bench_module_that_does_not_exist'" in message[0]
+
+
+def test_an_unknown_revision_is_unusable(repo: dict) -> None:
+    code, _, err = continuous(repo["path"], "no-such-branch", *FAST)
+    assert code == 2 and "'no-such-branch' is not a revision" in err
+
+
+def test_ci_base_names_main_before_the_change(repo: dict) -> None:
+    path = repo["path"]
+    assert ci_base(path, {"SDPA_CONTINUOUS_BASE": "v1.0"}) == ("v1.0", "$SDPA_CONTINUOUS_BASE")
+    assert ci_base(path, {})[0] == "HEAD~1"  # main is HEAD here: nothing else names the state before
+    git(path, "checkout", "-q", "slowed")  # a clone of the submitted branch: main is where it forked
+    try:
+        base, why = ci_base(path, {})
+        assert base == repo["good"] and "merge-base HEAD main" in why
+    finally:
+        git(path, "checkout", "-q", "main")
+
+
+# ---------- the statistics, on points made here ----------
+
+def test_benjamini_hochberg_matches_the_textbook() -> None:
+    p = [0.01, 0.04, 0.03, 0.005, 0.5]
+    assert bh_adjusted(p) == pytest.approx([0.025, 0.05, 0.05, 0.025, 0.5])
+    assert bh_reject(p, 0.03) == [True, False, False, True, False]
+    assert bh_reject([0.011] * 20, 0.05) == [True] * 20  # many small p-values support each other
+    assert bh_reject([0.011] + [0.9] * 19, 0.05) == [False] + [False] * 19  # a per-test alpha would reject one
+
+
+def test_interval_widens_when_runs_disagree() -> None:
+    steady = ratio_interval([[1.0, 1.01, 0.99] * 10] * 3, [[1.1, 1.11, 1.09] * 10] * 3)
+    assert 1.08 < steady[0] <= 1.1 <= steady[1] < 1.12
+    disagree = ratio_interval([[1.0] * 30, [1.3] * 30, [1.0] * 30], [[1.1] * 30] * 3)
+    assert disagree[0] < 0.9 and disagree[1] >= 1.1  # the same samples, pooled, would give a point
+
+
+def _run(speed: float, naive: float, memory: int = 100, with_chunked: bool = True) -> list[Point]:
+    rows = [("torch_sdpa", 1.0), ("naive", naive)] + ([("chunked", 2.0)] if with_chunked else [])
+    return [Point(impl, "L8-E8-fp32-fwd", t * speed, tuple(t * speed * (1 + k / 1000) for k in range(30)),
+                  memory, 0.0, 1e-3) for impl, t in rows]
+
+
+def test_judge_scales_runs_and_lists_one_sided_benchmarks() -> None:
+    config = config_from_dict({"time_reference": "torch_sdpa", "continuous_time": "median:5%"}, "test")
+    # head ran during a slow period (everything ×1.5), naive also 20 % slower, chunked gone, memory +1 byte
+    report = judge([_run(1.0, 3.0), _run(1.02, 3.0)], [_run(1.5, 3.6, 101, False), _run(1.5, 3.6, 101, False)],
+                   config)
+    rows = {r.impl: r for r in report.rows}
+    assert rows["naive"].ratio == pytest.approx(1.2, rel=0.02) and rows["naive"].verdict == "FAIL"
+    kinds = {c.kind for c in report.failures}
+    assert kinds == {"time", "memory", "missing"}
+    assert rows["chunked"].verdict == "FAIL" and not rows["chunked"].head
+    text = render(report, "b", "h")
+    assert "On one side only:" in text and "chunked[L8-E8-fp32-fwd]: FAIL" in text
+    same = judge([_run(1.0, 3.0)] * 2, [_run(1.5, 3.0)] * 2, config)
+    assert same.exit_code == 0, render(same, "b", "h")  # the slow period alone is not a regression
