@@ -16,6 +16,10 @@ ROOT = Path(__file__).resolve().parents[1]
 OLD_MODULE = "sdpa_impls/measure.py"  # the flat layout's measuring module
 
 PROBE = """
+import sys
+# asv installs the old commit for real; a test environment's editable install of today's tree adds an import hook
+# that would serve today's sdpa_impls.bench on top of the old package: drop it, as an asv environment has none
+sys.meta_path[:] = [f for f in sys.meta_path if "__editable__" not in getattr(f, "__module__", "")]
 import json, sdpa_impls
 import benchmarks.bench_sdpa as suite
 case = next(iter(suite.cases_of("fwd")))
