@@ -1,12 +1,13 @@
 """The gate's verdict as text, Markdown (e.g. a PR comment) or JSON."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict
 
 from ..fmt import fmt_bytes, fmt_seconds, table
 from .compare import Comparison, Verdict
 from .points import Point
-from .rules import NA, PASS
+from .rules import NA, PASS, Check
 
 
 def _time_cell(row: Comparison) -> str:
@@ -33,6 +34,19 @@ def _error_cell(row: Comparison) -> str:
     return f"{c.max_error:.2g} / {c.error_tolerance:.2g}"
 
 
+def rules_and_failures(ratios: Sequence[Check], failures: Sequence[Check], markdown: bool,
+                       title: str = "in-run rule") -> list[str]:
+    """The in-run rules' table and the list of failed checks, as both verdicts print them."""
+    out: list[str] = []
+    if ratios:
+        out += [""] + table([title, "verdict", "numbers"], [[c.subject, c.status, c.message] for c in ratios],
+                            markdown).splitlines()
+    bullet = "- " if markdown else "  "
+    if failures:
+        out += ["", "Failures:"] + [f"{bullet}{c.kind} {c.subject}: {c.message}" for c in failures]
+    return out
+
+
 def render_verdict(report: Verdict, markdown: bool = False) -> str:
     """The verdict as text: one row per benchmark, one per ratio rule and case, then failures and notes."""
     verdict = "FAIL" if report.exit_code else "PASS"
@@ -41,12 +55,8 @@ def render_verdict(report: Verdict, markdown: bool = False) -> str:
     out += table(["benchmark", "median time", "peak memory", "error / tol", "verdict"],
                  [[r.candidate.label if r.candidate else r.baseline.label, _time_cell(r), _memory_cell(r),
                    _error_cell(r), r.verdict] for r in report.rows], markdown).splitlines()
-    if report.ratios:
-        out += [""] + table(["in-run rule", "verdict", "numbers"],
-                            [[c.subject, c.status, c.message] for c in report.ratios], markdown).splitlines()
+    out += rules_and_failures(report.ratios, report.failures, markdown)
     bullet = "- " if markdown else "  "
-    if report.failures:
-        out += ["", "Failures:"] + [f"{bullet}{c.kind} {c.subject}: {c.message}" for c in report.failures]
     skipped = [c for r in report.rows for c in r.checks if c.status == NA]  # refusals are one note
     if skipped:
         out += ["", "Not checked:"] + [f"{bullet}{c.kind} {c.subject}: {c.message}" for c in skipped]

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from ..fmt import fmt_bytes, table
+from .render import rules_and_failures
 from .rules import NA
 from .sidebyside import Row, SideBySide
 
@@ -38,12 +39,8 @@ def render(report: SideBySide, base: str, head: str, markdown: bool = False) -> 
     out += table(["benchmark", "head/base", "95% CI", "q (BH)", "peak memory", "verdict"],
                  [[r.label, *_time_cells(r), _memory_cell(r), r.verdict] for r in report.rows],
                  markdown).splitlines()
-    if report.ratios:
-        out += [""] + table(["in-run rule (head)", "verdict", "numbers"],
-                            [[c.subject, c.status, c.message] for c in report.ratios], markdown).splitlines()
+    out += rules_and_failures(report.ratios, report.failures, markdown, "in-run rule (head)")
     bullet = "- " if markdown else "  "
-    if report.failures:
-        out += ["", "Failures:"] + [f"{bullet}{c.kind} {c.subject}: {c.message}" for c in report.failures]
     one_side = [r for r in report.rows if not r.base or not r.head]
     if one_side:
         out += ["", "On one side only:"] + [f"{bullet}{r.label}: {r.verdict}" for r in one_side]
