@@ -117,7 +117,6 @@ def test_unchanged_code_passes_against_the_working_tree(repo: dict, tmp_path: Pa
     assert verdict["head"].startswith("working tree of ")
     rows = {(r["impl"], r["case"]): r for r in verdict["rows"]}
     assert len(rows) == 10 and all(r["base_runs"] == 2 and r["head_runs"] == 2 for r in rows.values())
-    assert all(r["ratio"] < 1.25 for r in rows.values() if r["impl"] == "naive")
     assert git(repo["path"], "worktree", "list").count("\n") == 0  # the temporary worktrees are gone
 
 
