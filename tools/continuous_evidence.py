@@ -39,7 +39,7 @@ from sdpa_impls.revisions import snapshot_working_tree  # noqa: E402
 FUSED = "sdpa_impls/impls/fused.py"
 CHUNKED = "sdpa_impls/impls/chunked.py"
 GEMM = "            torch.baddbmm(sd, rows3(q4, i0, i1), kt3[..., :k_end], beta=0, alpha=scale, out=sd)\n"
-CHUNKED_CALL = "        return tiled_attention(inp, fwd, Q_TILE, k_tile)\n"
+CHUNKED_CALL = "        return lambda: tiled_attention(inp, fwd, Q_TILE, k_tile, widen)\n"
 CI_ARGS = ["--impl", "naive", "--impl", "chunked", "--impl", "fused"]
 
 
@@ -78,8 +78,10 @@ def build_repo(out: Path, eighths10: int, eighths25: int) -> Path:
     for name, n in (("fused10", eighths10), ("fused25", eighths25)):
         branch(repo, name, FUSED, GEMM, extra_gemm(n) + GEMM)
     branch(repo, "chunkedmem", CHUNKED, CHUNKED_CALL,
-           "        extra = torch.empty(q.numel() // 50, dtype=q.dtype, device=q.device)  # a regression: +memory\n"
-           "        out = tiled_attention(inp, fwd, Q_TILE, k_tile)\n        del extra\n        return out\n")
+           "        def call() -> torch.Tensor:\n"
+           "            extra = torch.empty(q.numel() // 50, dtype=q.dtype, device=q.device)  # a regression: +memory\n"
+           "            out = tiled_attention(inp, fwd, Q_TILE, k_tile, widen)\n"
+           "            del extra\n            return out\n        return call\n")
     git(repo, "checkout", "-q", "base")
     return repo
 
