@@ -2,14 +2,17 @@
 
 `pytest --benchmark-only [--sdpa-preset NAME] [--sdpa-impl NAME ...]` times them; plain `pytest` runs each once.
 Every point is checked against the fp64 reference first: a wrong implementation fails and never gets a time.
+The ceilings its `roofline_pct` is a percentage of are measured in the same session: before the first point, between
+points (at most every 30 s) and after the last (`run_ceilings`); every point is judged against their medians.
 """
 from __future__ import annotations
 
 import pytest
 
 from sdpa_impls import Unsupported
+from sdpa_impls.bench.ceilings import RunCeilings, needed_ceilings
 from sdpa_impls.bench.check import CaseContext
-from sdpa_impls.bench.grid import Case
+from sdpa_impls.bench.grid import Case, preset
 from sdpa_impls.bench.measure import prepare_point
 from sdpa_impls.bench.memory import peak_memory
 from sdpa_impls.bench.result import SPEED_BASELINE, Result
@@ -29,8 +32,32 @@ def case_context(case: Case, device: str) -> CaseContext:
     return _context[key]
 
 
+class SessionCeilings:
+    """This session's ceilings, and the timed points to judge against them when it ends."""
+
+    def __init__(self, device: str, preset_name: str) -> None:
+        dtypes = sorted({c.dtype for c in preset(preset_name)})
+        self.meter = RunCeilings(device, needed_ceilings(dtypes, device))
+        self.timed: list[tuple[dict, Result]] = []
+
+    def judge(self) -> None:
+        self.meter.sample()
+        values = self.meter.values()
+        for extra_info, result in self.timed:
+            judged = result.on_roofline(values)
+            extra_info.update(roofline_pct=judged.roofline_pct, roofline_gemm=judged.roofline_gemm, ceilings=values)
+
+
+@pytest.fixture(scope="module")
+def run_ceilings(sdpa_device: str, sdpa_preset_name: str):
+    session = SessionCeilings(sdpa_device, sdpa_preset_name)
+    yield session
+    if session.timed:  # before pytest-benchmark writes its JSON, which happens at the end of the session
+        session.judge()
+
+
 def test_sdpa(benchmark, request: pytest.FixtureRequest, sdpa_point: tuple[str, Case], sdpa_device: str,
-              sdpa_preset_name: str) -> None:
+              sdpa_preset_name: str, run_ceilings: SessionCeilings) -> None:
     impl_name, case = sdpa_point
     benchmark.group = case.id
     try:  # a WrongResult (an AssertionError) fails the test before any timing
@@ -44,6 +71,7 @@ def test_sdpa(benchmark, request: pytest.FixtureRequest, sdpa_point: tuple[str, 
         if benchmark.disabled:  # plain pytest: one call, as a smoke test
             benchmark(point.fn)
         else:  # one sample = `calls` back-to-back calls between two clock readings, as in time_closure and asv
+            run_ceilings.meter.sample_if_due()
             point.fn()  # warm-up
             calls = calls_per_sample(point.fn, sdpa_device)
             sample_s = max(one_sample(point.fn, sdpa_device, calls) * calls, 1e-9)
@@ -59,3 +87,5 @@ def test_sdpa(benchmark, request: pytest.FixtureRequest, sdpa_point: tuple[str, 
             _baseline_median[key] = result.median_s
         result = result.with_speedup(_baseline_median.get(key))
     benchmark.extra_info.update(result.extra_info() | {"preset": sdpa_preset_name})
+    if result.median_s is not None:
+        run_ceilings.timed.append((benchmark.extra_info, result))

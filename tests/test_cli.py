@@ -14,6 +14,7 @@ import pytest
 
 from sdpa_impls import names
 from sdpa_impls.bench.grid import preset
+from sdpa_impls.bench.result import Result
 
 CPU = ["--device", "cpu"]  # these tests describe a CPU sweep, also on a machine with a GPU
 FAST = [*CPU, "--budget", "0.005", "--min-reps", "2", "--warmup", "1"]
@@ -47,6 +48,8 @@ def test_run_writes_results_json_with_every_point_and_its_samples(smoke):
     assert meta["preset"] == "smoke" and meta["machine"]["device"] == "cpu"
     assert meta["options"]["budget_s"] == 0.005 and meta["options"]["min_reps"] == 2
     assert meta["ceilings"]["gemm_flops_fp32"] > 0 and meta["ceilings"]["copy_bytes_per_s"] > 0
+    spread = meta["ceiling_spread"]["gemm_flops_fp32"]  # measured in this run: at its start and at its end
+    assert spread["n"] >= 2 and spread["min"] <= meta["ceilings"]["gemm_flops_fp32"] <= spread["max"]
     keys = [(r["case"]["id"], r["impl"]) for r in doc["results"]]
     assert len(keys) == len(set(keys)) == SMOKE_POINTS
     ok = [r for r in doc["results"] if r["status"] == "ok"]
@@ -55,6 +58,8 @@ def test_run_writes_results_json_with_every_point_and_its_samples(smoke):
         assert len(r["samples"]) >= 2 and r["median_s"] > 0 and r["peak_memory_bytes"] > 0
         assert r["max_error"] <= r["error_tolerance"]
         assert r["kernels"] and r["calls_per_sample"] >= 1  # what one profiled call ran; the sample's call count
+        judged = Result.from_dict(r).on_roofline(meta["ceilings"])  # against this run's own ceilings
+        assert r["roofline_pct"] == pytest.approx(judged.roofline_pct) and r["roofline_pct"] > 0
     skipped = {r["impl"]: r["reason"] for r in doc["results"] if r["status"] == "skipped"}
     assert "device=cpu" in skipped["xformers"] or "not installed" in skipped["xformers"]
 

@@ -44,13 +44,15 @@ def test_interleaved_rounds_flush_l2_and_replay_graphs_on_cuda() -> None:
 
 
 def test_fp32_on_sm80_is_held_to_the_tf32_gemm_and_both_ceilings_are_measured() -> None:
-    from sdpa_impls.bench.ceilings import ceilings, gemm_key, needed_ceilings, uses_tf32
+    from sdpa_impls.bench.ceilings import RunCeilings, gemm_key, needed_ceilings, uses_tf32
 
     if not uses_tf32("cuda"):
         pytest.skip("this GPU is older than sm80: no TF32 tensor cores")
-    ceil = ceilings("cuda", needed_ceilings(("fp32",), "cuda"))
+    meter = RunCeilings("cuda", needed_ceilings(("fp32",), "cuda"))
+    meter.sample()
+    ceil = meter.values()
     assert ceil["gemm_flops_tf32"] > ceil["gemm_flops_fp32"] and gemm_key("fp32", "cuda") == "gemm_flops_tf32"
-    r = run_point("torch_sdpa", CaseContext(Case(lq=2048, lk=2048, e=64), "cuda"), FAST)
+    r = run_point("torch_sdpa", CaseContext(Case(lq=2048, lk=2048, e=64), "cuda"), FAST).on_roofline(ceil)
     assert r.status == "ok" and r.roofline_gemm == "gemm_flops_tf32" and r.roofline_pct <= 100
 
 

@@ -22,7 +22,9 @@ def test_run_point_turns_every_outcome_into_a_result() -> None:
     fast = Options(budget_s=0.01, min_reps=2, warmup=1)
     ok = run_point("fused", ctx, fast)
     assert ok.status == "ok" and ok.median_s > 0 and ok.max_error <= ok.error_tolerance
-    assert ok.peak_memory_bytes > 0 and ok.tflops > 0 and 0 < ok.roofline_pct
+    assert ok.peak_memory_bytes > 0 and ok.tflops > 0 and ok.roofline_pct is None  # no run ceilings yet
+    judged = ok.on_roofline({"gemm_flops_fp32": ok.tflops * 1e12 * 2, "copy_bytes_per_s": 1e15})
+    assert judged.roofline_pct == pytest.approx(50.0) and judged.roofline_gemm == "gemm_flops_fp32"
     skipped = run_point("torch_sdpa_cudnn", ctx, fast)
     assert skipped.status == "skipped" and "cuda" in skipped.reason
     unknown = run_point("does_not_exist", ctx, fast)

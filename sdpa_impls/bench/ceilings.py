@@ -1,18 +1,20 @@
-"""This machine's measured ceilings (a large GEMM per dtype, a large copy) and "% of roofline" against them."""
+"""The ceilings of one run (a large GEMM per dtype, a large copy), measured in that run, and "% of roofline".
+
+A ceiling describes the machine's state while the run lasted, and these machines change speed from day to
+day: nothing here is cached. `RunCeilings` times every ceiling at the start of a run and again between its
+cases, and a run's results are judged against the median of its own samples (the spread is reported with it).
+"""
 from __future__ import annotations
 
-import json
-import os
-from pathlib import Path
+import contextlib
+import statistics
+import time
+from collections.abc import Callable, Iterator
 
 import torch
 
 from ..dtypes import from_name
-from .machine import machine_info, machine_key
 from .timing import time_closure
-
-CEILINGS_CACHE = Path(os.environ.get("SDPA_BENCH_CACHE", Path.home() / ".cache" / "sdpa-bench")) / "ceilings.json"
-
 
 TF32 = "gemm_flops_tf32"
 
@@ -36,56 +38,91 @@ def needed_ceilings(dtypes: tuple[str, ...] | list[str], device: torch.device | 
     return tuple(dict.fromkeys(keys)) + ("copy_bytes_per_s",)
 
 
-def _measure_ceiling(device: torch.device, what: str) -> float:
-    """`gemm_flops_<dtype>`: FLOP/s of a square GEMM, grown until one call takes >= 20 ms (slow dtypes
-    such as fp16 on CPU stay small; `tf32`: fp32 inputs with TF32 matmuls allowed, IEEE fp32 otherwise);
-    `copy_bytes_per_s`: read + write bytes/s of a large copy."""
+MIN_GEMM_CALL_S = 0.02  # a GEMM call at least this long has reached the size where its rate stops growing
+GEMM_SIZES = (256, 512, 1024, 2048, 4096, 8192)
+
+
+@contextlib.contextmanager
+def _tf32(on: bool) -> Iterator[None]:
+    saved = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = on
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+def ceiling_closure(device: torch.device | str, what: str) -> tuple[Callable[[], object], float, str]:
+    """(closure, work per call, shape) for one ceiling.
+
+    `gemm_flops_<dtype>`: a square GEMM (FLOPs per call), grown until one call takes >= 20 ms, up to 4096 on
+    CPU and 8192 on CUDA (fp32 in IEEE fp32; `gemm_flops_tf32`: fp32 inputs with TF32 matmuls allowed);
+    `copy_bytes_per_s`: a large copy (bytes read + written per call)."""
+    device = torch.device(device)
     if what == "copy_bytes_per_s":
         src = torch.empty(64 << 20 if device.type == "cpu" else 1 << 30, dtype=torch.uint8, device=device).fill_(1)
         dst = torch.empty_like(src)
-        t = time_closure(lambda: dst.copy_(src), device, budget_s=0.5, min_reps=3, max_reps=50, warmup=1)
-        return 2.0 * src.numel() / min(t.samples)  # a ceiling is the best rate seen, not the typical one
-    if what == TF32:
-        saved = torch.backends.cuda.matmul.allow_tf32
-        torch.backends.cuda.matmul.allow_tf32 = True
-        try:
-            return _measure_ceiling(device, "gemm_flops_fp32")
-        finally:
-            torch.backends.cuda.matmul.allow_tf32 = saved
-    dtype = from_name(what.rsplit("_", 1)[1])
-    if dtype == torch.float32 and device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32:
-        raise RuntimeError("the fp32 ceiling needs torch.backends.cuda.matmul.allow_tf32 = False (IEEE fp32)")
-    for n in (256, 512, 1024, 2048, 4096, 8192):
+        return (lambda: dst.copy_(src)), 2.0 * src.numel(), f"{src.numel() >> 20} MiB"
+    tf32 = what == TF32
+    dtype = torch.float32 if tf32 else from_name(what.rsplit("_", 1)[1])
+    top = 8192 if device.type == "cuda" else 4096
+    for n in GEMM_SIZES:
         a = torch.randn(n, n, device=device).to(dtype)
         b = torch.randn(n, n, device=device).to(dtype)
-        t = time_closure(lambda: a @ b, device, budget_s=0.3, min_reps=3, max_reps=50, warmup=1)
-        if t.median >= 0.02 or n == (8192 if device.type == "cuda" else 2048):
-            return 2.0 * n**3 / min(t.samples)
+
+        def gemm(a: torch.Tensor = a, b: torch.Tensor = b) -> torch.Tensor:
+            with _tf32(tf32):
+                return a @ b
+        t = time_closure(gemm, device, budget_s=0.0, min_reps=2, max_reps=2, warmup=1)
+        if t.median >= MIN_GEMM_CALL_S or n == top:
+            return gemm, 2.0 * n**3, f"{n}x{n}x{n}"
     raise AssertionError("unreachable")
 
 
-def ceilings(device: torch.device | str, needed: tuple[str, ...] = ("gemm_flops_fp32", "copy_bytes_per_s"),
-             cache: Path = CEILINGS_CACHE) -> dict[str, float]:
-    """This machine's measured ceilings (each measured once, cached per machine and torch version)."""
-    device = torch.device(device)
-    key = machine_key(machine_info(device))
-    try:
-        stored = json.loads(cache.read_text())
-    except (OSError, ValueError):
-        stored = {}
-    mine = stored.setdefault(key, {})
-    missing = [w for w in needed if w not in mine]
-    for what in missing:
-        mine[what] = _measure_ceiling(device, what)
-    if missing:
-        try:
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(stored, indent=1))
-            tmp.replace(cache)
-        except OSError:
-            pass  # an unwritable cache only costs a re-measurement next time
-    return dict(mine)
+class RunCeilings:
+    """The ceilings one run is judged against, re-measured while it runs.
+
+    `sample()` times every ceiling once more (the median of 3 calls gives one rate); call it before the first
+    case and between cases (`sample_if_due`). `values()` is the median rate of each ceiling over the run,
+    `spread()` its min, median, max and sample count. A resumed run continues the samples it saved."""
+
+    def __init__(self, device: torch.device | str, keys: tuple[str, ...],
+                 samples: dict[str, list[float]] | None = None, every_s: float = 30.0) -> None:
+        self.device = torch.device(device)
+        self.keys = tuple(keys)
+        self.samples = {k: list((samples or {}).get(k, ())) for k in self.keys}
+        self.shapes: dict[str, str] = {}
+        self.every_s = every_s
+        self._closures: dict[str, tuple[Callable[[], object], float]] = {}
+        self._last = float("-inf")
+
+    def sample(self) -> None:
+        for key in self.keys:
+            if key not in self._closures:
+                fn, work, self.shapes[key] = ceiling_closure(self.device, key)
+                self._closures[key] = (fn, work)
+            fn, work = self._closures[key]
+            t = time_closure(fn, self.device, budget_s=0.0, min_reps=3, max_reps=3, warmup=0)
+            self.samples[key].append(work / t.median)
+        self._last = time.perf_counter()
+
+    def sample_if_due(self) -> bool:
+        """Sample when `every_s` seconds have passed since the last sample (bounds the cost on long runs)."""
+        if time.perf_counter() - self._last < self.every_s:
+            return False
+        self.sample()
+        return True
+
+    def values(self) -> dict[str, float]:
+        return {k: statistics.median(v) for k, v in self.samples.items() if v}
+
+    def spread(self) -> dict[str, dict]:
+        return {k: {"min": min(v), "median": statistics.median(v), "max": max(v), "n": len(v),
+                    "shape": self.shapes.get(k)} for k, v in self.samples.items() if v}
+
+    def meta(self) -> dict:
+        """What a sweep's metadata keeps: `ceilings` (the medians), `ceiling_spread` and the raw samples."""
+        return {"ceilings": self.values(), "ceiling_spread": self.spread(), "ceiling_samples": self.samples}
 
 
 def roofline_pct(flops: float, nbytes: float, seconds: float, gemm: str, ceil: dict[str, float]) -> float:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
-from .ceilings import ceilings, gemm_key, needed_ceilings, roofline_pct
+from .ceilings import gemm_key, roofline_pct
 from .grid import Case
 from .timing import Timing
 
@@ -48,8 +48,17 @@ class Result:
                       "kernels": tuple(d.get("kernels", ()))})
 
     def timed(self, timing: Timing) -> Result:
-        """This result with the timing and what follows from it: TFLOP/s, GB/s and % of the measured roofline."""
-        return replace(self, **derived_metrics(self.case, self.device, timing))
+        """This result with the timing and what follows from it: TFLOP/s and GB/s (`on_roofline` adds the %)."""
+        return replace(self, **derived_metrics(self.case, timing))
+
+    def on_roofline(self, ceilings: dict[str, float]) -> Result:
+        """`roofline_pct` against the ceilings measured in the same run (`bench.ceilings.RunCeilings.values()`);
+        unchanged when it has no time or the run lacks the ceiling its dtype needs."""
+        gemm = gemm_key(self.case.dtype, self.device)
+        if self.status != "ok" or not self.median_s or gemm not in ceilings or "copy_bytes_per_s" not in ceilings:
+            return self
+        pct = roofline_pct(self.case.flops(), self.case.min_bytes(), self.median_s, gemm, ceilings)
+        return replace(self, roofline_pct=pct, roofline_gemm=gemm)
 
     def with_speedup(self, baseline_median_s: float | None) -> Result:
         """`speedup_vs_torch_sdpa` = the baseline's median / this median, when both exist."""
@@ -64,17 +73,13 @@ class Result:
         return d | {k: v for k, v in self.case.as_dict().items() if k != "id"} | {"case": self.case.id}
 
 
-def derived_metrics(case: Case, device: str, timing: Timing) -> dict:
-    """Median/IQR plus TFLOP/s, GB/s of the minimal traffic and % of this machine's measured roofline."""
-    ceil = ceilings(device, needed_ceilings((case.dtype,), device))
-    gemm = gemm_key(case.dtype, device)
+def derived_metrics(case: Case, timing: Timing) -> dict:
+    """Median/IQR plus TFLOP/s and GB/s of the minimal traffic."""
     t = timing.median
     return {"median_s": t, "iqr_s": timing.iqr, "samples": timing.samples,
             "calls_per_sample": timing.calls_per_sample,
             "tflops": case.flops() / t / 1e12 if t > 0 else None,
-            "gbps": case.min_bytes() / t / 1e9 if t > 0 else None,
-            "roofline_pct": roofline_pct(case.flops(), case.min_bytes(), t, gemm, ceil) if t > 0 else None,
-            "roofline_gemm": gemm}
+            "gbps": case.min_bytes() / t / 1e9 if t > 0 else None}
 
 
 def with_speedups(results: list[Result]) -> list[Result]:

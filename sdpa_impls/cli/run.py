@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from ..bench import grid
-from ..bench.ceilings import ceilings, needed_ceilings
+from ..bench.ceilings import RunCeilings, needed_ceilings
 from ..bench.machine import machine_differences, machine_info
 from ..bench.measure import Options, run_case
 from ..errors import UsageError
@@ -156,8 +156,9 @@ def _new(args: argparse.Namespace, device: str, preset: str, impls: list[str] | 
     return store.Sweep(meta)
 
 
-def run_pending(sweep: store.Sweep, out: Path, progress: Progress) -> None:
-    """Run every unfinished point, saving results.json after each one."""
+def run_pending(sweep: store.Sweep, out: Path, progress: Progress, ceilings: RunCeilings) -> None:
+    """Run every unfinished point, saving results.json after each one; the ceilings are sampled again between
+    cases (at most every 30 s), and every result is judged against the run's ceilings at the end (`judge`)."""
     meta = sweep.meta
     by_id = {c.id: c for c in grid.preset(meta["preset"])}
     opts = store.options(meta)
@@ -168,12 +169,21 @@ def run_pending(sweep: store.Sweep, out: Path, progress: Progress) -> None:
         impls = [i for i, c in pending if c == case]
         progress.start(pending)
         for result in run_case(case, impls, meta["device"], opts, meta.get("seed", 0)):
-            sweep.results.append(result)
+            sweep.results.append(result.on_roofline(ceilings.values()))
             store.save(out, sweep)
             pending.pop(0)
             progress.finish(result, pending)
             if pending and pending[0][1] == case:
                 progress.start(pending)
+        if ceilings.sample_if_due():
+            meta.update(ceilings.meta())
+
+
+def judge(sweep: store.Sweep, ceilings: RunCeilings) -> None:
+    """Take the last ceiling sample and judge every result against the run's ceilings (their medians)."""
+    ceilings.sample()
+    sweep.meta.update(ceilings.meta())
+    sweep.results[:] = [r.on_roofline(ceilings.values()) for r in sweep.results]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -223,13 +233,13 @@ def run(args: argparse.Namespace) -> int:
                   f"{len(meta['case_ids'])} cases × {len(meta['impls'])} implementations on "
                   f"{meta['machine']['device_name']}; saving to {out / store.RESULTS_FILE}")
     dtypes = sorted({c.dtype for c in grid.preset(meta["preset"]) if c.id in set(meta["case_ids"])})
-    needed = needed_ceilings(dtypes, device)
-    if any(k not in meta["ceilings"] for k in needed):
-        progress.note("measuring this machine's ceilings (GEMM, copy; cached per machine) …")
-        meta["ceilings"] = {k: v for k, v in ceilings(device, needed).items() if k in needed}
+    run_ceilings = RunCeilings(device, needed_ceilings(dtypes, device), meta.get("ceiling_samples"))
+    progress.note("measuring this run's ceilings (a large GEMM per dtype, a copy); again between cases …")
+    run_ceilings.sample()
+    meta.update(run_ceilings.meta())
     store.save(out, sweep)
     try:
-        run_pending(sweep, out, progress)
+        run_pending(sweep, out, progress, run_ceilings)
     except KeyboardInterrupt:
         progress.close()
         meta["wall_s"] = meta.get("wall_s", 0.0) + progress.wall_s
@@ -238,6 +248,7 @@ def run(args: argparse.Namespace) -> int:
               f"{out / store.RESULTS_FILE}; continue with: sdpa-bench run --out {out} --resume", file=sys.stderr)
         write_report(out, sweep, plots=False)
         return 130
+    judge(sweep, run_ceilings)
     progress.close()
     meta["wall_s"] = meta.get("wall_s", 0.0) + progress.wall_s
     meta["finished"] = datetime.datetime.now().astimezone().isoformat(timespec="seconds")

@@ -21,13 +21,19 @@ def machine_lines(meta: dict) -> list[str]:
     rows += [("CPU", f"{m.get('cpu', '?')} ({m.get('machine', '?')}), {m.get('threads', '?')} torch threads"),
              ("versions", f"torch {m.get('torch')}, CUDA {m.get('cuda') or 'none'}, cuDNN {m.get('cudnn') or 'none'}, "
                           f"xformers {m.get('xformers') or 'not installed'}, python {m.get('python')}")]
-    ceil = meta.get("ceilings") or {}
+    ceil, spread = meta.get("ceilings") or {}, meta.get("ceiling_spread") or {}
     if ceil:
-        parts = [f"GEMM {k.rsplit('_', 1)[1]} {v / 1e12:.3g} TFLOP/s" for k, v in sorted(ceil.items())
+        def shown(key: str, value: float, scale: float, unit: str) -> str:
+            s = spread.get(key)
+            if not s:
+                return f"{value / scale:.3g} {unit}"
+            return (f"{value / scale:.3g} {unit} (median of {s['n']}, {s['min'] / scale:.3g}–{s['max'] / scale:.3g}"
+                    + (f", {s['shape']}" if s.get("shape") else "") + ")")
+        parts = [f"GEMM {k.rsplit('_', 1)[1]} " + shown(k, v, 1e12, "TFLOP/s") for k, v in sorted(ceil.items())
                  if k.startswith("gemm_flops_")]
         if "copy_bytes_per_s" in ceil:
-            parts.append(f"copy {ceil['copy_bytes_per_s'] / 1e9:.3g} GB/s")
-        rows.append(("measured ceilings", ", ".join(parts)))
+            parts.append("copy " + shown("copy_bytes_per_s", ceil["copy_bytes_per_s"], 1e9, "GB/s"))
+        rows.append(("ceilings measured in this run", ", ".join(parts)))
     return [f"| {k} | {v} |" for k, v in rows]
 
 

@@ -148,6 +148,7 @@ def merge(sweeps: list[tuple[Path, Sweep]], all_case_ids: list[str] | None = Non
     meta = {k: v for k, v in first.items() if k not in ("shard", "case_ids", "impls")}
     meta |= {"shard": None, "impls": impls, "case_ids": case_ids,
              "wall_s": sum(s.meta.get("wall_s") or 0.0 for _, s in sweeps),
-             "merged_from": [{"dir": str(d), "shard": s.meta.get("shard"), "machine": s.meta.get("machine")}
+             "merged_from": [{"dir": str(d), "shard": s.meta.get("shard"), "machine": s.meta.get("machine"),
+                              "ceilings": s.meta.get("ceilings")}  # each shard's results are judged against its own
                              for d, s in sweeps]}
     return Sweep(meta, results)

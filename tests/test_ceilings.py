@@ -1,0 +1,62 @@
+"""The ceilings a run is judged against are measured in that run: sampled again while it runs, never cached."""
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sdpa_impls.bench.ceilings import MIN_GEMM_CALL_S, RunCeilings, ceiling_closure
+from sdpa_impls.bench.timing import time_closure
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_each_sample_adds_one_rate_per_ceiling_and_the_run_is_judged_on_their_median(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))  # nothing may be written outside the run: no cache file
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    meter = RunCeilings("cpu", ("gemm_flops_bf16", "copy_bytes_per_s"), every_s=3600.0)
+    for _ in range(3):
+        meter.sample()
+    assert {k: len(v) for k, v in meter.samples.items()} == {"gemm_flops_bf16": 3, "copy_bytes_per_s": 3}
+    assert meter.values() == {k: statistics.median(v) for k, v in meter.samples.items()}
+    spread = meter.spread()["gemm_flops_bf16"]
+    assert spread["min"] <= spread["median"] <= spread["max"] and spread["n"] == 3 and "x" in spread["shape"]
+    assert not meter.sample_if_due()  # sampled just now; the next one is due in an hour
+    assert list(tmp_path.iterdir()) == []
+    resumed = RunCeilings("cpu", ("gemm_flops_bf16",), meter.meta()["ceiling_samples"])
+    resumed.sample()
+    assert len(resumed.samples["gemm_flops_bf16"]) == 4  # a resumed run continues its own samples
+
+
+def test_the_gemm_ceiling_grows_until_one_call_is_long_enough_to_reach_its_rate() -> None:
+    fn, flops, shape = ceiling_closure("cpu", "gemm_flops_fp32")
+    n = int(shape.split("x")[0])
+    assert flops == 2.0 * n**3
+    took = time_closure(fn, "cpu", budget_s=0.0, min_reps=3, max_reps=3, warmup=1).median
+    assert n == 4096 or took >= MIN_GEMM_CALL_S / 2  # half: this machine's speed moves between the two timings
+
+
+def test_pytest_benchmark_points_are_judged_against_the_sessions_own_ceilings(tmp_path: Path) -> None:
+    from sdpa_impls.bench.grid import Case
+    from sdpa_impls.bench.result import Result
+
+    out = tmp_path / "bench.json"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "tests/test_benchmarks.py", "-q", "-p", "no:cacheprovider",
+                           "--benchmark-only", "--sdpa-preset", "smoke", "--sdpa-device", "cpu", "--sdpa-impl", "naive",
+                           "--benchmark-max-time=0.01", f"--benchmark-json={out}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    benches = json.loads(out.read_text())["benchmarks"]
+    assert len(benches) == 5
+    for b in benches:
+        x = b["extra_info"]
+        assert set(x["ceilings"]) == {"gemm_flops_fp32", "gemm_flops_bf16", "copy_bytes_per_s"}
+        case = Case(**{f: x[f] for f in ("lq", "lk", "e", "ev", "dtype", "causal", "mode", "mask", "batch",
+                                          "heads_q", "heads_kv")})
+        judged = Result("naive", case, "cpu", "ok", median_s=x["median_s"]).on_roofline(x["ceilings"])
+        assert x["roofline_pct"] == pytest.approx(judged.roofline_pct) and 0 < x["roofline_pct"]
