@@ -60,3 +60,23 @@ def test_pytest_benchmark_points_are_judged_against_the_sessions_own_ceilings(tm
                                           "heads_q", "heads_kv")})
         judged = Result("naive", case, "cpu", "ok", median_s=x["median_s"]).on_roofline(x["ceilings"])
         assert x["roofline_pct"] == pytest.approx(judged.roofline_pct) and 0 < x["roofline_pct"]
+
+
+def test_a_ceiling_rule_holds_an_implementation_to_a_fraction_of_the_runs_gemm() -> None:
+    from sdpa_impls.gate.points import Point, ceiling_fraction
+    from sdpa_impls.gate.rules import RatioRule
+
+    rule = RatioRule.parse("ceiling: fused / gemm >= 0.5 when dtype == fp32 and L >= 1024")
+    case = {"lq": 1024, "dtype": "fp32", "device": "cpu"}
+    fast, slow = (Point("fused", cid, 1e-3, case=case, ceiling_fraction=f) for cid, f in (("a", 0.62), ("b", 0.41)))
+    other = Point("fused", "c", 1e-3, case=case | {"dtype": "bf16"}, ceiling_fraction=0.1)  # not selected
+    checks = {c.subject.rsplit("@ ", 1)[1]: c for c in rule.check([fast, slow, other], 0.01)}
+    assert set(checks) == {"a", "b"} and checks["a"].status == "pass" and checks["b"].failed
+    assert "41.0% of this run's GEMM ceiling, not >= 50%" in checks["b"].message
+    unknown = rule.check([Point("fused", "d", 1e-3, case=case)], 0.01)  # a run without ceilings: not a pass
+    assert [c.status for c in unknown] == ["n/a"]
+    for bad in ("ceiling: fused / naive >= 0.5", "time: fused / gemm <= 2"):
+        with pytest.raises(ValueError, match="ceiling: IMPL / gemm"):
+            RatioRule.parse(bad)
+    assert ceiling_fraction(0.1, "gemm_flops_fp32", {"gemm_flops_fp32": 2e11}) == pytest.approx(0.5)
+    assert ceiling_fraction(0.1, "gemm_flops_fp32", None) is None

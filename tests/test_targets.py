@@ -42,8 +42,10 @@ def _results(slow_case_factor: float) -> list[Result]:
 
 
 def test_each_target_reports_its_worst_case() -> None:
-    rows = targets.evaluate(targets.Table(_results(3.0)))
-    assert len(rows) == 9 and all(r.measured is not None for r in rows)
+    ceilings = {"gemm_flops_fp32": 2e11, "gemm_flops_bf16": 8e11, "copy_bytes_per_s": 1e11}
+    results = _results(3.0)
+    rows = targets.evaluate(targets.Table(results, ceilings))
+    assert len(rows) == 13 and all(r.measured is not None for r in rows)
     worst = next(r for r in rows if r.what.startswith("fused / naive"))
     assert worst.measured == pytest.approx(1.5) and worst.where == PRESETS["cpu"][3].id and worst.met is False
     bf16 = next(r for r in rows if r.what.startswith("fused / torch_sdpa, L4096"))
@@ -57,13 +59,27 @@ def test_each_target_reports_its_worst_case() -> None:
     # the memory pass's single timed call of L2048-E64-fp32-fwd+bwd (1 s here) does not replace the timed result
     chunked_train = next(r for r in rows if r.what.startswith("chunked / torch_sdpa, every fp32 fwd+bwd"))
     assert chunked_train.measured == pytest.approx(1.0)
+    # a ceiling target: the smallest fraction of the run's GEMM ceiling of the case's dtype, over the cases it names
+    fused_fwd = next(r for r in rows if r.what.startswith("fused fwd, fp32 and bf16"))
+    times = {r.case: r.median_s for r in results if r.impl == "fused"}
+    expected = {c.id: c.flops() / times[c] / ceilings[f"gemm_flops_{c.dtype}"] for c in PRESETS["cpu"]
+                if c.mode == "fwd" and c.lq >= 2048 and not c.causal}
+    assert len(expected) == 8 and fused_fwd.at_least
+    assert fused_fwd.measured == pytest.approx(min(expected.values())) and expected[fused_fwd.where] == min(expected.values())
+    assert fused_fwd.met is (min(expected.values()) >= 0.85)
     table = targets.markdown(rows)
-    assert table.count("\n") == len(rows) + 1 and table.count("| **no** |") == 2
+    misses = sum(r.met is False for r in rows)
+    assert table.count("\n") == len(rows) + 1 and table.count("| **no** |") == misses >= 2
+    assert f"| ≥ 85% | {fused_fwd.measured:.1%} |" in table
+    assert "| L2048-E64-fp32-fwd |" in targets.ceiling_table(targets.Table(results, ceilings))
 
 
 def test_a_target_that_could_not_be_measured_is_named_not_passed() -> None:
     results = [r for r in _results(0.5) if not (r.impl == "fused" and r.case == targets.BF16_CASE)]
     results.append(replace(Result("fused", targets.BF16_CASE, "cpu", "failed"), reason="boom"))
-    row = targets.evaluate(targets.Table(results))[0]
+    rows = targets.evaluate(targets.Table(results))
+    row = rows[0]
     assert row.measured is None and row.met is None and "not measured: " + targets.BF16_CASE.id in row.where
+    no_ceiling = [r for r in rows if r.at_least]  # no ceilings measured: every fraction is "not measured"
+    assert len(no_ceiling) == 4 and all(r.measured is None and r.met is None for r in no_ceiling)
     assert "| - | - |" in targets.markdown([row])

@@ -96,13 +96,14 @@ class RunCeilings:
         self._closures: dict[str, tuple[Callable[[], object], float]] = {}
         self._last = float("-inf")
 
-    def sample(self) -> None:
-        for key in self.keys:
+    def sample(self, keys: tuple[str, ...] | None = None, calls: int = 3) -> None:
+        """One more rate for each of `keys` (all by default): `calls` timed calls, their median."""
+        for key in keys or self.keys:
             if key not in self._closures:
                 fn, work, self.shapes[key] = ceiling_closure(self.device, key)
                 self._closures[key] = (fn, work)
             fn, work = self._closures[key]
-            t = time_closure(fn, self.device, budget_s=0.0, min_reps=3, max_reps=3, warmup=0)
+            t = time_closure(fn, self.device, budget_s=0.0, min_reps=calls, max_reps=calls, warmup=0)
             self.samples[key].append(work / t.median)
         self._last = time.perf_counter()
 

@@ -169,13 +169,14 @@ def run_case(case: Case, impl_names: list[str], device: str, options: Options = 
 
 
 def run_case_interleaved(case: Case, impl_names: list[str], device: str, options: Options = Options(),
-                         seed: int = 0) -> list[Result]:
+                         seed: int = 0, after_round: Callable[[], object] | None = None) -> list[Result]:
     """Every implementation on one case, timed in rounds of one sample each (A B C, A B C, ...).
 
     For ratios between implementations on a shared machine: a slower period lasting seconds then lands on
     every implementation of the rounds it covers instead of on one implementation's whole measurement, and
     the median over rounds drops it. Rounds continue until `options.min_reps` rounds are done and every
-    implementation has `options.budget_s` of samples, or `options.max_reps` rounds. Never raises.
+    implementation has `options.budget_s` of samples, or `options.max_reps` rounds. `after_round` runs after
+    each round (e.g. one sample of a ceiling, interleaved with the cases). Never raises.
     """
     ctx = _context_or_failures(case, impl_names, device, seed)
     if not isinstance(ctx, CaseContext):
@@ -202,6 +203,8 @@ def run_case_interleaved(case: Case, impl_names: list[str], device: str, options
                 results[name] = failed(base, exc)
                 del live[name]
         rounds += 1
+        if after_round is not None and live:
+            after_round()
     for name, (base, fn, sampler) in live.items():
         try:
             results[name] = _finished(base, fn, summarize(samples[name], sampler.calls), options)

@@ -25,7 +25,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def measured_points(directory: Path) -> tuple[dict, list[Point]]:
     """(machine, gate points) of a saved sweep; skipped points are not measurements and are left out."""
     sweep = store.load(directory)
-    return sweep.meta.get("machine") or {}, points_from_results(r for r in sweep.results if r.status != "skipped")
+    return sweep.meta.get("machine") or {}, points_from_results((r for r in sweep.results if r.status != "skipped"),
+                                                          sweep.meta.get("ceilings"))
 
 
 def run(args: argparse.Namespace) -> int:

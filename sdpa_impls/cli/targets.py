@@ -16,11 +16,12 @@ import sys
 import time
 from pathlib import Path
 
+from ..bench.ceilings import RunCeilings, gemm_key, needed_ceilings
 from ..bench.machine import machine_info
 from ..bench.measure import run_case, run_case_interleaved
 from ..bench.result import Result
 from ..report import results as store
-from ..report.targets import DEVICE, MEMORY, TIMING, Table, evaluate, markdown, plan
+from ..report.targets import DEVICE, MEMORY, TIMING, Table, ceiling_table, evaluate, markdown, plan
 from ..report.write import write_report
 
 
@@ -29,12 +30,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also save the results as a sweep (results.json, tables, plots, report.md) and targets.md")
 
 
-def measure(stream=sys.stdout) -> list[Result]:
-    """Every point of the plan, printed as it finishes."""
+def measure(ceilings: RunCeilings, stream=sys.stdout) -> list[Result]:
+    """Every point of the plan, printed as it finishes; one call of the case's GEMM ceiling follows every round."""
     results = []
     start = time.perf_counter()
     for case, impls, timed in plan():
-        rows = run_case_interleaved(case, impls, DEVICE, TIMING) if timed else run_case(case, impls, DEVICE, MEMORY)
+        gemm = (gemm_key(case.dtype, DEVICE),)
+        rows = (run_case_interleaved(case, impls, DEVICE, TIMING, after_round=lambda: ceilings.sample(gemm, calls=1))
+                if timed else run_case(case, impls, DEVICE, MEMORY))
         for r in rows:
             results.append(r)
             shown = f"{r.median_s * 1e3:9.1f} ms" if r.status == "ok" else f"{r.status}: {r.reason[:70]}"
@@ -44,6 +47,14 @@ def measure(stream=sys.stdout) -> list[Result]:
     return results
 
 
+def ceiling_lines(ceilings: RunCeilings) -> str:
+    """The run's ceilings with their spread: what every fraction in the tables is a fraction of."""
+    lines = ["Ceilings measured in this run (median of the samples, min–max, samples, shape):", ""]
+    for key, s in ceilings.spread().items():
+        unit, scale = ("GB/s", 1e9) if key == "copy_bytes_per_s" else ("GFLOP/s", 1e9)
+        lines.append(f"- {key}: {s['median'] / scale:.0f} {unit} ({s['min'] / scale:.0f}–{s['max'] / scale:.0f}, "
+                     f"{s['n']} samples, {s['shape']})")
+    return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,10 +63,16 @@ def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     info = machine_info(DEVICE)
     print(f"machine: {info['cpu']}, {info['threads']} threads, torch {info['torch']}, python {info['python']}")
-    table = Table(measure())
+    ceilings = RunCeilings(DEVICE, needed_ceilings(sorted({c.dtype for c, _, _ in plan()}), DEVICE))
+    ceilings.sample()
+    results = measure(ceilings)
+    ceilings.sample()
+    table = Table([r.on_roofline(ceilings.values()) for r in results], ceilings.values())
     rows = evaluate(table)
     print(f"\nmeasured in one run of {time.perf_counter() - start:.0f} s\n")
-    print(markdown(rows))
+    print(ceiling_lines(ceilings) + "\n")
+    print(markdown(rows) + "\n")
+    print(ceiling_table(table))
     bad = [r for r in table.results if r.status in ("wrong", "failed")]
     for r in bad:
         print(f"{r.status}: {r.impl} on {r.case.id}: {r.reason}")
@@ -63,12 +80,13 @@ def run(args: argparse.Namespace) -> int:
         timed = list(table.by.values()) + [r for r in table.results if r.status != "ok"]
         meta = {"preset": "cpu", "device": DEVICE, "shard": None, "impls": list(dict.fromkeys(r.impl for r in timed)),
                 "case_ids": list(dict.fromkeys(r.case.id for r in timed)), "options": dataclasses.asdict(TIMING),
-                "seed": 0, "machine": info, "ceilings": {}, "wall_s": time.perf_counter() - start,
+                "seed": 0, "machine": info, **ceilings.meta(), "wall_s": time.perf_counter() - start,
                 "finished": datetime.datetime.now().astimezone().isoformat(timespec="seconds")}
         sweep = store.Sweep(meta, timed)
         store.save(args.out, sweep)
         files = write_report(args.out, sweep, stdout=sys.stderr)
-        (args.out / "targets.md").write_text(markdown(rows) + "\n", encoding="utf-8")
+        (args.out / "targets.md").write_text("\n\n".join([ceiling_lines(ceilings), markdown(rows),
+                                                           ceiling_table(table)]) + "\n", encoding="utf-8")
         print(f"wrote {', '.join(map(str, [args.out / store.RESULTS_FILE, *files, args.out / 'targets.md']))}",
               file=sys.stderr)
     return 1 if bad else 0

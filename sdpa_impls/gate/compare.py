@@ -155,7 +155,8 @@ def compare_points(baseline: Sequence[Point] | None, candidate: Sequence[Point],
 def _ratio_checks(config: GateConfig, candidate: Sequence[Point], repeats: Sequence[Sequence[Point]]) -> list[Check]:
     out = []
     for rule in config.ratios:
-        again = [{c.subject: c for c in rule.check(run, config.alpha)} for run in repeats] if rule.metric == "time" else []
+        timed = rule.metric in ("time", "ceiling")
+        again = [{c.subject: c for c in rule.check(run, config.alpha)} for run in repeats] if timed else []
         out += [confirmed(c, [(f"candidate run {j}", run[c.subject]) for j, run in enumerate(again, 2)
                               if c.subject in run])
                 for c in rule.check(candidate, config.alpha)]

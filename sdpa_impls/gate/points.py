@@ -39,6 +39,7 @@ class Point:
     status: str = "ok"
     case: dict = field(default_factory=dict, compare=False)  # lq, lk, e, dtype, ... for rule conditions
     name: str = ""  # the benchmark's own name, e.g. test_sdpa[naive-L128-E64-fp32-fwd]
+    ceiling_fraction: float | None = None  # achieved FLOP/s / the same run's GEMM ceiling of its dtype
 
     @property
     def key(self) -> tuple[str, str]:
@@ -83,7 +84,15 @@ def _point_from_benchmark(bench: object, index: int, source: str) -> Point:
         status=str(extra.get("status", "ok")),
         case={k: extra[k] for k in CASE_FIELDS if k in extra},
         name=name,
+        ceiling_fraction=ceiling_fraction(extra.get("tflops"), extra.get("roofline_gemm"), extra.get("ceilings")),
     )
+
+
+def ceiling_fraction(tflops: object, gemm: object, ceilings: object) -> float | None:
+    """Achieved FLOP/s as a fraction of the run's own GEMM ceiling `ceilings[gemm]`; None when not recorded."""
+    if not isinstance(ceilings, dict) or not isinstance(tflops, (int, float)) or not ceilings.get(gemm):
+        return None
+    return float(tflops) * 1e12 / float(ceilings[gemm])
 
 
 def load_points(path: str | Path) -> tuple[dict, list[Point]]:
@@ -120,8 +129,9 @@ def load_points(path: str | Path) -> tuple[dict, list[Point]]:
     return machine, points
 
 
-def points_from_results(results: Iterable) -> list[Point]:
-    """Points from `sdpa_impls.bench.result.Result` rows (or their `as_dict()` form, e.g. a results.json row)."""
+def points_from_results(results: Iterable, ceilings: dict | None = None) -> list[Point]:
+    """Points from `sdpa_impls.bench.result.Result` rows (or their `as_dict()` form, e.g. a results.json row);
+    `ceilings`: the run's own (a sweep's `meta["ceilings"]`), for ceiling rules."""
     out = []
     for r in results:
         d = r if isinstance(r, dict) else r.as_dict()
@@ -130,5 +140,6 @@ def points_from_results(results: Iterable) -> list[Point]:
             impl=d["impl"], case_id=case["id"], median_s=d.get("median_s"), samples=tuple(d.get("samples") or ()),
             peak_memory_bytes=d.get("peak_memory_bytes"), max_error=d.get("max_error"),
             error_tolerance=d.get("error_tolerance"), status=d.get("status", "ok"),
-            case={k: case[k] for k in CASE_FIELDS if k in case}, name=f"{d['impl']}[{case['id']}]"))
+            case={k: case[k] for k in CASE_FIELDS if k in case}, name=f"{d['impl']}[{case['id']}]",
+            ceiling_fraction=ceiling_fraction(d.get("tflops"), d.get("roofline_gemm"), ceilings)))
     return out

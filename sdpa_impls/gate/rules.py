@@ -6,7 +6,8 @@
     RatioRule.parse("time: fused / torch_sdpa <= 1.5 when dtype == fp32").check(points, alpha) -> [Check]
 
 Ratio rule syntax: `METRIC: IMPL / IMPL OP LIMIT [when FIELD OP VALUE [and ...]]` with METRIC
-`time` (medians, plus a rank test on the raw samples) or `peak_memory`, OP one of <= < >= >, and
+`time` (medians, plus a rank test on the raw samples) or `peak_memory`, or `ceiling: IMPL / gemm OP FRACTION`
+(achieved FLOP/s over the same run's GEMM ceiling of the case's dtype), OP one of <= < >= >, and
 FIELD a case field (lq, lk, e, ev, dtype, causal, mode, mask, batch, heads_q, heads_kv; `L` = lq), `device`
 or `case` (the case id); `==`/`!=` on text fields match fnmatch patterns, e.g. `case == *-fwd`.
 It is checked on every case where both implementations ran in the candidate, and is "n/a" when none did.
@@ -26,7 +27,8 @@ from .ranktest import mann_whitney_u
 PASS, FAIL, NA, REFUSED, INFO = "pass", "FAIL", "n/a", "refused", "info"
 OPS = {"<=": operator.le, "<": operator.lt, ">=": operator.ge, ">": operator.gt,
        "==": operator.eq, "!=": operator.ne}
-METRICS = {"time": "median_s", "peak_memory": "peak_memory_bytes"}
+METRICS = {"time": "median_s", "peak_memory": "peak_memory_bytes", "ceiling": "ceiling_fraction"}
+GEMM = "gemm"  # the denominator of a ceiling rule: the run's own GEMM ceiling, not an implementation
 FIELD_ALIASES = {"L": "lq"}
 
 
@@ -203,6 +205,9 @@ class RatioRule:
                              "'peak_memory: chunked / naive <= 0.5 when lq >= 2048'")
         if m.group("metric") not in METRICS:
             raise ValueError(f"ratio rule {text!r}: metric {m.group('metric')!r} is not one of {', '.join(METRICS)}")
+        if (m.group("metric") == "ceiling") != (m.group("den") == GEMM):
+            raise ValueError(f"ratio rule {text!r}: a ceiling rule reads 'ceiling: IMPL / gemm >= FRACTION', and "
+                             "only a ceiling rule divides by gemm")
         conds = tuple(Condition.parse(c) for c in re.split(r"\s+and\s+", m.group("cond"))) if m.group("cond") else ()
         return cls(" ".join(text.split()), m.group("metric"), m.group("num"), m.group("den"), m.group("op"),
                    float(m.group("limit")), conds)
@@ -212,7 +217,8 @@ class RatioRule:
         cases = sorted({p.case_id for p in points})
         checks = []
         for case_id in cases:
-            num, den = by_key.get((self.numerator, case_id)), by_key.get((self.denominator, case_id))
+            num = by_key.get((self.numerator, case_id))
+            den = num if self.metric == "ceiling" else by_key.get((self.denominator, case_id))
             if num is None or den is None or not all(c.holds(num) for c in self.conditions):
                 continue
             checks.append(self._check_case(num, den, alpha))
@@ -228,6 +234,10 @@ class RatioRule:
         a, b = getattr(num, METRICS[self.metric]), getattr(den, METRICS[self.metric])
         if a is None or b is None:
             return Check("ratio", subject, NA, f"{self.metric} not recorded")
+        if self.metric == "ceiling":  # a fraction of a ceiling timed in the same run: no second time to rank against
+            text = (f"{self.numerator} at {a:.1%} of this run's GEMM ceiling, "
+                    f"{'' if OPS[self.op](a, self.limit) else 'not '}{self.op} {self.limit:.0%}")
+            return Check("ratio", subject, PASS if OPS[self.op](a, self.limit) else FAIL, text)
         ratio = a / b if b else float("inf") if a else 1.0
         fmt = fmt_seconds if self.metric == "time" else fmt_bytes
         text = (f"{self.numerator} {fmt(a)} / {self.denominator} {fmt(b)} = {ratio:.3g} "

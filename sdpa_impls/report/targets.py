@@ -12,7 +12,8 @@ from dataclasses import dataclass, replace
 from ..bench.grid import PRESETS, Case
 from ..bench.measure import Options
 from ..bench.result import Result
-from ..gate.targets import CPU_TARGETS, RatioTarget
+from ..bench.ceilings import gemm_key
+from ..gate.targets import CEILING_TARGETS, CPU_TARGETS, RatioTarget
 from ..registry import names
 
 DEVICE = "cpu"
@@ -41,17 +42,21 @@ class TargetRow:
     limit: float
     measured: float | None
     where: str
+    at_least: bool = False  # a fraction of the ceiling: the worst is the smallest, and it must reach the limit
 
     @property
     def met(self) -> bool | None:
-        return None if self.measured is None else self.measured <= self.limit
+        if self.measured is None:
+            return None
+        return self.measured >= self.limit if self.at_least else self.measured <= self.limit
 
 
 class Table:
     """Results indexed by (implementation, case) with the ratio helpers the targets need."""
 
-    def __init__(self, results: Iterable[Result]) -> None:
+    def __init__(self, results: Iterable[Result], ceilings: dict[str, float] | None = None) -> None:
         self.results = list(results)
+        self.ceilings = ceilings or {}  # measured in the same run (bench.ceilings.RunCeilings.values())
         ok = [r for r in self.results if r.status == "ok"]
         # the memory pass repeats one case of the cpu preset (L=2048, E=64, fp32, fwd+bwd) with a single,
         # non-interleaved call: its times must not replace the interleaved ones
@@ -66,18 +71,27 @@ class Table:
         r = self.peaks.get((impl, case))
         return r.peak_memory_bytes if r else None
 
-    def worst(self, what: str, limit: float, pairs: Iterable[tuple[str, Callable[[], float | None]]]) -> TargetRow:
-        """The largest ratio over (label, ratio) pairs; a pair that could not be measured is named."""
+    def worst(self, what: str, limit: float, pairs: Iterable[tuple[str, Callable[[], float | None]]],
+              at_least: bool = False) -> TargetRow:
+        """The largest ratio (`at_least`: the smallest fraction) over (label, value) pairs; a pair that could not
+        be measured is named."""
         worst, where, missing = None, "", []
         for label, ratio in pairs:
             value = ratio()
             if value is None:
                 missing.append(label)
-            elif worst is None or value > worst:
+            elif worst is None or (value < worst if at_least else value > worst):
                 worst, where = value, label
         if missing:
             where += f" (not measured: {', '.join(missing)})"
-        return TargetRow(what, limit, worst, where)
+        return TargetRow(what, limit, worst, where, at_least)
+
+    def fraction(self, impl: str, case: Case) -> Callable[[], float | None]:
+        """Achieved FLOP/s of `impl` on `case` over this run's GEMM ceiling of the case's dtype."""
+        def f() -> float | None:
+            t, ceiling = self.time(impl, case), self.ceilings.get(gemm_key(case.dtype, DEVICE))
+            return case.flops() / t / ceiling if t and ceiling else None
+        return f
 
     def ratio(self, a: str, b: str, case_a: Case, case_b: Case | None = None) -> Callable[[], float | None]:
         def f() -> float | None:
@@ -102,6 +116,8 @@ def plan() -> list[tuple[Case, list[str], bool]]:
 def ratio_row(t: Table, target: RatioTarget) -> TargetRow:
     """A declared ratio target, judged at its limit on every cpu-preset case it selects."""
     cases = [c for c in PRESETS["cpu"] if target.applies_to(c.as_dict() | {"device": DEVICE})]
+    if target.metric == "ceiling":
+        return t.worst(target.what, target.limit, [(c.id, t.fraction(target.numerator, c)) for c in cases], True)
     return t.worst(target.what, target.limit,
                    [(c.id, t.ratio(target.numerator, target.denominator, c)) for c in cases])
 
@@ -129,15 +145,26 @@ def evaluate(t: Table) -> list[TargetRow]:
                 [(c.id, t.ratio("fused", "fused", c, replace(c, causal=False))) for c in causal]),
         t.worst("chunked causal / non-causal, every L ≥ 2048 point of the cpu preset", 0.6,
                 [(c.id, t.ratio("chunked", "chunked", c, replace(c, causal=False))) for c in causal]),
-    ]
+    ] + [ratio_row(t, target) for target in CEILING_TARGETS]
 
 
 def markdown(rows: list[TargetRow]) -> str:
     lines = ["| target | limit | measured | met | worst case |", "|---|---|---|---|---|"]
     for r in rows:
-        value = "-" if r.measured is None else f"{r.measured:.3f}"
+        value = "-" if r.measured is None else f"{r.measured:.1%}" if r.at_least else f"{r.measured:.3f}"
         met = {True: "yes", False: "**no**", None: "-"}[r.met]
-        lines.append(f"| {r.what} | ≤ {r.limit:g} | {value} | {met} | {r.where} |")
+        limit = f"≥ {r.limit:.0%}" if r.at_least else f"≤ {r.limit:g}"
+        lines.append(f"| {r.what} | {limit} | {value} | {met} | {r.where} |")
+    return "\n".join(lines)
+
+
+def ceiling_table(t: Table, impls: tuple[str, ...] = ("fused", "torch_sdpa", "chunked", "naive")) -> str:
+    """Every impl as a fraction of the run's GEMM ceiling on the cpu preset's L >= 2048 cases."""
+    cases = [c for c in PRESETS["cpu"] if c.lq >= 2048]
+    lines = ["| case | " + " | ".join(impls) + " |", "|---|" + "---|" * len(impls)]
+    for c in cases:
+        cells = [t.fraction(i, c)() for i in impls]
+        lines.append(f"| {c.id} | " + " | ".join("-" if v is None else f"{v:.0%}" for v in cells) + " |")
     return "\n".join(lines)
 
 
