@@ -35,9 +35,9 @@ def case_context(case: Case, device: str) -> CaseContext:
 class SessionCeilings:
     """This session's ceilings, and the timed points to judge against them when it ends."""
 
-    def __init__(self, device: str, preset_name: str) -> None:
-        dtypes = sorted({c.dtype for c in preset(preset_name)})
-        self.meter = RunCeilings(device, needed_ceilings(dtypes, device))
+    def __init__(self, device: str, preset_name: str, clock) -> None:
+        dtypes = sorted({c.dtype for c in preset(preset_name)})  # timed with the points' clock (--benchmark-timer)
+        self.meter = RunCeilings(device, needed_ceilings(dtypes, device), clock=clock)
         self.timed: list[tuple[dict, Result]] = []
 
     def judge(self) -> None:
@@ -49,8 +49,11 @@ class SessionCeilings:
 
 
 @pytest.fixture(scope="module")
-def run_ceilings(sdpa_device: str, sdpa_preset_name: str):
-    session = SessionCeilings(sdpa_device, sdpa_preset_name)
+def run_ceilings(request: pytest.FixtureRequest, sdpa_device: str, sdpa_preset_name: str):
+    from pytest_benchmark.utils import load_timer  # the option holds the timer's name, e.g. time.process_time
+
+    timer = load_timer(str(request.config.getoption("benchmark_timer"))).target
+    session = SessionCeilings(sdpa_device, sdpa_preset_name, timer)
     yield session
     if session.timed:  # before pytest-benchmark writes its JSON, which happens at the end of the session
         session.judge()

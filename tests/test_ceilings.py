@@ -5,6 +5,7 @@ import json
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,9 @@ def test_each_sample_adds_one_rate_per_ceiling_and_the_run_is_judged_on_their_me
     spread = meter.spread()["gemm_flops_bf16"]
     assert spread["min"] <= spread["median"] <= spread["max"] and spread["n"] == 3 and "x" in spread["shape"]
     assert not meter.sample_if_due()  # sampled just now; the next one is due in an hour
+    cpu_clock = RunCeilings("cpu", ("copy_bytes_per_s",), clock=time.process_time)  # the points' clock, if given
+    cpu_clock.sample()
+    assert cpu_clock.samples["copy_bytes_per_s"][0] > 0
     assert list(tmp_path.iterdir()) == []
     resumed = RunCeilings("cpu", ("gemm_flops_bf16",), meter.meta()["ceiling_samples"])
     resumed.sample()
@@ -48,7 +52,8 @@ def test_pytest_benchmark_points_are_judged_against_the_sessions_own_ceilings(tm
     out = tmp_path / "bench.json"
     proc = subprocess.run([sys.executable, "-m", "pytest", "tests/test_benchmarks.py", "-q", "-p", "no:cacheprovider",
                            "--benchmark-only", "--sdpa-preset", "smoke", "--sdpa-device", "cpu", "--sdpa-impl", "naive",
-                           "--benchmark-max-time=0.01", f"--benchmark-json={out}"],
+                           "--benchmark-max-time=0.01", f"--benchmark-json={out}",
+                           "--benchmark-timer=time.process_time"],  # continuous's clock: the ceilings use it too
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     benches = json.loads(out.read_text())["benchmarks"]
