@@ -221,3 +221,50 @@ def test_fp16_overflow_bound_keeps_the_usual_case_in_fp16() -> None:
     assert fp16_may_overflow(SDPAInputs(q, k, v, attn_mask=torch.full((64, 64), 4e4)), 1)  # a huge float bias
     assert fp16_in_fp32(usual, 1) is True  # CPU: always fp32
     assert fp16_in_fp32(SDPAInputs(q.float(), k.float(), v.float()), 1) is False  # only fp16 is widened
+
+
+SMALL_GRAD_SPECS = [s for s in SPECS if s.grad and s.lq <= 256]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).removeprefix("torch."))
+@pytest.mark.parametrize("spec", SMALL_GRAD_SPECS, ids=lambda s: s.name)
+def test_fused_backward_from_its_saved_p_equals_the_recomputing_one(spec: Spec, dtype: torch.dtype,
+                                                                     one_intra_op_thread) -> None:
+    """fused hands its backward the forward's P when one score tile holds every head and row (these cases, at
+    most 256 rows: the row cap of a CPU tile); otherwise the backward recomputes P from the log-sum-exp. On the
+    same inputs both must meet the fp64 rule, fully masked rows included."""
+    from sdpa_impls.impls._tiled.online_softmax import chunked_forward, tiled_backward
+    from sdpa_impls.impls._tiled.tiles import grouped
+    from sdpa_impls.impls.fused import fused_forward
+    from sdpa_impls.protocol import SDPAInputs
+
+    args, grad_out, _, ref_grads, naive_errs = expected(spec, dtype, "cpu")
+    inp = SDPAInputs(args["query"], args["key"], args["value"], args.get("attn_mask"), 0.0, spec.causal,
+                     args["scale"], True)
+    q5, k4, v4, mask5 = grouped(inp)
+    scale, lq, lk = inp.softmax_scale, q5.shape[-2], k4.shape[-2]
+    out5, lse, p5 = fused_forward(q5, k4, v4, mask5, spec.causal, scale, True)
+    assert lse is None and p5 is not None and p5.dtype == dtype, "a single tile: P is kept instead of the lse"
+    _, lse, _ = chunked_forward(q5, k4, v4, mask5, spec.causal, scale, True, q_tile=32, k_tile=32)
+    dout5 = grad_out.unflatten(1, q5.shape[1:3])
+    saved = tiled_backward(q5, k4, v4, mask5, spec.causal, scale, out5, None, p5, dout5, lq, lk)
+    recomputed = tiled_backward(q5, k4, v4, mask5, spec.causal, scale, out5, lse, None, dout5, 32, lk)
+    for way, grads in (("saved P", saved), ("recomputed P", recomputed)):
+        dq, dk, dv = grads[0].flatten(1, 2), grads[1].to(dtype), grads[2].to(dtype)
+        for name, got, want, naive_err in zip(("dq", "dk", "dv"), (dq, dk, dv), ref_grads, naive_errs[1:]):
+            err, tol = max_abs_error(got, want), tolerance(naive_err, dtype, want)
+            assert err <= tol, f"{way}, {name}: max |error| {err:.3g} > {tol:.3g}"
+        if spec.mask == "full_rows":
+            assert (dq[..., ::7, :] == 0).all(), f"{way}: fully masked rows must get zero dq"
+
+
+def test_fused_recomputes_p_when_one_tile_cannot_hold_it() -> None:
+    """Past a CPU tile's 256 rows the forward returns the log-sum-exp, so the backward's memory stays O(L)."""
+    from sdpa_impls.impls._tiled.tiles import grouped
+    from sdpa_impls.impls.fused import fused_forward
+    from sdpa_impls.protocol import SDPAInputs
+
+    q = torch.randn(1, 1, 1024, 16)
+    q5, k4, v4, _ = grouped(SDPAInputs(q, q, q))
+    out5, lse, p5 = fused_forward(q5, k4, v4, None, False, 0.25, True)
+    assert p5 is None and lse is not None and lse.shape == (1, 1, 1, 1024)

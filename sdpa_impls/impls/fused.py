@@ -28,17 +28,25 @@ def tile_shape(device: torch.device, b: int, hkv: int, g: int, lq: int, lk: int,
 
 
 def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: torch.Tensor | None,
-                  is_causal: bool, scale: float, with_lse: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+                  is_causal: bool, scale: float, with_lse: bool,
+                  ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Per query tile: S = scale·Q Kᵀ (one GEMM, input dtype), torch.softmax in place, O = P V (one GEMM).
 
     torch's CPU/CUDA softmax kernel computes in fp32 internally and rounds P once, exactly as naive's
     fp32 softmax followed by the cast. Causal tiles stop at their last row's key (no masked GEMM work).
-    An fp32 copy of the tile is made only when the log-sum-exp is needed (training) or a float mask is added.
+    Training (`with_lse`): when one score tile holds every head and row, that tile is P itself, and it is
+    returned for the backward instead of the log-sum-exp (no recomputation, and no more memory than the tile
+    the backward would allocate again); otherwise the log-sum-exp is returned. An fp32 copy of the tile is
+    made only when the log-sum-exp is needed or a float mask is added.
     """
     b, hkv, g, lq, e = q5.shape
     lk, ev, dtype, dev = k4.shape[-2], v4.shape[-1], q5.dtype, q5.device
-    need_f32 = dtype != torch.float32 and (with_lse or (mask5 is not None and mask5.dtype != torch.bool))
-    rows, heads = tile_shape(dev, b, hkv, g, lq, lk, 4 if need_f32 else q5.element_size())
+    float_mask = mask5 is not None and mask5.dtype != torch.bool
+    half = dtype != torch.float32
+    rows, heads = tile_shape(dev, b, hkv, g, lq, lk, 4 if half and (with_lse or float_mask) else q5.element_size())
+    keep_p = with_lse and rows >= lq and heads >= b * hkv  # a single tile: P (B·Hkv, G·Lq, keys)
+    with_lse = with_lse and not keep_p
+    need_f32 = half and (with_lse or float_mask)
     out = torch.empty((b, hkv, g, lq, ev), dtype=dtype, device=dev)
     lse = torch.empty((b, hkv, g, lq), dtype=torch.float32, device=dev) if with_lse else None
     masker = TileMasker(mask5, is_causal, rows, dev)
@@ -61,16 +69,19 @@ def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: t
             p = torch.softmax(s, dim=-1, out=s)
             if p.dtype != dtype:
                 p = sd.copy_(p)
+            dead = None if row_max is None else row_max == NEG_INF  # every key masked: softmax gave NaN
+            if keep_p and mask5 is not None:
+                p.masked_fill_(dead, 0.0)  # the backward reads P: those rows attend to nothing
             o = torch.bmm(p, v3[:, :k_end], out=take(obuf, n, m, ev))  # (heads, G·rows, Ev)
-            if row_max is not None:
-                dead = row_max == NEG_INF  # every key masked: softmax gave NaN, the answer is zeros
-                if mask5 is not None:
-                    o.masked_fill_(dead, 0.0)
+            if dead is not None:
+                if mask5 is not None and not keep_p:
+                    o.masked_fill_(dead, 0.0)  # the answer is zeros
                 if lse is not None:  # max P = 1 / Σ exp(s - max), so lse = max - log(max P), in fp32
                     lse_t = torch.where(dead, NEG_INF, row_max.float() - torch.log(s.amax(dim=-1, keepdim=True)))
                     store_rows_(flat(lse, bs, hs).unsqueeze(-1), i0, i1, lse_t)
             store_rows_(out4, i0, i1, o)
-    return out, lse
+    k_end = causal_key_end(is_causal, lq, lk)
+    return out, lse, sbuf[:b * hkv * g * lq * k_end].view(b, hkv, g, lq, k_end) if keep_p else None
 
 
 @register

@@ -5,7 +5,8 @@ k (B, Hkv, Lk, E), v (B, Hkv, Lk, Ev), folded into 3-D GEMM operands (B·Hkv, G�
 GEMMs run in the input dtype (fp16 where it could overflow: in fp32) with the softmax scale folded into their alpha; the
 softmax arithmetic is fp32. Score tiles live in buffers allocated once per call and reused, so a
 call never holds more than one tile of scores, and the allocator never page-faults per tile.
-The backward recomputes score tiles from the saved per-row log-sum-exp, so it holds O(L) state.
+The backward recomputes score tiles from the saved per-row log-sum-exp, so it holds O(L) state, unless the
+forward hands it P (fused, when a single tile held all of it).
 """
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ from ...protocol import SDPAInputs
 from .tiles import (TileMasker, causal_key_end, empty_attention, flat, forward_views, group_heads, grouped,
                     head_groups, rows3, store_rows_)
 
-# (q5, k4, v4, mask5, is_causal, scale, with_lse) -> (out5 (B, Hkv, G, Lq, Ev), lse (B, Hkv, G, Lq) fp32 or None)
-ForwardFn = Callable[..., tuple[torch.Tensor, torch.Tensor | None]]
+# (q5, k4, v4, mask5, is_causal, scale, with_lse) -> (out5 (B, Hkv, G, Lq, Ev), lse (B, Hkv, G, Lq) fp32 or None,
+# P (B, Hkv, G, Lq, keys) in the input dtype or None); with_lse asks for one of lse and P, for the backward
+ForwardFn = Callable[..., tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]]
 
 
 def finite_or_zero(x: torch.Tensor) -> torch.Tensor:
@@ -36,7 +38,7 @@ def take(buf: torch.Tensor, *shape: int) -> torch.Tensor:
 
 def chunked_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: torch.Tensor | None,
                     is_causal: bool, scale: float, with_lse: bool, q_tile: int, k_tile: int,
-                    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+                    ) -> tuple[torch.Tensor, torch.Tensor | None, None]:
     """Query tiles × key tiles with a running max and sum; never more than one (q_tile × k_tile) score tile."""
     b, hkv, g, lq, e = q5.shape
     lk, ev, dtype, dev = k4.shape[-2], v4.shape[-1], q5.dtype, q5.device
@@ -84,13 +86,15 @@ def chunked_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5:
             store_rows_(out4, i0, i1, acc.div_(denom))
             if lse is not None:  # -inf for fully masked rows
                 store_rows_(flat(lse, bs, hs).unsqueeze(-1), i0, i1, run_max + torch.log(run_sum))
-    return out, lse
+    return out, lse, None
 
 
 def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: torch.Tensor | None,
-                   is_causal: bool, scale: float, out5: torch.Tensor, lse: torch.Tensor, dout5: torch.Tensor,
-                   q_tile: int, k_tile: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """dq (B, Hkv, G, Lq, E), dk, dv (B, Hkv, Lk, ·) fp32 by recomputing P = exp(S - lse) tile by tile.
+                   is_causal: bool, scale: float, out5: torch.Tensor, lse: torch.Tensor | None,
+                   p5: torch.Tensor | None, dout5: torch.Tensor, q_tile: int, k_tile: int,
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dq (B, Hkv, G, Lq, E), dk, dv (B, Hkv, Lk, ·) fp32 by recomputing P = exp(S - lse) tile by tile, or
+    reading it from the forward's P (`p5`, input dtype, needs k_tile >= Lk).
 
     dk and dv accumulate in fp32 (O(L)); dq is written once per query tile when one key tile spans
     all keys (fused), else accumulated in an fp32 tile. dS = P ⊙ (dP − D) in fp32, where dP − D must be
@@ -104,7 +108,8 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
     half = dtype != torch.float32
     q_tile, k_tile = min(q_tile, lq), min(k_tile, lk)
     heads = group_heads(dev, b * hkv, g * q_tile * k_tile * 4)
-    lse5 = finite_or_zero(lse).unsqueeze(-1)  # fully masked rows: all scores are -inf, P = 0
+    assert p5 is None or k_tile >= lk, "a saved P is read a whole row at a time"
+    lse5 = None if lse is None else finite_or_zero(lse).unsqueeze(-1)  # fully masked rows: all scores -inf, P = 0
     delta = v32 = None
     if k_tile < lk:  # some rows span several key tiles
         delta = (dout5.float() * out5.float()).sum(dim=-1, keepdim=True)  # (B, Hkv, G, Lq, 1)
@@ -113,7 +118,7 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
     dk = torch.zeros((b, hkv, lk, e), dtype=torch.float32, device=dev)
     dv = torch.zeros((b, hkv, lk, ev), dtype=torch.float32, device=dev)
     tile = heads * g * q_tile * k_tile
-    sbuf = torch.empty(tile, dtype=dtype, device=dev)  # S, then P, in the input dtype
+    sbuf = torch.empty(tile if p5 is None else 0, dtype=dtype, device=dev)  # S, then P, in the input dtype
     dpbuf = torch.empty(tile, dtype=dtype, device=dev)  # dP, then dS, in the input dtype
     pbuf = torch.empty(tile, dtype=torch.float32, device=dev) if half else sbuf  # fp32 P
     dsbuf = torch.empty(tile, dtype=torch.float32, device=dev) if half else dpbuf  # fp32 dS
@@ -122,14 +127,15 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
         q4, do4, dq4 = flat(q5, bs, hs), flat(dout5, bs, hs), flat(dq, bs, hs)  # (heads, G, L, ·)
         k3, v3 = flat(k4, bs, hs), flat(v4, bs, hs)  # (heads, Lk, E), (heads, Lk, Ev)
         dk3, dv3 = flat(dk, bs, hs), flat(dv, bs, hs)
-        lse4 = flat(lse5, bs, hs)  # (heads, G, Lq, 1)
+        lse4 = None if lse5 is None else flat(lse5, bs, hs)  # (heads, G, Lq, 1)
+        p4 = None if p5 is None else flat(p5, bs, hs)  # (heads, G, Lq, keys)
         mask_g = None if mask5 is None else mask5[bs, hs]
         n = q4.shape[0]
         for i0 in range(0, lq, q_tile):
             i1 = min(lq, i0 + q_tile)
             m = g * (i1 - i0)
             qt, dot = rows3(q4, i0, i1), rows3(do4, i0, i1)  # (heads, G·rows, E), (heads, G·rows, Ev)
-            lse_t = rows3(lse4, i0, i1)  # (heads, G·rows, 1)
+            lse_t = None if lse4 is None else rows3(lse4, i0, i1)  # (heads, G·rows, 1)
             k_end = causal_key_end(is_causal, i1, lk)
             one_tile = k_tile >= k_end
             dq_acc = delta_t = dot32 = v32_3 = None
@@ -139,12 +145,17 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
                 dot32, v32_3 = dot.float(), flat(v32, bs, hs)  # fp32 operands of dP
             for j0 in range(0, k_end, k_tile):
                 j1 = min(k_end, j0 + k_tile)
-                sd, p, dp, ds = (take(x, n, m, j1 - j0) for x in (sbuf, pbuf, dpbuf, dsbuf))
-                torch.baddbmm(sd, qt, k3[:, j0:j1].transpose(1, 2), beta=0, alpha=scale, out=sd)
-                s = p.copy_(sd) if masker.float_mask and half else sd
-                masker.apply_(s, mask_g, i0, i1, j0, j1)
-                torch.sub(s, lse_t, out=p).exp_()  # P (heads, G·rows, keys) in fp32
-                pd = sd.copy_(p) if half else p  # P in the input dtype for the GEMMs
+                dp, ds = take(dpbuf, n, m, j1 - j0), take(dsbuf, n, m, j1 - j0)
+                if p4 is not None:  # the forward's P: rows i0:i1, keys 0:k_end
+                    pd = rows3(p4, i0, i1)[..., :k_end]
+                    p = take(pbuf, n, m, k_end).copy_(pd) if half else pd
+                else:
+                    sd, p = take(sbuf, n, m, j1 - j0), take(pbuf, n, m, j1 - j0)
+                    torch.baddbmm(sd, qt, k3[:, j0:j1].transpose(1, 2), beta=0, alpha=scale, out=sd)
+                    s = p.copy_(sd) if masker.float_mask and half else sd
+                    masker.apply_(s, mask_g, i0, i1, j0, j1)
+                    torch.sub(s, lse_t, out=p).exp_()  # P (heads, G·rows, keys) in fp32
+                    pd = sd.copy_(p) if half else p  # P in the input dtype for the GEMMs
                 _accumulate(dv3[:, j0:j1], pd.transpose(1, 2), dot, 1.0, half)  # dV += Pᵀ dO
                 if one_tile:  # dS = P ⊙ dP − P ⊙ rowsum(P ⊙ dP), dP = dO Vᵀ in the input dtype
                     torch.mul(p, torch.bmm(dot, v3[:, j0:j1].transpose(1, 2), out=dp), out=ds)
@@ -179,24 +190,24 @@ def _accumulate(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor, alpha: floa
 
 
 class TiledAttention(torch.autograd.Function):
-    """Any forward that returns (out, lse), with the recomputing tiled backward."""
+    """Any forward that returns (out, lse, P), with the tiled backward (recomputing P from lse, or reading P)."""
 
     @staticmethod
     def forward(ctx, query, key, value, attn_mask, is_causal, scale, forward_fn, q_tile, k_tile):  # type: ignore[override]
         inp = SDPAInputs(query, key, value, attn_mask, 0.0, is_causal, scale, True)
         q5, k4, v4, mask5 = grouped(inp)
-        out5, lse = forward_fn(q5, k4, v4, mask5, is_causal, scale, True)
-        ctx.save_for_backward(query, key, value, attn_mask, out5, lse)
+        out5, lse, p5 = forward_fn(q5, k4, v4, mask5, is_causal, scale, True)
+        ctx.save_for_backward(query, key, value, attn_mask, out5, lse, p5)
         ctx.meta = (is_causal, scale, q_tile, k_tile)
         return out5.flatten(1, 2)  # (B, Hq, Lq, Ev)
 
     @staticmethod
     def backward(ctx, dout):  # type: ignore[override]
-        query, key, value, attn_mask, out5, lse = ctx.saved_tensors
+        query, key, value, attn_mask, out5, lse, p5 = ctx.saved_tensors
         is_causal, scale, q_tile, k_tile = ctx.meta
         q5, k4, v4, mask5 = grouped(SDPAInputs(query, key, value, attn_mask, 0.0, is_causal, scale, True))
         dout5 = dout.unflatten(1, out5.shape[1:3])  # (B, Hkv, G, Lq, Ev)
-        dq, dk, dv = tiled_backward(q5, k4, v4, mask5, is_causal, scale, out5, lse, dout5, q_tile, k_tile)
+        dq, dk, dv = tiled_backward(q5, k4, v4, mask5, is_causal, scale, out5, lse, p5, dout5, q_tile, k_tile)
         return (dq.flatten(1, 2), dk.to(key.dtype), dv.to(value.dtype),
                 None, None, None, None, None, None)
 
@@ -231,7 +242,7 @@ def fp16_may_overflow(inp: SDPAInputs, keys_summed: int) -> bool:
 
 def tiled_attention(inp: SDPAInputs, forward_fn: ForwardFn, q_tile: int, k_tile: int,
                     widen_fp16: bool = False) -> torch.Tensor:
-    """Run `forward_fn`; when gradients are needed, wrap it so the backward recomputes tiles.
+    """Run `forward_fn`; when gradients are needed, wrap it in the tiled backward.
 
     `widen_fp16` (see `fp16_in_fp32`): an fp16 call runs in fp32 and is rounded once at the end.
     """
