@@ -11,6 +11,10 @@ import torch
 
 import sdpa_impls
 from sdpa_impls import max_abs_error, reference, tolerance
+from sdpa_impls.impls._tiled.online_softmax import chunked_forward, tiled_backward
+from sdpa_impls.impls._tiled.tiles import grouped
+from sdpa_impls.impls.fused import fused_forward
+from sdpa_impls.protocol import SDPAInputs
 
 IMPLS = [sdpa_impls.get(n) for n in sdpa_impls.names()]
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
@@ -233,11 +237,6 @@ def test_fused_backward_from_its_saved_p_equals_the_recomputing_one(spec: Spec, 
     """fused hands its backward the forward's P when one score tile holds every head and row (these cases, at
     most 256 rows: the row cap of a CPU tile); otherwise the backward recomputes P from the log-sum-exp. On the
     same inputs both must meet the fp64 rule, fully masked rows included."""
-    from sdpa_impls.impls._tiled.online_softmax import chunked_forward, tiled_backward
-    from sdpa_impls.impls._tiled.tiles import grouped
-    from sdpa_impls.impls.fused import fused_forward
-    from sdpa_impls.protocol import SDPAInputs
-
     args, grad_out, _, ref_grads, naive_errs = expected(spec, dtype, "cpu")
     inp = SDPAInputs(args["query"], args["key"], args["value"], args.get("attn_mask"), 0.0, spec.causal,
                      args["scale"], True)
@@ -260,10 +259,6 @@ def test_fused_backward_from_its_saved_p_equals_the_recomputing_one(spec: Spec, 
 
 def test_fused_recomputes_p_when_one_tile_cannot_hold_it() -> None:
     """Past a CPU tile's 256 rows the forward returns the log-sum-exp, so the backward's memory stays O(L)."""
-    from sdpa_impls.impls._tiled.tiles import grouped
-    from sdpa_impls.impls.fused import fused_forward
-    from sdpa_impls.protocol import SDPAInputs
-
     q = torch.randn(1, 1, 1024, 16)
     q5, k4, v4, _ = grouped(SDPAInputs(q, q, q))
     out5, lse, p5 = fused_forward(q5, k4, v4, None, False, 0.25, True)

@@ -78,6 +78,7 @@ CEILING_TARGETS = (
              "mode == fwd and dtype == fp32 and L >= 1024", 0.5, "mode == fwd and dtype == fp32 and L >= 1024"),
 )  # chunked: 68-70 %
 
+
 def ci_rules() -> tuple[RatioRule, ...]:
     """The gate's in-run rules for the CPU targets (`cpu_targets = true`)."""
     return tuple(t.rule(ci=True) for t in CPU_TARGETS + CEILING_TARGETS if t.ci_limit is not None)

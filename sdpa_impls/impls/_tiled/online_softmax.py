@@ -118,7 +118,7 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
     dk = torch.zeros((b, hkv, lk, e), dtype=torch.float32, device=dev)
     dv = torch.zeros((b, hkv, lk, ev), dtype=torch.float32, device=dev)
     tile = heads * g * q_tile * k_tile
-    sbuf = torch.empty(tile if p5 is None else 0, dtype=dtype, device=dev)  # S, then P, in the input dtype
+    sbuf = torch.empty(tile, dtype=dtype, device=dev) if p5 is None else None  # S, then P, in the input dtype
     dpbuf = torch.empty(tile, dtype=dtype, device=dev)  # dP, then dS, in the input dtype
     pbuf = torch.empty(tile, dtype=torch.float32, device=dev) if half else sbuf  # fp32 P
     dsbuf = torch.empty(tile, dtype=torch.float32, device=dev) if half else dpbuf  # fp32 dS
