@@ -9,6 +9,7 @@ from typing import Protocol, runtime_checkable
 import torch
 
 from .dtypes import short_name
+from .masks import Structure
 
 ALL_HALF_AND_FLOAT = frozenset({torch.float32, torch.float16, torch.bfloat16})
 
@@ -34,6 +35,10 @@ class SDPAInputs:
     is_causal: bool = False
     scale: float | None = None
     enable_gqa: bool = False
+    # not a drop-in argument: the structure `attn_mask` is the dense form of (sdpa_impls.masks), when the caller
+    # knows it. An implementation with a native form for it may read it in `prepare_inputs`; the answer must
+    # still equal the dense mask's.
+    structure: Structure | None = None
 
     @property
     def mask_kind(self) -> str:
@@ -101,6 +106,11 @@ def validate(inp: SDPAInputs) -> None:
         raise ValueError(f"sdpa: dropout_p must be in [0, 1); got {inp.dropout_p}")
     if inp.scale is not None and not math.isfinite(float(inp.scale)):
         raise ValueError(f"sdpa: scale must be a finite number or None; got {inp.scale}")
+    if inp.structure is not None and not isinstance(inp.structure, Structure):
+        raise ValueError(f"sdpa: structure must be a sdpa_impls.masks.Structure or None, got "
+                         f"{type(inp.structure).__name__}")
+    if inp.structure is not None and inp.attn_mask is None:
+        raise ValueError(f"sdpa: a mask structure ({inp.structure.spec.word}) comes with its dense attn_mask")
 
 
 def _validate_mask(inp: SDPAInputs, shapes: str) -> None:
@@ -220,9 +230,11 @@ class Implementation:
 
     def prepare(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0, is_causal: bool = False,
-                scale: float | None = None, enable_gqa: bool = False) -> Callable[[], torch.Tensor]:
-        """Validate and check support once; return a zero-argument closure that only computes."""
-        inp = SDPAInputs(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+                scale: float | None = None, enable_gqa: bool = False, *,
+                structure: Structure | None = None) -> Callable[[], torch.Tensor]:
+        """Validate and check support once; return a zero-argument closure that only computes. `structure`
+        (keyword only) names what the dense `attn_mask` is, for implementations with a native form of it."""
+        inp = SDPAInputs(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, structure)
         reasons = self.not_supported_reasons(inp)
         if reasons:
             raise Unsupported(self.name, reasons)

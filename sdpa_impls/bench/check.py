@@ -37,8 +37,23 @@ def sliced_inputs(inputs: Inputs, part: Case) -> Inputs:
     def cut(t: torch.Tensor, heads: int) -> torch.Tensor:
         return t.detach()[: part.batch, :heads].clone().requires_grad_(True)
 
+    structure = None if inputs.structure is None else inputs.structure.sliced(part.batch, part.heads_q)
+    mask = cut_mask(inputs.attn_mask, part.batch, part.heads_q)
     return Inputs(cut(inputs.query, part.heads_q), cut(inputs.key, part.heads_kv), cut(inputs.value, part.heads_kv),
-                  inputs.attn_mask, inputs.is_causal, inputs.grad_out[: part.batch, : part.heads_q])
+                  mask, inputs.is_causal, inputs.grad_out[: part.batch, : part.heads_q], structure)
+
+
+def cut_mask(mask: torch.Tensor | None, batch: int, heads: int) -> torch.Tensor | None:
+    """The mask of the first `batch` rows and `heads` query heads, where it is not broadcast over them (a padded
+    batch's (B, 1, Lq, Lk), ALiBi's (Hq, Lq, Lk))."""
+    if mask is None or mask.dim() < 3:
+        return mask
+    index = [slice(None)] * mask.dim()
+    if mask.shape[-3] > 1:
+        index[-3] = slice(0, heads)
+    if mask.dim() == 4 and mask.shape[0] > 1:
+        index[0] = slice(0, batch)
+    return mask[tuple(index)]
 
 
 class CaseContext:
@@ -104,13 +119,13 @@ class CaseContext:
                 return {}
             ensure_fits(impl.name, point_bytes(impl.name, replace(self.case, mode="fwd")), self.device)
             with torch.no_grad():
-                return {"out": max_abs_error(impl(**inp.args()), ref_out)}
+                return {"out": max_abs_error(inp.prepare(impl)(), ref_out)}
         if ref_grads is None:
             return {}
         gi = self._grad_inputs
         ensure_fits(impl.name, point_bytes(impl.name, self.grad_case), self.device)
         q, k, v = (t.detach().requires_grad_(True) for t in (gi.query, gi.key, gi.value))
-        out = impl(**(gi.args() | {"query": q, "key": k, "value": v}))
+        out = replace(gi, query=q, key=k, value=v).prepare(impl)()  # the call that is timed: structure included
         grads = torch.autograd.grad(out, (q, k, v), gi.grad_out)
         errs = {"out": max_abs_error(out.detach(), ref_out)} if whole else {}
         for name, g, r in zip(("dq", "dk", "dv"), grads, ref_grads):

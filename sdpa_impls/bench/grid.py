@@ -1,22 +1,28 @@
 """The benchmark grid: frozen Case rows and named presets, declared once, append-only; shards of a preset."""
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 from dataclasses import asdict, dataclass
 
 import torch
 
+from .. import masks
 from ..dtypes import DTYPES
 
 MODES = ("fwd", "bwd", "fwd+bwd")
-MASKS = ("none", "bool", "float")
+MASKS = ("none", "bool", "float")  # no mask, a random bool mask, a random float bias; or a structure (masks.py)
 PRESET_ENV = "SDPA_BENCH_PRESET"
 
 
 @dataclass(frozen=True, order=True)
 class Case:
-    """One point of the grid; `id` is its stable, readable name (e.g. L1024-E64-bf16-causal-fwd)."""
+    """One point of the grid; `id` is its stable, readable name (e.g. L1024-E64-bf16-causal-fwd).
+
+    `mask`: "none", "bool" (random, ~90 % kept), "float" (a random bias), or a structure that models pass:
+    "window-W", "documents" / "documents-N", "prefix-P", "alibi", "padding" (`sdpa_impls.masks`).
+    """
 
     lq: int
     lk: int
@@ -36,7 +42,11 @@ class Case:
         if self.mode not in MODES:
             raise ValueError(f"Case mode {self.mode!r} is not one of {MODES}")
         if self.mask not in MASKS:
-            raise ValueError(f"Case mask {self.mask!r} is not one of {MASKS}")
+            spec = masks.parse(self.mask)  # ValueError for a structure with a bad parameter
+            if spec is None:
+                raise ValueError(f"Case mask {self.mask!r} is not one of {MASKS} nor a structure: window-W, "
+                                 "documents, documents-N, prefix-P, alibi, padding")
+            masks.check_shape(spec, self.lq, self.lk, self.batch)
         if self.heads_q % self.heads_kv:
             raise ValueError(f"Case heads_q={self.heads_q} is not a multiple of heads_kv={self.heads_kv}")
         if self.ev == 0:
@@ -50,10 +60,12 @@ class Case:
         parts.append(self.dtype)
         if self.causal:
             parts.append("causal")
-        if self.mask != "none":
+        if self.mask in ("bool", "float"):
             parts.append(f"{self.mask}mask")
         if (self.batch, self.heads_q, self.heads_kv) != (1, 8, 8):
             parts.append(f"B{self.batch}-H{self.heads_q}" + (f"kv{self.heads_kv}" if self.gqa else ""))
+        if self.mask_spec is not None:
+            parts.append(self.mask_spec.id_token)
         parts.append(self.mode)
         return "-".join(parts)
 
@@ -65,32 +77,59 @@ class Case:
     def torch_dtype(self) -> torch.dtype:
         return DTYPES[self.dtype]
 
+    @property
+    def mask_spec(self) -> masks.MaskSpec | None:
+        """The mask structure this case names, or None (no mask, or a random one)."""
+        return None if self.mask in MASKS else masks.parse(self.mask)
+
+    def structure(self) -> masks.Structure | None:
+        """The resolved structure (lengths and slopes seeded by the case id), or None."""
+        return _structure(self)
+
     def pairs(self) -> int:
-        """Query-key pairs that are computed: all, or exactly the unmasked ones under top-left causal."""
+        """Query-key pairs that are computed, in one head summed over the batch: all, or exactly the unmasked ones
+        under top-left causal and the mask structure (a random mask counts as all)."""
+        structure = self.structure()
+        if structure is not None:
+            return structure.pairs(self.batch, self.causal)
         if not self.causal:
-            return self.lq * self.lk
-        return sum(min(i + 1, self.lk) for i in range(self.lq)) if self.lq <= self.lk else (
-            self.lk * (self.lk + 1) // 2 + (self.lq - self.lk) * self.lk)
+            return self.batch * self.lq * self.lk
+        return self.batch * (sum(min(i + 1, self.lk) for i in range(self.lq)) if self.lq <= self.lk else (
+            self.lk * (self.lk + 1) // 2 + (self.lq - self.lk) * self.lk))
 
     def flops(self) -> float:
         """2 FLOPs per multiply-add in both GEMMs; backward counts 2.5× the forward."""
-        fwd = 2.0 * self.batch * self.heads_q * self.pairs() * (self.e + self.ev)
+        fwd = 2.0 * self.heads_q * self.pairs() * (self.e + self.ev)
         return fwd * {"fwd": 1.0, "bwd": 2.5, "fwd+bwd": 3.5}[self.mode]
 
+    def kv_tokens(self) -> int:
+        """Keys (and values) the case needs, summed over the batch: a padded batch needs only each row's length."""
+        structure = self.structure()
+        if structure is not None and structure.kind == "padding":
+            return sum(structure.lengths)
+        return self.batch * self.lk
+
     def min_bytes(self) -> float:
-        """The least memory traffic: every input read once, every output written once."""
+        """The least memory traffic: every input read once, every output written once. A structure's mask is
+        not counted (it can be computed from its few parameters); a random mask is read once."""
         item = self.torch_dtype.itemsize
         q = self.batch * self.heads_q * self.lq * self.e
-        k = self.batch * self.heads_kv * self.lk * self.e
-        v = self.batch * self.heads_kv * self.lk * self.ev
+        k = self.heads_kv * self.kv_tokens() * self.e
+        v = self.heads_kv * self.kv_tokens() * self.ev
         o = self.batch * self.heads_q * self.lq * self.ev
-        mask = 0 if self.mask == "none" else self.lq * self.lk * (1 if self.mask == "bool" else 4)
+        mask = {"bool": 1, "float": 4}.get(self.mask, 0) * self.lq * self.lk
         fwd = item * (q + k + v + o) + mask
         bwd = item * 2 * (q + k + v + o) + mask  # read q, k, v, out, dout; write dq, dk, dv
         return {"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[self.mode]
 
     def as_dict(self) -> dict:
         return asdict(self) | {"id": self.id}
+
+
+@functools.lru_cache(maxsize=4096)
+def _structure(case: Case) -> masks.Structure | None:
+    spec = case.mask_spec
+    return None if spec is None else masks.resolve(spec, case.lq, case.lk, case.batch, case.heads_q, case.id)
 
 
 def _cases(**axes: tuple) -> tuple[Case, ...]:
@@ -114,6 +153,30 @@ def _gpu_cases() -> tuple[Case, ...]:
     return tuple(rows)
 
 
+# The structures of the `masks` preset, with the anchors they are read against: causal and no mask. ALiBi models
+# are causal decoders, so `alibi` runs causal; window and documents are causal by themselves.
+MASKS_SWEEP = (("none", False), ("none", True), ("window-512", False), ("documents-1024", False),
+               ("prefix-1024", False), ("alibi", True))
+
+
+def _mask_cases(lqs: tuple[int, ...], es: tuple[int, ...], dtypes: tuple[str, ...], modes: tuple[str, ...],
+                tokens: int | None = None, width: int | None = None,
+                sweep: tuple[tuple[str, bool], ...] = MASKS_SWEEP) -> tuple[Case, ...]:
+    """Every (mask, causal) of `sweep` over the axes; with `tokens`/`width`, batch = tokens / L and heads = width / E
+    (the gpu preset's sizing), else one batch row of 8 heads."""
+    rows = []
+    for lq, e, dtype, mode, (mask, causal) in itertools.product(lqs, es, dtypes, modes, sweep):
+        b, h = (tokens // lq, width // e) if tokens and width else (1, 8)
+        rows.append(Case(lq=lq, lk=lq, e=e, dtype=dtype, causal=causal, mode=mode, mask=mask, batch=b,
+                         heads_q=h, heads_kv=h))
+    return tuple(rows)
+
+
+# A serving decode batch: 16 sequences of seeded KV lengths (512 to 16k) padded to 16k, GQA 32/8 x 128, one new
+# token per sequence or four (speculative decoding, bottom-right causal among them).
+_SERVE = _cases(lq=(1, 4), lk=(16384,), e=(128,), dtype=("fp32", "bf16"), batch=(16,), heads_q=(32,), heads_kv=(8,),
+                mask=("padding",))
+
 _SMOKE = (
     Case(lq=128, lk=128, e=64),
     Case(lq=128, lk=128, e=64, dtype="bf16", causal=True),
@@ -135,7 +198,11 @@ PRESETS: dict[str, tuple[Case, ...]] = {
                       mode=("fwd", "fwd+bwd")),
     "cpu": _cases(lq=(256, 512, 1024, 2048, 4096), e=(64, 128), dtype=("fp32", "bf16"), causal=(False, True),
                     mode=("fwd", "fwd+bwd")),
-    "gpu": _gpu_cases(),
+    # appended to: the mask structures at the gpu preset's sizes, and the serve batches
+    "gpu": _gpu_cases() + _mask_cases((2048, 8192, 16384), (64, 128), ("bf16",), ("fwd", "fwd+bwd"), 16384, 2048,
+                                      MASKS_SWEEP[2:]) + _SERVE,
+    "masks": _mask_cases((2048, 8192), (64, 128), ("fp32", "bf16"), ("fwd", "fwd+bwd")),
+    "serve": _SERVE,
     "decode": _cases(lq=(1,), lk=(1024, 4096, 16384), e=(128,), dtype=("fp32", "bf16"), batch=(1, 8),
                        heads_q=(32,), heads_kv=(8,)),
     "llm": (  # (heads_q, heads_kv, E): Llama-3-8B / Mistral-7B, Llama-2-7B, GPT-2 small

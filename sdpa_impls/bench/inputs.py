@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
+from ..masks import Structure
+from ..protocol import Implementation
 from .grid import Case
 
 
@@ -19,6 +22,7 @@ class Inputs:
     attn_mask: torch.Tensor | None
     is_causal: bool
     grad_out: torch.Tensor | None
+    structure: Structure | None = None  # the mask's structure, when the case names one; attn_mask is its dense form
 
     @property
     def enable_gqa(self) -> bool:
@@ -27,6 +31,14 @@ class Inputs:
     def args(self) -> dict:
         return {"query": self.query, "key": self.key, "value": self.value, "attn_mask": self.attn_mask,
                 "is_causal": self.is_causal, "enable_gqa": self.enable_gqa}
+
+    def prepare(self, impl: object) -> Callable[[], torch.Tensor]:
+        """`impl`'s prepared closure for these inputs. The drop-in arguments, plus the mask's structure for an
+        `Implementation` (which may read a native form of it in `prepare_inputs`; plug-ins that only follow the
+        protocol get the dense mask alone)."""
+        if self.structure is not None and isinstance(impl, Implementation):
+            return impl.prepare(**self.args(), structure=self.structure)
+        return impl.prepare(**self.args())  # type: ignore[attr-defined]
 
 
 def make_inputs(case: Case, device: str | torch.device, seed: int = 0) -> Inputs:
@@ -43,7 +55,10 @@ def make_inputs(case: Case, device: str | torch.device, seed: int = 0) -> Inputs
     k = randn(case.batch, case.heads_kv, case.lk, case.e)  # (B, Hkv, Lk, E)
     v = randn(case.batch, case.heads_kv, case.lk, case.ev)  # (B, Hkv, Lk, Ev)
     mask = None
-    if case.mask == "bool":  # keep ~90 % of the keys, broadcast over batch and heads
+    structure = case.structure()
+    if structure is not None:  # built once per case, outside every timed region
+        mask = structure.dense(case.batch, case.heads_q, case.torch_dtype, device)
+    elif case.mask == "bool":  # keep ~90 % of the keys, broadcast over batch and heads
         mask = torch.rand((case.lq, case.lk), generator=gen, device=device) < 0.9
     elif case.mask == "float":  # an additive bias of order 1
         mask = torch.randn((case.lq, case.lk), generator=gen, device=device).to(case.torch_dtype)
@@ -51,4 +66,4 @@ def make_inputs(case: Case, device: str | torch.device, seed: int = 0) -> Inputs
     if grad:
         grad_out = torch.randn((case.batch, case.heads_q, case.lq, case.ev), generator=gen, device=device,
                                dtype=torch.float32).to(case.torch_dtype)
-    return Inputs(q, k, v, mask, case.causal, grad_out)
+    return Inputs(q, k, v, mask, case.causal, grad_out, structure)

@@ -72,7 +72,7 @@ class BackwardOnly:
 def mode_closure(impl, inputs: Inputs, mode: str) -> Callable[[], object]:
     """The zero-argument closure to time: forward, backward only (forward done outside), or both. It declares
     the implementation's call context (see `timing.call_context`) as its own."""
-    fwd = impl.prepare(**inputs.args())
+    fwd = inputs.prepare(impl)
     if mode == "fwd":
         return fwd
     leaves = (inputs.query, inputs.key, inputs.value)
