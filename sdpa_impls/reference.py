@@ -37,20 +37,21 @@ def reference(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     keep = torch.ones((lq, lk), dtype=torch.bool, device=q.device)
     if is_causal:
         keep = torch.tril(keep)
-    bias = torch.zeros((lq, lk), dtype=torch.float64, device=q.device)
+    bias = None
     if attn_mask is not None:
         if attn_mask.dtype == torch.bool:
             keep = keep & attn_mask
-        else:
-            bias = bias + attn_mask.double()
-    bias = bias.expand(b, hq, lq, lk)
+        else:  # kept in its own dtype; one query chunk at a time becomes fp64 (a per-head bias can be large)
+            bias = attn_mask.expand(b, hq, lq, lk)
     keep = keep.expand(b, hq, lq, lk)
     s = inp.softmax_scale
     rows = max(1, REFERENCE_CHUNK_BYTES // max(1, 8 * b * hq * lk))
     outs = []
     for i0 in range(0, lq, rows) or [0]:  # Lq = 0: one empty chunk, so the result still has its shape
         i1 = min(lq, i0 + rows)
-        scores = torch.einsum("bhie,bhje->bhij", q[:, :, i0:i1], k) * s + bias[:, :, i0:i1]
+        scores = torch.einsum("bhie,bhje->bhij", q[:, :, i0:i1], k) * s
+        if bias is not None:
+            scores = scores + bias[:, :, i0:i1].double()
         scores = scores.masked_fill(~keep[:, :, i0:i1], -math.inf)
         top = scores.amax(dim=-1, keepdim=True).detach() if lk else scores.new_zeros(scores.shape[:-1] + (1,))
         top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))

@@ -13,7 +13,8 @@ import sdpa_impls
 from sdpa_impls import max_abs_error, reference, tolerance
 from sdpa_impls.impls._tiled.online_softmax import chunked_forward, tiled_backward
 from sdpa_impls.impls._tiled.tiles import grouped
-from sdpa_impls.impls.fused import fused_forward
+from sdpa_impls.impls._tiled.tilemap import MaskTiles, Tiling
+from sdpa_impls.impls.fused import KEY_BLOCK, fused_forward
 from sdpa_impls.protocol import SDPAInputs
 
 IMPLS = [sdpa_impls.get(n) for n in sdpa_impls.names()]
@@ -242,12 +243,15 @@ def test_fused_backward_from_its_saved_p_equals_the_recomputing_one(spec: Spec, 
                      args["scale"], True)
     q5, k4, v4, mask5 = grouped(inp)
     scale, lq, lk = inp.softmax_scale, q5.shape[-2], k4.shape[-2]
-    out5, lse, p5 = fused_forward(q5, k4, v4, mask5, spec.causal, scale, True)
+    tiles = MaskTiles.of(inp)
+    out5, lse, p5 = fused_forward(q5, k4, v4, mask5, spec.causal, scale, True, tiles)
     assert lse is None and p5 is not None and p5.dtype == dtype, "a single tile: P is kept instead of the lse"
-    _, lse, _ = chunked_forward(q5, k4, v4, mask5, spec.causal, scale, True, q_tile=32, k_tile=32)
+    _, lse, _ = chunked_forward(q5, k4, v4, mask5, spec.causal, scale, True, q_tile=32, k_tile=32, tiles=tiles)
     dout5 = grad_out.unflatten(1, q5.shape[1:3])
-    saved = tiled_backward(q5, k4, v4, mask5, spec.causal, scale, out5, None, p5, dout5, lq, lk)
-    recomputed = tiled_backward(q5, k4, v4, mask5, spec.causal, scale, out5, lse, None, dout5, 32, lk)
+    saved = tiled_backward(q5, k4, v4, mask5, spec.causal, scale, out5, None, p5, dout5,
+                           Tiling(lq, lk, KEY_BLOCK, True), tiles)
+    recomputed = tiled_backward(q5, k4, v4, mask5, spec.causal, scale, out5, lse, None, dout5,
+                                Tiling(32, lk, KEY_BLOCK, True), tiles)
     for way, grads in (("saved P", saved), ("recomputed P", recomputed)):
         dq, dk, dv = grads[0].flatten(1, 2), grads[1].to(dtype), grads[2].to(dtype)
         for name, got, want, naive_err in zip(("dq", "dk", "dv"), (dq, dk, dv), ref_grads, naive_errs[1:]):
@@ -260,6 +264,7 @@ def test_fused_backward_from_its_saved_p_equals_the_recomputing_one(spec: Spec, 
 def test_fused_recomputes_p_when_one_tile_cannot_hold_it() -> None:
     """Past a CPU tile's 256 rows the forward returns the log-sum-exp, so the backward's memory stays O(L)."""
     q = torch.randn(1, 1, 1024, 16)
-    q5, k4, v4, _ = grouped(SDPAInputs(q, q, q))
-    out5, lse, p5 = fused_forward(q5, k4, v4, None, False, 0.25, True)
+    inp = SDPAInputs(q, q, q)
+    q5, k4, v4, _ = grouped(inp)
+    out5, lse, p5 = fused_forward(q5, k4, v4, None, False, 0.25, True, MaskTiles.of(inp))
     assert p5 is None and lse is not None and lse.shape == (1, 1, 1, 1024)

@@ -30,7 +30,7 @@ def _io_bytes(case: Case, itemsize: int) -> int:
 
 def point_bytes(impl: str, case: Case) -> int:
     """About the most memory `impl` holds running `case` (its inputs included)."""
-    io = _io_bytes(case, case.torch_dtype.itemsize)
+    io = _io_bytes(case, case.torch_dtype.itemsize) + case.mask_bytes()
     if impl in QUADRATIC:
         return io + QUADRATIC_BYTES_PER_SCORE[case.mode] * case.batch * case.heads_q * case.lq * case.lk
     return 3 * io + min(TILE_BYTES, 8 * case.batch * case.heads_q * case.lq * case.lk)
@@ -43,8 +43,7 @@ def reference_bytes(case: Case, grad_case: Case | None) -> int:
     g = case.heads_q // case.heads_kv
     wide = replace(case, heads_kv=case.heads_q) if g > 1 else case
     block = min(REFERENCE_CHUNK_BYTES, 8 * case.batch * case.heads_q * case.lq * case.lk)  # one block of scores
-    per_head = case.heads_q if case.mask == "alibi" else 1  # a bias per head is held in fp64 per head
-    total = 9 * per_head * case.lq * case.lk + _io_bytes(wide, 8) + 6 * block
+    total = 9 * case.lq * case.lk + case.mask_bytes() + _io_bytes(wide, 8) + 6 * block
     if grad_case is not None:
         total += 2 * _io_bytes(grad_case, 8)
     return total

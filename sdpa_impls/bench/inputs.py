@@ -40,6 +40,12 @@ class Inputs:
             return impl.prepare(**self.args(), structure=self.structure)
         return impl.prepare(**self.args())  # type: ignore[attr-defined]
 
+    def call(self, impl: object) -> torch.Tensor:
+        """One call of `impl` on these inputs, as `prepare` would time it (the drop-in call without a structure)."""
+        if self.structure is not None and isinstance(impl, Implementation):
+            return self.prepare(impl)()
+        return impl(**self.args())  # type: ignore[operator]
+
 
 def make_inputs(case: Case, device: str | torch.device, seed: int = 0) -> Inputs:
     """Standard-normal Q, K, V (never zeros), seeded by the case id so every implementation sees the same data."""

@@ -6,9 +6,10 @@ from collections.abc import Callable
 
 import torch
 
-from ._tiled.online_softmax import chunked_forward, fp16_in_fp32, tiled_attention
+from ._tiled.online_softmax import chunked_forward, fp16_in_fp32, plan_tiles, tiled_attention
 from ..protocol import Implementation, SDPAInputs, Support
 from ..registry import register
+from ._tiled.tilemap import MaskTiles, Tiling
 from ._tiled.tiles import fit_rows, score_tile_bytes
 
 # Query rows per tile. 128 rows keep the GEMMs efficient while a causal row of tiles wastes at most
@@ -34,6 +35,10 @@ class Chunked(Implementation):
     def prepare_inputs(self, inp: SDPAInputs) -> Callable[[], torch.Tensor]:
         q = inp.query
         k_tile = key_tile(q.device, q.shape[0] * q.shape[1], Q_TILE)
-        fwd = functools.partial(chunked_forward, q_tile=Q_TILE, k_tile=k_tile)
+        tiles = MaskTiles.of(inp)  # which tiles the mask leaves empty, full or partial: derived here, once
+        tiling = Tiling(Q_TILE, k_tile, k_tile, False)
+        if not inp.is_empty:  # the forward and the backward tile alike: one plan for both, built before any call
+            plan_tiles(tiles, tiling, q.shape[0], q.shape[1] // max(1, inp.key.shape[1]), q.device)
+        fwd = functools.partial(chunked_forward, q_tile=Q_TILE, k_tile=k_tile, tiles=tiles)
         widen = fp16_in_fp32(inp, k_tile)  # a key tile sums up to k_tile unnormalized P V terms
-        return lambda: tiled_attention(inp, fwd, Q_TILE, k_tile, widen)
+        return lambda: tiled_attention(inp, fwd, tiling, tiles, widen)

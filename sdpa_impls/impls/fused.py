@@ -1,15 +1,19 @@
 """fused: the fastest exact attention we write in plain PyTorch — query tiles, full-width rows, in-place softmax."""
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import torch
 
-from ._tiled.online_softmax import fp16_in_fp32, take, tiled_attention
+from ._tiled.online_softmax import fp16_in_fp32, plan_tiles, take, tiled_attention
 from ..protocol import Implementation, SDPAInputs, Support
 from ..registry import register
-from ._tiled.tiles import (NEG_INF, TileMasker, causal_key_end, empty_attention, fit_rows, flat, forward_views,
-                           group_heads, head_groups, rows3, score_tile_bytes, store_rows_)
+from ._tiled.tilemap import MaskTiles, Plan, Tiling
+from ._tiled.tiles import (NEG_INF, TileMasker, empty_attention, fit_rows, flat, forward_views, group_heads, rows3,
+                           score_tile_bytes, store_rows_)
+
+KEY_BLOCK = 64  # keys per block of the tile map: how finely a mask's empty and full keys are told apart
 
 
 def tile_shape(device: torch.device, b: int, hkv: int, g: int, lq: int, lk: int, itemsize: int) -> tuple[int, int]:
@@ -27,13 +31,21 @@ def tile_shape(device: torch.device, b: int, hkv: int, g: int, lq: int, lk: int,
     return rows, group_heads(device, b * hkv, rows * g * lk * itemsize)
 
 
+def fused_plan(tiles: MaskTiles, dev: torch.device, b: int, g: int, itemsize: int) -> tuple[int, Plan]:
+    """(query rows per tile, plan) of a fused forward whose score tiles hold `itemsize`-byte scores."""
+    rows, heads = tile_shape(dev, b, tiles.hkv, g, tiles.lq, tiles.lk, itemsize)
+    return rows, tiles.plan(Tiling(rows, tiles.lk, KEY_BLOCK, True), b, heads)
+
+
 def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: torch.Tensor | None,
-                  is_causal: bool, scale: float, with_lse: bool,
+                  is_causal: bool, scale: float, with_lse: bool, tiles: MaskTiles,
                   ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-    """Per query tile: S = scale·Q Kᵀ (one GEMM, input dtype), torch.softmax in place, O = P V (one GEMM).
+    """Per query tile: S = scale·Q Kᵀ (one GEMM per run of non-empty key blocks, input dtype), torch.softmax in
+    place, O = P V (one GEMM per run).
 
     torch's CPU/CUDA softmax kernel computes in fp32 internally and rounds P once, exactly as naive's
-    fp32 softmax followed by the cast. Causal tiles stop at their last row's key (no masked GEMM work).
+    fp32 softmax followed by the cast. Only the key blocks that `tiles`' plan keeps are computed (causal: none
+    past the tile's last row), and the mask is applied only to its partial blocks.
     Training (`with_lse`): when one score tile holds every head and row, that tile is P itself, and it is
     returned for the backward instead of the log-sum-exp (no recomputation, and no more memory than the tile
     the backward would allocate again); otherwise the log-sum-exp is returned. An fp32 copy of the tile is
@@ -43,8 +55,10 @@ def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: t
     lk, ev, dtype, dev = k4.shape[-2], v4.shape[-1], q5.dtype, q5.device
     float_mask = mask5 is not None and mask5.dtype != torch.bool
     half = dtype != torch.float32
-    rows, heads = tile_shape(dev, b, hkv, g, lq, lk, 4 if half and (with_lse or float_mask) else q5.element_size())
-    keep_p = with_lse and rows >= lq and heads >= b * hkv  # a single tile: P (B·Hkv, G·Lq, keys)
+    rows, plan = fused_plan(tiles, dev, b, g, 4 if half and (with_lse or float_mask) else q5.element_size())
+    heads = plan.max_heads
+    first = plan.tiles[0][0]
+    keep_p = with_lse and rows >= lq and len(plan.groups) == 1 and len(first) == 1 and first[0].j0 == 0
     with_lse = with_lse and not keep_p
     need_f32 = half and (with_lse or float_mask)
     out = torch.empty((b, hkv, g, lq, ev), dtype=dtype, device=dev)
@@ -54,17 +68,27 @@ def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: t
     fbuf = torch.empty(heads * g * rows * lk, dtype=torch.float32, device=dev) if need_f32 else sbuf
     obuf = torch.empty(heads * g * rows * ev, dtype=dtype, device=dev)  # a contiguous GEMM output is faster
     # than writing into the strided rows of `out` (fp32, L=2048, E=64: 25 vs 30 ms for all P V GEMMs)
-    for bs, hs in head_groups(b, hkv, heads):
+    for (bs, hs), key_rows in zip(plan.groups, plan.tiles):
         q4, out4, kt3, v3, mask_g = forward_views(q5, k4, v4, out, mask5, bs, hs)
         n = q4.shape[0]
-        for i0 in range(0, lq, rows):
+        for i0, key_tiles in zip(range(0, lq, rows), key_rows):
             i1 = min(lq, i0 + rows)
             m = g * (i1 - i0)
-            k_end = causal_key_end(is_causal, i1, lk)  # causal: keys past the tile's last row are never read
-            sd = take(sbuf, n, m, k_end)  # (heads, G·rows, keys)
-            torch.baddbmm(sd, rows3(q4, i0, i1), kt3[..., :k_end], beta=0, alpha=scale, out=sd)
-            s = take(fbuf, n, m, k_end).copy_(sd) if need_f32 else sd
-            masker.apply_(s, mask_g, i0, i1, 0, k_end)
+            if not key_tiles:  # every key of these rows is masked: zeros, log-sum-exp -inf
+                out4[:, :, i0:i1] = 0
+                if lse is not None:
+                    flat(lse, bs, hs)[:, :, i0:i1] = NEG_INF
+                continue
+            cols = [0]  # where each key tile's columns start in the score tile
+            for kt in key_tiles:
+                cols.append(cols[-1] + kt.j1 - kt.j0)
+            sd = take(sbuf, n, m, cols[-1])  # (heads, G·rows, keys of the plan)
+            qt = rows3(q4, i0, i1)
+            for kt, c in zip(key_tiles, cols):
+                _scores_into(sd, c, qt, kt3[..., kt.j0:kt.j1], scale)
+            s = take(fbuf, n, m, cols[-1]).copy_(sd) if need_f32 else sd
+            for kt, c in zip(key_tiles, cols):
+                masker.apply_ranges_(s[..., c:c + kt.j1 - kt.j0], mask_g, i0, i1, kt.j0, kt.masked)
             row_max = s.amax(dim=-1, keepdim=True) if (with_lse or mask5 is not None) else None
             p = torch.softmax(s, dim=-1, out=s)
             if p.dtype != dtype:
@@ -72,7 +96,10 @@ def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: t
             dead = None if row_max is None else row_max == NEG_INF  # every key masked: softmax gave NaN
             if keep_p and mask5 is not None:
                 p.masked_fill_(dead, 0.0)  # the backward reads P: those rows attend to nothing
-            o = torch.bmm(p, v3[:, :k_end], out=take(obuf, n, m, ev))  # (heads, G·rows, Ev)
+            o = take(obuf, n, m, ev)  # (heads, G·rows, Ev)
+            for t, (kt, c) in enumerate(zip(key_tiles, cols)):
+                pv = (p[..., c:c + kt.j1 - kt.j0], v3[:, kt.j0:kt.j1])
+                torch.bmm(*pv, out=o) if t == 0 else o.baddbmm_(*pv)
             if dead is not None:
                 if mask5 is not None and not keep_p:
                     o.masked_fill_(dead, 0.0)  # the answer is zeros
@@ -80,8 +107,15 @@ def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: t
                     lse_t = torch.where(dead, NEG_INF, row_max.float() - torch.log(s.amax(dim=-1, keepdim=True)))
                     store_rows_(flat(lse, bs, hs).unsqueeze(-1), i0, i1, lse_t)
             store_rows_(out4, i0, i1, o)
-    k_end = causal_key_end(is_causal, lq, lk)
-    return out, lse, sbuf[:b * hkv * g * lq * k_end].view(b, hkv, g, lq, k_end) if keep_p else None
+    p_keys = first[0].j1 if keep_p else 0
+    return out, lse, sbuf[:b * hkv * g * lq * p_keys].view(b, hkv, g, lq, p_keys) if keep_p else None
+
+
+def _scores_into(sd: torch.Tensor, c: int, qt: torch.Tensor, kt: torch.Tensor, scale: float) -> None:
+    """scale · Q Kᵀ into columns c: of the score tile `sd` (with several runs of keys side by side, a strided
+    destination, which torch fills through a copy)."""
+    dst = sd if c == 0 and kt.shape[-1] == sd.shape[-1] else sd[..., c:c + kt.shape[-1]]
+    torch.baddbmm(dst, qt, kt, beta=0, alpha=scale, out=dst)
 
 
 @register
@@ -97,7 +131,15 @@ class Fused(Implementation):
         if inp.is_empty:
             return lambda: empty_attention(inp)
         q, k = inp.query, inp.key
-        b, hkv, lk = k.shape[0], k.shape[1], k.shape[2]
-        rows, _ = tile_shape(q.device, b, hkv, q.shape[1] // hkv, q.shape[2], lk, 4)
+        b, g, dev = k.shape[0], q.shape[1] // k.shape[1], q.device
+        tiles = MaskTiles.of(inp)  # which tiles the mask leaves empty, full or partial: derived here, once
         widen = fp16_in_fp32(inp, 1)  # P is normalized before P V: each output is bounded by max|v|
-        return lambda: tiled_attention(inp, fused_forward, rows, lk, widen)  # backward: full-width key tiles
+        half = q.dtype != torch.float32 and not widen
+        float_mask = inp.mask_kind == "float"
+        fused_plan(tiles, dev, b, g, 4 if half and (inp.needs_grad or float_mask) else (2 if half else 4))
+        rows, _ = tile_shape(dev, b, k.shape[1], g, q.shape[2], k.shape[2], 4)
+        tiling = Tiling(rows, k.shape[2], KEY_BLOCK, True)  # backward: full-width rows of key blocks
+        if inp.needs_grad:
+            plan_tiles(tiles, tiling, b, g, dev)
+        forward = functools.partial(fused_forward, tiles=tiles)
+        return lambda: tiled_attention(inp, forward, tiling, tiles, widen)

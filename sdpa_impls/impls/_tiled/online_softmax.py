@@ -16,8 +16,8 @@ from dataclasses import replace
 import torch
 
 from ...protocol import SDPAInputs
-from .tiles import (TileMasker, causal_key_end, empty_attention, flat, forward_views, group_heads, grouped,
-                    head_groups, rows3, store_rows_)
+from .tilemap import KeyTile, MaskTiles, Plan, Tiling
+from .tiles import NEG_INF, TileMasker, empty_attention, flat, forward_views, group_heads, grouped, rows3, store_rows_
 
 # (q5, k4, v4, mask5, is_causal, scale, with_lse) -> (out5 (B, Hkv, G, Lq, Ev), lse (B, Hkv, G, Lq) fp32 or None,
 # P (B, Hkv, G, Lq, keys) in the input dtype or None); with_lse asks for one of lse and P, for the backward
@@ -36,37 +36,52 @@ def take(buf: torch.Tensor, *shape: int) -> torch.Tensor:
     return buf[:n].view(shape)
 
 
+def plan_tiles(tiles: MaskTiles, tiling: Tiling, b: int, g: int, dev: torch.device) -> Plan:
+    """The plan a tiled loop of `tiling` follows (query and key tiles clipped to the call's lengths), for head
+    groups whose fp32 score tiles fit the cache. `prepare_inputs` calls it first, so a timed call finds it built."""
+    q_tile, k_tile = min(tiling.q_tile, tiles.lq), min(tiling.k_tile, tiles.lk)
+    k_block = k_tile if not tiling.merge_runs else tiling.k_block
+    clipped = Tiling(q_tile, k_tile, k_block, tiling.merge_runs)
+    return tiles.plan(clipped, b, group_heads(dev, b * tiles.hkv, g * q_tile * k_tile * 4))
+
+
 def chunked_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: torch.Tensor | None,
-                    is_causal: bool, scale: float, with_lse: bool, q_tile: int, k_tile: int,
+                    is_causal: bool, scale: float, with_lse: bool, q_tile: int, k_tile: int, tiles: MaskTiles,
                     ) -> tuple[torch.Tensor, torch.Tensor | None, None]:
-    """Query tiles × key tiles with a running max and sum; never more than one (q_tile × k_tile) score tile."""
+    """Query tiles × key tiles with a running max and sum; never more than one (q_tile × k_tile) score tile.
+    Only the key tiles of `tiles`' plan are computed; the mask is applied only where the plan says."""
     b, hkv, g, lq, e = q5.shape
     lk, ev, dtype, dev = k4.shape[-2], v4.shape[-1], q5.dtype, q5.device
     half = dtype != torch.float32
     q_tile, k_tile = min(q_tile, lq), min(k_tile, lk)
-    heads = group_heads(dev, b * hkv, g * q_tile * k_tile * 4)
+    plan = plan_tiles(tiles, Tiling(q_tile, k_tile, k_tile, False), b, g, dev)
+    heads = plan.max_heads
     out = torch.empty((b, hkv, g, lq, ev), dtype=dtype, device=dev)
     lse = torch.empty((b, hkv, g, lq), dtype=torch.float32, device=dev) if with_lse else None
     sbuf = torch.empty(heads * g * q_tile * k_tile, dtype=dtype, device=dev)  # S, then P, in the input dtype
     pbuf = torch.empty_like(sbuf, dtype=torch.float32) if half else sbuf  # fp32 P
     abuf = torch.empty(heads * g * q_tile * ev, dtype=torch.float32, device=dev)  # output accumulator
     masker = TileMasker(mask5, is_causal, q_tile, dev)
-    for bs, hs in head_groups(b, hkv, heads):
+    for (bs, hs), key_rows in zip(plan.groups, plan.tiles):
         q4, out4, kt3, v3, mask_g = forward_views(q5, k4, v4, out, mask5, bs, hs)
         n = q4.shape[0]
-        for i0 in range(0, lq, q_tile):
+        for i0, key_tiles in zip(range(0, lq, q_tile), key_rows):
             i1 = min(lq, i0 + q_tile)
             m = g * (i1 - i0)
+            if not key_tiles:  # every key of these rows is masked: zeros, log-sum-exp -inf
+                out4[:, :, i0:i1] = 0
+                if lse is not None:
+                    flat(lse, bs, hs)[:, :, i0:i1] = NEG_INF
+                continue
             qt = rows3(q4, i0, i1)  # (heads, G·rows, E)
             run_max = run_sum = None
             acc = take(abuf, n, m, ev)  # fp32 (heads, G·rows, Ev)
-            k_end = causal_key_end(is_causal, i1, lk)
-            for j0 in range(0, k_end, k_tile):
-                j1 = min(k_end, j0 + k_tile)
+            for kt in key_tiles:
+                j0, j1 = kt.j0, kt.j1
                 sd, p = take(sbuf, n, m, j1 - j0), take(pbuf, n, m, j1 - j0)  # (heads, G·rows, keys)
                 torch.baddbmm(sd, qt, kt3[..., j0:j1], beta=0, alpha=scale, out=sd)
                 s = p.copy_(sd) if masker.float_mask and half else sd  # a float mask is added in fp32, as naive does
-                masker.apply_(s, mask_g, i0, i1, j0, j1)
+                masker.apply_ranges_(s, mask_g, i0, i1, j0, kt.masked)
                 new_max = s.amax(dim=-1, keepdim=True).float()
                 if run_max is not None:
                     new_max = torch.maximum(run_max, new_max)
@@ -91,14 +106,15 @@ def chunked_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5:
 
 def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: torch.Tensor | None,
                    is_causal: bool, scale: float, out5: torch.Tensor, lse: torch.Tensor | None,
-                   p5: torch.Tensor | None, dout5: torch.Tensor, q_tile: int, k_tile: int,
+                   p5: torch.Tensor | None, dout5: torch.Tensor, tiling: Tiling, tiles: MaskTiles,
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq (B, Hkv, G, Lq, E), dk, dv (B, Hkv, Lk, ·) fp32 by recomputing P = exp(S - lse) tile by tile, or
-    reading it from the forward's P (`p5`, input dtype, needs k_tile >= Lk).
+    reading it from the forward's P (`p5`, input dtype, keys 0:p5.shape[-1], one query tile of every row).
 
-    dk and dv accumulate in fp32 (O(L)); dq is written once per query tile when one key tile spans
-    all keys (fused), else accumulated in an fp32 tile. dS = P ⊙ (dP − D) in fp32, where dP − D must be
-    formed consistently, or a row that attends to a single key (P = 1, true dS = 0) gets a rounding error:
+    Only the key tiles of `tiles`' plan are computed. dk and dv accumulate in fp32 (O(L)); dq is written once
+    per query tile when one key tile holds all of its keys (fused), else accumulated in an fp32 tile.
+    dS = P ⊙ (dP − D) in fp32, where dP − D must be formed consistently, or a row that attends to a single
+    key (P = 1, true dS = 0) gets a rounding error:
     - the row's keys fit one key tile (always in fused): D = rowsum(P ⊙ dP) from the very dP, rounded to the
       input dtype, that dS uses (naive's softmax backward does the same); such a row gets dS = 0 exactly;
     - they span several: D = rowsum(dO ⊙ O) in fp32 (FlashAttention's), against dP computed in fp32.
@@ -106,12 +122,14 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
     b, hkv, g, lq, e = q5.shape
     lk, ev, dtype, dev = k4.shape[-2], v4.shape[-1], q5.dtype, q5.device
     half = dtype != torch.float32
-    q_tile, k_tile = min(q_tile, lq), min(k_tile, lk)
-    heads = group_heads(dev, b * hkv, g * q_tile * k_tile * 4)
-    assert p5 is None or k_tile >= lk, "a saved P is read a whole row at a time"
+    q_tile, k_tile = min(tiling.q_tile, lq), min(tiling.k_tile, lk)
+    plan = plan_tiles(tiles, tiling, b, g, dev)
+    heads = plan.max_heads
+    p_keys = None if p5 is None else (KeyTile(0, p5.shape[-1]),)  # the saved P is final: no mask to apply
+    assert p5 is None or q_tile >= lq, "a saved P is read a whole row at a time"
     lse5 = None if lse is None else finite_or_zero(lse).unsqueeze(-1)  # fully masked rows: all scores -inf, P = 0
     delta = v32 = None
-    if k_tile < lk:  # some rows span several key tiles
+    if p5 is None and plan.multi_tile():  # some rows span several key tiles
         delta = (dout5.float() * out5.float()).sum(dim=-1, keepdim=True)  # (B, Hkv, G, Lq, 1)
         v32 = v4.float()  # (B, Hkv, Lk, Ev), a copy only for half types
     dq = torch.empty(q5.shape, dtype=dtype, device=dev)
@@ -123,7 +141,7 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
     pbuf = torch.empty(tile, dtype=torch.float32, device=dev) if half else sbuf  # fp32 P
     dsbuf = torch.empty(tile, dtype=torch.float32, device=dev) if half else dpbuf  # fp32 dS
     masker = TileMasker(mask5, is_causal, q_tile, dev)
-    for bs, hs in head_groups(b, hkv, heads):
+    for (bs, hs), key_rows in zip(plan.groups, plan.tiles):
         q4, do4, dq4 = flat(q5, bs, hs), flat(dout5, bs, hs), flat(dq, bs, hs)  # (heads, G, L, ·)
         k3, v3 = flat(k4, bs, hs), flat(v4, bs, hs)  # (heads, Lk, E), (heads, Lk, Ev)
         dk3, dv3 = flat(dk, bs, hs), flat(dv, bs, hs)
@@ -131,29 +149,32 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
         p4 = None if p5 is None else flat(p5, bs, hs)  # (heads, G, Lq, keys)
         mask_g = None if mask5 is None else mask5[bs, hs]
         n = q4.shape[0]
-        for i0 in range(0, lq, q_tile):
+        for i0, key_tiles in zip(range(0, lq, q_tile), key_rows):
             i1 = min(lq, i0 + q_tile)
             m = g * (i1 - i0)
+            key_tiles = p_keys or key_tiles
+            if not key_tiles:  # every key masked: no gradient reaches these queries
+                dq4[:, :, i0:i1] = 0
+                continue
             qt, dot = rows3(q4, i0, i1), rows3(do4, i0, i1)  # (heads, G·rows, E), (heads, G·rows, Ev)
             lse_t = None if lse4 is None else rows3(lse4, i0, i1)  # (heads, G·rows, 1)
-            k_end = causal_key_end(is_causal, i1, lk)
-            one_tile = k_tile >= k_end
+            one_tile = len(key_tiles) == 1
             dq_acc = delta_t = dot32 = v32_3 = None
             if not one_tile:
                 dq_acc = torch.zeros((n, m, e), dtype=torch.float32, device=dev)
                 delta_t = rows3(flat(delta, bs, hs), i0, i1)  # (heads, G·rows, 1)
                 dot32, v32_3 = dot.float(), flat(v32, bs, hs)  # fp32 operands of dP
-            for j0 in range(0, k_end, k_tile):
-                j1 = min(k_end, j0 + k_tile)
+            for kt in key_tiles:
+                j0, j1 = kt.j0, kt.j1
                 dp, ds = take(dpbuf, n, m, j1 - j0), take(dsbuf, n, m, j1 - j0)
-                if p4 is not None:  # the forward's P: rows i0:i1, keys 0:k_end
-                    pd = rows3(p4, i0, i1)[..., :k_end]
-                    p = take(pbuf, n, m, k_end).copy_(pd) if half else pd
+                if p4 is not None:  # the forward's P: rows i0:i1, keys j0:j1
+                    pd = rows3(p4, i0, i1)[..., j0:j1]
+                    p = take(pbuf, n, m, j1 - j0).copy_(pd) if half else pd
                 else:
                     sd, p = take(sbuf, n, m, j1 - j0), take(pbuf, n, m, j1 - j0)
                     torch.baddbmm(sd, qt, k3[:, j0:j1].transpose(1, 2), beta=0, alpha=scale, out=sd)
                     s = p.copy_(sd) if masker.float_mask and half else sd
-                    masker.apply_(s, mask_g, i0, i1, j0, j1)
+                    masker.apply_ranges_(s, mask_g, i0, i1, j0, kt.masked)
                     torch.sub(s, lse_t, out=p).exp_()  # P (heads, G·rows, keys) in fp32
                     pd = sd.copy_(p) if half else p  # P in the input dtype for the GEMMs
                 _accumulate(dv3[:, j0:j1], pd.transpose(1, 2), dot, 1.0, half)  # dV += Pᵀ dO
@@ -193,21 +214,21 @@ class TiledAttention(torch.autograd.Function):
     """Any forward that returns (out, lse, P), with the tiled backward (recomputing P from lse, or reading P)."""
 
     @staticmethod
-    def forward(ctx, query, key, value, attn_mask, is_causal, scale, forward_fn, q_tile, k_tile):  # type: ignore[override]
+    def forward(ctx, query, key, value, attn_mask, is_causal, scale, forward_fn, tiling, tiles):  # type: ignore[override]
         inp = SDPAInputs(query, key, value, attn_mask, 0.0, is_causal, scale, True)
         q5, k4, v4, mask5 = grouped(inp)
         out5, lse, p5 = forward_fn(q5, k4, v4, mask5, is_causal, scale, True)
         ctx.save_for_backward(query, key, value, attn_mask, out5, lse, p5)
-        ctx.meta = (is_causal, scale, q_tile, k_tile)
+        ctx.meta = (is_causal, scale, tiling, tiles)
         return out5.flatten(1, 2)  # (B, Hq, Lq, Ev)
 
     @staticmethod
     def backward(ctx, dout):  # type: ignore[override]
         query, key, value, attn_mask, out5, lse, p5 = ctx.saved_tensors
-        is_causal, scale, q_tile, k_tile = ctx.meta
+        is_causal, scale, tiling, tiles = ctx.meta
         q5, k4, v4, mask5 = grouped(SDPAInputs(query, key, value, attn_mask, 0.0, is_causal, scale, True))
         dout5 = dout.unflatten(1, out5.shape[1:3])  # (B, Hkv, G, Lq, Ev)
-        dq, dk, dv = tiled_backward(q5, k4, v4, mask5, is_causal, scale, out5, lse, p5, dout5, q_tile, k_tile)
+        dq, dk, dv = tiled_backward(q5, k4, v4, mask5, is_causal, scale, out5, lse, p5, dout5, tiling, tiles)
         return (dq.flatten(1, 2), dk.to(key.dtype), dv.to(value.dtype),
                 None, None, None, None, None, None)
 
@@ -240,9 +261,10 @@ def fp16_may_overflow(inp: SDPAInputs, keys_summed: int) -> bool:
     return not max(score, keys_summed * v) < FP16_MAX / 2
 
 
-def tiled_attention(inp: SDPAInputs, forward_fn: ForwardFn, q_tile: int, k_tile: int,
+def tiled_attention(inp: SDPAInputs, forward_fn: ForwardFn, tiling: Tiling, tiles: MaskTiles,
                     widen_fp16: bool = False) -> torch.Tensor:
-    """Run `forward_fn`; when gradients are needed, wrap it in the tiled backward.
+    """Run `forward_fn`; when gradients are needed, wrap it in the tiled backward, tiled as `tiling` says and
+    skipping what `tiles` (built from this call's mask) says is empty.
 
     `widen_fp16` (see `fp16_in_fp32`): an fp16 call runs in fp32 and is rounded once at the end.
     """
@@ -252,10 +274,10 @@ def tiled_attention(inp: SDPAInputs, forward_fn: ForwardFn, q_tile: int, k_tile:
         mask = inp.attn_mask
         mask = mask.float() if mask is not None and mask.is_floating_point() else mask
         up = replace(inp, query=inp.query.float(), key=inp.key.float(), value=inp.value.float(), attn_mask=mask)
-        return tiled_attention(up, forward_fn, q_tile, k_tile).to(torch.float16)
+        return tiled_attention(up, forward_fn, tiling, tiles).to(torch.float16)
     scale = inp.softmax_scale
     if not (inp.needs_grad and torch.is_grad_enabled()):
         q5, k4, v4, mask5 = grouped(inp)
         return forward_fn(q5, k4, v4, mask5, inp.is_causal, scale, False)[0].flatten(1, 2)
     return TiledAttention.apply(inp.query, inp.key, inp.value, inp.attn_mask, inp.is_causal, scale,
-                                forward_fn, q_tile, k_tile)
+                                forward_fn, tiling, tiles)

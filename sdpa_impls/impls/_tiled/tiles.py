@@ -121,6 +121,13 @@ class TileMasker:
             c0 = max(j0, i0 + 1)  # key i0 is kept by every row of the tile
             s4[..., c0 - j0:].add_(self._upper_bias(s4.dtype)[: i1 - i0, c0 - i0: j1 - i0])
 
+    def apply_ranges_(self, s3: torch.Tensor, mask5: torch.Tensor | None, i0: int, i1: int, j0: int,
+                      ranges: tuple[tuple[int, int], ...]) -> None:
+        """`apply_` on the key ranges (a, b) of a score tile whose columns start at key j0: a tile map's partial
+        blocks; its full blocks are left alone."""
+        for a, b in ranges:
+            self.apply_(s3[..., a - j0: b - j0], mask5, i0, i1, a, b)
+
 
 def head_groups(b: int, hkv: int, size: int) -> list[tuple[slice, slice]]:
     """(batch, kv-head) blocks of about `size` kv heads: whole batches, or a head range inside one batch,

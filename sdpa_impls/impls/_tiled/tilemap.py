@@ -1,0 +1,204 @@
+"""Which score tiles a mask leaves empty, full or partial, derived once per call from the dense mask and causal
+flag (never from a structure's name), and the per-tile plan the tiled kernels follow: skip empty tiles, mask only
+partial ones.
+
+A plan lists, for each head group and query tile, the key tiles to compute as `KeyTile(j0, j1, masked)`: keys
+j0:j1, and the sub-ranges of them where the mask (and the causal diagonal) must still be applied. Keys of empty
+tiles never appear, so a sliding window costs O(L·W), packed documents O(Σ nᵢ²), a padded batch nothing past
+each row's length.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from ...protocol import SDPAInputs
+from .tiles import head_groups
+
+EMPTY, PARTIAL, FULL = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class KeyTile:
+    """Keys j0:j1 of one query tile, and the (a, b) key ranges inside them that still need the mask applied."""
+
+    j0: int
+    j1: int
+    masked: tuple[tuple[int, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The key tiles of every (head group, query tile): `tiles[g][t]`, for `groups[g]` and query rows
+    t·q_tile : (t+1)·q_tile."""
+
+    q_tile: int
+    groups: tuple[tuple[slice, slice], ...]
+    tiles: tuple[tuple[tuple[KeyTile, ...], ...], ...]
+
+    @property
+    def max_heads(self) -> int:
+        """The most (batch, kv head) pairs in one group: what a group's buffers must hold."""
+        return max((bs.stop - bs.start) * (hs.stop - hs.start) for bs, hs in self.groups)
+
+    def multi_tile(self) -> bool:
+        """Whether some query tile spans several key tiles (the backward then needs its D = rowsum(dO ⊙ O))."""
+        return any(len(row) > 1 for group in self.tiles for row in group)
+
+
+def _blocks(x: torch.Tensor, size: int, reduce: str) -> torch.Tensor:
+    """any/all over consecutive blocks of `size` along the last dim (the last block may be shorter)."""
+    n = x.shape[-1]
+    full = n // size * size
+    parts = []
+    if full:
+        parts.append(getattr(x[..., :full].reshape(*x.shape[:-1], full // size, size), reduce)(dim=-1))
+    if full < n:
+        parts.append(getattr(x[..., full:], reduce)(dim=-1, keepdim=True))
+    return torch.cat(parts, dim=-1)
+
+
+def block_states(mask: torch.Tensor | None, is_causal: bool, hkv: int, lq: int, lk: int,
+                 q_block: int, k_block: int) -> torch.Tensor:
+    """EMPTY / PARTIAL / FULL for every (mask batch, kv head, query block, key block): (Bm, Hm, nQ, nK) uint8 on
+    the CPU, where Bm and Hm are 1 where the mask broadcasts. A bool mask is read once, a query block at a time
+    (O(q_block · Lk) temporaries); a float mask has no empty tiles and is applied everywhere (PARTIAL); top-left
+    causal empties the tiles above the diagonal and makes the ones it crosses PARTIAL."""
+    nq, nk = math.ceil(lq / q_block), math.ceil(lk / k_block)
+    if mask is None or mask.dtype != torch.bool:
+        states = torch.full((1, 1, nq, nk), FULL if mask is None else PARTIAL, dtype=torch.uint8)
+    else:
+        m4 = mask[(None,) * (4 - mask.dim())]  # (Bm, Hq or 1, Lq or 1, Lk or 1)
+        bm, hm = m4.shape[0], m4.shape[1]
+        hg = hkv if hm > 1 else 1
+        m5 = m4.unflatten(1, (hg, hm // hg))  # (Bm, Hg, G, Lq|1, Lk|1): the G query heads of a kv head together
+        any_k = torch.empty((bm, hg, nq, nk), dtype=torch.bool)
+        all_k = torch.empty((bm, hg, nq, nk), dtype=torch.bool)
+        for t in range(nq):
+            rows = m5[..., t * q_block: min(lq, (t + 1) * q_block), :] if m5.shape[-2] > 1 else m5
+            for reduce, out in (("any", any_k), ("all", all_k)):
+                cols = getattr(getattr(rows, reduce)(dim=-2), reduce)(dim=2)  # (Bm, Hg, Lk|1)
+                out[:, :, t] = _blocks(cols.expand(bm, hg, lk), k_block, reduce).cpu()
+        states = torch.where(all_k, FULL, torch.where(any_k, PARTIAL, EMPTY)).to(torch.uint8)
+    if is_causal:
+        i0 = torch.arange(nq)[:, None] * q_block
+        i1 = torch.clamp(i0 + q_block, max=lq)
+        j0 = torch.arange(nk)[None, :] * k_block
+        j1 = torch.clamp(j0 + k_block, max=lk)
+        above = j0 >= i1  # every key after every row of the tile
+        crosses = (j1 - 1 > i0) & ~above
+        states = torch.where(above, EMPTY, torch.where(crosses & (states == FULL), PARTIAL, states)).to(torch.uint8)
+    return states
+
+
+def _runs(flags: list[bool], k_block: int, lk: int, k_end: int) -> list[tuple[int, int]]:
+    """Key ranges of the maximal runs of True blocks, clipped to keys < k_end."""
+    out: list[tuple[int, int]] = []
+    for j, on in enumerate(flags):
+        a, b = j * k_block, min(lk, (j + 1) * k_block, k_end)
+        if not on or a >= b:
+            continue
+        if out and out[-1][1] == a:
+            out[-1] = (out[-1][0], b)
+        else:
+            out.append((a, b))
+    return out
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """How a kernel tiles a call: query rows per tile, the widest key tile its buffers hold, the key block the map
+    is kept at, and whether adjacent non-empty blocks merge into one key tile."""
+
+    q_tile: int
+    k_tile: int
+    k_block: int
+    merge_runs: bool
+
+
+@dataclass
+class TileMap:
+    """The block states of one call's mask for one (q_block, k_block) tiling, and its plans per head grouping.
+
+    `merge_runs`: one KeyTile per maximal run of non-empty key blocks (fused: a whole row of keys per GEMM),
+    else one KeyTile per key block (chunked: online softmax over key tiles).
+    """
+
+    states: torch.Tensor
+    is_causal: bool
+    lq: int
+    lk: int
+    q_block: int
+    k_block: int
+    merge_runs: bool
+    _plans: dict[tuple, Plan] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, mask: torch.Tensor | None, is_causal: bool, hkv: int, lq: int, lk: int, q_block: int,
+              k_block: int, merge_runs: bool) -> TileMap:
+        return cls(block_states(mask, is_causal, hkv, lq, lk, q_block, k_block), is_causal, lq, lk, q_block,
+                   k_block, merge_runs)
+
+    @property
+    def per_batch(self) -> bool:
+        """Whether the tiles differ between batch rows (a padded batch): head groups then stay in one row."""
+        return self.states.shape[0] > 1
+
+    def group_size(self, heads: int, hkv: int) -> int:
+        """`heads` kv heads per group, at most one batch row's when the tiles differ per row."""
+        return min(heads, hkv) if self.per_batch else heads
+
+    def plan(self, groups: list[tuple[slice, slice]]) -> Plan:
+        """The key tiles of each group's query tiles (cached per grouping: build it before timing)."""
+        key = tuple((g[0].start, g[0].stop, g[1].start, g[1].stop) for g in groups)
+        if key not in self._plans:
+            self._plans[key] = Plan(self.q_block, tuple(groups), tuple(self._group(bs, hs) for bs, hs in groups))
+        return self._plans[key]
+
+    def _group(self, bs: slice, hs: slice) -> tuple[tuple[KeyTile, ...], ...]:
+        s = self.states
+        part = s[bs if s.shape[0] > 1 else slice(0, 1), hs if s.shape[1] > 1 else slice(0, 1)]
+        hi = part.amax(dim=(0, 1))  # EMPTY only where every head of the group is empty
+        lo = part.amin(dim=(0, 1))  # FULL only where every head is full
+        merged = torch.where(hi == EMPTY, EMPTY, torch.where(lo == FULL, FULL, PARTIAL)).tolist()
+        rows = []
+        for t, row in enumerate(merged):
+            k_end = min(self.lk, self.lq, (t + 1) * self.q_block) if self.is_causal else self.lk
+            live = [x != EMPTY for x in row]
+            partial = [x == PARTIAL for x in row]
+            spans = _runs(live, self.k_block, self.lk, k_end) if self.merge_runs else [
+                (j * self.k_block, min(self.lk, (j + 1) * self.k_block, k_end)) for j, on in enumerate(live)
+                if on and j * self.k_block < k_end]
+            masked = _runs(partial, self.k_block, self.lk, k_end)
+            rows.append(tuple(KeyTile(a, b, tuple((max(a, c), min(b, d)) for c, d in masked if c < b and d > a))
+                              for a, b in spans))
+        return tuple(rows)
+
+
+class MaskTiles:
+    """One call's mask and causal flag, with its TileMaps built on first use per tiling (build them in
+    `prepare_inputs`, so a timed call only looks them up)."""
+
+    def __init__(self, mask: torch.Tensor | None, is_causal: bool, hkv: int, lq: int, lk: int) -> None:
+        self.mask, self.is_causal, self.hkv, self.lq, self.lk = mask, is_causal, hkv, lq, lk
+        self._maps: dict[tuple[int, int, bool], TileMap] = {}
+
+    @classmethod
+    def of(cls, inp: SDPAInputs) -> MaskTiles:
+        """The tiles of one call's mask (as the drop-in call gives it) and causal flag."""
+        hkv = inp.key.shape[1]
+        return cls(inp.attn_mask, inp.is_causal, hkv, inp.query.shape[2], inp.key.shape[2])
+
+    def get(self, q_block: int, k_block: int, merge_runs: bool) -> TileMap:
+        key = (q_block, k_block, merge_runs)
+        if key not in self._maps:
+            self._maps[key] = TileMap.build(self.mask, self.is_causal, self.hkv, self.lq, self.lk, q_block, k_block,
+                                            merge_runs)
+        return self._maps[key]
+
+    def plan(self, tiling: Tiling, b: int, heads: int) -> Plan:
+        """The plan of `tiling` for groups of about `heads` kv heads (one batch row's at most, where tiles differ)."""
+        tm = self.get(tiling.q_tile, tiling.k_block, tiling.merge_runs)
+        return tm.plan(head_groups(b, self.hkv, tm.group_size(heads, self.hkv)))
