@@ -268,11 +268,17 @@ def test_torch_sdpa_varlen_needs_documents_and_otherwise_says_torchs_reason() ->
     window = context("window-1", "fp32").inputs
     assert varlen.not_supported_reasons(SDPAInputs(**window.args(), structure=window.structure))[0].startswith(
         "needs a packed-documents structure")
-    docs = context("documents-B2", "fp32").inputs
-    reasons = varlen.not_supported_reasons(SDPAInputs(**docs.args(), structure=docs.structure))
+    docs = context("documents-B2", "fp32")
+    reasons = docs.inputs.reasons(varlen)  # as the measuring code asks: with the structure
     source = inspect.getsource(torch.nested._internal.sdpa)
     for reason in reasons:  # where torch refuses, its own words; where it runs, the fp64 test above checks it
         assert reason in source or reason.startswith("No viable backend"), reason
+    if reasons:
+        from sdpa_impls.bench.measure import prepare_point
+
+        with pytest.raises(Unsupported) as refused:
+            prepare_point("torch_sdpa_varlen", docs)
+        assert refused.value.reasons == reasons
 
 
 # -- the report ------------------------------------------------------------------------------------------------
