@@ -157,6 +157,21 @@ class Structure:
             out[h] = distance * -slope
         return out
 
+    def describe(self) -> str:
+        """One line for a report: what the structure keeps, with its seeded lengths or slopes summarized."""
+        if self.kind == "window":
+            return f"sliding window: each query sees itself and the {self.spec.param - 1} keys before it"
+        if self.kind == "prefix":
+            return f"prefix-LM: every query sees the first {self.spec.param} keys, causal after them"
+        if self.kind == "alibi":
+            return f"ALiBi bias -slope·|i - j| per query head, slopes {self.slopes[0]:.3g} to {self.slopes[-1]:.3g}"
+        n = self.lengths
+        span = f"{min(n)} to {max(n)}, mean {sum(n) / len(n):.0f}"
+        if self.kind == "documents":
+            return f"{len(n)} packed documents of {span} tokens, causal inside each"
+        return (f"{len(n)} rows of {span} KV tokens padded to {self.lk}; the {self.lq} queries are each row's last "
+                "tokens (bottom-right causal)")
+
     def sliced(self, batch: int, heads_q: int) -> Structure:
         """The structure of the first `batch` rows and `heads_q` query heads (a gradient-check slice)."""
         lengths = self.lengths[:batch] if self.kind == "padding" else self.lengths

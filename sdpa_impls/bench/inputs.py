@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from ..masks import Structure
-from ..protocol import Implementation
+from ..protocol import Implementation, SDPAInputs
 from .grid import Case
 
 
@@ -31,6 +31,13 @@ class Inputs:
     def args(self) -> dict:
         return {"query": self.query, "key": self.key, "value": self.value, "attn_mask": self.attn_mask,
                 "is_causal": self.is_causal, "enable_gqa": self.enable_gqa}
+
+    def reasons(self, impl: object) -> list[str]:
+        """Why `impl` cannot run these inputs here (empty when it can), asked as `prepare` will call it: with the
+        mask's structure for an `Implementation`, whose answer may depend on it (a native form, or none)."""
+        if self.structure is not None and isinstance(impl, Implementation):
+            return impl.not_supported_reasons(SDPAInputs(**self.args(), structure=self.structure))
+        return impl.unsupported_reasons(**self.args())  # type: ignore[attr-defined]
 
     def prepare(self, impl: object) -> Callable[[], torch.Tensor]:
         """`impl`'s prepared closure for these inputs. The drop-in arguments, plus the mask's structure for an

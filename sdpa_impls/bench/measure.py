@@ -87,7 +87,7 @@ def prepare_point(impl_name: str, ctx: CaseContext) -> PreparedPoint:
     profiled once outside any timed region (what it ran; DispatchMismatch when a pinned backend ran another
     backend's kernel). Raises; the callers decide what a skip or a failure means to them."""
     impl = get(impl_name)
-    reasons = impl.unsupported_reasons(**ctx.inputs.args())
+    reasons = ctx.inputs.reasons(impl)  # with the mask's structure, as the closure will be prepared
     if reasons:
         raise Unsupported(impl.name, reasons)
     ensure_fits(impl.name, point_bytes(impl.name, ctx.case), ctx.device)  # a skip, never an out-of-memory

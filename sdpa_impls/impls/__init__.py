@@ -4,3 +4,4 @@ from . import chunked  # noqa: F401
 from . import fused  # noqa: F401
 from . import xformers  # noqa: F401
 from . import torch_sdpa  # noqa: F401
+from . import torch_sdpa_varlen  # noqa: F401

@@ -9,6 +9,7 @@ import torch
 
 from ..protocol import Implementation, SDPAInputs, Support
 from ..registry import register
+from .xformers_bias import NativeBias, native_bias
 
 
 @functools.lru_cache(maxsize=None)
@@ -29,21 +30,25 @@ def _grouped(inp: SDPAInputs) -> bool:
     return inp.query.shape[1] != inp.key.shape[1] and not inp.needs_grad
 
 
-def _layout(inp: SDPAInputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _layout(inp: SDPAInputs, packed: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(B, H, L, E) -> BMHK views, or for GQA forward BMGHK (B, L, Hkv, G, E) with K/V broadcast over G.
 
     GQA with gradients: K/V repeated to Hq heads (a copy, made inside the call so that autograd sums the
-    gradients of the G copies back into each key/value head)."""
+    gradients of the G copies back into each key/value head). `packed`: the batch as one row of concatenated
+    sequences, (1, B·L, ...), xformers' variable-length layout (a copy)."""
     q, k, v = inp.query.transpose(1, 2), inp.key.transpose(1, 2), inp.value.transpose(1, 2)  # (B, L, H, E)
     hq, hkv = q.shape[2], k.shape[2]
-    if hq == hkv:
-        return q, k, v
-    g = hq // hkv
-    k = k.unsqueeze(3).expand(-1, -1, -1, g, -1)  # (B, Lk, Hkv, G, E), stride 0 over G
-    v = v.unsqueeze(3).expand(-1, -1, -1, g, -1)
-    if _grouped(inp):
-        return q.unflatten(2, (hkv, g)), k, v  # query head h = kv head h // G, member h % G
-    return q, k.flatten(2, 3), v.flatten(2, 3)  # (B, Lk, Hq, E): query head h reads kv head h // G
+    if hq != hkv:
+        g = hq // hkv
+        k = k.unsqueeze(3).expand(-1, -1, -1, g, -1)  # (B, Lk, Hkv, G, E), stride 0 over G
+        v = v.unsqueeze(3).expand(-1, -1, -1, g, -1)
+        if _grouped(inp):
+            q = q.unflatten(2, (hkv, g))  # query head h = kv head h // G, member h % G
+        else:
+            k, v = k.flatten(2, 3), v.flatten(2, 3)  # (B, Lk, Hq, E): query head h reads kv head h // G
+    if packed:
+        q, k, v = (t.reshape(1, -1, *t.shape[2:]) for t in (q, k, v))  # (1, B·L, ...)
+    return q, k, v
 
 
 def _bias_tensor(inp: SDPAInputs) -> torch.Tensor:
@@ -66,11 +71,44 @@ def _bias_tensor(inp: SDPAInputs) -> torch.Tensor:
     return bias
 
 
-def _bias(inp: SDPAInputs, fmha: ModuleType) -> object | None:
-    """xformers' attention bias: LowerTriangularMask for plain causal, else the dense tensor of `_bias_tensor`."""
+def _native(inp: SDPAInputs) -> NativeBias | None:
+    q = inp.query
+    return native_bias(inp.structure, q.shape[0], q.shape[2], inp.key.shape[2], inp.is_causal)
+
+
+def _bias(inp: SDPAInputs, fmha: ModuleType, native: bool = True) -> tuple[object | None, bool]:
+    """(xformers' attention bias, packed layout): LowerTriangularMask for plain causal, the structure's own class
+    (`xformers_bias`) where one states it and `native`, else the dense tensor of `_bias_tensor`."""
     if inp.attn_mask is None:
-        return fmha.attn_bias.LowerTriangularMask() if inp.is_causal else None
-    return _bias_tensor(inp)
+        return (fmha.attn_bias.LowerTriangularMask() if inp.is_causal else None), False
+    described = _native(inp) if native else None
+    if described is not None:
+        return described.build(fmha.attn_bias), described.packed
+    return _bias_tensor(inp), False
+
+
+def _dispatch_reasons(inp: SDPAInputs, fmha: ModuleType, bias: object | None, packed: bool) -> list[str]:
+    """xformers' own reasons for refusing (forward, and backward with gradients), empty when an op takes it."""
+    q, k, v = _layout(inp, packed)
+    x_inp = fmha.Inputs(query=q, key=k, value=v, attn_bias=bias, p=inp.dropout_p, scale=inp.scale)
+    x_inp.validate_inputs()  # a ValueError here is a bug in our layout: it fails the point, never skips it
+    try:
+        op = fmha._dispatch_fw(x_inp, inp.needs_grad)
+        if inp.needs_grad:  # a variable-length bias's log-sum-exp comes in the forward op's format
+            fmha._dispatch_bw(x_inp, varlen_lse_packed=getattr(op, "VARLEN_LSE_PACKED", None))
+    except NotImplementedError as exc:
+        return [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return []
+
+
+def _chosen(inp: SDPAInputs, fmha: ModuleType) -> tuple[object | None, bool, list[str]]:
+    """The structure's native bias where xformers runs it, else the dense one: (bias, packed, reasons)."""
+    bias, packed = _bias(inp, fmha)
+    reasons = _dispatch_reasons(inp, fmha, bias, packed)
+    if reasons and _native(inp) is not None and inp.attn_mask is not None:
+        bias, packed = _bias(inp, fmha, native=False)
+        reasons = _dispatch_reasons(inp, fmha, bias, packed)
+    return bias, packed, reasons
 
 
 @register
@@ -90,34 +128,25 @@ class XFormers(Implementation):
         fmha, _ = _fmha()
         if fmha is None or inp.is_empty:
             return []  # both said by not_supported_reasons
-        q, k, v = _layout(inp)
-        x_inp = fmha.Inputs(query=q, key=k, value=v, attn_bias=_bias(inp, fmha), p=inp.dropout_p, scale=inp.scale)
-        x_inp.validate_inputs()  # a ValueError here is a bug in our layout: it fails the point, never skips it
-        try:
-            fmha._dispatch_fw(x_inp, inp.needs_grad)
-            if inp.needs_grad:  # no variable-length bias here, so the LSE format does not matter
-                fmha._dispatch_bw(x_inp, varlen_lse_packed=None)
-        except NotImplementedError as exc:
-            return [line.strip() for line in str(exc).splitlines() if line.strip()]
-        return []
+        return _chosen(inp, fmha)[2]
 
     def prepare_inputs(self, inp: SDPAInputs) -> Callable[[], torch.Tensor]:
         fmha, _ = _fmha()
-        bias = _bias(inp, fmha)
+        bias, packed, _ = _chosen(inp, fmha)  # the structure's own bias is built here, outside the timed call
         b, hq, lq, ev = inp.query.shape[0], inp.query.shape[1], inp.query.shape[2], inp.value.shape[-1]
         p, scale = inp.dropout_p, inp.scale
         attention = fmha.memory_efficient_attention
         if inp.needs_grad:  # views (and the GQA repeat) inside the call: autograd builds a fresh graph each call
             def call() -> torch.Tensor:
-                q, k, v = _layout(inp)
+                q, k, v = _layout(inp, packed)
                 return attention(q, k, v, attn_bias=bias, p=p, scale=scale).reshape(b, lq, hq, ev).transpose(1, 2)
 
             return call
-        q, k, v = _layout(inp)
+        q, k, v = _layout(inp, packed)
 
         def call_fwd() -> torch.Tensor:
             out = attention(q, k, v, attn_bias=bias, p=p, scale=scale)
-            return out.reshape(b, lq, hq, ev).transpose(1, 2)  # back to (B, H, L, Ev)
+            return out.reshape(b, lq, hq, ev).transpose(1, 2)  # (B or 1, B·L, ...) back to (B, H, L, Ev)
 
         return call_fwd
 

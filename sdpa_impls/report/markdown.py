@@ -75,6 +75,7 @@ def write_markdown(path: Path, sweep: Sweep, layout: SweepTable, images: list[tu
         parts.append("## Plots\n")
         parts += [f"### {title}\n\n![{title}]({name})\n" for title, name in images]
     parts += ["## Tables\n", tables(layout, markdown=True, metrics=len(METRICS), with_summary=False)]
+    parts.append(structures(sweep.results))
     parts.append(what_ran(sweep.results))
     path.write_text("\n".join(parts), encoding="utf-8")
     return path
@@ -95,4 +96,19 @@ def what_ran(results: list[Result], top: int = 3) -> str:
     for impl, sets in groups.items():
         for names, cases in sorted(sets.items(), key=lambda kv: -len(kv[1])):
             lines.append(f"| {impl} | {'<br>'.join(f'`{n[:80]}`' for n in names)} | {len(cases)} | {cases[0]} |")
+    return "\n".join(lines) + "\n"
+
+
+def structures(results: list[Result]) -> str:
+    """## Mask structures: each structured case of the sweep, what its mask keeps and the share of pairs computed."""
+    cases = {r.case.id: r.case for r in results if r.case.mask_spec is not None}
+    if not cases:
+        return ""
+    lines = ["## Mask structures\n", "Every implementation gets the structure's dense `attn_mask`; those with a native "
+             "form of it (README, Mask structures) read the structure itself. Pairs: the (query, key) pairs the mask "
+             "keeps, of all B·Lq·Lk, as FLOPs count them.\n",
+             "| case | structure | top-left causal | pairs kept |", "|---|---|---|---|"]
+    for cid, case in cases.items():
+        kept = case.pairs() / (case.batch * case.lq * case.lk)
+        lines.append(f"| {cid} | {case.structure().describe()} | {'yes' if case.causal else 'no'} | {kept:.1%} |")
     return "\n".join(lines) + "\n"

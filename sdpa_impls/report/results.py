@@ -15,7 +15,8 @@ RESULTS_FILE = "results.json"
 FORMAT = "sdpa-bench-results"
 VERSION = 1
 _RESULT_FIELDS = {f.name for f in dataclasses.fields(Result)}
-OUTPUTS = (RESULTS_FILE, "results.csv", "report.md", "time-*.png", "memory-*.png", "roofline.png")
+OUTPUTS = (RESULTS_FILE, "results.csv", "report.md", "time-*.png", "memory-*.png", "roofline.png",
+           "structures-*.png")
 REQUIRED_META = ("preset", "device", "impls", "case_ids", "options", "machine")
 
 

@@ -25,8 +25,9 @@ def write_report(directory: Path, sweep: Sweep, stdout: TextIO | None = None, pl
     if plots:
         try:
             from .plots import write_plots
+            from .structure_plots import write_structure_plots
 
-            images = write_plots(directory, sweep)
+            images = write_plots(directory, sweep) + write_structure_plots(directory, sweep)
         except ImportError as exc:
             print(f"sdpa-bench: plots skipped: {exc} (pip install 'sdpa-bench[plots]')", file=sys.stderr)
         except Exception as exc:  # a plotting bug must not cost the CSV and the report
