@@ -4,3 +4,5 @@ from . import chunked  # noqa: F401
 from . import fused  # noqa: F401
 from . import xformers  # noqa: F401
 from . import torch_sdpa  # noqa: F401
+from . import flex  # noqa: F401
+from . import compiled  # noqa: F401
