@@ -24,10 +24,39 @@ class Recompiled(RuntimeError):
     """A compiled closure would have compiled again during timing (a torch.compile guard failed)."""
 
 
-def declare_compiles(fn: Callable[[], object]) -> Callable[[], object]:
-    """Mark `fn` as a closure whose first call compiles (torch.compile); returns `fn`."""
-    fn.compiles = True  # type: ignore[attr-defined]
-    return fn
+@contextlib.contextmanager
+def raised_recompile_limit() -> Iterator[None]:
+    """torch's per-function recompile limits raised to at least RECOMPILE_LIMIT while compiling."""
+    import torch._dynamo.config as dynamo_config
+
+    limit = max(dynamo_config.recompile_limit, RECOMPILE_LIMIT)
+    total = max(dynamo_config.accumulated_recompile_limit, RECOMPILE_LIMIT)
+    with dynamo_config.patch(recompile_limit=limit, accumulated_recompile_limit=total):
+        yield
+
+
+class FirstCallCompiles:
+    """A prepared closure over a torch.compile'd function: its first call compiles (under the raised recompile
+    limit, however it is called: by `compile_once`, the fp64 check or a user), later calls only run."""
+
+    compiles = True
+
+    def __init__(self, fn: Callable[[], torch.Tensor]) -> None:
+        self.fn = fn
+        self.compiled = False
+
+    def __call__(self) -> torch.Tensor:
+        if self.compiled:
+            return self.fn()
+        with raised_recompile_limit():
+            out = self.fn()
+        self.compiled = True
+        return out
+
+
+def declare_compiles(fn: Callable[[], torch.Tensor]) -> FirstCallCompiles:
+    """`fn` (a closure over a torch.compile'd function) as a closure that declares compilation."""
+    return FirstCallCompiles(fn)
 
 
 def compiles(fn: Callable[[], object]) -> bool:
@@ -42,14 +71,9 @@ def compile_once(fn: Callable[[], object], device: torch.device | str) -> float 
     RECOMPILE_LIMIT so that the hundredth case of a sweep is compiled like the first, not run eagerly."""
     if not compiles(fn):
         return None
-    import torch._dynamo.config as dynamo_config
-
-    limit = max(dynamo_config.recompile_limit, RECOMPILE_LIMIT)
-    total = max(dynamo_config.accumulated_recompile_limit, RECOMPILE_LIMIT)
     device = torch.device(device)
     context = getattr(fn, "context", None)  # the closure's own context (not the recompile guard)
-    with dynamo_config.patch(recompile_limit=limit, accumulated_recompile_limit=total), \
-            (context() if context is not None else contextlib.nullcontext()):
+    with raised_recompile_limit(), (context() if context is not None else contextlib.nullcontext()):
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         start = time.perf_counter()
