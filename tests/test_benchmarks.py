@@ -82,7 +82,7 @@ def test_sdpa(benchmark, request: pytest.FixtureRequest, sdpa_point: tuple[str, 
                              int(float(config.getoption("benchmark_max_time")) / sample_s)), MAX_ROUNDS)
             benchmark.pedantic(point.fn, iterations=calls, rounds=rounds, warmup_rounds=1)
     result = Result(impl_name, case, sdpa_device, "ok", peak_memory_bytes=memory, max_error=point.max_error,
-                    error_tolerance=point.error_tolerance, kernels=point.kernels)
+                    error_tolerance=point.error_tolerance, kernels=point.kernels, compile_s=point.compile_s)
     if benchmark.stats is not None:  # None when benchmarks are disabled (smoke mode)
         result = result.timed(summarize(list(benchmark.stats.stats.data), calls))
         key = (case, sdpa_device)

@@ -17,7 +17,10 @@ from sdpa_impls.impls._tiled.tilemap import MaskTiles, Tiling
 from sdpa_impls.impls.fused import KEY_BLOCK, fused_forward
 from sdpa_impls.protocol import SDPAInputs
 
-IMPLS = [sdpa_impls.get(n) for n in sdpa_impls.names()]
+ALL_IMPLS = [sdpa_impls.get(n) for n in sdpa_impls.names()]
+# Implementations that compile spend seconds per new shape: tests/test_compiled.py holds them to the same rule
+# (check_against_fp64) on a few of these specs, so CI's time stays in budget.
+IMPLS = [i for i in ALL_IMPLS if not getattr(i, "compiles", False)]
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(),
                                                                    reason="no CUDA device on this machine"))]

@@ -15,7 +15,7 @@ from .grid import Case
 # naive holds the scores, their fp32 softmax and its cast (about 3 fp32 copies; the brief measured ~100 GB at
 # L=16384, 32 heads); with backward the saved softmax, its gradient and the score gradient double it.
 QUADRATIC_BYTES_PER_SCORE = {"fwd": 12, "bwd": 24, "fwd+bwd": 24}
-QUADRATIC = frozenset({"naive", "torch_sdpa_math"})
+QUADRATIC = frozenset({"naive", "torch_sdpa_math", "compiled"})  # compiled: naive under torch.compile
 TILE_BYTES = 512 << 20  # the largest score tile of the tiled implementations (fused on CUDA)
 HEADROOM = 0.9  # use at most this share of the free memory
 

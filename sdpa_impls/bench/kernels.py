@@ -21,6 +21,9 @@ BACKEND_OPS: dict[str, tuple[str, ...]] = {
 }
 
 
+INDUCTOR_GRAPH = "## Call CompiledFxGraph "  # torch 2.13's profiler event around one compiled graph's call
+
+
 class DispatchMismatch(RuntimeError):
     """A pinned backend's profile shows another backend's kernel (or none of its own)."""
 
@@ -62,9 +65,12 @@ def profile_call(fn: Callable[[], object], device: torch.device | str) -> Profil
             with quiet_stderr():
                 prof.stop()
     events = list(prof.events())
-    ops = _by_time([(e.name, e.self_cpu_time_total) for e in events if e.name.startswith("aten::")])
-    if device.type != "cuda":
-        return Profile(ops, ops)
+    aten = [(e.name, e.self_cpu_time_total) for e in events if e.name.startswith("aten::")]
+    ops = _by_time(aten)
+    if device.type != "cuda":  # inductor's generated CPU code shows as its graph's call, with that code's own time
+        graphs = [(f"inductor graph {e.name.split()[3][:12]}", e.self_cpu_time_total) for e in events
+                  if e.name.startswith(INDUCTOR_GRAPH)]
+        return Profile(_by_time(aten + graphs), ops)
     cuda = torch.autograd.DeviceType.CUDA
     kernels = _by_time([(e.name, e.time_range.elapsed_us()) for e in events if e.device_type == cuda])  # durations
     return Profile(kernels, ops)

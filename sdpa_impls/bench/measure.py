@@ -14,6 +14,7 @@ import torch
 from ..protocol import Unsupported
 from ..registry import get
 from .check import CaseContext, WrongResult
+from ..compilation import Recompiled, compile_once
 from .fits import ensure_fits, point_bytes
 from .grid import Case
 from .inputs import Inputs
@@ -49,6 +50,7 @@ class PreparedPoint:
     max_error: float
     error_tolerance: float
     kernels: tuple[str, ...] = ()  # what one profiled call ran: CUDA kernels, or aten ops on CPU; longest first
+    compile_s: float | None = None  # the first call of a closure that compiles (compilation.compile_once)
 
 
 class BackwardOnly:
@@ -83,19 +85,21 @@ def mode_closure(impl, inputs: Inputs, mode: str) -> Callable[[], object]:
 
 def prepare_point(impl_name: str, ctx: CaseContext) -> PreparedPoint:
     """Reasons first (Unsupported, cheap: no reference yet), then whether it fits in memory (Unsupported), then the
-    check against fp64 (WrongResult; Unsupported when the reference does not fit), then the closure to time,
-    profiled once outside any timed region (what it ran; DispatchMismatch when a pinned backend ran another
-    backend's kernel). Raises; the callers decide what a skip or a failure means to them."""
+    closure to time, compiled once when it declares compilation (`compile_s`: before the check, whose own call
+    would otherwise compile it unseen), then the check against fp64 (WrongResult; Unsupported when the reference
+    does not fit), then one profiled call outside any timed region (what it ran; DispatchMismatch when a pinned
+    backend ran another backend's kernel). Raises; the callers decide what a skip or a failure means to them."""
     impl = get(impl_name)
     reasons = ctx.inputs.reasons(impl)  # with the mask's structure, as the closure will be prepared
     if reasons:
         raise Unsupported(impl.name, reasons)
     ensure_fits(impl.name, point_bytes(impl.name, ctx.case), ctx.device)  # a skip, never an out-of-memory
-    err, tol = ctx.check(impl)
     fn = mode_closure(impl, ctx.inputs, ctx.case.mode)
-    prof = profile_call(fn, ctx.device)
+    compile_s = compile_once(fn, ctx.device)
+    err, tol = ctx.check(impl)
+    prof = profile_call(fn, ctx.device)  # a closure that compiles runs here where a recompile raises Recompiled
     check_pinned(impl, prof)  # DispatchMismatch: a pinned backend that ran another backend's kernel
-    return PreparedPoint(fn, err, tol, prof.kernels)
+    return PreparedPoint(fn, err, tol, prof.kernels, compile_s)
 
 
 def failed(base: Result, exc: BaseException) -> Result:
@@ -104,7 +108,7 @@ def failed(base: Result, exc: BaseException) -> Result:
         return replace(base, status="skipped", reason="; ".join(exc.reasons))
     if isinstance(exc, WrongResult):
         return replace(base, status="wrong", reason=str(exc))
-    if isinstance(exc, DispatchMismatch):
+    if isinstance(exc, (DispatchMismatch, Recompiled)):
         return replace(base, status="failed", reason=f"{base.impl}: {exc}")
     if isinstance(exc, torch.OutOfMemoryError):
         return replace(base, status="failed", reason=f"out of memory: {str(exc).splitlines()[0]}")
@@ -122,7 +126,7 @@ def _prepared(impl_name: str, ctx: CaseContext) -> tuple[Result, Callable[[], ob
     except Exception as exc:
         return failed(base, exc), None
     return replace(base, max_error=point.max_error, error_tolerance=point.error_tolerance,
-                   kernels=point.kernels), point.fn
+                   kernels=point.kernels, compile_s=point.compile_s), point.fn
 
 
 def _finished(base: Result, fn: Callable[[], object], timing: Timing, options: Options) -> Result:

@@ -33,6 +33,7 @@ class Result:
     error_tolerance: float | None = None
     speedup_vs_torch_sdpa: float | None = None
     kernels: tuple[str, ...] = ()  # what one profiled call ran: CUDA kernels, or aten ops on CPU; longest first
+    compile_s: float | None = None  # compiled implementations: the first call (compilation + one call), once
 
     def as_dict(self) -> dict:
         d = asdict(self)

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..compilation import compiles, no_recompile
+
 MIN_SAMPLE_S = 1e-3  # the least duration of one sample: n back-to-back calls
 MAX_CALLS_PER_SAMPLE = 10_000
 
@@ -47,15 +49,25 @@ def synchronize(device: torch.device | str) -> None:
 
 def call_context(fn: Callable[[], object]) -> contextlib.AbstractContextManager:
     """The context a prepared closure's calls must run in (e.g. a pinned SDPA backend), to enter once around
-    many calls and outside every timed region; a closure declares it as a `context` attribute."""
+    many calls and outside every timed region; a closure declares it as a `context` attribute. A closure that
+    compiles (`compilation.compiles`) also runs where a recompile raises `compilation.Recompiled`: call
+    `compilation.compile_once` on it first."""
     context = getattr(fn, "context", None)
-    return context() if context is not None else contextlib.nullcontext()
+    if not compiles(fn):
+        return context() if context is not None else contextlib.nullcontext()
+    stack = contextlib.ExitStack()
+    if context is not None:
+        stack.enter_context(context())
+    stack.enter_context(no_recompile())
+    return stack
 
 
 def same_context(wrapper: Callable[[], object], inner: Callable[[], object]) -> Callable[[], object]:
-    """`wrapper` (a closure that calls `inner`) declaring `inner`'s context as its own."""
+    """`wrapper` (a closure that calls `inner`) declaring `inner`'s context, and its compilation, as its own."""
     if getattr(inner, "context", None) is not None:
         wrapper.context = inner.context  # type: ignore[attr-defined]
+    if compiles(inner):
+        wrapper.compiles = True  # type: ignore[attr-defined]
     return wrapper
 
 

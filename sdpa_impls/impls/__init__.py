@@ -5,3 +5,7 @@ from . import fused  # noqa: F401
 from . import xformers  # noqa: F401
 from . import torch_sdpa  # noqa: F401
 from . import torch_sdpa_varlen  # noqa: F401
+from . import flex  # noqa: F401
+from . import compiled  # noqa: F401
+from . import flash_attn  # noqa: F401
+from . import flashinfer  # noqa: F401

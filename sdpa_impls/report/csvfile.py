@@ -9,7 +9,7 @@ from ..bench.result import Result, with_speedups
 CSV_FILE = "results.csv"
 CSV_CASE_FIELDS = ("lq", "lk", "e", "ev", "dtype", "causal", "mode", "mask", "batch", "heads_q", "heads_kv")
 CSV_RESULT_FIELDS = ("median_s", "iqr_s", "tflops", "gbps", "roofline_pct", "peak_memory_bytes", "max_error",
-                     "error_tolerance", "speedup_vs_torch_sdpa")
+                     "error_tolerance", "speedup_vs_torch_sdpa", "compile_s")
 
 
 def write_csv(path: Path, results: list[Result]) -> Path:

@@ -25,7 +25,11 @@ METRICS: list[tuple[str, Callable[[Result], str]]] = [
     ("max |error| vs the fp64 reference", lambda r: "-" if r.max_error is None else f"{r.max_error:.2g}"),
     ("speed-up vs torch_sdpa (higher is faster)",
      lambda r: "-" if r.speedup_vs_torch_sdpa is None else f"{r.speedup_vs_torch_sdpa:.2f}×"),
+
 ]
+# shown with every metric (report.md) when a point compiled: apart from the per-call times, never inside them
+COMPILE_METRIC = ("compile time, once per point before any sample (its first call: compilation + one call)",
+                  lambda r: "-" if r.compile_s is None else fmt_seconds(r.compile_s))
 
 
 SHORT_REASONS = [  # (pattern in a reason, a few words for a table cell); the full reason goes to the notes
@@ -121,7 +125,10 @@ def tables(layout: SweepTable, markdown: bool = False, metrics: int = 4, with_su
     if not layout.cases:
         return "(no results yet)\n"
     out = [summary(layout, markdown)] if with_summary else []
-    for title, metric in METRICS[:metrics]:
+    chosen = METRICS[:metrics]
+    if metrics >= len(METRICS) and any(r.compile_s is not None for r in layout.results):
+        chosen = [*chosen, COMPILE_METRIC]
+    for title, metric in chosen:
         header = ["case"] + layout.columns
         rows = layout.rows(metric)
         if markdown:

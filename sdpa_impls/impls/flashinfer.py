@@ -1,0 +1,108 @@
+"""flashinfer: `single_prefill_with_kv_cache`, and `single_decode_with_kv_cache` for Lq = 1; optional, CUDA only.
+
+Both take one request in the NHD layout, (L, H, E); the conversions and the mask mapping are the pure functions
+`to_nhd`, `from_nhd`, `prefill_kwargs` and `uses_decode`.
+"""
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from types import ModuleType
+
+import torch
+
+from ..protocol import Implementation, SDPAInputs, Support
+from ..registry import register
+from .torch_sdpa import mask4
+
+
+def to_nhd(t: torch.Tensor) -> torch.Tensor:
+    """(1, H, L, E) -> (L, H, E), a view (flashinfer's kv_layout="NHD"; the query uses the same order)."""
+    return t[0].transpose(0, 1)
+
+
+def from_nhd(t: torch.Tensor) -> torch.Tensor:
+    """(L, H, Ev) -> (1, H, L, Ev), a view."""
+    return t.transpose(0, 1).unsqueeze(0)
+
+
+def uses_decode(inp: SDPAInputs) -> bool:
+    """Lq = 1 with every key visible: the decode kernel's case (a top-left causal row 0 sees key 0 only)."""
+    return inp.query.shape[2] == 1 and inp.attn_mask is None and (not inp.is_causal or inp.key.shape[2] == 1)
+
+
+def shared_mask(inp: SDPAInputs) -> torch.Tensor | None:
+    """The boolean (Lq, Lk) mask every head and batch shares (ANDed with the top-left causal triangle), or None
+    when nothing is masked; flashinfer's custom_mask has this shape and meaning (True = attend)."""
+    lq, lk = inp.query.shape[2], inp.key.shape[2]
+    keep = None if inp.attn_mask is None else mask4(inp.attn_mask)[0, 0].expand(lq, lk)
+    if inp.is_causal:
+        tril = torch.ones(lq, lk, dtype=torch.bool, device=inp.query.device).tril()
+        keep = tril if keep is None else keep & tril
+    return keep
+
+
+def prefill_kwargs(inp: SDPAInputs) -> dict:
+    """single_prefill_with_kv_cache's keyword arguments: causal=True for a square causal call with no mask (where
+    top-left and bottom-right alignment agree), else the dense shared mask as custom_mask."""
+    lq, lk = inp.query.shape[2], inp.key.shape[2]
+    kwargs: dict = {"kv_layout": "NHD", "sm_scale": inp.softmax_scale}
+    if inp.is_causal and inp.attn_mask is None and lq == lk:
+        return kwargs | {"causal": True}
+    mask = shared_mask(inp)
+    return kwargs if mask is None else kwargs | {"custom_mask": mask.contiguous()}
+
+
+def mapping_reasons(inp: SDPAInputs) -> list[str]:
+    """What this call asks that the single-request kernels cannot express (pure checks, no GPU needed)."""
+    out = []
+    if inp.query.shape[0] != 1:
+        out.append(f"batch B={inp.query.shape[0]}: flashinfer's single_prefill/single_decode take one request (B=1)")
+    m = None if inp.attn_mask is None else mask4(inp.attn_mask)
+    if m is not None and (m.shape[0] != 1 or m.shape[1] != 1):
+        out.append(f"attn_mask {tuple(inp.attn_mask.shape)} varies over batch or heads (custom_mask is one "
+                   "(Lq, Lk) mask for every head)")
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _flashinfer() -> tuple[ModuleType | None, str]:
+    try:
+        import flashinfer
+    except Exception as exc:
+        if isinstance(exc, ModuleNotFoundError) and exc.name and exc.name.startswith("flashinfer"):
+            return None, "flashinfer is not installed (pip install flashinfer-python)"
+        return None, f"flashinfer failed to import: {type(exc).__name__}: {exc}"
+    return flashinfer, ""
+
+
+@register
+class FlashInfer(Implementation):
+    name = "flashinfer"
+    description = "flashinfer single_prefill_with_kv_cache / single_decode_with_kv_cache, NHD (optional; CUDA)"
+    support = Support(devices=frozenset({"cuda"}), dtypes=frozenset({torch.float16, torch.bfloat16}),
+                      max_head_dim=256, masks=frozenset({"none", "bool"}), backward=False)
+
+    def not_supported_reasons(self, inp: SDPAInputs) -> list[str]:
+        reasons = super().not_supported_reasons(inp)
+        lib, missing = _flashinfer()
+        if inp.is_empty:
+            reasons.append("a dimension of size 0: flashinfer is not called on empty inputs")
+        return reasons if lib is not None else [missing, *reasons]  # "not installed" first, wherever it runs
+
+    def library_reasons(self, inp: SDPAInputs) -> list[str]:
+        return mapping_reasons(inp)
+
+    def prepare_inputs(self, inp: SDPAInputs) -> Callable[[], torch.Tensor]:
+        lib, _ = _flashinfer()
+        q, k, v = (to_nhd(t) for t in (inp.query, inp.key, inp.value))
+        if uses_decode(inp):
+            q1, scale = q[0], inp.softmax_scale  # (Hq, E): the one query token
+
+            return lambda: from_nhd(lib.single_decode_with_kv_cache(q1, k, v, kv_layout="NHD",
+                                                                      sm_scale=scale).unsqueeze(0))
+        kwargs = prefill_kwargs(inp)
+        return lambda: from_nhd(lib.single_prefill_with_kv_cache(q, k, v, **kwargs))
+
+    def forward(self, inp: SDPAInputs) -> torch.Tensor:
+        return self.prepare_inputs(inp)()

@@ -1,0 +1,129 @@
+"""flex: torch.compile'd torch.nn.attention.flex_attention, its block mask built from the call's mask before any call."""
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import torch
+
+from ..compilation import declare_compiles
+from ..protocol import Implementation, SDPAInputs, Support
+from ..registry import register
+from ._tiled.tiles import empty_attention
+from .torch_sdpa import mask4
+
+ModFn = Callable[..., torch.Tensor]
+
+
+@functools.lru_cache(maxsize=None)
+def compiled_flex() -> Callable[..., torch.Tensor]:
+    """flex_attention compiled once per process for static shapes (`dynamic=False`: each case gets kernels for its
+    own shape, as attention-gym's benchmarks compile it). Without compilation flex runs an unfused reference."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention, dynamic=False)
+
+
+def dense_view(inp: SDPAInputs) -> torch.Tensor:
+    """The call's mask as a (B, Hq, Lq, Lk) view (stride 0 over broadcast dims: no copy) that a mod indexes."""
+    q = inp.query
+    return mask4(inp.attn_mask).expand(q.shape[0], q.shape[1], q.shape[2], inp.key.shape[2])
+
+
+def mask_mod(inp: SDPAInputs) -> tuple[ModFn | None, int | None, int | None]:
+    """(mask_mod, B, H) for `create_block_mask`: top-left causal `q_idx >= kv_idx`, a boolean mask read from the
+    dense tensor, or both ANDed; B and H are None where the mask does not vary with them (one block map serves
+    all). None when nothing is masked. The one place a mask structure's native mask_mod would plug in."""
+    keep = dense_view(inp) if inp.mask_kind == "bool" else None
+    if keep is None and not inp.is_causal:
+        return None, None, None
+    b = inp.query.shape[0] if keep is not None and inp.attn_mask.dim() == 4 and inp.attn_mask.shape[0] > 1 else None
+    h = (inp.query.shape[1] if keep is not None and inp.attn_mask.dim() >= 3 and inp.attn_mask.shape[-3] > 1
+         else None)
+
+    if keep is None:
+        def causal(b, h, q_idx, kv_idx):  # noqa: ANN001, ANN202  (flex's mask_mod signature)
+            return q_idx >= kv_idx
+
+        return causal, b, h
+    if not inp.is_causal:
+        def masked(b, h, q_idx, kv_idx):  # noqa: ANN001, ANN202
+            return keep[b, h, q_idx, kv_idx]
+
+        return masked, b, h
+
+    def causal_masked(b, h, q_idx, kv_idx):  # noqa: ANN001, ANN202
+        return (q_idx >= kv_idx) & keep[b, h, q_idx, kv_idx]
+
+    return causal_masked, b, h
+
+
+def block_mask(inp: SDPAInputs) -> object | None:
+    """flex's BlockMask of the call (which tiles are empty, full or partial), built on the inputs' device from
+    `mask_mod`; None when nothing is masked."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    mod, b, h = mask_mod(inp)
+    if mod is None:
+        return None
+    return create_block_mask(mod, b, h, inp.query.shape[2], inp.key.shape[2], device=inp.query.device)
+
+
+def score_mod(inp: SDPAInputs) -> ModFn | None:
+    """A float mask as flex's score_mod: the dense bias added to each (already scaled) score."""
+    if inp.mask_kind != "float":
+        return None
+    bias = dense_view(inp)
+
+    def add_bias(score, b, h, q_idx, kv_idx):  # noqa: ANN001, ANN202
+        return score + bias[b, h, q_idx, kv_idx]
+
+    return add_bias
+
+
+def torch_reasons(inp: SDPAInputs) -> list[str]:
+    """What torch's own flex_attention checks say about this call, with torch's version: its device and backward
+    check (`_validate_device`), and on CPU whether its compiled CPU kernel exists on this platform."""
+    from torch.nn.attention import flex_attention as flex
+
+    out: list[str] = []
+    try:
+        flex._validate_device(inp.query, inp.key, inp.value)
+    except (NotImplementedError, ValueError) as exc:
+        out.append(f"{exc} (torch {torch.__version__})")
+    if inp.query.device.type == "cpu":
+        from torch._inductor.kernel.flex.flex_cpu import check_cpu_supported
+
+        if not check_cpu_supported():
+            out.append(f"torch.compile on current platform is not supported for CPU (torch {torch.__version__}: "
+                       "flex_attention's CPU kernel needs AVX2, not macOS)")
+    return out
+
+
+@register
+class Flex(Implementation):
+    name = "flex"
+    description = ("torch.compile(flex_attention): block mask from the mask (causal, bool), float masks as a "
+                   "score_mod, GQA native; compiled before the first sample")
+    support = Support()
+    compiles = True  # its prepared closures compile on their first call (bench.compilation)
+
+    def library_reasons(self, inp: SDPAInputs) -> list[str]:
+        if inp.is_empty:
+            return []  # answered without flex, as torch answers it
+        out = torch_reasons(inp)
+        if inp.query.shape[-1] == 0:
+            out.append("E=0 (flex_attention's kernels take a head dim of at least 1)")
+        return out
+
+    def prepare_inputs(self, inp: SDPAInputs) -> Callable[[], torch.Tensor]:
+        if inp.is_empty:
+            return lambda: empty_attention(inp)
+        flex = compiled_flex()
+        q, k, v = inp.query, inp.key, inp.value
+        kwargs = {"score_mod": score_mod(inp), "block_mask": block_mask(inp), "scale": inp.softmax_scale,
+                  "enable_gqa": q.shape[1] != k.shape[1]}
+        return declare_compiles(lambda: flex(q, k, v, **kwargs))
+
+    def forward(self, inp: SDPAInputs) -> torch.Tensor:
+        return self.prepare_inputs(inp)()

@@ -1,0 +1,128 @@
+"""flash-attn's and flashinfer's layouts and argument mapping, checked on CPU: plain torch in, and the attention their
+documented semantics give on those arguments (emulated in float64) equal to the fp64 reference. No kernel runs."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import sdpa_impls
+from sdpa_impls.impls.flash_attn import call_kwargs, causal_window, from_blhe, mapping_reasons, to_blhe
+from sdpa_impls.impls.flashinfer import from_nhd, prefill_kwargs, to_nhd, uses_decode
+from sdpa_impls.impls.flashinfer import mapping_reasons as flashinfer_reasons
+from sdpa_impls.protocol import SDPAInputs
+
+SHAPES = {  # (B, Hq, Hkv, Lq, Lk, E)
+    "square": (2, 4, 4, 9, 9, 8), "gqa": (1, 8, 2, 9, 9, 8), "lq>lk": (1, 4, 2, 13, 9, 8),
+    "lq<lk": (1, 4, 4, 5, 11, 8), "decode": (1, 4, 1, 1, 21, 16), "lq>=2lk": (1, 2, 2, 20, 7, 8),
+}
+
+
+def inputs(name: str, causal: bool, mask: bool = False, scale: float | None = None) -> SDPAInputs:
+    b, hq, hkv, lq, lk, e = SHAPES[name]
+    gen = torch.Generator().manual_seed(len(name))
+    q, k, v = (torch.randn(s, generator=gen) for s in ((b, hq, lq, e), (b, hkv, lk, e), (b, hkv, lk, e)))
+    m = None
+    if mask:
+        m = torch.rand((lq, lk), generator=gen) < 0.7
+        m[:, 0] = True
+    return SDPAInputs(q, k, v, m, is_causal=causal, scale=scale, enable_gqa=hq != hkv)
+
+
+def reference(inp: SDPAInputs) -> torch.Tensor:
+    return sdpa_impls.reference(inp.query, inp.key, inp.value, inp.attn_mask, is_causal=inp.is_causal,
+                                scale=inp.scale, enable_gqa=inp.enable_gqa)
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keep: torch.Tensor, scale: float) -> torch.Tensor:
+    """softmax over the kept keys in float64; q (.., Hq, Lq, E), k/v (.., Hkv, Lk, E), query head h reads h // G."""
+    g = q.shape[-3] // k.shape[-3]
+    k, v = k.double().repeat_interleave(g, -3), v.double().repeat_interleave(g, -3)
+    s = (q.double() @ k.transpose(-1, -2) * scale).masked_fill(~keep, float("-inf"))
+    return torch.softmax(s, -1) @ v
+
+
+def flash_attn_emulated(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, causal: bool,
+                        window_size: tuple[int, int]) -> torch.Tensor:
+    """flash_attn_func as its README defines it, on (B, L, H, E): query i sees keys
+    i + Lk - Lq - left ... i + Lk - Lq + right (-1 or >= Lk: no limit); causal means right = 0."""
+    lq, lk = q.shape[1], k.shape[1]
+    left, right = (-1 if w >= lk else w for w in window_size)
+    right = 0 if causal else right
+    i, j = torch.arange(lq)[:, None] + lk - lq, torch.arange(lk)[None, :]
+    keep = torch.ones(lq, lk, dtype=torch.bool)
+    if right >= 0:
+        keep &= j <= i + right
+    if left >= 0:
+        keep &= j >= i - left
+    out = attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), keep, softmax_scale)
+    return out.transpose(1, 2)  # (B, Lq, H, Ev)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_flash_attn_arguments_mean_our_attention_or_say_why_not(name: str, causal: bool) -> None:
+    inp = inputs(name, causal, scale=0.3)
+    q, k, v = (to_blhe(t) for t in (inp.query, inp.key, inp.value))
+    assert q.shape == (inp.query.shape[0], inp.query.shape[2], inp.query.shape[1], inp.query.shape[3])
+    assert q.stride(-1) == 1  # flash-attn's one layout requirement on the last dim
+    reasons = mapping_reasons(inp)
+    if causal and name in ("lq<lk", "decode", "lq>=2lk"):
+        assert causal_window(True, q.shape[1], k.shape[1]) is None
+        assert reasons and "aligned bottom-right" in reasons[0]
+        return
+    assert reasons == []
+    out = from_blhe(flash_attn_emulated(q, k, v, **call_kwargs(inp)))
+    torch.testing.assert_close(out, reference(inp), rtol=1e-6, atol=1e-6)
+
+
+def test_flash_attn_refuses_what_it_cannot_take_on_any_machine() -> None:
+    q = torch.randn(1, 2, 4, 8)
+    reasons = sdpa_impls.get("flash_attn").unsupported_reasons(q, q, torch.randn(1, 2, 4, 6),
+                                                              attn_mask=torch.ones(4, 4, dtype=torch.bool))
+    assert reasons[0] == "flash_attn is not installed (pip install flash-attn)" or reasons[0].startswith("device=")
+    assert "device=cpu (supported: cuda)" in reasons and "dtype=fp32 (supported: bf16, fp16)" in reasons
+    assert "attn_mask of kind bool (supported: none)" in reasons
+    assert mapping_reasons(SDPAInputs(q, q, torch.randn(1, 2, 4, 6))) == [
+        "Ev=6 != E=8 (flash_attn_func takes one head dim for q, k and v)"]
+    fa3 = sdpa_impls.get("flash_attn3").unsupported_reasons(q, q, q)
+    assert any("flash_attn_interface" in r for r in fa3) or any("sm90" in r for r in fa3)
+
+
+def flashinfer_prefill_emulated(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_layout: str, sm_scale: float,
+                                causal: bool = False, custom_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """single_prefill_with_kv_cache on NHD tensors (L, H, E): custom_mask True = attend; causal (square here)."""
+    assert kv_layout == "NHD"
+    lq, lk = q.shape[0], k.shape[0]
+    keep = custom_mask if custom_mask is not None else torch.ones(lq, lk, dtype=torch.bool)
+    if causal:
+        assert lq == lk, "causal is passed only where top-left and bottom-right agree"
+        keep = keep & torch.ones(lq, lk, dtype=torch.bool).tril()
+    return attend(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), keep, sm_scale).transpose(0, 1)
+
+
+@pytest.mark.parametrize("mask", [False, True], ids=["nomask", "mask"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("name", ["gqa", "lq>lk", "lq<lk", "decode"])
+def test_flashinfer_arguments_mean_our_attention(name: str, causal: bool, mask: bool) -> None:
+    inp = inputs(name, causal, mask)
+    assert flashinfer_reasons(inp) == []
+    q, k, v = (to_nhd(t) for t in (inp.query, inp.key, inp.value))
+    assert q.shape == (inp.query.shape[2], inp.query.shape[1], inp.query.shape[3]) and k.stride(-1) == 1
+    if uses_decode(inp):  # single_decode_with_kv_cache: one query token, every key
+        assert name == "decode" and not mask
+        out = from_nhd(attend(q[0][:, None], k.transpose(0, 1), v.transpose(0, 1), torch.ones(1, k.shape[0],
+                              dtype=torch.bool), inp.softmax_scale)[:, 0].unsqueeze(0))
+    else:
+        out = from_nhd(flashinfer_prefill_emulated(q, k, v, **prefill_kwargs(inp)))
+    torch.testing.assert_close(out, reference(inp), rtol=1e-6, atol=1e-6)
+
+
+def test_flashinfer_says_what_a_single_request_kernel_cannot_take() -> None:
+    inp = inputs("square", causal=False)  # B = 2
+    assert flashinfer_reasons(inp) == ["batch B=2: flashinfer's single_prefill/single_decode take one request (B=1)"]
+    q = torch.randn(1, 2, 4, 8)
+    per_head = SDPAInputs(q, q, q, torch.ones(2, 4, 4, dtype=torch.bool))
+    assert "varies over batch or heads" in flashinfer_reasons(per_head)[0]
+    reasons = sdpa_impls.get("flashinfer").unsupported_reasons(q.requires_grad_(), q, q)
+    assert "device=cpu (supported: cuda)" in reasons
+    assert "backward (inputs require grad; this implementation is forward-only)" in reasons
