@@ -20,9 +20,9 @@ from sdpa_impls.gate.config import config_from_dict
 from sdpa_impls.gate.fdr import bh_adjusted, bh_reject
 from sdpa_impls.gate.interval import ratio_interval
 from sdpa_impls.gate.points import Point
-from sdpa_impls.gate.sidebyside import judge
-from sdpa_impls.gate.sidebyside_render import render
-from sdpa_impls.revisions import ci_base, snapshot_working_tree
+from sdpa_impls.continuous.render import render
+from sdpa_impls.continuous.revisions import ci_base, snapshot_working_tree
+from sdpa_impls.continuous.verdict import judge
 
 ROOT = Path(__file__).resolve().parents[1]
 # Tiny and quick: the smoke preset, naive against the time reference, two processes per side. These tests check

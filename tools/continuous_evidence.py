@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sdpa_impls.revisions import snapshot_working_tree  # noqa: E402
+from sdpa_impls.continuous.revisions import snapshot_working_tree  # noqa: E402
 
 FUSED = "sdpa_impls/impls/fused.py"
 CHUNKED = "sdpa_impls/impls/chunked.py"
@@ -108,7 +108,7 @@ def rejudge(out: Path) -> list[dict]:
     config (no measuring): how a change to the rule would have decided the same measurements."""
     from sdpa_impls.gate.config import load_config
     from sdpa_impls.gate.points import load_points
-    from sdpa_impls.gate.sidebyside import judge
+    from sdpa_impls.continuous.verdict import judge
 
     config = load_config(start=out / "repo")
     results = []

@@ -5,10 +5,10 @@
 
 asv's name and argument order. BASE and HEAD are git revisions; HEAD defaults to the working tree (uncommitted
 and untracked files included). Without BASE: $SDPA_CONTINUOUS_BASE, else the fork point of HEAD from main, else
-HEAD~1 (what CI compares; revisions.ci_base). Each side is checked out into a temporary worktree, pip-installed
+HEAD~1 (what CI compares; continuous.revisions.ci_base). Each side is checked out into a temporary worktree, pip-installed
 into its own folder for this interpreter (no dependencies, no network), and its own tests/test_benchmarks.py
 runs in alternating processes (base, head, head, base, ...) with identical settings: one thread and CPU time
-of the process on CPU, CUDA events on GPU. The verdict (gate.sidebyside) is printed as a table; exit 0 pass,
+of the process on CPU, CUDA events on GPU. The verdict (continuous.verdict) is printed as a table; exit 0 pass,
 1 regression, 2 unusable input (a revision that does not exist, install, import or run: one message).
 """
 from __future__ import annotations
@@ -22,13 +22,13 @@ import time
 from pathlib import Path
 
 from ..bench.grid import PRESETS, default_device, default_preset_name
+from ..continuous.render import as_dict, render
+from ..continuous.revisions import checkout, ci_base, describe, remove_checkout, repo_root, resolve, snapshot_working_tree
+from ..continuous.sides import Side, check_import, install, interleaved
+from ..continuous.verdict import judge
 from ..errors import GateInputError, UsageError
 from ..fmt import fmt_duration
 from ..gate.config import load_config
-from ..gate.sidebyside import judge
-from ..gate.sidebyside_render import as_dict, render
-from ..revisions import checkout, ci_base, describe, remove_checkout, repo_root, resolve, snapshot_working_tree
-from ..sides import Side, check_import, install, interleaved
 
 EXIT_UNUSABLE = 2
 ROUNDS, MAX_TIME, MIN_ROUNDS = 4, 0.1, 8  # per side: 4 processes of the ci preset fit CI's 5 minutes on 2 cores

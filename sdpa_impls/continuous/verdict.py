@@ -22,13 +22,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from statistics import median
 
-from .compare import compare_points
-from .config import GateConfig
-from .fdr import bh_adjusted
-from .interval import ratio_interval
-from .points import Point
-from .ranktest import mann_whitney_u
-from .rules import FAIL, INFO, NA, PASS, Check, MemoryRule, correctness_check, relative_to
+from ..gate.compare import compare_points
+from ..gate.config import GateConfig
+from ..gate.fdr import bh_adjusted
+from ..gate.interval import ratio_interval
+from ..gate.points import Point
+from ..gate.ranktest import mann_whitney_u
+from ..gate.rules import FAIL, INFO, NA, PASS, Check, MemoryRule, correctness_check, relative_to
 
 EXACT_MEMORY = MemoryRule(0.0)
 

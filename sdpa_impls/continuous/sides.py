@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from collections.abc import Callable
 from pathlib import Path
 
-from .errors import GateInputError
-from .gate.points import Point, load_points
+from ..errors import GateInputError
+from ..gate.points import Point, load_points
 
 SUITE = Path("tests") / "test_benchmarks.py"
 

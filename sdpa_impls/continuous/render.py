@@ -4,9 +4,9 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from ..fmt import fmt_bytes, table
-from .render import rules_and_failures
-from .rules import NA
-from .sidebyside import Row, SideBySide
+from ..gate.render import rules_and_failures
+from ..gate.rules import NA
+from .verdict import Row, SideBySide
 
 
 def _time_cells(row: Row) -> list[str]:
