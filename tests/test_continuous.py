@@ -20,15 +20,16 @@ from sdpa_impls.gate.config import config_from_dict
 from sdpa_impls.gate.fdr import bh_adjusted, bh_reject
 from sdpa_impls.gate.interval import ratio_interval
 from sdpa_impls.gate.points import Point
-from sdpa_impls.gate.sidebyside import judge
-from sdpa_impls.gate.sidebyside_render import render
-from sdpa_impls.revisions import ci_base, snapshot_working_tree
+from sdpa_impls.continuous.render import render
+from sdpa_impls.continuous.revisions import ci_base, snapshot_working_tree
+from sdpa_impls.continuous.schedule import Schedule
+from sdpa_impls.continuous.verdict import judge
 
 ROOT = Path(__file__).resolve().parents[1]
 # Tiny and quick: the smoke preset, naive against the time reference, two processes per side. These tests check
 # the mechanics on a CI machine shared with other jobs, so the change under test triples naive's work and the
 # threshold is 25 %; the false-alarm and catch rates of the 5 % default are measured in docs/gate.md.
-FAST = ["--preset", "smoke", "--impl", "naive", "--rounds", "2", "--max-time", "0.05"]
+FAST = ["--preset", "smoke", "--impl", "naive", "--rounds", "2", "--max-time", "0.05", "--adaptive-budget", "0"]
 NAIVE = "sdpa_impls/impls/naive.py"
 SLOWER = """        scores = gmm(q5, k4.transpose(-2, -1)).float() * inp.softmax_scale  # (B, Hkv, G, Lq, Lk)
         for _ in range(2):  # the same scores twice more: a slower naive, same answer
@@ -99,7 +100,7 @@ def test_a_slower_implementation_fails_naming_it(repo: dict, tmp_path: Path) -> 
     assert {f["kind"] for f in verdict["failures"]} == {"time"}
     assert len(failed) >= 3  # of the five smoke cases
     assert "sdpa-bench continuous: FAIL" in out and "Benjamini–Hochberg" in out
-    assert "round 2/2: base measured" in err
+    assert "round 2/2: " in err and "first; base and head measured" in err
     assert (tmp_path / "v.md").read_text().startswith("## sdpa-bench continuous: FAIL")
 
 
@@ -109,15 +110,48 @@ def test_unchanged_code_passes_against_the_working_tree(repo: dict, tmp_path: Pa
     before = readme.read_text()
     readme.write_text(before + "\nAn edit that changes no code.\n")
     try:
-        code, out, err = continuous(repo["path"], repo["good"], *FAST, "--json", str(tmp_path / "v.json"))
+        code, out, err = continuous(repo["path"], repo["good"], *FAST, "--seed", "7", "--json", str(tmp_path / "v.json"))
     finally:
         readme.write_text(before)
     assert code == 0, out + err
     verdict = json.loads((tmp_path / "v.json").read_text())
     assert verdict["head"].startswith("working tree of ")
+    run = verdict["run"]  # the seed, and what was drawn from it, is recorded and printed
+    assert run["seed"] == 7 and run["folders"] == list(Schedule(7).folders()) and "seed 7:" in err
+    assert sorted(run["first_side"]) == ["base", "head"] and run["adaptive"]["stopped"] == "none"
+    assert f"seed 7: first side of each round {', '.join(run['first_side'])}" in out
     rows = {(r["impl"], r["case"]): r for r in verdict["rows"]}
     assert len(rows) == 10 and all(r["base_runs"] == 2 and r["head_runs"] == 2 for r in rows.values())
     assert git(repo["path"], "worktree", "list").count("\n") == 0  # the temporary worktrees are gone
+
+
+def test_undecided_benchmarks_get_rounds_of_their_own(repo: dict, tmp_path: Path) -> None:
+    """A/A at a floor of ×1.00 with an alpha no rank test reaches: nothing can be "slower", and "not slower" needs
+    head confidently faster, so benchmarks stay undecided and get extra rounds, selected with -k on both sides."""
+    config = tmp_path / "gate.toml"
+    config.write_text('time_reference = "torch_sdpa"\ncontinuous_time = "median:0%"\nalpha = 1e-300\n')
+    kept = tmp_path / "runs"
+    fast = FAST[:-2] + ["--adaptive-budget", "30"]
+    code, out, err = continuous(repo["path"], repo["good"], repo["good"], *fast, "--config", str(config), "--seed", "3",
+                                "--keep-runs", str(kept), "--json", str(tmp_path / "v.json"))
+    assert code == 0, out + err  # undecided benchmarks do not fail
+    verdict = json.loads((tmp_path / "v.json").read_text())
+    adaptive = verdict["run"]["adaptive"]
+    assert adaptive["selected"] and adaptive["spent_s"] > 0, out + err
+    assert len(verdict["run"]["first_side"]) == 2 + len(adaptive["selected"])
+    names = {}
+    for side in ("base", "head"):
+        names[side] = {b["name"] for b in json.loads((kept / f"{side}-a1.json").read_text())["benchmarks"]}
+        assert len(names[side]) == adaptive["selected"][0]
+    assert names["base"] == names["head"]
+    cases = {n[len("test_sdpa[naive-"):-1] for n in names["base"] if n.startswith("test_sdpa[naive-")}
+    # the undecided benchmarks, and the time reference on their cases (the run's speed is read from it)
+    assert cases and names["base"] == {f"test_sdpa[{impl}-{case}]" for impl in ("naive", "torch_sdpa") for case in cases}
+    rows = {(r["impl"], r["case"]): r for r in verdict["rows"]}
+    assert all(rows[("naive", case)]["base_runs"] >= 3 for case in cases)
+    assert all(r["decision"] != "slower" for r in verdict["rows"])
+    if verdict["undecided"]:
+        assert "undecided) — head" in out and "counted as a pass, not a failure" in out
 
 
 def test_a_base_that_does_not_import_is_unusable(repo: dict) -> None:
@@ -131,6 +165,13 @@ def test_a_base_that_does_not_import_is_unusable(repo: dict) -> None:
 def test_an_unknown_revision_is_unusable(repo: dict) -> None:
     code, _, err = continuous(repo["path"], "no-such-branch", *FAST)
     assert code == 2 and "'no-such-branch' is not a revision" in err
+
+
+@pytest.mark.parametrize("flag, value, message", [("--seed", "-1", "--seed: the seed should be a non-negative"),
+                                                  ("--adaptive-budget", "-5", "--adaptive-budget should be at least")])
+def test_a_bad_seed_or_budget_is_one_message(repo: dict, flag: str, value: str, message: str) -> None:
+    code, out, err = continuous(repo["path"], repo["good"], *FAST, flag, value)
+    assert code == 2 and out == "" and err.count("\n") == 1 and message in err
 
 
 def test_ci_base_names_main_before_the_change(repo: dict) -> None:

@@ -10,6 +10,7 @@ from dataclasses import replace
 import pytest
 
 from sdpa_impls.report import targets
+from sdpa_impls.bench.ceilings import RunCeilings
 from sdpa_impls.bench.grid import PRESETS
 from sdpa_impls.bench.result import Result
 
@@ -83,3 +84,35 @@ def test_a_target_that_could_not_be_measured_is_named_not_passed() -> None:
     no_ceiling = [r for r in rows if r.at_least]  # no ceilings measured: every fraction is "not measured"
     assert len(no_ceiling) == 4 and all(r.measured is None and r.met is None for r in no_ceiling)
     assert "| - | - |" in targets.markdown([row])
+
+
+def test_a_fraction_of_the_ceiling_is_judged_against_the_ceiling_of_the_case_s_own_rounds() -> None:
+    """A slow period over one case's rounds cuts both its implementations' speed and the GEMM samples taken in those
+    rounds to a tenth: against its own ceiling the case keeps its fraction, against the run's median it looks worst."""
+    ceilings = {"gemm_flops_fp32": 2e11, "gemm_flops_bf16": 8e11, "copy_bytes_per_s": 1e11}
+    slow = next(c for c in PRESETS["cpu"] if c.mode == "fwd" and c.lq >= 2048 and not c.causal)
+    key = f"gemm_flops_{slow.dtype}"
+    steady = _results(0.5)
+    results = [replace(r, median_s=r.median_s * 10) if r.case == slow else r for r in steady]
+    own = {slow: {key: ceilings[key] / 10}}
+
+    def row(table: targets.Table) -> targets.TargetRow:
+        return next(r for r in targets.evaluate(table) if r.what.startswith("fused fwd, fp32 and bf16"))
+
+    per_case, run_wide, before = (row(targets.Table(results, ceilings, own)), row(targets.Table(results, ceilings)),
+                                  row(targets.Table(steady, ceilings)))
+    assert targets.Table(results, ceilings, own).fraction("fused", slow)() == pytest.approx(
+        targets.Table(steady, ceilings).fraction("fused", slow)())
+    assert per_case.measured == pytest.approx(before.measured) and per_case.where == before.where != slow.id
+    assert run_wide.where == slow.id and run_wide.measured < per_case.measured
+    # a case without samples of its own falls back to the run's ceiling
+    other = next(c for c in PRESETS["cpu"] if c != slow and c.mode == "fwd" and c.lq >= 2048 and not c.causal)
+    assert targets.Table(results, ceilings, own).ceiling(other) == ceilings[f"gemm_flops_{other.dtype}"]
+
+
+def test_run_ceilings_read_the_samples_of_one_stretch() -> None:
+    meter = RunCeilings("cpu", ("gemm_flops_fp32", "copy_bytes_per_s"), samples={"gemm_flops_fp32": [9.0, 9.0]})
+    mark = meter.mark()
+    meter.samples["gemm_flops_fp32"] += [1.0, 3.0, 2.0]  # what sample() appends during a case's rounds
+    assert meter.since(mark) == {"gemm_flops_fp32": 2.0}  # copy_bytes_per_s was not sampled since: left out
+    assert meter.values()["gemm_flops_fp32"] == 3.0

@@ -1,46 +1,61 @@
 """Count how often `sdpa-bench continuous` fails an unchanged tree and catches real regressions (docs/gate.md).
 
-    python tools/continuous_evidence.py --trials 10 --out /tmp/continuous-evidence --lock /tmp/sdpa-measure.lock
+    python tools/continuous_evidence.py --table --out /tmp/continuous-evidence --lock /tmp/sdpa-measure.lock
+    python tools/continuous_evidence.py --calibrate --out /tmp/continuous-evidence --lock /tmp/sdpa-measure.lock
 
-(--lock: each `continuous` run holds that lock, so other measurements on the machine take turns with it.)
+(--lock: each measuring process holds that lock, so other measurements on the machine take turns with it.)
 
 Builds a scratch git repository from this working tree (commit `base`), then one branch per scenario, each a
 real code or docs change committed on top of `base`:
-  aa        a docs-only change (README.md): must pass;
-  fused10   `fused` computes S = scale·Q Kᵀ once more for the first 2/8 of each query tile's rows (one extra GEMM
-            into the scratch tile the real GEMM then overwrites): measured alone, one thread, +10 % (L1024 fp32
-            fwd), +12 % (L128 fp32), +13 % (L128 bf16 causal), but ~0 % on L1024 bf16;
-  fused25   the same for 5/8 of the rows: ~+25 % (between +18 % at 4/8 and +30 % at 6/8 on the fp32 cases);
+  aa         a docs-only change (README.md): must pass;
+  fused5     `fused` computes S = scale·Q Kᵀ once more for the first 2/16 of each query tile's rows (one extra GEMM
+             into the scratch tile the real GEMM then overwrites): meant as about +5 %, see --calibrate;
+  fused10    the same for 4/16 of the rows: measured alone, one thread, +10 % (L1024 fp32 fwd), +12 % (L128 fp32),
+             +13 % (L128 bf16 causal), but ~0 % on L1024 bf16;
+  fused25    the same for 10/16 of the rows: ~+25 % (between +18 % at 8/16 and +30 % at 12/16 on the fp32 cases);
   chunkedmem `chunked` holds an extra buffer of 1/50 of the query's elements during the call: ~+1 % peak memory.
-Each trial runs, for every scenario in turn, exactly what CI runs (`tox -e continuous`'s command, the ci preset,
-naive/chunked/fused + the time reference, default rounds), from the scratch repository:
-    python -m sdpa_impls continuous base <branch> --impl naive --impl chunked --impl fused --json ...
-(keeping every run's pytest-benchmark JSON next to the verdict) and records the exit status, the wall time, the
-failed checks and the fused / chunked head/base ratios. A
-summary table is printed at the end (and after every trial). Not a test: each run takes minutes.
+--trials N runs every scenario N times; --trials aa=40,fused5=10 names a count per scenario; --table is the goal
+table of docs/gate.md (A/A 40, +5 %, +10 % and +1 % memory 10 each). Trials interleave the scenarios (trial t of
+each, then t + 1), and a run resumes where results.jsonl in OUT stops. Each runs exactly what CI runs
+(`tox -e continuous`'s command: the ci preset, naive/chunked/fused + the time reference, default rounds, the same
+adaptive budget), from the scratch repository:
+    python -m sdpa_impls continuous base <branch> --impl naive --impl chunked --impl fused --adaptive-budget 120 ...
+keeping every run's pytest-benchmark JSON next to the verdict, and records the exit status, wall time, failed
+checks, undecided benchmarks, seed and order of sides, extra rounds, and the fused / chunked head/base ratios. A
+summary table with rates and their 95 % bounds (Clopper–Pearson) is printed after every trial.
+
+--calibrate measures each fused scenario alone, as the +10 % one was: `fused` on every case of the ci preset, one
+thread, `time.process_time`, the median of --calls calls, in separate processes alternating base and the scenario
+(--calibrate-rounds each); it prints the scenario / base ratio per case. Not a test: each run takes minutes.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sdpa_impls.revisions import snapshot_working_tree  # noqa: E402
+from sdpa_impls.continuous.revisions import snapshot_working_tree  # noqa: E402
 
 FUSED = "sdpa_impls/impls/fused.py"
 CHUNKED = "sdpa_impls/impls/chunked.py"
 GEMM = "            torch.baddbmm(sd, rows3(q4, i0, i1), kt3[..., :k_end], beta=0, alpha=scale, out=sd)\n"
 CHUNKED_CALL = "        return lambda: tiled_attention(inp, fwd, Q_TILE, k_tile, widen)\n"
 CI_ARGS = ["--impl", "naive", "--impl", "chunked", "--impl", "fused"]
+CI_BUDGET = "120"  # tox.ini's --adaptive-budget for `tox -e continuous`
+SCENARIOS = ("aa", "fused5", "fused10", "fused25", "chunkedmem")
+SIXTEENTHS = {"fused5": 2, "fused10": 4, "fused25": 10}  # of each query tile's rows GEMMed again
+TABLE = "aa=40,fused5=10,fused10=10,chunkedmem=10"  # the goal table of docs/gate.md
 
 
 def git(repo: Path, *args: str) -> str:
@@ -56,14 +71,15 @@ def branch(repo: Path, name: str, path: str, old: str, new: str) -> None:
     git(repo, "commit", "-q", "-am", name)
 
 
-def extra_gemm(eighths: int) -> str:
-    """The regression: the first GEMM again on `eighths`/8 of the tile's rows, into the scratch the real one fills."""
-    return (f"            r = max(1, (i1 - i0) * {eighths} // 8)  # a regression: an extra GEMM on part of the tile\n"
+def extra_gemm(sixteenths: int) -> str:
+    """The regression: the first GEMM again on `sixteenths`/16 of the tile's rows, into the scratch the real one
+    fills."""
+    return (f"            r = max(1, (i1 - i0) * {sixteenths} // 16)  # a regression: an extra GEMM on part of the tile\n"
             "            torch.baddbmm(take(sbuf, n, g * r, k_end), rows3(q4, i0, i0 + r), kt3[..., :k_end], beta=0,\n"
             "                          alpha=scale, out=take(sbuf, n, g * r, k_end))\n")
 
 
-def build_repo(out: Path, eighths10: int, eighths25: int) -> Path:
+def build_repo(out: Path, sixteenths: dict[str, int]) -> Path:
     repo = out / "repo"
     if repo.exists():
         return repo
@@ -75,7 +91,7 @@ def build_repo(out: Path, eighths10: int, eighths25: int) -> Path:
     with (repo / "README.md").open("a") as fh:
         fh.write("\nA docs-only change.\n")
     git(repo, "commit", "-q", "-am", "aa: docs only")
-    for name, n in (("fused10", eighths10), ("fused25", eighths25)):
+    for name, n in sixteenths.items():
         branch(repo, name, FUSED, GEMM, extra_gemm(n) + GEMM)
     branch(repo, "chunkedmem", CHUNKED, CHUNKED_CALL,
            "        def call() -> torch.Tensor:\n"
@@ -86,12 +102,12 @@ def build_repo(out: Path, eighths10: int, eighths25: int) -> Path:
     return repo
 
 
-def one(repo: Path, scenario: str, out: Path, lock: str | None) -> dict:
+def one(repo: Path, scenario: str, out: Path, lock: str | None, budget: str = CI_BUDGET) -> dict:
     start = time.perf_counter()
     lock_cmd = ["flock", lock] if lock else []
     done = subprocess.run([*lock_cmd, sys.executable, "-m", "sdpa_impls", "continuous", "base", scenario, *CI_ARGS,
-                           "--json", str(out), "--keep-runs", str(out.with_suffix(""))], cwd=repo,
-                          capture_output=True, text=True, env=os.environ | {"PYTHONPATH": str(repo)})
+                           "--adaptive-budget", budget, "--json", str(out), "--keep-runs", str(out.with_suffix(""))],
+                          cwd=repo, capture_output=True, text=True, env=os.environ | {"PYTHONPATH": str(repo)})
     wall = time.perf_counter() - start
     took = re.search(r"\[\s*([0-9hms]+)\] done: exit", done.stderr)
     verdict = json.loads(out.read_text()) if out.is_file() else {}
@@ -100,36 +116,59 @@ def one(repo: Path, scenario: str, out: Path, lock: str | None) -> dict:
     return {"scenario": scenario, "exit": done.returncode, "wall_s": round(wall, 1),
             "continuous_took": took.group(1) if took else None,
             "failed": [f"{f['kind']} {f['subject']}" for f in verdict.get("failures", [])],
+            "undecided": verdict.get("undecided", []), "run": verdict.get("run", {}),
             "median_ratio": ratios, "stderr_tail": done.stderr[-400:] if done.returncode == 2 else ""}
 
 
 def rejudge(out: Path) -> list[dict]:
     """Judge the kept runs of every finished trial again with this tree's gate code and the scratch repository's
     config (no measuring): how a change to the rule would have decided the same measurements."""
+    from sdpa_impls.continuous.verdict import judge
     from sdpa_impls.gate.config import load_config
     from sdpa_impls.gate.points import load_points
-    from sdpa_impls.gate.sidebyside import judge
 
     config = load_config(start=out / "repo")
     results = []
     for runs in sorted(p for p in out.glob("*-[0-9][0-9]") if p.is_dir()):
         scenario, trial = runs.name.rsplit("-", 1)
-        base = [load_points(f)[1] for f in sorted(runs.glob("base-*.json"))]
-        head = [load_points(f)[1] for f in sorted(runs.glob("head-*.json"))]
+        files = {side: sorted(runs.glob(f"{side}-*.json"), key=lambda f: (f.stem.split("-")[1].startswith("a"),
+                                                                            f.stem)) for side in ("base", "head")}
+        base, head = ([load_points(f)[1] for f in files[side]] for side in ("base", "head"))
         if not base or len(base) != len(head):
             continue  # an interrupted run
-        report = judge(base, head, config)
+        planned = sum(not f.stem.split("-")[1].startswith("a") for f in files["head"])  # a1, a2: adaptive rounds
+        report = judge(base, head, config, planned=planned)
         fused = [r.ratio for r in report.rows if r.impl == "fused" and r.ratio is not None]
         results.append({"scenario": scenario, "trial": int(trial), "exit": report.exit_code, "wall_s": 0.0,
                         "failed": [f"{c.kind} {c.subject}" for c in report.failures],
+                        "undecided": [r.label for r in report.undecided],
                         "median_ratio": {"fused": statistics.median(fused) if fused else float("nan")}})
     return results
 
 
+def _binomial_cdf(k: int, n: int, p: float) -> float:
+    return sum(math.comb(n, i) * p ** i * (1 - p) ** (n - i) for i in range(k + 1))
+
+
+def bounds(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """One-sided Clopper–Pearson bounds of a rate seen k times in n: (lower, upper), each at `level`."""
+    def solve(target: Callable[[float], bool]) -> float:
+        lo, hi = 0.0, 1.0
+        for _ in range(60):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if target(mid) else (lo, mid)
+        return (lo + hi) / 2
+    alpha = 1 - level
+    upper = 1.0 if k == n else solve(lambda p: _binomial_cdf(k, n, p) > alpha)
+    lower = 0.0 if k == 0 else solve(lambda p: 1 - _binomial_cdf(k - 1, n, p) < alpha)
+    return lower, upper
+
+
 def summary(results: list[dict]) -> str:
     lines = ["| scenario | trials | exit 0 | exit 1 | exit 2 | a time check failed | a memory check failed | "
-             "median fused ratio | wall incl. lock wait |", "|---|---|---|---|---|---|---|---|---|"]
-    for s in ("aa", "fused10", "fused25", "chunkedmem"):
+             "rate failed (95 % bounds) | with undecided | extra rounds | median fused ratio | wall incl. lock wait |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for s in SCENARIOS:
         rs = [r for r in results if r["scenario"] == s]
         if not rs:
             continue
@@ -138,21 +177,91 @@ def summary(results: list[dict]) -> str:
         fused = statistics.median(r["median_ratio"]["fused"] for r in rs)
         timed = sum(any(f.startswith("time ") for f in r["failed"]) for r in rs)
         memory = sum(any(f.startswith("memory ") for f in r["failed"]) for r in rs)
-        lines.append(f"| {s} | {len(rs)} | {codes.count(0)} | {codes.count(1)} | {codes.count(2)} | {timed} | "
-                     f"{memory} | {fused:.3f} | {min(walls):.0f}–{max(walls):.0f} s |")
+        undecided = sum(bool(r.get("undecided")) for r in rs)
+        extra = [r.get("run", {}).get("adaptive", {}).get("selected", []) for r in rs]
+        k, n = codes.count(1), len(rs)
+        lower, upper = bounds(k, n)
+        rate = f"{k / n:.0%} (≤ {upper:.1%})" if s == "aa" else f"{k / n:.0%} (≥ {lower:.1%})"
+        lines.append(f"| {s} | {n} | {codes.count(0)} | {k} | {codes.count(2)} | {timed} | {memory} | {rate} | "
+                     f"{undecided} | {statistics.median(len(e) for e in extra):g} median, {max(map(len, extra))} max | "
+                     f"{fused:.3f} | {min(walls):.0f}–{max(walls):.0f} s (median {statistics.median(walls):.0f}) |")
     return "\n".join(lines)
+
+
+CALIBRATE = """
+import statistics, sys, time, torch
+torch.set_num_threads(1)
+from sdpa_impls.bench.check import CaseContext
+from sdpa_impls.bench.grid import preset
+from sdpa_impls.bench.measure import prepare_point
+for case in preset("ci"):
+    fn = prepare_point("fused", CaseContext(case, "cpu")).fn
+    fn()
+    took = []
+    for _ in range(int(sys.argv[1])):
+        start = time.process_time()
+        fn()
+        took.append(time.process_time() - start)
+    print(case.id, statistics.median(took))
+"""
+
+
+def calibrate(repo: Path, scenarios: list[str], calls: int, rounds: int, lock: str | None) -> dict[str, dict]:
+    """Each fused scenario alone: median time of `fused` per ci case in processes alternating base and the
+    scenario (`rounds` each, the median over them), printed as the scenario / base ratio per case."""
+    lock_cmd = ["flock", lock] if lock else []
+    env = os.environ | {"PYTHONPATH": str(repo), "OMP_NUM_THREADS": "1"}
+
+    def times(rev: str) -> dict[str, float]:
+        git(repo, "checkout", "-q", rev)
+        done = subprocess.run([*lock_cmd, sys.executable, "-c", CALIBRATE, str(calls)], cwd=repo, env=env,
+                              capture_output=True, text=True, check=True)
+        return {line.split()[0]: float(line.split()[1]) for line in done.stdout.splitlines()}
+
+    ratios = {}
+    try:
+        for scenario in scenarios:
+            seen: dict[str, dict[str, list[float]]] = {"base": {}, scenario: {}}
+            for i in range(rounds):
+                for rev in ("base", scenario) if i % 2 == 0 else (scenario, "base"):
+                    for case, t in times(rev).items():
+                        seen[rev].setdefault(case, []).append(t)
+            ratios[scenario] = {case: statistics.median(seen[scenario][case]) / statistics.median(ts)
+                                for case, ts in seen["base"].items()}
+            print(f"{scenario} alone ({calls} calls, {rounds} process(es) each, one thread, process time): "
+                  + ", ".join(f"{case} ×{r:.3f}" for case, r in ratios[scenario].items()), flush=True)
+    finally:
+        git(repo, "checkout", "-q", "base")
+    return ratios
+
+
+def plan(trials: str, scenarios: str) -> dict[str, int]:
+    """{scenario: trials} from --trials N (every scenario of --scenarios) or --trials aa=40,fused5=10."""
+    if "=" not in trials:
+        return {s: int(trials) for s in scenarios.split(",")}
+    counts = {name: int(n) for name, n in (item.split("=") for item in trials.split(","))}
+    unknown = set(counts) - set(SCENARIOS)
+    if unknown:
+        raise SystemExit(f"unknown scenario(s) {sorted(unknown)}; known: {', '.join(SCENARIOS)}")
+    return counts
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=10)
+    parser.add_argument("--trials", default="10", help="N for every scenario, or SCENARIO=N,... (e.g. aa=40,fused5=10)")
+    parser.add_argument("--table", action="store_true", help=f"the goal table's trials: --trials {TABLE}")
     parser.add_argument("--out", type=Path, default=Path("continuous-evidence"))
-    parser.add_argument("--eighths-10", type=int, default=2, help="eighths of each tile's rows GEMMed again, ~+10 %%")
-    parser.add_argument("--eighths-25", type=int, default=5, help="the same for ~+25 %%")
-    parser.add_argument("--lock", help="run each continuous under `flock LOCK` (a shared machine's measurement lock)")
-    parser.add_argument("--scenarios", default="aa,fused10,fused25,chunkedmem")
+    for name, n in SIXTEENTHS.items():
+        parser.add_argument(f"--sixteenths-{name[5:]}", type=int, default=n, dest=name,
+                            help=f"sixteenths of each tile's rows GEMMed again in {name} (default {n})")
+    parser.add_argument("--lock", help="run each measuring process under `flock LOCK` (a shared machine's lock)")
+    parser.add_argument("--scenarios", default="aa,fused5,fused10,chunkedmem", help="for --trials N")
+    parser.add_argument("--adaptive-budget", default=CI_BUDGET, help=f"as tox -e continuous (default {CI_BUDGET})")
     parser.add_argument("--rejudge", action="store_true",
                         help="measure nothing: judge the kept runs in OUT again with this tree's gate code")
+    parser.add_argument("--calibrate", action="store_true", help="measure each fused scenario alone, then stop")
+    parser.add_argument("--calls", type=int, default=100, help="--calibrate: timed calls per case and process")
+    parser.add_argument("--calibrate-rounds", type=int, default=3, help="--calibrate: processes per tree")
     args = parser.parse_args()
     if args.rejudge:
         results = rejudge(args.out)
@@ -161,19 +270,25 @@ def main() -> int:
         print(summary(results))
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
-    repo = build_repo(args.out, args.eighths_10, args.eighths_25)
+    repo = build_repo(args.out, {name: getattr(args, name) for name in SIXTEENTHS})
+    if args.calibrate:
+        calibrate(repo, list(SIXTEENTHS), args.calls, args.calibrate_rounds, args.lock)
+        return 0
+    counts = plan(TABLE if args.table else args.trials, args.scenarios)
     log = args.out / "results.jsonl"
     results = [json.loads(line) for line in log.read_text().splitlines()] if log.is_file() else []
-    for t in range(args.trials):
-        for scenario in args.scenarios.split(","):
-            if sum(r["scenario"] == scenario for r in results) > t:
-                continue  # resumed: this trial of this scenario is done
-            r = one(repo, scenario, args.out / f"{scenario}-{t:02d}.json", args.lock) | {"trial": t}
+    for t in range(max(counts.values(), default=0)):
+        for scenario, n in counts.items():
+            if t >= n or sum(r["scenario"] == scenario for r in results) > t:
+                continue  # this scenario has its trials, or (resumed) this trial of it is done
+            r = one(repo, scenario, args.out / f"{scenario}-{t:02d}.json", args.lock, args.adaptive_budget)
+            r["trial"] = t
             results.append(r)
             with log.open("a") as fh:
                 fh.write(json.dumps(r) + "\n")
             print(f"trial {t} {scenario}: exit {r['exit']}, continuous took {r['continuous_took']}, "
-                  f"fused ×{r['median_ratio']['fused']:.3f}, failed: {r['failed'][:4]}", flush=True)
+                  f"fused ×{r['median_ratio']['fused']:.3f}, failed: {r['failed'][:4]}, "
+                  f"undecided: {len(r['undecided'])}", flush=True)
         print(summary(results), flush=True)
     return 0
 

@@ -2,7 +2,8 @@
 
 A ceiling describes the machine's state while the run lasted, and these machines change speed from day to
 day: nothing here is cached. `RunCeilings` times every ceiling at the start of a run and again between its
-cases, and a run's results are judged against the median of its own samples (the spread is reported with it).
+cases, and a run's results are judged against the median of its own samples (the spread is reported with it), or
+a case against the samples taken during its own rounds (`mark` / `since`).
 """
 from __future__ import annotations
 
@@ -128,6 +129,15 @@ class RunCeilings:
 
     def values(self) -> dict[str, float]:
         return {k: statistics.median(v) for k, v in self.samples.items() if v}
+
+    def mark(self) -> dict[str, int]:
+        """How many samples each ceiling has now: `since(mark)` later reads only the samples taken after it."""
+        return {k: len(v) for k, v in self.samples.items()}
+
+    def since(self, mark: dict[str, int]) -> dict[str, float]:
+        """The median rate of each ceiling over the samples taken after `mark` (e.g. during one case's rounds);
+        ceilings not sampled since are left out."""
+        return {k: statistics.median(v[mark.get(k, 0):]) for k, v in self.samples.items() if v[mark.get(k, 0):]}
 
     def spread(self) -> dict[str, dict]:
         return {k: {"min": min(v), "median": statistics.median(v), "max": max(v), "n": len(v),

@@ -1,19 +1,23 @@
 """`sdpa-bench continuous BASE [HEAD]`: benchmark two revisions side by side in one run and judge HEAD by the gate.
 
     sdpa-bench continuous [BASE [HEAD]] [--preset NAME] [--impl NAME ...] [--rounds N] [--max-time S]
-                          [--config FILE] [--markdown FILE] [--json FILE] [--keep-runs DIR]
+                          [--adaptive-budget S] [--seed N] [--config FILE] [--markdown FILE] [--json FILE]
+                          [--keep-runs DIR]
 
 asv's name and argument order. BASE and HEAD are git revisions; HEAD defaults to the working tree (uncommitted
 and untracked files included). Without BASE: $SDPA_CONTINUOUS_BASE, else the fork point of HEAD from main, else
-HEAD~1 (what CI compares; revisions.ci_base). Each side is checked out into a temporary worktree, pip-installed
+HEAD~1 (what CI compares; continuous.revisions.ci_base). Each side is checked out into a temporary worktree, pip-installed
 into its own folder for this interpreter (no dependencies, no network), and its own tests/test_benchmarks.py
-runs in alternating processes (base, head, head, base, ...) with identical settings: one thread and CPU time
-of the process on CPU, CUDA events on GPU. The verdict (gate.sidebyside) is printed as a table; exit 0 pass,
-1 regression, 2 unusable input (a revision that does not exist, install, import or run: one message).
+runs in alternating processes (which side starts each round drawn from a recorded seed, continuous.schedule)
+with identical settings: one thread and CPU time of the process on CPU, CUDA events on GPU. Benchmarks still
+undecided after the planned rounds get more rounds of their own within --adaptive-budget (continuous.adaptive).
+The verdict (continuous.verdict) is printed as a table; exit 0 pass, 1 regression, 2 unusable input (a revision
+that does not exist, install, import or run: one message).
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shutil
 import sys
@@ -22,16 +26,18 @@ import time
 from pathlib import Path
 
 from ..bench.grid import PRESETS, default_device, default_preset_name
+from ..continuous.adaptive import Outcome, extend, keyword
+from ..continuous.render import as_dict, render
+from ..continuous.revisions import checkout, ci_base, describe, remove_checkout, repo_root, resolve, snapshot_working_tree
+from ..continuous.schedule import Schedule
+from ..continuous.sides import Side, check_import, install, interleaved, run_pair
 from ..errors import GateInputError, UsageError
 from ..fmt import fmt_duration
 from ..gate.config import load_config
-from ..gate.sidebyside import judge
-from ..gate.sidebyside_render import as_dict, render
-from ..revisions import checkout, ci_base, describe, remove_checkout, repo_root, resolve, snapshot_working_tree
-from ..sides import Side, check_import, install, interleaved
 
 EXIT_UNUSABLE = 2
 ROUNDS, MAX_TIME, MIN_ROUNDS = 4, 0.1, 8  # per side: 4 processes of the ci preset fit CI's 5 minutes on 2 cores
+ADAPTIVE_BUDGET = 300.0  # seconds of extra rounds for undecided benchmarks, after the planned rounds
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,6 +54,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "period of the machine thinner")
     parser.add_argument("--max-time", type=float, default=MAX_TIME, metavar="S",
                         help=f"pytest-benchmark's --benchmark-max-time per benchmark and process (default {MAX_TIME})")
+    parser.add_argument("--adaptive-budget", type=float, default=ADAPTIVE_BUDGET, metavar="S",
+                        help=f"seconds of extra rounds (base and head again, undecided benchmarks only) after the "
+                             f"planned ones, until each benchmark is decided (default {ADAPTIVE_BUDGET:g}; 0: none)")
+    parser.add_argument("--seed", type=int, default=None, metavar="N",
+                        help="seed of the random order of sides, folder names and environment sizes (default: a "
+                             "fresh one, printed and written to --json)")
     parser.add_argument("--config", metavar="FILE",
                         help="gate settings (TOML); default: HEAD's pyproject.toml [tool.sdpa_bench.gate]")
     parser.add_argument("--markdown", metavar="FILE", help="also write the verdict as Markdown (a PR comment)")
@@ -79,40 +91,79 @@ def _name(root: Path, rev: str, commit: str) -> str:
     return described if commit.startswith(rev) else f"{rev} ({described})"
 
 
-def _compare(args: argparse.Namespace, root: Path, work: Path, progress) -> int:
-    if args.rounds < 1:
-        raise UsageError("--rounds should be at least 1")
+def _sides(args: argparse.Namespace, root: Path, work: Path, folders: tuple[str, str], progress) -> tuple[Side, Side]:
+    """Both sides checked out (or the working tree copied) into `work/<folder>/tree`, installed and imported."""
     base_rev, why = (args.base, "") if args.base else ci_base(root)
     base_commit = resolve(root, base_rev)
-    base = Side("base", _name(root, base_rev, base_commit), work / "base" / "tree", work / "base" / "site",
-                sys.executable)
+    base_dir, head_dir = (work / f for f in folders)
+    base = Side("base", _name(root, base_rev, base_commit), base_dir / "tree", base_dir / "site", sys.executable)
     if why:
         progress(f"base: {base.name}, chosen as {why}")
     checkout(root, base_commit, base.tree)
     if args.head:
         head_commit = resolve(root, args.head)
-        head = Side("head", _name(root, args.head, head_commit), work / "head" / "tree",
-                    work / "head" / "site", sys.executable)
+        head = Side("head", _name(root, args.head, head_commit), head_dir / "tree", head_dir / "site", sys.executable)
         checkout(root, head_commit, head.tree)
     else:
-        head = Side("head", f"working tree of {root}", work / "head" / "tree", work / "head" / "site", sys.executable)
+        head = Side("head", f"working tree of {root}", head_dir / "tree", head_dir / "site", sys.executable)
         snapshot_working_tree(root, head.tree)
-    cpu = default_device() == "cpu"
     for side in (base, head):
         install(side)
-        check_import(side, cpu)
+        check_import(side, default_device() == "cpu")
         progress(f"{side.role}: {side.name} installed into its own folder")
+    return base, head
+
+
+def _measure(args: argparse.Namespace, base: Side, head: Side, schedule: Schedule, work: Path, progress) -> Outcome:
+    """The planned rounds, then the adaptive ones; the verdict over all of them."""
+    cpu = default_device() == "cpu"
     config = load_config(args.config, start=head.tree)
     pytest_args = _pytest_args(args, config.time_reference, cpu)
     runs = Path(args.keep_runs) if args.keep_runs else work / "runs"
     runs.mkdir(parents=True, exist_ok=True)
-    base_runs, head_runs, failed = interleaved(base, head, args.rounds, pytest_args, cpu, runs, progress)
-    report = judge(base_runs, head_runs, config, failed)
-    sys.stdout.write(render(report, base.name, head.name))
+    start = time.monotonic()
+    base_runs, head_runs, failed = interleaved(base, head, args.rounds, pytest_args, cpu, runs, schedule, progress)
+    per_round = (time.monotonic() - start) / args.rounds
+
+    def extra(terms: list[str], index: int) -> tuple[list, list, list[str]]:
+        try:
+            selected = ["-k", keyword(terms)]
+        except ValueError as exc:
+            raise GateInputError(f"adaptive round {index}: {exc}") from None
+        return run_pair(base, head, schedule, pytest_args + selected, cpu, runs, f"a{index}", progress=progress)
+
+    # the first extra round is expected to take as long as a planned one (it measures fewer benchmarks, but each
+    # process still starts, imports torch and samples the ceilings): the budget is not overrun by guessing low
+    return extend(base_runs, head_runs, failed, config, extra, args.adaptive_budget, first_estimate_s=per_round,
+                  progress=progress)
+
+
+def _compare(args: argparse.Namespace, root: Path, work: Path, progress) -> int:
+    if args.rounds < 1:
+        raise UsageError("--rounds should be at least 1")
+    if args.adaptive_budget < 0:
+        raise UsageError("--adaptive-budget should be at least 0 seconds")
+    try:
+        schedule = Schedule(args.seed) if args.seed is not None else Schedule.fresh()
+    except ValueError as exc:
+        raise UsageError(f"--seed: {exc}") from None
+    progress(f"seed {schedule.seed}: order of sides, folder names and environment sizes drawn from it "
+             f"(--seed {schedule.seed} repeats them)")
+    folders = schedule.folders()
+    base, head = _sides(args, root, work, folders, progress)
+    outcome = _measure(args, base, head, schedule, work, progress)
+    report = outcome.report
+    first = ", ".join(schedule.orders)
+    run_notes = [f"seed {schedule.seed}: first side of each round {first}; side folders {folders[0]} (base) and "
+                 f"{folders[1]} (head); each process's environment padded to a random size.",
+                 outcome.adaptive.note()]
+    run_info = {"seed": schedule.seed, "first_side": list(schedule.orders), "folders": list(folders),
+                "planned_rounds": args.rounds, "adaptive": dataclasses.asdict(outcome.adaptive)}
+    sys.stdout.write(render(report, base.name, head.name, run_notes=run_notes))
     if args.markdown:
-        _write(args.markdown, render(report, base.name, head.name, markdown=True))
+        _write(args.markdown, render(report, base.name, head.name, markdown=True, run_notes=run_notes))
     if args.json:
-        _write(args.json, json.dumps(as_dict(report, base.name, head.name), indent=1) + "\n")
+        _write(args.json, json.dumps(as_dict(report, base.name, head.name, run_info), indent=1) + "\n")
     return report.exit_code
 
 
@@ -133,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"sdpa-bench continuous: error: {exc}", file=sys.stderr)
         return EXIT_UNUSABLE
     finally:
-        for role in ("base", "head"):
-            if (work / role / "tree" / ".git").is_file():  # a git worktree, not a copy
-                remove_checkout(root, work / role / "tree")
+        for tree in work.glob("*/tree"):
+            if (tree / ".git").is_file():  # a git worktree, not a copy
+                remove_checkout(root, tree)
         shutil.rmtree(work, ignore_errors=True)

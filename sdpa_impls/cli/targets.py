@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from ..bench.ceilings import RunCeilings, gemm_key, needed_ceilings
+from ..bench.grid import Case
 from ..bench.machine import machine_info
 from ..bench.measure import run_case, run_case_interleaved
 from ..bench.result import Result
@@ -30,30 +31,37 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also save the results as a sweep (results.json, tables, plots, report.md) and targets.md")
 
 
-def measure(ceilings: RunCeilings, stream=sys.stdout) -> list[Result]:
-    """Every point of the plan, printed as it finishes; one call of the case's GEMM ceiling follows every round."""
-    results = []
+def measure(ceilings: RunCeilings, stream=sys.stdout) -> tuple[list[Result], dict[Case, dict[str, float]]]:
+    """Every point of the plan, printed as it finishes; one call of the case's GEMM ceiling follows every round.
+    Returns the results and, per timed case, the ceiling over the samples taken in that case's rounds."""
+    results, own = [], {}
     start = time.perf_counter()
     for case, impls, timed in plan():
         gemm = (gemm_key(case.dtype, DEVICE),)
+        mark = ceilings.mark()
         rows = (run_case_interleaved(case, impls, DEVICE, TIMING, after_round=lambda: ceilings.sample(gemm, calls=1))
                 if timed else run_case(case, impls, DEVICE, MEMORY))
+        if timed and ceilings.since(mark):
+            own[case] = ceilings.since(mark)
         for r in rows:
             results.append(r)
             shown = f"{r.median_s * 1e3:9.1f} ms" if r.status == "ok" else f"{r.status}: {r.reason[:70]}"
             mem = f"  peak {r.peak_memory_bytes / 2**20:8.1f} MiB" if r.peak_memory_bytes else ""
             print(f"[{time.perf_counter() - start:6.0f}s] {case.id:28s} {r.impl:20s} {shown}{mem}",
                   file=stream, flush=True)
-    return results
+    return results, own
 
 
 def ceiling_lines(ceilings: RunCeilings) -> str:
-    """The run's ceilings with their spread: what every fraction in the tables is a fraction of."""
+    """The run's ceilings with their spread; each case's fractions are of the GEMM samples of its own rounds."""
     lines = ["Ceilings measured in this run (median of the samples, min–max, samples, shape):", ""]
     for key, s in ceilings.spread().items():
         unit, scale = ("GB/s", 1e9) if key == "copy_bytes_per_s" else ("GFLOP/s", 1e9)
         lines.append(f"- {key}: {s['median'] / scale:.0f} {unit} ({s['min'] / scale:.0f}–{s['max'] / scale:.0f}, "
                      f"{s['n']} samples, {s['shape']})")
+    lines += ["", "A fraction of the GEMM ceiling is taken against the median of the GEMM samples of that case's own "
+                  "rounds (one call after each round), so a slow period lands on both numbers; the run's median "
+                  "above is the fallback for a case without them."]
     return "\n".join(lines)
 
 
@@ -65,9 +73,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"machine: {info['cpu']}, {info['threads']} threads, torch {info['torch']}, python {info['python']}")
     ceilings = RunCeilings(DEVICE, needed_ceilings(sorted({c.dtype for c, _, _ in plan()}), DEVICE))
     ceilings.sample()
-    results = measure(ceilings)
+    results, own = measure(ceilings)
     ceilings.sample()
-    table = Table([r.on_roofline(ceilings.values()) for r in results], ceilings.values())
+    values = ceilings.values()
+    table = Table([r.on_roofline(values | own.get(r.case, {})) for r in results], values, own)
     rows = evaluate(table)
     print(f"\nmeasured in one run of {time.perf_counter() - start:.0f} s\n")
     print(ceiling_lines(ceilings) + "\n")
@@ -81,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
         meta = {"preset": "cpu", "device": DEVICE, "shard": None, "impls": list(dict.fromkeys(r.impl for r in timed)),
                 "case_ids": list(dict.fromkeys(r.case.id for r in timed)), "options": dataclasses.asdict(TIMING),
                 "seed": 0, "machine": info, **ceilings.meta(), "wall_s": time.perf_counter() - start,
+                "case_ceilings": {case.id: c for case, c in own.items()},
                 "finished": datetime.datetime.now().astimezone().isoformat(timespec="seconds")}
         sweep = store.Sweep(meta, timed)
         store.save(args.out, sweep)

@@ -52,11 +52,17 @@ class TargetRow:
 
 
 class Table:
-    """Results indexed by (implementation, case) with the ratio helpers the targets need."""
+    """Results indexed by (implementation, case) with the ratio helpers the targets need.
 
-    def __init__(self, results: Iterable[Result], ceilings: dict[str, float] | None = None) -> None:
+    `ceilings` are the run's (bench.ceilings.RunCeilings.values()); `case_ceilings` the ones sampled during each
+    case's own rounds (RunCeilings.since). A fraction of the ceiling uses the case's own ceiling when there is one,
+    so a slow period of the machine lands on both numbers of the fraction; else the run's."""
+
+    def __init__(self, results: Iterable[Result], ceilings: dict[str, float] | None = None,
+                 case_ceilings: dict[Case, dict[str, float]] | None = None) -> None:
         self.results = list(results)
-        self.ceilings = ceilings or {}  # measured in the same run (bench.ceilings.RunCeilings.values())
+        self.ceilings = ceilings or {}
+        self.case_ceilings = case_ceilings or {}
         ok = [r for r in self.results if r.status == "ok"]
         # the memory pass repeats one case of the cpu preset (L=2048, E=64, fp32, fwd+bwd) with a single,
         # non-interleaved call: its times must not replace the interleaved ones
@@ -86,10 +92,15 @@ class Table:
             where += f" (not measured: {', '.join(missing)})"
         return TargetRow(what, limit, worst, where, at_least)
 
+    def ceiling(self, case: Case) -> float | None:
+        """The GEMM ceiling of the case's dtype that `case` is judged against: its own rounds', else the run's."""
+        key = gemm_key(case.dtype, DEVICE)
+        return self.case_ceilings.get(case, {}).get(key) or self.ceilings.get(key)
+
     def fraction(self, impl: str, case: Case) -> Callable[[], float | None]:
-        """Achieved FLOP/s of `impl` on `case` over this run's GEMM ceiling of the case's dtype."""
+        """Achieved FLOP/s of `impl` on `case` over the GEMM ceiling of the case's dtype (`ceiling`)."""
         def f() -> float | None:
-            t, ceiling = self.time(impl, case), self.ceilings.get(gemm_key(case.dtype, DEVICE))
+            t, ceiling = self.time(impl, case), self.ceiling(case)
             return case.flops() / t / ceiling if t and ceiling else None
         return f
 

@@ -1,12 +1,13 @@
 """The verdict of `sdpa-bench continuous` as text, Markdown (a PR comment) or JSON."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict
 
 from ..fmt import fmt_bytes, table
-from .render import rules_and_failures
-from .rules import NA
-from .sidebyside import Row, SideBySide
+from ..gate.render import rules_and_failures
+from ..gate.rules import NA
+from .verdict import Row, SideBySide
 
 
 def _time_cells(row: Row) -> list[str]:
@@ -27,37 +28,49 @@ def _memory_cell(row: Row) -> str:
     return f"{fmt_bytes(max(b))} → {fmt_bytes(min(h))} ({min(h) - max(b):+d} B)"
 
 
-def render(report: SideBySide, base: str, head: str, markdown: bool = False) -> str:
-    """One row per benchmark (head/base ratio, interval, adjusted p, memory, verdict), the in-run rules, failures, notes."""
+def render(report: SideBySide, base: str, head: str, markdown: bool = False, run_notes: Sequence[str] = ()) -> str:
+    """One row per benchmark (head/base ratio, interval, adjusted p, memory, verdict), the in-run rules, failures,
+    the undecided benchmarks, notes (`run_notes`, how the runs were made, come last)."""
     verdict = "FAIL" if report.exit_code else "PASS"
+    undecided = report.undecided
     out = [f"{'## ' if markdown else ''}sdpa-bench continuous: {verdict} "
-           f"({len(report.failures)} failed check(s)) — head {head} vs base {base}", ""]
+           f"({len(report.failures)} failed check(s), {len(undecided)} undecided) — head {head} vs base {base}", ""]
     if markdown:
         out += [f"Config: {report.config_source or 'built-in defaults'}. Time: head/base ratio of medians, "
                 f"a regression above ×{report.factor:.2f} at false discovery rate {report.fdr:g} "
                 "(Benjamini–Hochberg over the preset).", ""]
-    out += table(["benchmark", "head/base", "95% CI", "q (BH)", "peak memory", "verdict"],
-                 [[r.label, *_time_cells(r), _memory_cell(r), r.verdict] for r in report.rows],
+    out += table(["benchmark", "head/base", "95% CI", "q (BH)", "runs", "peak memory", "verdict"],
+                 [[r.label, *_time_cells(r), f"{len(r.base)}+{len(r.head)}", _memory_cell(r), r.verdict]
+                  for r in report.rows],
                  markdown).splitlines()
     out += rules_and_failures(report.ratios, report.failures, markdown, "in-run rule (head)")
     bullet = "- " if markdown else "  "
     one_side = [r for r in report.rows if not r.base or not r.head]
     if one_side:
         out += ["", "On one side only:"] + [f"{bullet}{r.label}: {r.verdict}" for r in one_side]
+    if undecided:
+        out += ["", f"Undecided ({len(undecided)}: neither slower nor clear of ×{report.factor:.2f} when the rounds "
+                    "ended; counted as a pass, not a failure):"]
+        out += [f"{bullet}{r.label}: ×{r.ratio:.3f}, 95% CI {r.interval[0]:.3f}–{r.interval[1]:.3f}, "
+                f"{len(r.base)} base and {len(r.head)} head runs" for r in undecided]
     skipped = [c for r in report.rows for c in r.checks if c.status == NA]
     if skipped:
         out += ["", "Not checked:"] + [f"{bullet}{c.kind} {c.subject}: {c.message}" for c in skipped]
-    if report.notes:
-        out += ["", "Notes:"] + [f"{bullet}{n}" for n in report.notes]
+    notes = [*report.notes, *run_notes]
+    if notes:
+        out += ["", "Notes:"] + [f"{bullet}{n}" for n in notes]
     return "\n".join(out) + "\n"
 
 
-def as_dict(report: SideBySide, base: str, head: str) -> dict:
-    """JSON-ready: verdict, exit code, every row with its statistics and checks (no raw samples)."""
+def as_dict(report: SideBySide, base: str, head: str, run: dict | None = None) -> dict:
+    """JSON-ready: verdict, exit code, every row with its statistics, decision and checks (no raw samples), the
+    undecided benchmarks, and `run` (how the runs were made: seed, order of sides, adaptive rounds) as given."""
     return {
         "verdict": "FAIL" if report.exit_code else "pass", "exit_code": report.exit_code, "base": base,
         "head": head, "config": report.config_source, "factor": report.factor, "fdr": report.fdr,
-        "rows": [{"impl": r.impl, "case": r.case_id, "verdict": r.verdict, "unit": r.unit, "ratio": r.ratio,
+        "undecided": [r.label for r in report.undecided], "run": run or {},
+        "rows": [{"impl": r.impl, "case": r.case_id, "verdict": r.verdict, "decision": r.decision, "unit": r.unit,
+                  "ratio": r.ratio,
                   "interval": list(r.interval) if r.interval else None, "p": r.p, "q": r.q,
                   "base_runs": len(r.base), "head_runs": len(r.head),
                   "base_peak_memory": [p.peak_memory_bytes for p in r.base],

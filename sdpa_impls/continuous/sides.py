@@ -4,6 +4,8 @@ its own benchmark suite run in a separate process.
     install(tree, site, python)  -> None     # pip --target, no dependencies, no network, no build isolation
     check_import(side)           -> None     # the installed package imports and lists its implementations
     run_round(side, out, options) -> RoundRun
+    run_pair(base, head, schedule, ...)  -> (base points, head points, head's failed tests)   # one round
+    interleaved(base, head, rounds, ...) -> (base runs, head runs, head's failed tests)
 
 Each side runs with the interpreter (and so torch and every other package) of the environment that runs the
 comparison: `site` holds only that side's `sdpa-bench` (code and metadata, its entry points included) and comes
@@ -19,8 +21,9 @@ from dataclasses import dataclass
 from collections.abc import Callable
 from pathlib import Path
 
-from .errors import GateInputError
-from .gate.points import Point, load_points
+from ..errors import GateInputError
+from ..gate.points import Point, load_points
+from .schedule import PAD_ENV, Schedule
 
 SUITE = Path("tests") / "test_benchmarks.py"
 
@@ -51,11 +54,13 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else "(no output)"
 
 
-def side_env(side: Side, cpu: bool) -> dict[str, str]:
-    """The environment of a side's processes: its install folder first on PYTHONPATH; one thread on CPU."""
+def side_env(side: Side, cpu: bool, padding: str = "") -> dict[str, str]:
+    """The environment of a side's processes: its install folder first on PYTHONPATH; one thread on CPU; `padding`
+    (schedule.Schedule.padding) as the value of SDPA_CONTINUOUS_PAD, so the environment's size varies per process."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME",)}
     env["PYTHONPATH"] = os.pathsep.join([str(side.site)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env[PAD_ENV] = padding
     if cpu:
         env["OMP_NUM_THREADS"] = "1"  # a shared CPU runner: one other process stalls a multi-thread barrier
     return env
@@ -85,12 +90,13 @@ def check_import(side: Side, cpu: bool) -> None:
         raise GateInputError(f"{side.role} {side.name}: has no benchmark suite ({SUITE})")
 
 
-def run_round(side: Side, out: Path, pytest_args: list[str], cpu: bool, timeout: float) -> RoundRun:
+def run_round(side: Side, out: Path, pytest_args: list[str], cpu: bool, timeout: float,
+              padding: str = "") -> RoundRun:
     """One run of the side's own benchmark suite into `out` (pytest-benchmark JSON with raw samples)."""
     cmd = [side.python, "-m", "pytest", str(SUITE), "-q", "-rfE", "-p", "no:cacheprovider", "--benchmark-only",
            *pytest_args, f"--benchmark-json={out}", "--benchmark-save-data"]
     try:
-        done = subprocess.run(cmd, cwd=side.tree, env=side_env(side, cpu), capture_output=True, text=True,
+        done = subprocess.run(cmd, cwd=side.tree, env=side_env(side, cpu, padding), capture_output=True, text=True,
                               timeout=timeout)
     except subprocess.TimeoutExpired:
         raise GateInputError(f"{side.role} {side.name}: its benchmark run took more than {timeout:.0f} s") from None
@@ -99,31 +105,51 @@ def run_round(side: Side, out: Path, pytest_args: list[str], cpu: bool, timeout:
     return RoundRun(out, done.returncode, failed, text[-3000:])
 
 
-def interleaved(base: Side, head: Side, rounds: int, pytest_args: list[str], cpu: bool, workdir: Path,
-                progress: Callable[[str], None] | None = None, timeout: float = 600.0
-                ) -> tuple[list[list[Point]], list[list[Point]], list[str]]:
-    """`rounds` runs of each side alternating in time, each pair in the order opposite to the one before
-    (base, head, head, base, ...), so a slow period or a drift of the machine falls on both sides alike.
+def _points(side: Side, done: RoundRun) -> list[Point]:
+    if done.returncode not in (0, 1) or not done.out.is_file():
+        raise GateInputError(f"{side.role} {side.name}: its benchmark suite did not run (pytest exit "
+                             f"{done.returncode}): {_last_line(done.tail)}")
+    _, points = load_points(done.out)
+    if not points:
+        raise GateInputError(f"{side.role} {side.name}: its benchmark run holds no benchmarks "
+                             f"(every one skipped or failed): {_last_line(done.tail)}")
+    return points
 
-    Returns (base runs, head runs, head's failed tests): each run a list of gate Points. A run that does not
-    produce a usable file (the suite could not start, or everything failed) is GateInputError naming the side.
+
+def run_pair(base: Side, head: Side, schedule: Schedule, pytest_args: list[str], cpu: bool, workdir: Path, tag: str,
+             timeout: float = 600.0, progress: Callable[[str], None] | None = None
+             ) -> tuple[list[Point], list[Point], list[str]]:
+    """One round: a run of each side, the one `schedule.first()` names first, into `workdir/<role>-<tag>.json`.
+
+    Returns (base's points, head's points, head's failed tests). A run that does not produce a usable file (the
+    suite could not start, or everything failed) is GateInputError naming the side.
     """
-    runs: dict[str, list[list[Point]]] = {"base": [], "head": []}
+    first = schedule.first()
+    runs: dict[str, list[Point]] = {}
     failed: list[str] = []
-    for i in range(rounds):
-        for side in (base, head) if i % 2 == 0 else (head, base):
-            out = workdir / f"{side.role}-{i + 1}.json"
-            done = run_round(side, out, pytest_args, cpu, timeout)
-            if done.returncode not in (0, 1) or not out.is_file():
-                raise GateInputError(f"{side.role} {side.name}: its benchmark suite did not run (pytest exit "
-                                     f"{done.returncode}): {_last_line(done.tail)}")
-            _, points = load_points(out)
-            if not points:
-                raise GateInputError(f"{side.role} {side.name}: its benchmark run holds no benchmarks "
-                                     f"(every one skipped or failed): {_last_line(done.tail)}")
-            runs[side.role].append(points)
-            if side.role == "head":
-                failed += [f for f in done.failed if f not in failed]
-            if progress:
-                progress(f"round {i + 1}/{rounds}: {side.role} measured, {len(points)} benchmarks")
+    for side in (base, head) if first == "base" else (head, base):
+        done = run_round(side, workdir / f"{side.role}-{tag}.json", pytest_args, cpu, timeout, schedule.padding())
+        runs[side.role] = _points(side, done)
+        if side.role == "head":
+            failed += [f for f in done.failed if f not in failed]
+        if progress:
+            progress(f"round {tag}: {side.role} measured, {len(runs[side.role])} benchmarks")
     return runs["base"], runs["head"], failed
+
+
+def interleaved(base: Side, head: Side, rounds: int, pytest_args: list[str], cpu: bool, workdir: Path,
+                schedule: Schedule, progress: Callable[[str], None] | None = None, timeout: float = 600.0
+                ) -> tuple[list[list[Point]], list[list[Point]], list[str]]:
+    """`rounds` runs of each side alternating in time, which side starts each round drawn by `schedule` (one of
+    each per two rounds), so a slow period, a drift of the machine or an advantage of starting first falls on both
+    sides alike. Returns (base runs, head runs, head's failed tests); GateInputError as run_pair."""
+    base_runs, head_runs, failed = [], [], []
+    for i in range(rounds):
+        b, h, f = run_pair(base, head, schedule, pytest_args, cpu, workdir, str(i + 1), timeout)
+        base_runs.append(b)
+        head_runs.append(h)
+        failed += [x for x in f if x not in failed]
+        if progress:
+            progress(f"round {i + 1}/{rounds}: {schedule.orders[-1]} first; base and head measured, "
+                     f"{len(b)} and {len(h)} benchmarks")
+    return base_runs, head_runs, failed

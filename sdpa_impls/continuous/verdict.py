@@ -1,6 +1,7 @@
 """Judge two revisions measured side by side (interleaved runs of one machine) by the gate's rules.
 
-    judge(base_runs, head_runs, config, head_failures=()) -> SideBySide
+    judge(base_runs, head_runs, config, head_failures=(), planned=None) -> SideBySide
+    decide(interval, q, factor, fdr) -> "slower" | "not slower" | "undecided"
 
 `base_runs` / `head_runs` are the points of each run (one pytest-benchmark file per process). Per benchmark:
 
@@ -8,7 +9,9 @@
   pooled per side, and compared by a one-sided Mann–Whitney test; the p-values of all
   benchmarks are adjusted together (Benjamini–Hochberg, false discovery rate = the config's alpha). A
   benchmark is slower when its adjusted p < alpha and the whole 95 % interval of its head/base ratio of medians
-  lies above the factor of `continuous_time` — at least that much slower, with confidence. The interval is a
+  lies above the factor of `continuous_time` — at least that much slower, with confidence — and not slower when
+  the whole interval lies at or below the factor; otherwise it is undecided (more rounds can decide it, see
+  continuous.adaptive; one still undecided at the end is reported and does not fail). The interval is a
   bootstrap over runs, then samples: samples of one run are not independent, and a process can be a few per cent
   faster or slower than the next for its whole life, so only runs show how far the sides really differ;
 - memory: exact (peak memory is deterministic): head's smallest peak above base's largest fails;
@@ -22,15 +25,28 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from statistics import median
 
-from .compare import compare_points
-from .config import GateConfig
-from .fdr import bh_adjusted
-from .interval import ratio_interval
-from .points import Point
-from .ranktest import mann_whitney_u
-from .rules import FAIL, INFO, NA, PASS, Check, MemoryRule, correctness_check, relative_to
+from ..gate.compare import compare_points
+from ..gate.config import GateConfig
+from ..gate.fdr import bh_adjusted
+from ..gate.interval import ratio_interval
+from ..gate.points import Point
+from ..gate.ranktest import mann_whitney_u
+from ..gate.rules import FAIL, INFO, NA, PASS, Check, MemoryRule, correctness_check, relative_to
 
 EXACT_MEMORY = MemoryRule(0.0)
+SLOWER, NOT_SLOWER, UNDECIDED = "slower", "not slower", "undecided"
+
+
+def decide(interval: tuple[float, float], q: float, factor: float, fdr: float) -> str:
+    """The time decision for one benchmark from its head/base interval and adjusted p-value `q`:
+    slower when q < fdr and the whole interval lies above `factor`; not slower when the whole interval lies at or
+    below `factor`; undecided otherwise (the interval straddles the factor, or lies above it without significance)."""
+    low, high = interval
+    if q < fdr and low > factor:
+        return SLOWER
+    if high <= factor:
+        return NOT_SLOWER
+    return UNDECIDED
 
 
 @dataclass(frozen=True)
@@ -48,6 +64,7 @@ class Row:
     q: float | None = None  # p adjusted over the preset (Benjamini–Hochberg)
     pairs_slower: int = 0  # pairs of (base run, head run) in which head's median is the larger
     checks: tuple[Check, ...] = ()
+    decision: str | None = None  # SLOWER, NOT_SLOWER or UNDECIDED for a timed benchmark, else None
 
     @property
     def label(self) -> str:
@@ -61,7 +78,7 @@ class Row:
             return "base only"
         if not self.base:
             return "head only"
-        return PASS
+        return UNDECIDED if self.decision == UNDECIDED else PASS
 
 
 @dataclass(frozen=True)
@@ -78,6 +95,11 @@ class SideBySide:
     def failures(self) -> list[Check]:
         return [c for r in self.rows for c in r.checks if c.failed] + [c for c in (*self.ratios, *self.suite)
                                                                       if c.failed]
+
+    @property
+    def undecided(self) -> list[Row]:
+        """Timed benchmarks neither slower nor not slower: reported, but not failures on their own."""
+        return [r for r in self.rows if r.decision == UNDECIDED and r.verdict == UNDECIDED]
 
     @property
     def exit_code(self) -> int:
@@ -150,15 +172,20 @@ def _time_check(row: Row, factor: float, fdr: float, family: int) -> Check:
     numbers = (f"head/base {row.ratio:.3f} (95% CI {lo:.3f}–{hi:.3f}, times {unit}), "
                f"p={row.p:.2g}, BH-adjusted {row.q:.2g} over {family}, head slower in {row.pairs_slower} of "
                f"{pairs} pairs of runs")
-    if row.q < fdr and lo > factor:
+    decision = decide(row.interval, row.q, factor, fdr)
+    if decision == SLOWER:
         return Check("time", row.label, FAIL, f"slower: {numbers}; interval above {factor:.2f}, significant at "
                                               f"FDR {fdr:g}")
+    if decision == UNDECIDED:
+        return Check("time", row.label, PASS, f"undecided: {numbers}; interval not clear of {factor:.2f}")
     return Check("time", row.label, PASS, numbers)
 
 
 def judge(base_runs: Sequence[Sequence[Point]], head_runs: Sequence[Sequence[Point]], config: GateConfig,
-          head_failures: Sequence[str] = ()) -> SideBySide:
-    """Every check of `sdpa-bench continuous` on the measured runs (at least one run per side)."""
+          head_failures: Sequence[str] = (), planned: int | None = None) -> SideBySide:
+    """Every check of `sdpa-bench continuous` on the measured runs (at least one run per side); a pure function of
+    the points. Runs may hold a subset of the benchmarks (the adaptive rounds): each benchmark pools the runs that
+    have it. The in-run rules use the first `planned` head runs (all by default), the runs of every benchmark."""
     factor, fdr, reference = config.continuous_rule().factor, config.alpha, config.time_reference
     base, head = _by_key(base_runs), _by_key(head_runs)
     speeds = run_speeds(base + head, reference)
@@ -189,7 +216,7 @@ def judge(base_runs: Sequence[Sequence[Point]], head_runs: Sequence[Sequence[Poi
               and config.thresholds(r.impl, r.case_id).time is not None]
     adjusted = bh_adjusted([rows[i].p for i in judged])
     for i, q in zip(judged, adjusted):
-        row = replace(rows[i], q=q)
+        row = replace(rows[i], q=q, decision=decide(rows[i].interval, q, factor, fdr))
         rows[i] = replace(row, checks=row.checks + (_time_check(row, factor, fdr, len(judged)),))
     for i, r in enumerate(rows):
         if r.impl == reference and r.p is not None:
@@ -199,7 +226,9 @@ def judge(base_runs: Sequence[Sequence[Point]], head_runs: Sequence[Sequence[Poi
                  f"samples pooled per side.")
     notes.append(f"time: slower when the 95% interval of head/base lies above {factor:.2f} and the "
                  f"one-sided Mann–Whitney p, adjusted over the {len(judged)} timed benchmarks by Benjamini–Hochberg, "
-                 f"is < {fdr:g} (a false discovery rate of {fdr:g} over the preset, not a per-benchmark alpha).")
+                 f"is < {fdr:g} (a false discovery rate of {fdr:g} over the preset, not a per-benchmark alpha); "
+                 f"not slower when the interval lies at or below {factor:.2f}; undecided otherwise, which is "
+                 "reported and counted as a pass, not a failure.")
     if speeds is not None:
         notes.append(f"each run's times divided by its speed as {reference} (time_reference) saw it, the median over "
                      "cases of its time there / its time over all runs: base " + ", ".join(
@@ -208,7 +237,8 @@ def judge(base_runs: Sequence[Sequence[Point]], head_runs: Sequence[Sequence[Poi
     elif reference:
         notes.append(f"times compared as measured: {reference} (time_reference) is missing from some run.")
     notes.append("memory: exact (peak memory is deterministic); 95% CI: two-stage bootstrap over runs and samples.")
-    inrun = compare_points(None, head_runs[0], config, repeats=head_runs[1:]) if head_runs and head_runs[0] else None
+    full = list(head_runs[:planned] if planned is not None else head_runs)
+    inrun = compare_points(None, full[0], config, repeats=full[1:]) if full and full[0] else None
     suite = tuple(Check("suite", line, FAIL, "a test of head's benchmark suite failed") for line in head_failures)
     return SideBySide(tuple(rows), inrun.ratios if inrun else (), suite, tuple(notes), factor, fdr,
                       config.source)

@@ -16,7 +16,7 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
-from .errors import UsageError
+from ..errors import UsageError
 
 BASE_ENV = "SDPA_CONTINUOUS_BASE"
 MAIN_REFS = ("origin/main", "main")

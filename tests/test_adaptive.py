@@ -1,0 +1,163 @@
+"""The adaptive rounds of `sdpa-bench continuous` and its seeded schedule, on synthetic runs: every point is made
+here from a seeded generator and the clock is a counter, so these tests measure nothing and hold no timing bound.
+
+What runs is the real code: continuous.adaptive.extend judges with continuous.verdict.judge after every round
+and decides which benchmarks get another round; only the measuring of a round is replaced by `Machine`.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sdpa_impls.continuous.adaptive import extend, keyword, selection
+from sdpa_impls.continuous.render import as_dict, render
+from sdpa_impls.continuous.schedule import MAX_PADDING, PAD_ENV, Schedule
+from sdpa_impls.continuous.sides import Side, side_env
+from sdpa_impls.continuous.verdict import NOT_SLOWER, SLOWER, UNDECIDED, decide, judge
+from sdpa_impls.gate.config import config_from_dict
+from sdpa_impls.gate.points import Point
+
+CASE = "L128-E64-fp32-fwd"
+OTHER = "L96-E32-fp32-fwd+bwd"
+CONFIG = config_from_dict({"time_reference": "torch_sdpa", "continuous_time": "median:5%", "alpha": 0.01}, "test")
+
+
+def _point(impl: str, case: str, level: float, rng: np.random.Generator) -> Point:
+    samples = tuple(float(s) for s in level * (1 + 0.005 * rng.standard_normal(30)))
+    return Point(impl, case, float(np.median(samples)), samples, 1000, 0.0, 1e-3,
+                 name=f"tests/test_benchmarks.py::test_sdpa[{impl}-{case}]")
+
+
+class Machine:
+    """Synthetic runs: torch_sdpa and chunked at 1.0 on both sides and both cases; naive on CASE at 1.0 on base and
+    `ratio` on head, each run of it off by a factor drawn with spread `run_spread` (a process that is slow or fast
+    for its whole life, which only more runs average out). Each measured round advances `now` by `round_s`."""
+
+    def __init__(self, ratio: float, run_spread: float, round_s: float = 30.0, seed: int = 0) -> None:
+        self.ratio, self.run_spread, self.round_s = ratio, run_spread, round_s
+        self.rng = np.random.default_rng(seed)
+        self.now = 0.0
+        self.asked: list[list[str]] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def run(self, head: bool, names: set[str] | None = None, life: float | None = None) -> list[Point]:
+        out = []
+        for case in (CASE, OTHER):
+            for impl in ("torch_sdpa", "naive", "chunked"):
+                level = 1.0
+                if impl == "naive" and case == CASE:
+                    level = (self.ratio if head else 1.0) * (life or 1 + self.run_spread * self.rng.standard_normal())
+                p = _point(impl, case, level, self.rng)
+                if names is None or p.name.rsplit("::", 1)[1] in names:
+                    out.append(p)
+        return out
+
+    def planned(self, lives: tuple[float, float]) -> tuple[list[list[Point]], list[list[Point]]]:
+        """Two planned runs per side whose naive lives disagree by `lives` (so the interval is wide)."""
+        return ([self.run(False, life=lives[0]), self.run(False, life=lives[1])],
+                [self.run(True, life=lives[1]), self.run(True, life=lives[0])])
+
+    def measure(self, terms: list[str], index: int) -> tuple[list[Point], list[Point], list[str]]:
+        self.asked.append(list(terms))
+        self.now += self.round_s
+        return self.run(False, set(terms)), self.run(True, set(terms)), []
+
+
+def _rows(report) -> dict[str, object]:
+    return {r.label: r for r in report.rows}
+
+
+NAIVE, CHUNKED = f"naive[{CASE}]", f"chunked[{OTHER}]"
+SELECTED = {f"test_sdpa[naive-{CASE}]", f"test_sdpa[torch_sdpa-{CASE}]"}
+
+
+@pytest.mark.parametrize("ratio, decision, exit_code", [(1.20, SLOWER, 1), (1.00, NOT_SLOWER, 0)],
+                         ids=["decided-slower", "decided-not-slower"])
+def test_more_rounds_decide_an_undecided_benchmark(ratio: float, decision: str, exit_code: int) -> None:
+    machine = Machine(ratio, run_spread=0.01)
+    base, head = machine.planned((1.0, 1.3))
+    before = _rows(judge(base, head, CONFIG))
+    assert before[NAIVE].decision == UNDECIDED  # two disagreeing runs per side: the interval straddles 1.05
+    assert before[f"naive[{OTHER}]"].decision == NOT_SLOWER and before[CHUNKED].decision == NOT_SLOWER
+
+    out = extend(base, head, [], CONFIG, machine.measure, budget_s=10_000, first_estimate_s=30, clock=machine.clock)
+    rows = _rows(out.report)
+    assert rows[NAIVE].decision == decision and out.report.exit_code == exit_code
+    assert out.adaptive.stopped == "decided" and not out.report.undecided
+    assert 1 <= out.adaptive.rounds < 40 and out.adaptive.spent_s == 30 * out.adaptive.rounds
+    # only the undecided benchmark and the time reference on its case were measured again
+    assert all(set(terms) == SELECTED for terms in machine.asked)
+    assert len(rows[NAIVE].head) == 2 + out.adaptive.rounds and len(rows[CHUNKED].head) == 2
+    assert len(out.head_runs) == len(out.base_runs) == 2 + out.adaptive.rounds
+    if decision == SLOWER:
+        assert [c.kind for c in out.report.failures] == ["time"] and out.report.failures[0].subject == NAIVE
+
+
+def test_out_of_budget_leaves_it_undecided_and_passing() -> None:
+    machine = Machine(1.05, run_spread=0.03)  # right at the floor: no number of rounds clears it
+    base, head = machine.planned((1.0, 1.3))
+    out = extend(base, head, [], CONFIG, machine.measure, budget_s=100, first_estimate_s=30, clock=machine.clock)
+    assert out.adaptive.stopped == "budget"
+    assert out.adaptive.rounds == 3 and out.adaptive.spent_s == 90  # a fourth 30 s round would end at 120 s
+    assert [r.label for r in out.report.undecided] == [NAIVE]
+    assert out.report.exit_code == 0 and not out.report.failures
+    assert _rows(out.report)[NAIVE].verdict == UNDECIDED
+    text = render(out.report, "b", "h", run_notes=[out.adaptive.note()])
+    assert "(0 failed check(s), 1 undecided)" in text and "counted as a pass, not a failure" in text
+    assert f"  {NAIVE}: ×" in text and "5 base and 5 head runs" in text
+    assert "would not fit the 100 s budget" in text
+    assert as_dict(out.report, "b", "h")["undecided"] == [NAIVE]
+
+
+def test_no_budget_no_extra_round_and_a_first_round_that_does_not_fit() -> None:
+    machine = Machine(1.05, run_spread=0.03)
+    base, head = machine.planned((1.0, 1.3))
+    off = extend(base, head, [], CONFIG, machine.measure, budget_s=0, clock=machine.clock)
+    assert off.adaptive.stopped == "none" and off.adaptive.rounds == 0 and [r.label for r in off.report.undecided] == [NAIVE]
+    tight = extend(base, head, [], CONFIG, machine.measure, budget_s=20, first_estimate_s=30, clock=machine.clock)
+    assert tight.adaptive.stopped == "budget" and tight.adaptive.rounds == 0 and machine.asked == []
+    with pytest.raises(ValueError, match="at least 0 seconds"):
+        extend(base, head, [], CONFIG, machine.measure, budget_s=-1)
+
+
+def test_decide_reads_the_interval_against_the_floor() -> None:
+    assert decide((1.06, 1.20), 0.001, 1.05, 0.01) == SLOWER
+    assert decide((1.06, 1.20), 0.05, 1.05, 0.01) == UNDECIDED  # above the floor but not significant
+    assert decide((1.01, 1.09), 1e-9, 1.05, 0.01) == UNDECIDED  # straddles the floor
+    assert decide((0.97, 1.05), 0.5, 1.05, 0.01) == NOT_SLOWER
+
+
+def test_selection_spells_a_pytest_keyword() -> None:
+    machine = Machine(1.05, run_spread=0.03)
+    report = judge(*machine.planned((1.0, 1.3)), CONFIG)
+    terms = selection(report, "torch_sdpa")
+    assert set(terms) == SELECTED
+    assert keyword(terms) == " or ".join(terms)
+    with pytest.raises(ValueError, match="cannot select"):
+        keyword(["test_sdpa[naive-L128 E64]"])
+
+
+def test_the_schedule_is_seeded_and_balanced() -> None:
+    a, b = Schedule(7), Schedule(7)
+    assert [a.first() for _ in range(10)] == [b.first() for _ in range(10)] == a.orders == b.orders
+    assert all(sorted(a.orders[i:i + 2]) == ["base", "head"] for i in range(0, 10, 2))  # one of each per block
+    assert a.folders() == b.folders() and [len(a.padding()) for _ in range(5)] == [len(b.padding()) for _ in range(5)]
+    starts = {Schedule(seed).first() for seed in range(20)}
+    assert starts == {"base", "head"}  # which side starts is drawn, not fixed
+    folders = Schedule(3).folders()
+    assert len(folders[0]) == len(folders[1]) and folders[0] != folders[1]
+    pads = {len(Schedule(seed).padding()) for seed in range(20)}
+    assert len(pads) > 10 and max(pads) < MAX_PADDING
+    with pytest.raises(ValueError, match="non-negative integer"):
+        Schedule(-1)
+
+
+def test_a_process_environment_carries_its_padding(tmp_path: Path) -> None:
+    side = Side("head", "h", tmp_path / "tree", tmp_path / "site", "python")
+    env = side_env(side, cpu=True, padding="x" * 123)
+    assert env[PAD_ENV] == "x" * 123 and env["OMP_NUM_THREADS"] == "1"
+    assert env["PYTHONPATH"].split(":")[0] == str(tmp_path / "site")
