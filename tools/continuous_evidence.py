@@ -49,8 +49,8 @@ from sdpa_impls.continuous.revisions import snapshot_working_tree  # noqa: E402
 
 FUSED = "sdpa_impls/impls/fused.py"
 CHUNKED = "sdpa_impls/impls/chunked.py"
-GEMM = "            torch.baddbmm(sd, rows3(q4, i0, i1), kt3[..., :k_end], beta=0, alpha=scale, out=sd)\n"
-CHUNKED_CALL = "        return lambda: tiled_attention(inp, fwd, Q_TILE, k_tile, widen)\n"
+GEMM = "            sd = take(sbuf, n, m, cols[-1])  # (heads, G·rows, keys of the plan)\n"  # fused's regressions go before
+CHUNKED_CALL = "        return lambda: tiled_attention(inp, fwd, tiling, tiles, widen)\n"
 CI_ARGS = ["--impl", "naive", "--impl", "chunked", "--impl", "fused"]
 CI_BUDGET = "120"  # tox.ini's --adaptive-budget for `tox -e continuous`
 SCENARIOS = ("aa", "fused5", "fused10", "fused25", "chunkedmem")
@@ -75,8 +75,9 @@ def extra_gemm(sixteenths: int) -> str:
     """The regression: the first GEMM again on `sixteenths`/16 of the tile's rows, into the scratch the real one
     fills."""
     return (f"            r = max(1, (i1 - i0) * {sixteenths} // 16)  # a regression: an extra GEMM on part of the tile\n"
-            "            torch.baddbmm(take(sbuf, n, g * r, k_end), rows3(q4, i0, i0 + r), kt3[..., :k_end], beta=0,\n"
-            "                          alpha=scale, out=take(sbuf, n, g * r, k_end))\n")
+            "            j0, j1 = key_tiles[0].j0, key_tiles[-1].j1\n"
+            "            torch.baddbmm(take(sbuf, n, g * r, j1 - j0), rows3(q4, i0, i0 + r), kt3[..., j0:j1], beta=0,\n"
+            "                          alpha=scale, out=take(sbuf, n, g * r, j1 - j0))\n")
 
 
 def build_repo(out: Path, sixteenths: dict[str, int]) -> Path:
@@ -96,7 +97,7 @@ def build_repo(out: Path, sixteenths: dict[str, int]) -> Path:
     branch(repo, "chunkedmem", CHUNKED, CHUNKED_CALL,
            "        def call() -> torch.Tensor:\n"
            "            extra = torch.empty(q.numel() // 50, dtype=q.dtype, device=q.device)  # a regression: +memory\n"
-           "            out = tiled_attention(inp, fwd, Q_TILE, k_tile, widen)\n"
+           "            out = tiled_attention(inp, fwd, tiling, tiles, widen)\n"
            "            del extra\n            return out\n        return call\n")
     git(repo, "checkout", "-q", "base")
     return repo
