@@ -30,10 +30,9 @@ def reference(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     hkv, lk = k.shape[1], k.shape[2]
     if hkv == 0:  # no key/value heads: every query head sees no keys (the reshapes keep k and v in the graph)
         k, v = k.reshape(b, hq, 0, k.shape[-1]), v.reshape(b, hq, 0, v.shape[-1])
-        lk = 0
-    elif hq != hkv:  # GQA: query head h reads key/value head h // (Hq/Hkv)
-        k = k.repeat_interleave(hq // hkv, dim=1)
-        v = v.repeat_interleave(hq // hkv, dim=1)
+        hkv, lk = hq, 0
+    g = hq // hkv  # GQA: query head h reads key/value head h // G; grouped views, K and V never repeated
+    q5 = q.unflatten(1, (hkv, g))  # (B, Hkv, G, Lq, E)
     keep = torch.ones((lq, lk), dtype=torch.bool, device=q.device)
     if is_causal:
         keep = torch.tril(keep)
@@ -42,24 +41,24 @@ def reference(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
         if attn_mask.dtype == torch.bool:
             keep = keep & attn_mask
         else:  # kept in its own dtype; one query chunk at a time becomes fp64 (a per-head bias can be large)
-            bias = attn_mask.expand(b, hq, lq, lk)
-    keep = keep.expand(b, hq, lq, lk)
+            bias = attn_mask.expand(b, hq, lq, lk).unflatten(1, (hkv, g))
+    keep = keep.expand(b, hq, lq, lk).unflatten(1, (hkv, g))  # (B, Hkv, G, Lq, Lk) views
     s = inp.softmax_scale
     rows = max(1, REFERENCE_CHUNK_BYTES // max(1, 8 * b * hq * lk))
     outs = []
     for i0 in range(0, lq, rows) or [0]:  # Lq = 0: one empty chunk, so the result still has its shape
         i1 = min(lq, i0 + rows)
-        scores = torch.einsum("bhie,bhje->bhij", q[:, :, i0:i1], k) * s
+        scores = torch.einsum("bkgie,bkje->bkgij", q5[..., i0:i1, :], k) * s
         if bias is not None:
-            scores = scores + bias[:, :, i0:i1].double()
-        scores = scores.masked_fill(~keep[:, :, i0:i1], -math.inf)
+            scores = scores + bias[..., i0:i1, :].double()
+        scores = scores.masked_fill(~keep[..., i0:i1, :], -math.inf)
         top = scores.amax(dim=-1, keepdim=True).detach() if lk else scores.new_zeros(scores.shape[:-1] + (1,))
         top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
         w = torch.exp(scores - top)
         total = w.sum(dim=-1, keepdim=True)
         w = w / torch.where(total > 0, total, torch.ones_like(total))  # no keys, or every key masked: zeros
-        outs.append(torch.einsum("bhij,bhjd->bhid", w, v))
-    return torch.cat(outs, dim=2)
+        outs.append(torch.einsum("bkgij,bkjd->bkgid", w, v))
+    return torch.cat(outs, dim=3).flatten(1, 2)  # (B, Hq, Lq, Ev)
 
 
 def max_abs_error(result: torch.Tensor, expected: torch.Tensor) -> float:

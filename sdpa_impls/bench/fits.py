@@ -2,7 +2,6 @@
 skipped with a reason instead of failing out of memory, and the fp64 reference is never what runs out."""
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -37,13 +36,11 @@ def point_bytes(impl: str, case: Case) -> int:
 
 
 def reference_bytes(case: Case, grad_case: Case | None) -> int:
-    """About the most memory the fp64 check holds: the reference's (Lq, Lk) fp64 bias and bool mask, fp64 copies
-    of the tensors (K/V repeated per query head), a few blocks of scores, and for `grad_case` (the case or the
-    slice whose gradients are checked) the blockwise gradients."""
-    g = case.heads_q // case.heads_kv
-    wide = replace(case, heads_kv=case.heads_q) if g > 1 else case
+    """About the most memory the fp64 check holds: an (Lq, Lk) bool mask and fp64 bias, the dense mask itself,
+    fp64 copies of the tensors (grouped under GQA, never repeated per query head), a few blocks of scores, and for
+    `grad_case` (the case or the slice whose gradients are checked) the blockwise gradients."""
     block = min(REFERENCE_CHUNK_BYTES, 8 * case.batch * case.heads_q * case.lq * case.lk)  # one block of scores
-    total = 9 * case.lq * case.lk + case.mask_bytes() + _io_bytes(wide, 8) + 6 * block
+    total = 9 * case.lq * case.lk + case.mask_bytes() + _io_bytes(case, 8) + 6 * block
     if grad_case is not None:
         total += 2 * _io_bytes(grad_case, 8)
     return total
