@@ -7,6 +7,7 @@ from collections.abc import Callable
 import torch
 
 from ..compilation import declare_compiles
+from ..masks import Structure
 from ..protocol import Implementation, SDPAInputs, Support
 from ..registry import register
 from ._tiled.tiles import empty_attention
@@ -30,10 +31,34 @@ def dense_view(inp: SDPAInputs) -> torch.Tensor:
     return mask4(inp.attn_mask).expand(q.shape[0], q.shape[1], q.shape[2], inp.key.shape[2])
 
 
+def structure_mod(structure: Structure, device: torch.device) -> tuple[ModFn, bool]:
+    """A bool mask structure's rule as a native mask_mod (attention-gym writes these masks the same way), so the
+    kernel never reads the dense mask; and whether it varies with the batch row. Same rule as `Structure.dense`."""
+    if structure.kind == "window":
+        w = structure.spec.param
+        return (lambda b, h, q_idx, kv_idx: (q_idx >= kv_idx) & (q_idx - kv_idx < w)), False
+    if structure.kind == "prefix":
+        p = structure.spec.param
+        return (lambda b, h, q_idx, kv_idx: (q_idx >= kv_idx) | (kv_idx < p)), False
+    if structure.kind == "documents":
+        doc = torch.repeat_interleave(torch.arange(len(structure.lengths), device=device),
+                                      torch.tensor(structure.lengths, device=device))  # (L,) document of each token
+        return (lambda b, h, q_idx, kv_idx: (doc[q_idx] == doc[kv_idx]) & (q_idx >= kv_idx)), False
+    n = torch.tensor(structure.lengths, device=device)  # padding: each row's KV length, queries at its end
+    lq = structure.lq
+    return (lambda b, h, q_idx, kv_idx: (kv_idx < n[b]) & (kv_idx < n[b] - lq + q_idx + 1)), True
+
+
 def mask_mod(inp: SDPAInputs) -> tuple[ModFn | None, int | None, int | None]:
     """(mask_mod, B, H) for `create_block_mask`: top-left causal `q_idx >= kv_idx`, a boolean mask read from the
-    dense tensor, or both ANDed; B and H are None where the mask does not vary with them (one block map serves
-    all). None when nothing is masked. The one place a mask structure's native mask_mod would plug in."""
+    dense tensor (or a bool structure's native rule, when the call names one), or both ANDed; B and H are None
+    where the mask does not vary with them (one block map serves all). None when nothing is masked."""
+    if inp.structure is not None and inp.structure.is_bool:
+        rule, per_batch = structure_mod(inp.structure, inp.query.device)
+        b = inp.query.shape[0] if per_batch else None
+        if not inp.is_causal:
+            return rule, b, None
+        return (lambda b, h, q_idx, kv_idx: (q_idx >= kv_idx) & rule(b, h, q_idx, kv_idx)), b, None
     keep = dense_view(inp) if inp.mask_kind == "bool" else None
     if keep is None and not inp.is_causal:
         return None, None, None
@@ -103,8 +128,9 @@ def torch_reasons(inp: SDPAInputs) -> list[str]:
 @register
 class Flex(Implementation):
     name = "flex"
-    description = ("torch.compile(flex_attention): block mask from the mask (causal, bool), float masks as a "
-                   "score_mod, GQA native; compiled before the first sample")
+    description = ("torch.compile(flex_attention): block mask from the mask (causal, bool; a window, documents, "
+                   "prefix or padding natively), float masks as a score_mod, GQA native; compiled before the first "
+                   "sample")
     support = Support()
     compiles = True  # its prepared closures compile on their first call (bench.compilation)
 

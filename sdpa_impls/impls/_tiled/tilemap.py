@@ -184,6 +184,7 @@ class MaskTiles:
     def __init__(self, mask: torch.Tensor | None, is_causal: bool, hkv: int, lq: int, lk: int) -> None:
         self.mask, self.is_causal, self.hkv, self.lq, self.lk = mask, is_causal, hkv, lq, lk
         self._maps: dict[tuple[int, int, bool], TileMap] = {}
+        self._by_call: dict[tuple[Tiling, int, int], Plan] = {}
 
     @classmethod
     def of(cls, inp: SDPAInputs) -> MaskTiles:
@@ -199,6 +200,11 @@ class MaskTiles:
         return self._maps[key]
 
     def plan(self, tiling: Tiling, b: int, heads: int) -> Plan:
-        """The plan of `tiling` for groups of about `heads` kv heads (one batch row's at most, where tiles differ)."""
-        tm = self.get(tiling.q_tile, tiling.k_block, tiling.merge_runs)
-        return tm.plan(head_groups(b, self.hkv, tm.group_size(heads, self.hkv)))
+        """The plan of `tiling` for groups of about `heads` kv heads (one batch row's at most, where tiles differ);
+        built once, then one dictionary look-up per call."""
+        key = (tiling, b, heads)
+        plan = self._by_call.get(key)
+        if plan is None:
+            tm = self.get(tiling.q_tile, tiling.k_block, tiling.merge_runs)
+            plan = self._by_call[key] = tm.plan(head_groups(b, self.hkv, tm.group_size(heads, self.hkv)))
+        return plan
