@@ -32,9 +32,14 @@ def tile_shape(device: torch.device, b: int, hkv: int, g: int, lq: int, lk: int,
 
 
 def fused_plan(tiles: MaskTiles, dev: torch.device, b: int, g: int, itemsize: int) -> tuple[int, Plan]:
-    """(query rows per tile, plan) of a fused forward whose score tiles hold `itemsize`-byte scores."""
-    rows, heads = tile_shape(dev, b, tiles.hkv, g, tiles.lq, tiles.lk, itemsize)
-    return rows, tiles.plan(Tiling(rows, tiles.lk, KEY_BLOCK, True), b, heads)
+    """(query rows per tile, plan) of a fused forward whose score tiles hold `itemsize`-byte scores; worked out
+    once per call shape and thread count (a timed call only looks it up)."""
+    key = (itemsize, torch.get_num_threads())
+    found = tiles.memo.get(key)
+    if found is None:
+        rows, heads = tile_shape(dev, b, tiles.hkv, g, tiles.lq, tiles.lk, itemsize)
+        found = tiles.memo[key] = (rows, tiles.plan(Tiling(rows, tiles.lk, KEY_BLOCK, True), b, heads))
+    return found  # type: ignore[return-value]
 
 
 def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: torch.Tensor | None,
@@ -79,16 +84,18 @@ def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: t
                 if lse is not None:
                     flat(lse, bs, hs)[:, :, i0:i1] = NEG_INF
                 continue
+            one = len(key_tiles) == 1  # one run of keys (every structure): a contiguous tile, no column slices
             cols = [0]  # where each key tile's columns start in the score tile
             for kt in key_tiles:
                 cols.append(cols[-1] + kt.j1 - kt.j0)
             sd = take(sbuf, n, m, cols[-1])  # (heads, G·rows, keys of the plan)
             qt = rows3(q4, i0, i1)
             for kt, c in zip(key_tiles, cols):
-                _scores_into(sd, c, qt, kt3[..., kt.j0:kt.j1], scale)
+                _scores_into(sd, c, qt, kt3[..., kt.j0:kt.j1], scale, one)
             s = take(fbuf, n, m, cols[-1]).copy_(sd) if need_f32 else sd
             for kt, c in zip(key_tiles, cols):
-                masker.apply_ranges_(s[..., c:c + kt.j1 - kt.j0], mask_g, i0, i1, kt.j0, kt.masked)
+                if kt.masked:
+                    masker.apply_ranges_(s if one else s[..., c:c + kt.j1 - kt.j0], mask_g, i0, i1, kt.j0, kt.masked)
             row_max = s.amax(dim=-1, keepdim=True) if (with_lse or mask5 is not None) else None
             p = torch.softmax(s, dim=-1, out=s)
             if p.dtype != dtype:
@@ -97,9 +104,12 @@ def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: t
             if keep_p and mask5 is not None:
                 p.masked_fill_(dead, 0.0)  # the backward reads P: those rows attend to nothing
             o = take(obuf, n, m, ev)  # (heads, G·rows, Ev)
-            for t, (kt, c) in enumerate(zip(key_tiles, cols)):
-                pv = (p[..., c:c + kt.j1 - kt.j0], v3[:, kt.j0:kt.j1])
-                torch.bmm(*pv, out=o) if t == 0 else o.baddbmm_(*pv)
+            if one:
+                torch.bmm(p, v3[:, key_tiles[0].j0:key_tiles[0].j1], out=o)
+            else:
+                for t, (kt, c) in enumerate(zip(key_tiles, cols)):
+                    pv = (p[..., c:c + kt.j1 - kt.j0], v3[:, kt.j0:kt.j1])
+                    torch.bmm(*pv, out=o) if t == 0 else o.baddbmm_(*pv)
             if dead is not None:
                 if mask5 is not None and not keep_p:
                     o.masked_fill_(dead, 0.0)  # the answer is zeros
@@ -111,10 +121,10 @@ def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: t
     return out, lse, sbuf[:b * hkv * g * lq * p_keys].view(b, hkv, g, lq, p_keys) if keep_p else None
 
 
-def _scores_into(sd: torch.Tensor, c: int, qt: torch.Tensor, kt: torch.Tensor, scale: float) -> None:
-    """scale · Q Kᵀ into columns c: of the score tile `sd` (with several runs of keys side by side, a strided
-    destination, which torch fills through a copy)."""
-    dst = sd if c == 0 and kt.shape[-1] == sd.shape[-1] else sd[..., c:c + kt.shape[-1]]
+def _scores_into(sd: torch.Tensor, c: int, qt: torch.Tensor, kt: torch.Tensor, scale: float, whole: bool) -> None:
+    """scale · Q Kᵀ into columns c: of the score tile `sd` (`whole`: all of it; with several runs of keys side by
+    side, a strided destination, which torch fills through a copy)."""
+    dst = sd if whole else sd[..., c:c + kt.shape[-1]]
     torch.baddbmm(dst, qt, kt, beta=0, alpha=scale, out=dst)
 
 

@@ -9,6 +9,7 @@ each row's length.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -38,7 +39,7 @@ class Plan:
     groups: tuple[tuple[slice, slice], ...]
     tiles: tuple[tuple[tuple[KeyTile, ...], ...], ...]
 
-    @property
+    @functools.cached_property
     def max_heads(self) -> int:
         """The most (batch, kv head) pairs in one group: what a group's buffers must hold."""
         return max((bs.stop - bs.start) * (hs.stop - hs.start) for bs, hs in self.groups)
@@ -185,6 +186,7 @@ class MaskTiles:
         self.mask, self.is_causal, self.hkv, self.lq, self.lk = mask, is_causal, hkv, lq, lk
         self._maps: dict[tuple[int, int, bool], TileMap] = {}
         self._by_call: dict[tuple[Tiling, int, int], Plan] = {}
+        self.memo: dict[tuple, object] = {}  # a kernel's own look-ups per call shape (fused's rows and plan)
 
     @classmethod
     def of(cls, inp: SDPAInputs) -> MaskTiles:
