@@ -8,7 +8,8 @@ import sdpa_impls
 from sdpa_impls import Unsupported, reference
 
 BUILTINS = ["naive", "chunked", "fused", "xformers", "torch_sdpa", "torch_sdpa_math", "torch_sdpa_flash",
-            "torch_sdpa_efficient", "torch_sdpa_cudnn", "flex", "compiled", "flash_attn", "flash_attn3", "flashinfer"]
+            "torch_sdpa_efficient", "torch_sdpa_cudnn", "torch_sdpa_varlen", "flex", "compiled", "flash_attn",
+            "flash_attn3", "flashinfer"]
 CALLABLES = [sdpa_impls.get(n) for n in BUILTINS] + [reference]
 
 
