@@ -9,7 +9,7 @@ import torch
 from ._tiled.online_softmax import chunked_forward, fp16_in_fp32, plan_tiles, tiled_attention
 from ..protocol import Implementation, SDPAInputs, Support
 from ..registry import register
-from ._tiled.tilemap import MaskTiles, Tiling
+from ._tiled.tilemap import EMPTY, MaskTiles, Tiling
 from ._tiled.tiles import fit_rows, score_tile_bytes
 
 # Query rows per tile. 128 rows keep the GEMMs efficient while a causal row of tiles wastes at most
@@ -23,6 +23,21 @@ def key_tile(device: torch.device, heads: int, q_tile: int) -> int:
     return fit_rows(score_tile_bytes(device), heads * q_tile * 4, 128, MAX_K_TILE, 128)
 
 
+TILE_COST_KEYS = 128  # one more key tile costs about as much as this many more keys of score work
+
+
+def narrowest_useful(tiles: MaskTiles, k_tile: int) -> int:
+    """The key tile for a bool mask: `k_tile`, or a half or a quarter of it (at least 128 keys) where the mask's
+    empty tiles then cover enough more keys to pay for the extra tiles (a 512-key window inside 1024-key tiles
+    computes about 1.5k keys per query tile; inside 256-key tiles, about 768)."""
+    def cost(k: int) -> float:
+        live = int((tiles.get(Q_TILE, k, False).states != EMPTY).sum())
+        return live * (k + TILE_COST_KEYS)
+
+    candidates = [k for k in (k_tile, k_tile // 2, k_tile // 4) if k >= 128]
+    return min(candidates, key=lambda k: (cost(k), -k))
+
+
 @register
 class Chunked(Implementation):
     name = "chunked"
@@ -34,8 +49,10 @@ class Chunked(Implementation):
 
     def prepare_inputs(self, inp: SDPAInputs) -> Callable[[], torch.Tensor]:
         q = inp.query
-        k_tile = key_tile(q.device, q.shape[0] * q.shape[1], Q_TILE)
         tiles = MaskTiles.of(inp)  # which tiles the mask leaves empty, full or partial: derived here, once
+        k_tile = key_tile(q.device, q.shape[0] * q.shape[1], Q_TILE)
+        if inp.mask_kind == "bool" and not inp.is_empty:
+            k_tile = narrowest_useful(tiles, k_tile)
         tiling = Tiling(Q_TILE, k_tile, k_tile, False)
         if not inp.is_empty:  # the forward and the backward tile alike: one plan for both, built before any call
             plan_tiles(tiles, tiling, q.shape[0], q.shape[1] // max(1, inp.key.shape[1]), q.device)
