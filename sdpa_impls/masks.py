@@ -169,8 +169,9 @@ class Structure:
         span = f"{min(n)} to {max(n)}, mean {sum(n) / len(n):.0f}"
         if self.kind == "documents":
             return f"{len(n)} packed documents of {span} tokens, causal inside each"
-        return (f"{len(n)} rows of {span} KV tokens padded to {self.lk}; the {self.lq} queries are each row's last "
-                "tokens (bottom-right causal)")
+        queries = "the query is each row's last token" if self.lq == 1 else (
+            f"the {self.lq} queries are each row's last tokens (bottom-right causal)")
+        return f"{len(n)} rows of {span} KV tokens padded to {self.lk}; {queries}"
 
     def sliced(self, batch: int, heads_q: int) -> Structure:
         """The structure of the first `batch` rows and `heads_q` query heads (a gradient-check slice)."""
