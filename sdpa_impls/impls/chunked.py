@@ -32,7 +32,7 @@ def narrowest_useful(tiles: MaskTiles, k_tile: int) -> int:
     computes about 1.5k keys per query tile; inside 256-key tiles, about 768)."""
     def cost(k: int) -> float:
         live = int((tiles.get(Q_TILE, k, False).states != EMPTY).sum())
-        return live * (k + TILE_COST_KEYS)
+        return live * (min(k, tiles.lk) + TILE_COST_KEYS)  # a tile is at most Lk keys wide
 
     candidates = [k for k in (k_tile, k_tile // 2, k_tile // 4) if k >= 128]
     return min(candidates, key=lambda k: (cost(k), -k))
