@@ -75,11 +75,6 @@ def mask_scores_(s: torch.Tensor, mask5: torch.Tensor | None, is_causal: bool,
     return s
 
 
-def causal_key_end(is_causal: bool, i1: int, lk: int) -> int:
-    """Keys past this index are masked for every query row < i1 (top-left causal), so they can be skipped."""
-    return min(lk, i1) if is_causal else lk
-
-
 class TileMasker:
     """Applies a user-mask tile and the causal diagonal in place to 3-D score tiles (heads, G·rows, keys).
 
