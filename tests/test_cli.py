@@ -160,6 +160,27 @@ def test_killed_run_resumes_without_repeating_finished_points(tmp_path):
     assert (out / "report.md").exists() and (out / "results.csv").exists()
 
 
+def test_sigterm_stops_a_run_the_way_ctrl_c_does(tmp_path):
+    """A batch scheduler's time limit sends SIGTERM: the finished points, a report and the resume command stay."""
+    out = tmp_path / "terminated"
+    cmd = [sys.executable, "-m", "sdpa_impls", "run", "--preset", "smoke", "--impl", "naive", "--out", str(out),
+           *CPU, "--budget", "0.25", "--min-reps", "2", "--warmup", "1", "--no-memory", "--no-plots"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if (out / "results.json").exists() and load(out)["results"]:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    saved = load(out)["results"]
+    assert 1 <= len(saved) < len(preset("smoke")), "the run finished before it could be terminated"
+    assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
+    assert f"terminated (SIGTERM); {len(saved)} of {len(preset('smoke'))} points are saved" in err
+    assert f"sdpa-bench run --out {out} --resume" in err and "Traceback" not in err
+    assert (out / "report.md").exists()
+
+
 def test_shards_are_disjoint_and_merge_into_the_whole_preset(tmp_path):
     dirs = []
     for shard in ("1/2", "2/2"):

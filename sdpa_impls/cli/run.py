@@ -4,7 +4,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import contextlib
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -186,6 +188,27 @@ def judge(sweep: store.Sweep, ceilings: RunCeilings) -> None:
     sweep.results[:] = [r.on_roofline(ceilings.values()) for r in sweep.results]
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM during a sweep (a batch scheduler's time limit, `kill`): stopped as Ctrl-C stops it."""
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt():
+    """While the sweep runs, SIGTERM raises `Terminated`, so a killed job saves its points and its report the way
+    an interrupted one does; the previous handler comes back afterwards. Off the main thread, nothing changes."""
+    def stop(signum, frame):
+        raise Terminated()
+    try:
+        previous = signal.signal(signal.SIGTERM, stop)
+    except ValueError:  # signal handlers belong to the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def run(args: argparse.Namespace) -> int:
     device = args.device or grid.default_device()
     if device == "cuda" and not torch.cuda.is_available():
@@ -239,15 +262,17 @@ def run(args: argparse.Namespace) -> int:
     meta.update(run_ceilings.meta())
     store.save(out, sweep)
     try:
-        run_pending(sweep, out, progress, run_ceilings)
-    except KeyboardInterrupt:
+        with terminate_as_interrupt():
+            run_pending(sweep, out, progress, run_ceilings)
+    except KeyboardInterrupt as exc:
         progress.close()
         meta["wall_s"] = meta.get("wall_s", 0.0) + progress.wall_s
         store.save(out, sweep)
-        print(f"sdpa-bench: interrupted; {len(sweep.done())} of {total} points are saved in "
+        how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+        print(f"sdpa-bench: {how}; {len(sweep.done())} of {total} points are saved in "
               f"{out / store.RESULTS_FILE}; continue with: sdpa-bench run --out {out} --resume", file=sys.stderr)
         write_report(out, sweep, plots=False)
-        return 130
+        return 128 + signal.SIGTERM if isinstance(exc, Terminated) else 130
     judge(sweep, run_ceilings)
     progress.close()
     meta["wall_s"] = meta.get("wall_s", 0.0) + progress.wall_s
