@@ -1,0 +1,200 @@
+"""Where an A/A difference of `sdpa-bench continuous` comes from: one tree, many benchmark processes, the candidate
+causes varied at random per process, and how much of the spread between processes each one explains (docs/gate.md).
+
+    python tools/continuous_noise.py --out /tmp/continuous-noise --processes 64 --lock /tmp/sdpa-measure.lock
+    python tools/continuous_noise.py --out /tmp/continuous-noise --analyze      # the stored processes only
+
+The working tree is copied twice, to a short path and to a long one, and each copy is installed as `continuous`
+installs a side. Then --processes benchmark processes run in pairs, back to back, each exactly as `continuous`
+runs one side on CPU (its own suite, the ci preset, `--benchmark-max-time` 0.1, 8 rounds at least, one thread,
+process time, raw samples), with --impl (default chunked and fused) and the time reference. Every process draws
+at random, from --seed:
+
+- which copy it runs (short or long path: path length, the folder's place on disk);
+- the core it is pinned to (`taskset -c 0` or `-c 1`: CPU placement);
+- address-space randomization on or off (`setarch -R`: with it off, every process of one environment size gets
+  the same layout, so whatever differs between processes then is not layout);
+- its environment size (`SDPA_CONTINUOUS_PAD`, 0 to 4095 characters, as `continuous` draws it);
+and its place in its pair (first or second) follows from the order.
+
+Per benchmark, the log of each process's median is fitted by least squares on those factors; the output gives
+each factor's effect in per cent with a 95 % interval, the spread between processes that no factor explains
+(with ASLR on and off), the spread of a process's median from its own samples, and what the pooled rank test
+of `continuous` makes of identical trees: 4 processes against 4 others, drawn from the ASLR-on processes
+(as `continuous` runs them), how often p < 0.01 and how large the ratio of medians gets. Not a test: it takes
+about 20 s per process.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from sdpa_impls.continuous.revisions import snapshot_working_tree  # noqa: E402
+from sdpa_impls.continuous.schedule import MAX_PADDING  # noqa: E402
+from sdpa_impls.continuous.sides import SUITE, Side, install, side_env  # noqa: E402
+from sdpa_impls.gate.points import load_points  # noqa: E402
+from sdpa_impls.gate.ranktest import mann_whitney_u  # noqa: E402
+
+COPIES = {"short": "s", "long": "a-folder-name-much-longer-than-the-other-one-so-every-path-differs-in-length"}
+FACTORS = ("second", "long_path", "core1", "aslr_off")  # each a 0/1 column of the fit, beside the intercept
+RECORDS = "processes.jsonl"
+
+
+def prepare(out: Path) -> dict[str, Side]:
+    sides = {}
+    for copy, folder in COPIES.items():
+        tree, site = out / folder / "tree", out / folder / "site"
+        side = Side(copy, copy, tree, site, sys.executable)
+        if not site.is_dir():
+            snapshot_working_tree(ROOT, tree)
+            install(side)
+        sides[copy] = side
+    return sides
+
+
+def run_process(side: Side, json_out: Path, impls: list[str], core: int, aslr: bool, pad: int) -> dict:
+    args = ["--sdpa-preset", "ci", "--benchmark-max-time=0.1", "--benchmark-min-rounds=8",
+            "--benchmark-timer=time.process_time"]
+    for name in impls:
+        args += ["--sdpa-impl", name]
+    prefix = ["taskset", "-c", str(core)] + ([] if aslr else ["setarch", os.uname().machine, "-R"])
+    cmd = [*prefix, side.python, "-m", "pytest", str(SUITE), "-q", "-p", "no:cacheprovider", "--benchmark-only",
+           *args, f"--benchmark-json={json_out}", "--benchmark-save-data"]
+    start = time.perf_counter()
+    done = subprocess.run(cmd, cwd=side.tree, env=side_env(side, True, "x" * pad), capture_output=True, text=True,
+                          timeout=900)
+    if done.returncode != 0 or not json_out.is_file():
+        raise SystemExit(f"a benchmark process failed (exit {done.returncode}):\n{(done.stdout + done.stderr)[-2000:]}")
+    _, points = load_points(json_out)
+    return {"wall_s": round(time.perf_counter() - start, 2),
+            "medians": {p.label: statistics.median(p.samples) for p in points if p.samples},
+            "logsd": {p.label: statistics.stdev([math.log(s) for s in p.samples]) / math.sqrt(len(p.samples))
+                      for p in points if len(p.samples) > 1}}
+
+
+def measure(out: Path, processes: int, impls: list[str], seed: int, lock: str | None) -> None:
+    sides = prepare(out)
+    records = out / RECORDS
+    done = len(records.read_text().splitlines()) if records.is_file() else 0
+    rng = random.Random(seed)
+    draws = [{"copy": rng.choice(list(COPIES)), "core": rng.randrange(2), "aslr": rng.random() < 0.5,
+              "pad": rng.randrange(MAX_PADDING)} for _ in range(processes)]
+    for i in range(done, processes):
+        d = draws[i]
+        lock_fd = None
+        if lock:  # take turns with other measurements on this machine, one process at a time
+            import fcntl
+            lock_fd = open(lock, "a")
+            fcntl.flock(lock_fd, fcntl.LOCK_EX)
+        try:
+            got = run_process(sides[d["copy"]], out / f"p{i:03d}.json", impls, d["core"], d["aslr"], d["pad"])
+        finally:
+            if lock_fd:
+                lock_fd.close()
+        rec = {"index": i, "pair": i // 2, "position": i % 2, **d, **got}
+        with records.open("a") as fh:
+            fh.write(json.dumps(rec) + "\n")
+        print(f"[{i + 1}/{processes}] {d['copy']:5s} core {d['core']} aslr {'on ' if d['aslr'] else 'off'} "
+              f"pad {d['pad']:4d} position {i % 2 + 1}: {got['wall_s']:.1f} s", file=sys.stderr, flush=True)
+
+
+def design(rec: dict) -> list[float]:
+    return [1.0, rec["position"], rec["copy"] == "long", rec["core"] == 1, not rec["aslr"]]
+
+
+def fit(recs: list[dict], label: str) -> dict:
+    """Least squares of log(median) on the factors: effects (%) with 95 % intervals and the residual spread."""
+    rows = [r for r in recs if label in r["medians"]]
+    x = np.array([design(r) for r in rows], dtype=float)
+    y = np.log([r["medians"][label] for r in rows])
+    beta, *_ = np.linalg.lstsq(x, y, rcond=None)
+    resid = y - x @ beta
+    dof = len(y) - x.shape[1]
+    s2 = float(resid @ resid) / dof
+    se = np.sqrt(np.diag(s2 * np.linalg.inv(x.T @ x)))
+    aslr = np.array([r["aslr"] for r in rows])
+    within = statistics.median(r["logsd"][label] for r in rows if label in r["logsd"])
+    return {"n": len(y), "effects": {f: (math.expm1(beta[k + 1]) * 100, 1.96 * se[k + 1] * 100)
+                                     for k, f in enumerate(FACTORS)},
+            "sd_on": float(np.std(resid[aslr], ddof=1)) * 100, "sd_off": float(np.std(resid[~aslr], ddof=1)) * 100,
+            "within": within * 100}
+
+
+def pooled_aa(recs: list[dict], label: str, draws: int, rng: random.Random) -> tuple[float, float, float]:
+    """4 ASLR-on processes against 4 others, samples pooled per side as `continuous` pools them (before its
+    interval): the share with one-sided p < 0.01 either way, and the 50th and 95th percentile of |log ratio|."""
+    pool = [r for r in recs if r["aslr"] and label in r["medians"]]
+    if len(pool) < 8:
+        return float("nan"), float("nan"), float("nan")
+    samples = {id(r): r["samples"][label] for r in pool}
+    hits, logs = 0, []
+    for _ in range(draws):
+        chosen = rng.sample(pool, 8)
+        a = [s for r in chosen[:4] for s in samples[id(r)]]
+        b = [s for r in chosen[4:] for s in samples[id(r)]]
+        logs.append(abs(math.log(statistics.median(b) / statistics.median(a))))
+        hits += min(mann_whitney_u(b, a).p, mann_whitney_u(a, b).p) < 0.01
+    logs.sort()
+    return hits / draws, math.expm1(logs[len(logs) // 2]) * 100, math.expm1(logs[int(len(logs) * 0.95)]) * 100
+
+
+def analyze(out: Path, draws: int, seed: int) -> None:
+    recs = [json.loads(line) for line in (out / RECORDS).read_text().splitlines()]
+    for r in recs:  # the raw samples, for the pooled rank test
+        _, points = load_points(out / f"p{r['index']:03d}.json")
+        r["samples"] = {p.label: p.samples for p in points}
+    labels = sorted({k for r in recs for k in r["medians"]})
+    on = sum(r["aslr"] for r in recs)
+    print(f"{len(recs)} processes ({on} with ASLR on, {len(recs) - on} off); wall {sum(r['wall_s'] for r in recs):.0f} s")
+    rng = random.Random(seed)
+    if len(recs) <= 2 * (len(FACTORS) + 1):
+        print(f"too few processes to fit {len(FACTORS)} factors and a spread: measure more")
+        return
+    print("effects in % of the time (95 % interval half-width); spread between processes no factor explains (SD "
+          "of the residual, %, ASLR on / off); a process median's own spread (SE from its samples, %); identical "
+          "trees, 4 vs 4 ASLR-on processes pooled: share with p < 0.01, median and 95th percentile |ratio - 1| (%)")
+    columns = ["benchmark", *FACTORS, "SD on", "SD off", "own SE", "p<0.01", "50% abs(r-1)", "95% abs(r-1)"]
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "---|" * len(columns))
+    for label in labels:
+        f = fit(recs, label)
+        share, mid, hi = pooled_aa(recs, label, draws, rng)
+        eff = " | ".join(f"{v:+.2f} ± {h:.2f}" for v, h in f["effects"].values())
+        print(f"| `{label}` | {eff} | {f['sd_on']:.2f} | {f['sd_off']:.2f} | {f['within']:.2f} | {share:.2f} | "
+              f"{mid:.2f} | {hi:.2f} |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, required=True, help="folder for the copies, the runs and processes.jsonl")
+    p.add_argument("--processes", type=int, default=64, help="benchmark processes in all (default 64); resumes")
+    p.add_argument("--impl", action="append", help="implementations (default chunked and fused; the time "
+                                                   "reference torch_sdpa is added)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the draws (default 0)")
+    p.add_argument("--lock", help="flock this file around each process")
+    p.add_argument("--analyze", action="store_true", help="only analyze the processes stored in --out")
+    p.add_argument("--draws", type=int, default=2000, help="4-vs-4 draws of the pooled rank test (default 2000)")
+    args = p.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    if not args.analyze:
+        impls = list(dict.fromkeys((args.impl or ["chunked", "fused"]) + ["torch_sdpa"]))
+        measure(args.out, args.processes, impls, args.seed, args.lock)
+    analyze(args.out, args.draws, args.seed)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
