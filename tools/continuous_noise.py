@@ -27,6 +27,7 @@ about 20 s per process.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -146,12 +147,72 @@ def pooled_aa(recs: list[dict], label: str, draws: int, rng: random.Random) -> t
         a = [s for r in chosen[:4] for s in samples[id(r)]]
         b = [s for r in chosen[4:] for s in samples[id(r)]]
         logs.append(abs(math.log(statistics.median(b) / statistics.median(a))))
-        hits += min(mann_whitney_u(b, a).p, mann_whitney_u(a, b).p) < 0.01
+        hits += min(mann_whitney_u(b, a).pvalue, mann_whitney_u(a, b).pvalue) < 0.01
     logs.sort()
     return hits / draws, math.expm1(logs[len(logs) // 2]) * 100, math.expm1(logs[int(len(logs) * 0.95)]) * 100
 
 
-def analyze(out: Path, draws: int, seed: int) -> None:
+def shifted(points: list, impl: str, factor: float) -> list:
+    """`impl`'s samples × factor: a synthetic uniform slowdown of one implementation."""
+    return [dataclasses.replace(p, samples=tuple(s * factor for s in p.samples),
+                                median_s=p.median_s * factor if p.median_s else p.median_s) if p.impl == impl else p
+            for p in points]
+
+
+def simulated_aa(out: Path, recs: list[dict], floors: list[float], trials: int, extra: int, seed: int,
+                 shift: tuple[str, float] | None = None) -> None:
+    """Identical trees judged by `continuous`'s own rule at each floor: per trial, 4 ASLR-on processes as base and 4
+    others as head (in the order they ran), then while some benchmark is undecided up to `extra` more rounds of one
+    process each, cut to the undecided benchmarks and the time reference on their cases, as the adaptive rounds
+    run them. Trials share processes (a resampling estimate, not independent trials). `shift` (impl, factor)
+    multiplies that implementation's samples in every head process: a synthetic uniform slowdown, for the power."""
+    from sdpa_impls.continuous.verdict import judge
+    from sdpa_impls.gate.config import load_config
+
+    config = load_config(start=out / COPIES["short"] / "tree")
+    pool = [r for r in recs if r["aslr"]]
+    if len(pool) < 8:
+        print("fewer than 8 ASLR-on processes: no simulated trials")
+        return
+    runs = {r["index"]: load_points(out / f"p{r['index']:03d}.json")[1] for r in pool}
+    rng = random.Random(seed)
+    draws = [sorted(rng.sample(pool, min(len(pool), 8 + 2 * extra)), key=lambda r: r["index"]) for _ in range(trials)]
+    what = f"with head's {shift[0]} × {shift[1]:g}" if shift else "A/A"
+    print(f"\n{trials} simulated trials ({what}) of `continuous`'s rule (4 + 4 processes, up to {extra} adaptive "
+          f"rounds), drawn from {len(pool)} ASLR-on processes:")
+    print(f"| floor | trials failed{' on ' + shift[0] if shift else ''} | trials with undecided at the end | mean extra rounds | worst lower end |")
+    print("|---|---|---|---|---|")
+    for floor in floors:
+        cfg = dataclasses.replace(config, continuous_time=f"median:{floor:g}%")
+        failed = undecided = rounds = 0
+        worst = 0.0
+        for chosen in draws:
+            planned, rest = chosen[:8], chosen[8:]
+            base, head = [runs[r["index"]] for r in planned[0::2]], [runs[r["index"]] for r in planned[1::2]]
+            if shift:
+                head = [shifted(h, *shift) for h in head]
+            verdict = judge(base, head, cfg)
+            n = 0
+            while verdict.undecided and n < extra and len(rest) >= 2 * (n + 1):
+                keys = {(row.impl, row.case_id) for row in verdict.undecided}
+                cases = {c for _, c in keys}
+                def cut(rec: dict) -> list:
+                    return [p for p in runs[rec["index"]]
+                            if p.key in keys or (p.impl == config.time_reference and p.case_id in cases)]
+                extra_head = shifted(cut(rest[2 * n + 1]), *shift) if shift else cut(rest[2 * n + 1])
+                base, head = base + [cut(rest[2 * n])], head + [extra_head]
+                verdict = judge(base, head, cfg, planned=4)
+                n += 1
+            rounds += n
+            failed += any(c.kind == "time" and (not shift or c.subject.startswith(shift[0] + "["))
+                          for c in verdict.failures)
+            undecided += bool(verdict.undecided)
+            worst = max([worst] + [r.interval[0] for r in verdict.rows if r.interval and r.impl != config.time_reference])
+        print(f"| {floor:g} % | {failed} of {trials} | {undecided} | {rounds / trials:.1f} | {worst:.3f} |")
+
+
+def analyze(out: Path, draws: int, seed: int, floors: list[float], trials: int, extra: int,
+            shifts: list[tuple[str, float]] = ()) -> None:
     recs = [json.loads(line) for line in (out / RECORDS).read_text().splitlines()]
     for r in recs:  # the raw samples, for the pooled rank test
         _, points = load_points(out / f"p{r['index']:03d}.json")
@@ -175,6 +236,10 @@ def analyze(out: Path, draws: int, seed: int) -> None:
         eff = " | ".join(f"{v:+.2f} ± {h:.2f}" for v, h in f["effects"].values())
         print(f"| `{label}` | {eff} | {f['sd_on']:.2f} | {f['sd_off']:.2f} | {f['within']:.2f} | {share:.2f} | "
               f"{mid:.2f} | {hi:.2f} |")
+    if trials:
+        simulated_aa(out, recs, floors, trials, extra, seed)
+        for impl, factor in shifts:
+            simulated_aa(out, recs, floors, trials, extra, seed, (impl, factor))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -187,12 +252,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lock", help="flock this file around each process")
     p.add_argument("--analyze", action="store_true", help="only analyze the processes stored in --out")
     p.add_argument("--draws", type=int, default=2000, help="4-vs-4 draws of the pooled rank test (default 2000)")
+    p.add_argument("--floors", default="2,3,5", help="floors of the time check to simulate, in %% (default 2,3,5)")
+    p.add_argument("--trials", type=int, default=200, help="simulated A/A trials per floor (default 200; 0: none)")
+    p.add_argument("--shift", action="append", default=[], metavar="IMPL=FACTOR",
+                   help="also simulate head's IMPL samples × FACTOR (e.g. fused=1.05): the power (repeatable)")
+    p.add_argument("--extra", type=int, default=4, help="adaptive rounds at most per simulated trial (default 4)")
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     if not args.analyze:
         impls = list(dict.fromkeys((args.impl or ["chunked", "fused"]) + ["torch_sdpa"]))
         measure(args.out, args.processes, impls, args.seed, args.lock)
-    analyze(args.out, args.draws, args.seed)
+    analyze(args.out, args.draws, args.seed, [float(f) for f in args.floors.split(",")], args.trials,
+            args.extra, [(x.split("=")[0], float(x.split("=")[1])) for x in args.shift])
     return 0
 
 
