@@ -128,9 +128,12 @@ def fit(recs: list[dict], label: str) -> dict:
     se = np.sqrt(np.diag(s2 * np.linalg.inv(x.T @ x)))
     aslr = np.array([r["aslr"] for r in rows])
     within = statistics.median(r["logsd"][label] for r in rows if label in r["logsd"])
+    q1, q3 = np.percentile(resid, [25, 75])
+    order = np.argsort([r["index"] for r in rows])  # residuals in the order the processes ran
     return {"n": len(y), "effects": {f: (math.expm1(beta[k + 1]) * 100, 1.96 * se[k + 1] * 100)
                                      for k, f in enumerate(FACTORS)},
             "sd_on": float(np.std(resid[aslr], ddof=1)) * 100, "sd_off": float(np.std(resid[~aslr], ddof=1)) * 100,
+            "robust": float(q3 - q1) / 1.349 * 100, "lag1": float(np.corrcoef(resid[order][:-1], resid[order][1:])[0, 1]),
             "within": within * 100}
 
 
@@ -225,16 +228,20 @@ def analyze(out: Path, draws: int, seed: int, floors: list[float], trials: int, 
         print(f"too few processes to fit {len(FACTORS)} factors and a spread: measure more")
         return
     print("effects in % of the time (95 % interval half-width); spread between processes no factor explains (SD "
-          "of the residual, %, ASLR on / off); a process median's own spread (SE from its samples, %); identical "
-          "trees, 4 vs 4 ASLR-on processes pooled: share with p < 0.01, median and 95th percentile |ratio - 1| (%)")
-    columns = ["benchmark", *FACTORS, "SD on", "SD off", "own SE", "p<0.01", "50% abs(r-1)", "95% abs(r-1)"]
+          "of the residual, %, ASLR on / off; robust SD: interquartile range / 1.349, all processes; lag-1: "
+          "correlation of consecutive processes' residuals, a drift over time); a process median's own spread (SE "
+          "from its samples, %); identical trees, 4 vs 4 ASLR-on processes pooled: share with p < 0.01, median and "
+          "95th percentile |ratio - 1| (%)")
+    columns = ["benchmark", *FACTORS, "SD on", "SD off", "robust SD", "lag-1", "own SE", "p<0.01", "50% abs(r-1)",
+               "95% abs(r-1)"]
     print("| " + " | ".join(columns) + " |")
     print("|" + "---|" * len(columns))
     for label in labels:
         f = fit(recs, label)
         share, mid, hi = pooled_aa(recs, label, draws, rng)
         eff = " | ".join(f"{v:+.2f} ± {h:.2f}" for v, h in f["effects"].values())
-        print(f"| `{label}` | {eff} | {f['sd_on']:.2f} | {f['sd_off']:.2f} | {f['within']:.2f} | {share:.2f} | "
+        print(f"| `{label}` | {eff} | {f['sd_on']:.2f} | {f['sd_off']:.2f} | {f['robust']:.2f} | {f['lag1']:+.2f} | "
+              f"{f['within']:.2f} | {share:.2f} | "
               f"{mid:.2f} | {hi:.2f} |")
     if trials:
         simulated_aa(out, recs, floors, trials, extra, seed)
