@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
-import contextlib
 import os
 import signal
 import sys
