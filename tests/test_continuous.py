@@ -28,7 +28,7 @@ from sdpa_impls.continuous.verdict import judge
 ROOT = Path(__file__).resolve().parents[1]
 # Tiny and quick: the smoke preset, naive against the time reference, two processes per side. These tests check
 # the mechanics on a CI machine shared with other jobs, so the change under test triples naive's work and the
-# threshold is 25 %; the false-alarm and catch rates of the project's 2 % floor are measured in docs/gate.md.
+# threshold is 25 %; the false-alarm and catch rates of the project's 3 % floor are measured in docs/gate.md.
 FAST = ["--preset", "smoke", "--impl", "naive", "--rounds", "2", "--max-time", "0.05", "--adaptive-budget", "0"]
 NAIVE = "sdpa_impls/impls/naive.py"
 SLOWER = """        scores = gmm(q5, k4.transpose(-2, -1)).float() * inp.softmax_scale  # (B, Hkv, G, Lq, Lk)
@@ -71,8 +71,8 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     snapshot_working_tree(ROOT, path)
     pyproject = path / "pyproject.toml"
     text = pyproject.read_text()
-    assert 'continuous_time = "median:2%"' in text
-    pyproject.write_text(text.replace('continuous_time = "median:2%"', 'continuous_time = "median:25%"'))
+    assert 'continuous_time = "median:3%"' in text
+    pyproject.write_text(text.replace('continuous_time = "median:3%"', 'continuous_time = "median:25%"'))
     git(path, "init", "-q", "-b", "main")
     good = commit(path, "the project")
     git(path, "checkout", "-q", "-b", "slowed")

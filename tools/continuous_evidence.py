@@ -124,14 +124,19 @@ def one(repo: Path, scenario: str, out: Path, lock: str | None, budget: str = CI
             "median_ratio": ratios, "stderr_tail": done.stderr[-400:] if done.returncode == 2 else ""}
 
 
-def rejudge(out: Path) -> list[dict]:
+def rejudge(out: Path, floor: str | None = None) -> list[dict]:
     """Judge the kept runs of every finished trial again with this tree's gate code and the scratch repository's
-    config (no measuring): how a change to the rule would have decided the same measurements."""
+    config (no measuring), `floor` (e.g. "median:3%") replacing its continuous_time: how a change to the rule would
+    have decided the same measurements. The extra rounds stay the ones the measured rule chose."""
+    import dataclasses
+
     from sdpa_impls.continuous.verdict import judge
     from sdpa_impls.gate.config import load_config
     from sdpa_impls.gate.points import load_points
 
     config = load_config(start=out / "repo")
+    if floor:
+        config = dataclasses.replace(config, continuous_time=floor)
     results = []
     for runs in sorted(p for p in out.glob("*-[0-9][0-9]") if p.is_dir()):
         scenario, trial = runs.name.rsplit("-", 1)
@@ -263,12 +268,13 @@ def main() -> int:
     parser.add_argument("--adaptive-budget", default=CI_BUDGET, help=f"as tox -e continuous (default {CI_BUDGET})")
     parser.add_argument("--rejudge", action="store_true",
                         help="measure nothing: judge the kept runs in OUT again with this tree's gate code")
+    parser.add_argument("--floor", help="--rejudge with this continuous_time instead of the repository's (e.g. median:3%%)")
     parser.add_argument("--calibrate", action="store_true", help="measure each fused scenario alone, then stop")
     parser.add_argument("--calls", type=int, default=100, help="--calibrate: timed calls per case and process")
     parser.add_argument("--calibrate-rounds", type=int, default=3, help="--calibrate: processes per tree")
     args = parser.parse_args()
     if args.rejudge:
-        results = rejudge(args.out)
+        results = rejudge(args.out, args.floor)
         for r in results:
             print(f"{r['scenario']}-{r['trial']:02d}: exit {r['exit']}, failed: {r['failed'][:4]}")
         print(summary(results))
