@@ -33,7 +33,6 @@ import math
 import os
 import random
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -45,7 +44,8 @@ sys.path.insert(0, str(ROOT))
 
 from sdpa_impls.continuous.revisions import snapshot_working_tree  # noqa: E402
 from sdpa_impls.continuous.schedule import MAX_PADDING  # noqa: E402
-from sdpa_impls.continuous.sides import SUITE, Side, install, side_env  # noqa: E402
+from sdpa_impls.cli.continuous import MAX_TIME, _pytest_args  # noqa: E402
+from sdpa_impls.continuous.sides import Side, install, run_round  # noqa: E402
 from sdpa_impls.gate.points import load_points  # noqa: E402
 from sdpa_impls.gate.ranktest import mann_whitney_u  # noqa: E402
 
@@ -66,19 +66,18 @@ def prepare(out: Path) -> dict[str, Side]:
     return sides
 
 
-def run_process(side: Side, json_out: Path, impls: list[str], core: int, aslr: bool, pad: int) -> dict:
-    args = ["--sdpa-preset", "ci", "--benchmark-max-time=0.1", "--benchmark-min-rounds=8",
-            "--benchmark-timer=time.process_time"]
-    for name in impls:
-        args += ["--sdpa-impl", name]
-    prefix = ["taskset", "-c", str(core)] + ([] if aslr else ["setarch", os.uname().machine, "-R"])
-    cmd = [*prefix, side.python, "-m", "pytest", str(SUITE), "-q", "-p", "no:cacheprovider", "--benchmark-only",
-           *args, f"--benchmark-json={json_out}", "--benchmark-save-data"]
+def run_process(side: Side, json_out: Path, impls: list[str], core: int, aslr: bool, pad: int,
+                lock: str | None) -> dict:
+    """One benchmark process of `side`, exactly as `continuous` runs a side on CPU, pinned to `core`, with or without
+    address-space randomization; its per-benchmark medians and their own standard errors (of the log). `wall_s`
+    counts any wait for `lock`."""
+    args = _pytest_args(argparse.Namespace(preset="ci", max_time=MAX_TIME, impl=impls), "torch_sdpa", True)
+    prefix = (["flock", lock] if lock else []) + ["taskset", "-c", str(core)] + (
+        [] if aslr else ["setarch", os.uname().machine, "-R"])
     start = time.perf_counter()
-    done = subprocess.run(cmd, cwd=side.tree, env=side_env(side, True, "x" * pad), capture_output=True, text=True,
-                          timeout=900)
+    done = run_round(side, json_out, args, True, 900, "x" * pad, prefix)
     if done.returncode != 0 or not json_out.is_file():
-        raise SystemExit(f"a benchmark process failed (exit {done.returncode}):\n{(done.stdout + done.stderr)[-2000:]}")
+        raise SystemExit(f"a benchmark process failed (exit {done.returncode}):\n{done.tail}")
     _, points = load_points(json_out)
     return {"wall_s": round(time.perf_counter() - start, 2),
             "medians": {p.label: statistics.median(p.samples) for p in points if p.samples},
@@ -95,16 +94,7 @@ def measure(out: Path, processes: int, impls: list[str], seed: int, lock: str | 
               "pad": rng.randrange(MAX_PADDING)} for _ in range(processes)]
     for i in range(done, processes):
         d = draws[i]
-        lock_fd = None
-        if lock:  # take turns with other measurements on this machine, one process at a time
-            import fcntl
-            lock_fd = open(lock, "a")
-            fcntl.flock(lock_fd, fcntl.LOCK_EX)
-        try:
-            got = run_process(sides[d["copy"]], out / f"p{i:03d}.json", impls, d["core"], d["aslr"], d["pad"])
-        finally:
-            if lock_fd:
-                lock_fd.close()
+        got = run_process(sides[d["copy"]], out / f"p{i:03d}.json", impls, d["core"], d["aslr"], d["pad"], lock)
         rec = {"index": i, "pair": i // 2, "position": i % 2, **d, **got}
         with records.open("a") as fh:
             fh.write(json.dumps(rec) + "\n")
@@ -165,11 +155,11 @@ def shifted(points: list, impl: str, factor: float) -> list:
 def simulated_aa(out: Path, recs: list[dict], floors: list[float], trials: int, extra: int, seed: int,
                  shift: tuple[str, float] | None = None) -> None:
     """Identical trees judged by `continuous`'s own rule at each floor: per trial, 4 ASLR-on processes as base and 4
-    others as head (in the order they ran), then while some benchmark is undecided up to `extra` more rounds of one
-    process each, cut to the undecided benchmarks and the time reference on their cases, as the adaptive rounds
-    run them. Trials share processes (a resampling estimate, not independent trials). `shift` (impl, factor)
+    others as head (in the order they ran), then `continuous`'s own adaptive rounds (`adaptive.extend`) with a budget
+    of `extra` rounds, each one more stored process per side cut to the benchmarks the rounds select (the undecided
+    ones and the time reference on their cases). Trials share processes (a resampling estimate, not independent trials). `shift` (impl, factor)
     multiplies that implementation's samples in every head process: a synthetic uniform slowdown, for the power."""
-    from sdpa_impls.continuous.verdict import judge
+    from sdpa_impls.continuous.adaptive import extend
     from sdpa_impls.gate.config import load_config
 
     config = load_config(start=out / COPIES["short"] / "tree")
@@ -194,19 +184,20 @@ def simulated_aa(out: Path, recs: list[dict], floors: list[float], trials: int, 
             base, head = [runs[r["index"]] for r in planned[0::2]], [runs[r["index"]] for r in planned[1::2]]
             if shift:
                 head = [shifted(h, *shift) for h in head]
-            verdict = judge(base, head, cfg)
-            n = 0
-            while verdict.undecided and n < extra and len(rest) >= 2 * (n + 1):
-                keys = {(row.impl, row.case_id) for row in verdict.undecided}
-                cases = {c for _, c in keys}
-                def cut(rec: dict) -> list:
-                    return [p for p in runs[rec["index"]]
-                            if p.key in keys or (p.impl == config.time_reference and p.case_id in cases)]
-                extra_head = shifted(cut(rest[2 * n + 1]), *shift) if shift else cut(rest[2 * n + 1])
-                base, head = base + [cut(rest[2 * n])], head + [extra_head]
-                verdict = judge(base, head, cfg, planned=4)
-                n += 1
-            rounds += n
+            ticks = [0.0]  # one "second" per extra round: a budget of `extra` seconds allows `extra` rounds
+
+            def measure_round(terms: list[str], index: int) -> tuple[list, list, list]:
+                ticks[0] += 1
+                b, h = (load_cut(rest[2 * (index - 1) + k], terms) for k in (0, 1))
+                return b, shifted(h, *shift) if shift else h, []
+
+            def load_cut(rec: dict, terms: list[str]) -> list:
+                return [p for p in runs[rec["index"]] if p.name.rsplit("::", 1)[-1] in terms]
+
+            outcome = extend(base, head, [], cfg, measure_round, budget_s=min(extra, len(rest) // 2),
+                             first_estimate_s=1.0, clock=lambda: ticks[0])
+            verdict = outcome.report
+            rounds += outcome.adaptive.rounds
             failed += any(c.kind == "time" and (not shift or c.subject.startswith(shift[0] + "["))
                           for c in verdict.failures)
             undecided += bool(verdict.undecided)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import subprocess
 from dataclasses import dataclass
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..errors import GateInputError
@@ -91,9 +91,10 @@ def check_import(side: Side, cpu: bool) -> None:
 
 
 def run_round(side: Side, out: Path, pytest_args: list[str], cpu: bool, timeout: float,
-              padding: str = "") -> RoundRun:
-    """One run of the side's own benchmark suite into `out` (pytest-benchmark JSON with raw samples)."""
-    cmd = [side.python, "-m", "pytest", str(SUITE), "-q", "-rfE", "-p", "no:cacheprovider", "--benchmark-only",
+              padding: str = "", prefix: Sequence[str] = ()) -> RoundRun:
+    """One run of the side's own benchmark suite into `out` (pytest-benchmark JSON with raw samples); `prefix`
+    goes before the interpreter (e.g. `flock LOCK`, `taskset -c 0`)."""
+    cmd = [*prefix, side.python, "-m", "pytest", str(SUITE), "-q", "-rfE", "-p", "no:cacheprovider", "--benchmark-only",
            *pytest_args, f"--benchmark-json={out}", "--benchmark-save-data"]
     try:
         done = subprocess.run(cmd, cwd=side.tree, env=side_env(side, cpu, padding), capture_output=True, text=True,
