@@ -21,7 +21,7 @@ table of docs/gate.md (A/A 40, +5 %, +10 % and +1 % memory 10 each). Trials inte
 each, then t + 1), and a run resumes where results.jsonl in OUT stops. Each runs exactly what CI runs
 (`tox -e continuous`'s command: the ci preset, naive/chunked/fused + the time reference, default rounds, the same
 adaptive budget), from the scratch repository:
-    python -m sdpa_impls continuous base <branch> --impl naive --impl chunked --impl fused --adaptive-budget 120 ...
+    python -m sdpa_impls continuous base <branch> --impl naive --impl chunked --impl fused --adaptive-budget 75 ...
 keeping every run's pytest-benchmark JSON next to the verdict, and records the exit status, wall time, failed
 checks, undecided benchmarks, seed and order of sides, extra rounds, and the fused / chunked head/base ratios. A
 summary table with rates and their 95 % bounds (Clopper–Pearson) is printed after every trial.
@@ -54,7 +54,7 @@ CHUNKED = "sdpa_impls/impls/chunked.py"
 GEMM = "            sd = take(sbuf, n, m, cols[-1])  # (heads, G·rows, keys of the plan)\n"  # fused's regressions go before
 CHUNKED_CALL = "        return lambda: tiled_attention(inp, fwd, tiling, tiles, widen)\n"
 CI_ARGS = ["--impl", "naive", "--impl", "chunked", "--impl", "fused"]
-CI_BUDGET = "120"  # tox.ini's --adaptive-budget for `tox -e continuous`
+CI_BUDGET = "75"  # tox.ini's --adaptive-budget for `tox -e continuous`
 SCENARIOS = ("aa", "fused5", "fused10", "fused25", "chunkedmem")
 SIXTEENTHS = {"fused5": 2, "fused10": 4, "fused25": 10}  # of each query tile's rows GEMMed again
 TABLE = "aa=40,fused5=10,fused10=10,chunkedmem=10"  # the goal table of docs/gate.md
@@ -124,10 +124,12 @@ def one(repo: Path, scenario: str, out: Path, lock: str | None, budget: str = CI
             "median_ratio": ratios, "stderr_tail": done.stderr[-400:] if done.returncode == 2 else ""}
 
 
-def rejudge(out: Path, floor: str | None = None) -> list[dict]:
+def rejudge(out: Path, floor: str | None = None, adaptive_rounds: int | None = None) -> list[dict]:
     """Judge the kept runs of every finished trial again with this tree's gate code and the scratch repository's
     config (no measuring), `floor` (e.g. "median:3%") replacing its continuous_time: how a change to the rule would
-    have decided the same measurements. The extra rounds stay the ones the measured rule chose."""
+    have decided the same measurements. The extra rounds stay the ones the measured rule chose; `adaptive_rounds`
+    keeps only the first K of them, which is what a smaller --adaptive-budget would have measured (the rounds
+    run one after another, each choosing its benchmarks from the ones before it)."""
     import dataclasses
 
     from sdpa_impls.continuous.verdict import judge
@@ -140,8 +142,8 @@ def rejudge(out: Path, floor: str | None = None) -> list[dict]:
     results = []
     for runs in sorted(p for p in out.glob("*-[0-9][0-9]") if p.is_dir()):
         scenario, trial = runs.name.rsplit("-", 1)
-        files = {side: sorted(runs.glob(f"{side}-*.json"), key=lambda f: (f.stem.split("-")[1].startswith("a"),
-                                                                            f.stem)) for side in ("base", "head")}
+        files = {side: sorted((f for f in runs.glob(f"{side}-*.json") if _kept(f, adaptive_rounds)),
+                              key=_round_order) for side in ("base", "head")}
         base, head = ([load_points(f)[1] for f in files[side]] for side in ("base", "head"))
         if not base or len(base) != len(head):
             continue  # an interrupted run
@@ -153,6 +155,17 @@ def rejudge(out: Path, floor: str | None = None) -> list[dict]:
                         "undecided": [r.label for r in report.undecided],
                         "median_ratio": {"fused": statistics.median(fused) if fused else float("nan")}})
     return results
+
+
+def _round_order(f: Path) -> tuple[bool, int]:
+    """Planned rounds (base-3.json) first, then the adaptive ones (base-a1.json), each in the order they ran."""
+    tag = f.stem.split("-")[1]
+    return tag.startswith("a"), int(tag.lstrip("a"))
+
+
+def _kept(f: Path, adaptive_rounds: int | None) -> bool:
+    tag = f.stem.split("-")[1]
+    return adaptive_rounds is None or not tag.startswith("a") or int(tag[1:]) <= adaptive_rounds
 
 
 def _binomial_cdf(k: int, n: int, p: float) -> float:
@@ -269,12 +282,14 @@ def main() -> int:
     parser.add_argument("--rejudge", action="store_true",
                         help="measure nothing: judge the kept runs in OUT again with this tree's gate code")
     parser.add_argument("--floor", help="--rejudge with this continuous_time instead of the repository's (e.g. median:3%%)")
+    parser.add_argument("--adaptive-rounds", type=int, metavar="K",
+                        help="--rejudge keeping only the first K extra rounds of each run (a smaller budget)")
     parser.add_argument("--calibrate", action="store_true", help="measure each fused scenario alone, then stop")
     parser.add_argument("--calls", type=int, default=100, help="--calibrate: timed calls per case and process")
     parser.add_argument("--calibrate-rounds", type=int, default=3, help="--calibrate: processes per tree")
     args = parser.parse_args()
     if args.rejudge:
-        results = rejudge(args.out, args.floor)
+        results = rejudge(args.out, args.floor, args.adaptive_rounds)
         for r in results:
             print(f"{r['scenario']}-{r['trial']:02d}: exit {r['exit']}, failed: {r['failed'][:4]}")
         print(summary(results))
