@@ -96,9 +96,12 @@ def test_a_slower_implementation_fails_naming_it(repo: dict, tmp_path: Path) -> 
     assert code == 1, out + err
     verdict = json.loads((tmp_path / "v.json").read_text())
     failed = {f["subject"] for f in verdict["failures"]}
-    assert failed and all(s.startswith("naive[") for s in failed), failed  # torch_sdpa is the yardstick
+    naive = {r["case"]: round(r["ratio"], 3) for r in verdict["rows"] if r["impl"] == "naive"}
+    assert failed and all(s.startswith("naive[") for s in failed), (failed, naive)  # torch_sdpa is the yardstick
     assert {f["kind"] for f in verdict["failures"]} == {"time"}
-    assert len(failed) >= 3  # of the five smoke cases
+    # Two rounds decide some of the five smoke cases and leave others undecided (the backward one is slowed by
+    # less than the 25 % floor): which ones varies from run to run, but every one of them is measured slower.
+    assert len(naive) == 5 and all(ratio > 1 for ratio in naive.values()), naive
     assert "sdpa-bench continuous: FAIL" in out and "Benjamini–Hochberg" in out
     assert "round 2/2: " in err and "first; base and head measured" in err
     assert (tmp_path / "v.md").read_text().startswith("## sdpa-bench continuous: FAIL")
