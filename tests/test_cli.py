@@ -96,6 +96,9 @@ def test_plots_are_png_images_linked_from_the_report(smoke):
     assert "AMD" in report or "cpu" in report  # the machine description
     assert "## What ran" in report and "aten::_scaled_dot_product_flash_attention_for_cpu" in report
     assert "torch " in report and "| L128-E64-fp32-fwd |" in report
+    # an implementation that ran nowhere: its causes over all cases, each once (fp32 and bf16 skip it differently)
+    flash = next(line for line in report.splitlines() if line.startswith("- flash_attn: "))
+    assert flash.count("device=cpu (supported: cuda)") == 1 and "dtype=fp32 (supported: bf16, fp16)" in flash, flash
 
 
 def test_table_and_progress(smoke):

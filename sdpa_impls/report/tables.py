@@ -73,8 +73,9 @@ class SweepTable:
         self.not_run: dict[str, list[str]] = {}
         for i in impls:
             if i not in ran:
-                reasons = [r.reason for r in self.results if r.impl == i]
-                self.not_run[i] = sorted(set(reasons)) or ["no point measured yet"]
+                # each skip's reason lists its causes joined by "; " (bench.measure): every cause once, in order
+                causes = [c for r in self.results if r.impl == i for c in (r.reason or "").split("; ") if c]
+                self.not_run[i] = list(dict.fromkeys(causes)) or ["no point measured yet"]
         self.notes: list[str] = []
         self._note_ids: dict[str, int] = {}
 
