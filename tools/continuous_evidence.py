@@ -124,6 +124,25 @@ def one(repo: Path, scenario: str, out: Path, lock: str | None, budget: str = CI
             "median_ratio": ratios, "stderr_tail": done.stderr[-400:] if done.returncode == 2 else ""}
 
 
+def kept_runs(out: Path, adaptive_rounds: int | None = None, finished: bool = False):
+    """(scenario, trial, base runs, head runs, planned rounds) of every trial kept in `out`, runs in the order they
+    ran (planned, then extra), only the first `adaptive_rounds` extra rounds when given; a run interrupted with a
+    side short is left out, and with `finished` every run that did not end (no `<trial>.json` verdict)."""
+    from sdpa_impls.gate.points import load_points
+
+    for runs in sorted(p for p in out.glob("*-[0-9][0-9]") if p.is_dir()):
+        if finished and not (out / f"{runs.name}.json").is_file():
+            continue
+        scenario, trial = runs.name.rsplit("-", 1)
+        files = {side: sorted((f for f in runs.glob(f"{side}-*.json") if _kept(f, adaptive_rounds)),
+                              key=_round_order) for side in ("base", "head")}
+        base, head = ([load_points(f)[1] for f in files[side]] for side in ("base", "head"))
+        if not base or len(base) != len(head):
+            continue  # an interrupted run
+        planned = sum(not f.stem.split("-")[1].startswith("a") for f in files["head"])  # a1, a2: adaptive rounds
+        yield scenario, int(trial), base, head, planned
+
+
 def rejudge(out: Path, floor: str | None = None, adaptive_rounds: int | None = None) -> list[dict]:
     """Judge the kept runs of every finished trial again with this tree's gate code and the scratch repository's
     config (no measuring), `floor` (e.g. "median:3%") replacing its continuous_time: how a change to the rule would
@@ -134,23 +153,15 @@ def rejudge(out: Path, floor: str | None = None, adaptive_rounds: int | None = N
 
     from sdpa_impls.continuous.verdict import judge
     from sdpa_impls.gate.config import load_config
-    from sdpa_impls.gate.points import load_points
 
     config = load_config(start=out / "repo")
     if floor:
         config = dataclasses.replace(config, continuous_time=floor)
     results = []
-    for runs in sorted(p for p in out.glob("*-[0-9][0-9]") if p.is_dir()):
-        scenario, trial = runs.name.rsplit("-", 1)
-        files = {side: sorted((f for f in runs.glob(f"{side}-*.json") if _kept(f, adaptive_rounds)),
-                              key=_round_order) for side in ("base", "head")}
-        base, head = ([load_points(f)[1] for f in files[side]] for side in ("base", "head"))
-        if not base or len(base) != len(head):
-            continue  # an interrupted run
-        planned = sum(not f.stem.split("-")[1].startswith("a") for f in files["head"])  # a1, a2: adaptive rounds
+    for scenario, trial, base, head, planned in kept_runs(out, adaptive_rounds):
         report = judge(base, head, config, planned=planned)
         fused = [r.ratio for r in report.rows if r.impl == "fused" and r.ratio is not None]
-        results.append({"scenario": scenario, "trial": int(trial), "exit": report.exit_code, "wall_s": 0.0,
+        results.append({"scenario": scenario, "trial": trial, "exit": report.exit_code, "wall_s": 0.0,
                         "failed": [f"{c.kind} {c.subject}" for c in report.failures],
                         "undecided": [r.label for r in report.undecided],
                         "median_ratio": {"fused": statistics.median(fused) if fused else float("nan")}})

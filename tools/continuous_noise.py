@@ -145,10 +145,13 @@ def pooled_aa(recs: list[dict], label: str, draws: int, rng: random.Random) -> t
     return hits / draws, math.expm1(logs[len(logs) // 2]) * 100, math.expm1(logs[int(len(logs) * 0.95)]) * 100
 
 
-def shifted(points: list, impl: str, factor: float) -> list:
-    """`impl`'s samples × factor: a synthetic uniform slowdown of one implementation."""
-    return [dataclasses.replace(p, samples=tuple(s * factor for s in p.samples),
-                                median_s=p.median_s * factor if p.median_s else p.median_s) if p.impl == impl else p
+def shifted(points: list, impl: str, factor: float | dict[str, float]) -> list:
+    """`impl`'s samples × factor: a synthetic slowdown of one implementation, uniform, or per case id when `factor`
+    maps case ids to factors (a case it does not name is left as it is)."""
+    def times(p) -> float:
+        return factor.get(p.case_id, 1.0) if isinstance(factor, dict) else factor
+    return [dataclasses.replace(p, samples=tuple(s * times(p) for s in p.samples),
+                                median_s=p.median_s * times(p) if p.median_s else p.median_s) if p.impl == impl else p
             for p in points]
 
 

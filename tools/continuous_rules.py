@@ -34,6 +34,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from continuous_evidence import CHANGED, kept_runs  # noqa: E402  (this folder)
+from continuous_noise import shifted  # noqa: E402
 from sdpa_impls.continuous.verdict import _by_key, _scaled, judge, run_speeds  # noqa: E402
 from sdpa_impls.gate.config import load_config  # noqa: E402
 from sdpa_impls.gate.points import load_points  # noqa: E402
@@ -123,14 +125,13 @@ def slower(base_runs: list[list], head_runs: list[list], config) -> dict[str, li
     return out
 
 
-def shifted(points: list, table: dict[str, float]) -> list:
-    return [dataclasses.replace(p, samples=tuple(s * table[p.case_id] for s in p.samples),
-                                median_s=p.median_s * table[p.case_id])
-            if p.impl == "fused" and p.case_id in table and p.median_s else p for p in points]
+def _config():
+    """This tree's gate config with `continuous`'s floor at FLOOR."""
+    return dataclasses.replace(load_config(start=ROOT), continuous_time=f"median:{(FLOOR - 1) * 100:g}%")
 
 
 def noise(out: Path, per_side: list[int], trials: int, shift: bool, seed: int) -> None:
-    config = dataclasses.replace(load_config(start=ROOT), continuous_time=f"median:{(FLOOR - 1) * 100:g}%")
+    config = _config()
     recs = [json.loads(line) for line in (out / "processes.jsonl").read_text().splitlines()]
     runs = {r["index"]: load_points(out / f"p{r['index']:03d}.json")[1] for r in recs}
     what = "fused ×(fused5 calibration) in head: trials with a fused benchmark slower" if shift else \
@@ -144,23 +145,19 @@ def noise(out: Path, per_side: list[int], trials: int, shift: bool, seed: int) -
         for _ in range(trials):
             chosen = rng.sample(sorted(runs), 2 * n)
             base = [runs[i] for i in chosen[:n]]
-            head = [shifted(runs[i], FUSED5) if shift else runs[i] for i in chosen[n:]]
+            head = [shifted(runs[i], "fused", FUSED5) if shift else runs[i] for i in chosen[n:]]
             for rule, labels in slower(base, head, config).items():
                 counts[rule] += any(x.startswith("fused[") for x in labels) if shift else bool(labels)
         print(f"| {n} | " + " | ".join(f"{counts[r]} ({counts[r] / trials:.1%})" for r in RULES) + " |", flush=True)
 
 
 def kept(outs: list[Path]) -> None:
-    config = dataclasses.replace(load_config(start=ROOT), continuous_time=f"median:{(FLOOR - 1) * 100:g}%")
-    changed = {"fused5": "fused[", "fused10": "fused[", "fused25": "fused["}
+    config = _config()
+    # the scenarios that slow an implementation's time: the label prefix of that implementation
+    changed = {s: what.split(" ", 1)[1] for s, what in CHANGED.items() if what.startswith("time ")}
     table: dict[str, dict[str, list[int]]] = {}
     for out in outs:
-        for folder in sorted(p for p in out.glob("*-[0-9][0-9]") if p.is_dir()):
-            if not (out / f"{folder.name}.json").is_file():
-                continue  # a run that did not finish
-            scenario = folder.name.rsplit("-", 1)[0]
-            base = [load_points(f)[1] for f in sorted(folder.glob("base-*.json"))]
-            head = [load_points(f)[1] for f in sorted(folder.glob("head-*.json"))]
+        for scenario, _, base, head, _ in kept_runs(out, finished=True):
             row = table.setdefault(scenario, {r: [0, 0, 0] for r in RULES})
             for rule, labels in slower(base, head, config).items():
                 on = [x for x in labels if x.startswith(changed.get(scenario, "\0"))]
