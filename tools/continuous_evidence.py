@@ -144,11 +144,12 @@ def kept_runs(out: Path, adaptive_rounds: int | None = None, finished: bool = Fa
 
 
 def rejudge(out: Path, floor: str | None = None, adaptive_rounds: int | None = None) -> list[dict]:
-    """Judge the kept runs of every finished trial again with this tree's gate code and the scratch repository's
+    """Judge the kept runs of every trial again with this tree's gate code and the scratch repository's
     config (no measuring), `floor` (e.g. "median:3%") replacing its continuous_time: how a change to the rule would
     have decided the same measurements. The extra rounds stay the ones the measured rule chose; `adaptive_rounds`
     keeps only the first K of them, which is what a smaller --adaptive-budget would have measured (the rounds
-    run one after another, each choosing its benchmarks from the ones before it)."""
+    run one after another, each choosing its benchmarks from the ones before it). A trial stopped during its extra
+    rounds counts with the rounds it finished."""
     import dataclasses
 
     from sdpa_impls.continuous.verdict import judge
