@@ -129,6 +129,44 @@ def test_decide_reads_the_interval_against_the_floor() -> None:
     assert decide((1.06, 1.20), 0.05, 1.05, 0.01) == UNDECIDED  # above the floor but not significant
     assert decide((1.01, 1.09), 1e-9, 1.05, 0.01) == UNDECIDED  # straddles the floor
     assert decide((0.97, 1.05), 0.5, 1.05, 0.01) == NOT_SLOWER
+    assert decide((1.06, 1.20), 0.001, 1.05, 0.01, without_one=1.07) == SLOWER
+    assert decide((1.06, 1.20), 0.001, 1.05, 0.01, without_one=1.04) == UNDECIDED  # it rests on one run
+
+
+def _runs(lives: list[float], noise: float, rng: np.random.Generator) -> list[list[Point]]:
+    """One run per life: the time reference at 1.0, naive at `life` with `noise` between its samples."""
+    out = []
+    for life in lives:
+        samples = tuple(float(s) for s in life * (1 + noise * rng.standard_normal(30)))
+        naive = Point("naive", CASE, float(np.median(samples)), samples, 1000, 0.0, 1e-3,
+                      name=f"tests/test_benchmarks.py::test_sdpa[naive-{CASE}]")
+        out.append([_point("torch_sdpa", CASE, 1.0, rng), naive])
+    return out
+
+
+def test_a_slower_decision_that_rests_on_one_run_is_not_taken() -> None:
+    """Five runs a side; head's naive has one process 40 % slow and the others 2-11 %, base's two 3 % apart: the
+    interval with every run in clears a floor that it no longer clears with one run left out."""
+    rng = np.random.default_rng(0)
+    base, head = _runs([0.97, 1.0, 1.0, 1.0, 1.03], 0.01, rng), _runs([1.02, 1.05, 1.08, 1.11, 1.40], 0.01, rng)
+    at = lambda floor: config_from_dict({"time_reference": "torch_sdpa", "continuous_time": f"median:{floor}%",
+                                         "alpha": 0.01}, "test")
+    row = _rows(judge(base, head, at(0)))[NAIVE]
+    low, without_one = row.interval[0], row.without_one
+    assert row.decision == SLOWER and without_one is not None and without_one < low - 0.005, (low, without_one)
+    floor = ((low + without_one) / 2 - 1) * 100  # between the two lower ends
+    report = judge(base, head, at(floor))
+    row = _rows(report)[NAIVE]
+    assert decide(row.interval, row.q, report.factor, 0.01) == SLOWER  # with every run in, it would be
+    assert row.decision == UNDECIDED and report.exit_code == 0 and [r.label for r in report.undecided] == [NAIVE]
+    check = next(c for c in row.checks if c.kind == "time")
+    assert "not clear of it with one run left out" in check.message and "lowest with one run left out" in check.message
+    assert f"(low end {without_one:.3f} with one run left out)" in render(report, "b", "h")
+    assert as_dict(report, "b", "h")["rows"][1]["without_one"] == pytest.approx(without_one)
+    # a slowdown that every head process shows is still slower at that floor
+    steady = _runs([1.08, 1.09, 1.10, 1.11, 1.12], 0.01, np.random.default_rng(1))
+    row = _rows(judge(base, steady, at(floor)))[NAIVE]
+    assert row.decision == SLOWER and row.without_one > 1 + floor / 100
 
 
 def test_selection_spells_a_pytest_keyword() -> None:

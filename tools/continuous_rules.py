@@ -7,19 +7,23 @@ Each rule calls a benchmark *slower* when the lower end of an interval of its he
 (3 %), on times scaled by each run's speed as the time reference saw it (`verdict.run_speeds`), as `continuous`
 does:
 
-- `bootstrap`: `continuous`'s own judgement (`verdict.judge`): the two-stage bootstrap over runs and samples, and
-  the pooled rank test adjusted by Benjamini–Hochberg;
+- `bootstrap`: the two-stage bootstrap interval over runs and samples with every run in, and the pooled rank test
+  adjusted by Benjamini–Hochberg (`verdict.decide` without its leave-one-out condition);
+- `leave-one-out`: `continuous`'s own judgement (`verdict.judge`): `bootstrap`, and the interval's lower end stays
+  above the floor with any one run of either side left out;
 - `welch95`: a Welch t interval (95 %, two-sided) of the difference of the means of log(per-run median): the
   process is the unit, each side has its own variance;
 - `pooled95`, `pooled99`: the same with one pooled variance (n_base + n_head - 2 degrees of freedom), at 95 % and
   99 %.
 
-`--noise` draws trials from the processes of `tools/continuous_noise.py` (one tree): N processes as base and N
-others as head, planned rounds only (no adaptive rounds); an A/A trial fails when any benchmark is slower, and
-with `--shift` every head process's `fused` times are multiplied by the `fused5` calibration of docs/gate.md per
-case (a synthetic copy of that scenario: it counts trials in which a `fused` benchmark is slower). The trials share
-processes, so the counts are a resampling estimate, not independent trials. `--kept` judges the finished runs of
-`tools/continuous_evidence.py` again (all their rounds, the extra ones included) under each rule. Not a test.
+`--noise` draws trials from the processes of `tools/continuous_noise.py` (one tree, all of them: ASLR on and off,
+where that tool's own simulated A/A takes the ASLR-on ones only): N processes as base and N others as head,
+planned rounds only (no adaptive rounds). It prints two tables: A/A, where a trial fails when any benchmark is
+slower, and a synthetic copy of the `fused5` scenario on a third as many trials, where every head process's `fused`
+times are multiplied by that scenario's calibration of docs/gate.md per case and a trial counts when a `fused`
+benchmark is slower. The trials share processes, so the counts are a resampling estimate, not independent trials.
+`--kept` judges the finished runs of `tools/continuous_evidence.py` again (all their rounds, the extra ones
+included) under each rule. Not a test.
 """
 from __future__ import annotations
 
@@ -31,63 +35,37 @@ import random
 import sys
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from continuous_evidence import CHANGED, kept_runs  # noqa: E402  (this folder)
 from continuous_noise import shifted  # noqa: E402
-from sdpa_impls.continuous.verdict import _by_key, _scaled, judge, run_speeds  # noqa: E402
+from sdpa_impls.continuous.verdict import decide, judge  # noqa: E402
 from sdpa_impls.gate.config import load_config  # noqa: E402
 from sdpa_impls.gate.points import load_points  # noqa: E402
 
 FLOOR = 1.03
-REFERENCE = "torch_sdpa"
 # fused5 measured alone, fused time of the scenario / base per ci case (docs/gate.md, "Calibration"); the decode
 # case is untouched by construction.
 FUSED5 = {"L128-E64-fp32-fwd": 1.081, "L128-E64-bf16-causal-fwd": 1.104, "L96-E32-fp32-fwd+bwd": 1.024,
           "L128-E64-fp32-boolmask-fwd": 1.054, "L1024-E64-fp32-fwd": 1.048, "L1024-E64-fp32-fwd+bwd": 1.020,
           "L1024-E128-bf16-fwd": 1.037}
 T_RULES = {"welch95": (0.975, False), "pooled95": (0.975, True), "pooled99": (0.995, True)}
-RULES = ("bootstrap", *T_RULES)
-
-
-def _beta_fraction(a: float, b: float, x: float) -> float:
-    """The continued fraction of the regularized incomplete beta function (modified Lentz)."""
-    tiny = 1e-300
-    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 300):
-        for num in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-                    -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
-            d = 1.0 + num * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + num / c
-            c = c if abs(c) > tiny else tiny
-            h *= d * c
-        if abs(d * c - 1.0) < 1e-14:
-            break
-    return h
-
-
-def _incomplete_beta(a: float, b: float, x: float) -> float:
-    if x <= 0.0 or x >= 1.0:
-        return max(0.0, min(1.0, x))
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
-    if x < (a + 1.0) / (a + b + 2.0):
-        return front * _beta_fraction(a, b, x) / a
-    return 1.0 - front * _beta_fraction(b, a, 1.0 - x) / b
+RULES = ("bootstrap", "leave-one-out", *T_RULES)
 
 
 def t_quantile(p: float, df: float) -> float:
-    """The p-quantile (p > 0.5) of Student's t with `df` degrees of freedom, by bisection on its CDF."""
-    def upper_tail(t: float) -> float:
-        return 0.5 * _incomplete_beta(df / 2.0, 0.5, df / (df + t * t))
-    lo, hi = 0.0, 1e3
-    for _ in range(200):
-        mid = (lo + hi) / 2.0
-        lo, hi = (mid, hi) if upper_tail(mid) > 1.0 - p else (lo, mid)
-    return (lo + hi) / 2.0
+    """The p-quantile (1/2 < p < 1) of Student's t with `df` >= 1 degrees of freedom. Under x = sqrt(df)·tan θ the
+    density c·(1 + x²/df)^-(df+1)/2 dx becomes c·sqrt(df)·cos^(df-1) θ dθ on [0, π/2), a bounded integrand: its
+    running integral from the median (θ = 0) on a fine grid reaches p - 1/2 at θ_p, and the quantile is
+    sqrt(df)·tan θ_p."""
+    theta = np.linspace(0.0, math.pi / 2, 20001)
+    density = np.cos(theta) ** (df - 1.0)
+    c = math.exp(math.lgamma((df + 1.0) / 2.0) - math.lgamma(df / 2.0)) / math.sqrt(math.pi)
+    mass = np.concatenate(([0.0], np.cumsum((density[1:] + density[:-1]) / 2.0 * np.diff(theta)))) * c
+    return math.sqrt(df) * math.tan(float(np.interp(p - 0.5, mass, theta)))
 
 
 def t_lower(base: list[float], head: list[float], level: float, pooled: bool) -> float:
@@ -106,22 +84,22 @@ def t_lower(base: list[float], head: list[float], level: float, pooled: bool) ->
     return math.exp(mh - mb - t_quantile(level, df) * se)
 
 
-def slower(base_runs: list[list], head_runs: list[list], config) -> dict[str, list[str]]:
-    """{rule: the benchmarks it calls slower} for one trial of points (a list of runs per side)."""
-    verdict = judge(base_runs, head_runs, config)
-    out = {"bootstrap": [r.label for r in verdict.rows if r.decision == "slower"]}
-    base, head = _by_key(base_runs), _by_key(head_runs)
-    speeds = run_speeds(base + head, REFERENCE)
-    if speeds is not None:
-        base, head = _scaled(base, speeds[:len(base)]), _scaled(head, speeds[len(base):])
-    keys = [k for k in dict.fromkeys(k for run in head for k in run) if k[0] != REFERENCE]
+def slower(base_runs: list[list], head_runs: list[list], config, planned: int | None = None) -> dict[str, list[str]]:
+    """{rule: the benchmarks it calls slower} for one trial of points (a list of runs per side). Every rule judges
+    the benchmarks `continuous` judges for time (the rows with a decision), on the points `judge` scaled by each
+    run's speed; the t rules take each run's median of them."""
+    verdict = judge(base_runs, head_runs, config, planned=planned)
+    timed = [r for r in verdict.rows if r.decision is not None]
+    factor, fdr = config.continuous_rule().factor, config.alpha
+    out = {"bootstrap": [r.label for r in timed if decide(r.interval, r.q, factor, fdr) == "slower"],
+           "leave-one-out": [r.label for r in timed if r.decision == "slower"]}
     for rule, (level, pooled) in T_RULES.items():
         out[rule] = []
-        for key in keys:
-            b = [run[key].median_s for run in base if key in run and run[key].median_s]
-            h = [run[key].median_s for run in head if key in run and run[key].median_s]
+        for row in timed:
+            b = [p.median_s for p in row.base if p.median_s]
+            h = [p.median_s for p in row.head if p.median_s]
             if len(b) >= 2 and len(h) >= 2 and t_lower(b, h, level, pooled) > FLOOR:
-                out[rule].append(f"{key[0]}[{key[1]}]")
+                out[rule].append(row.label)
     return out
 
 
@@ -157,9 +135,9 @@ def kept(outs: list[Path]) -> None:
     changed = {s: what.split(" ", 1)[1] for s, what in CHANGED.items() if what.startswith("time ")}
     table: dict[str, dict[str, list[int]]] = {}
     for out in outs:
-        for scenario, _, base, head, _ in kept_runs(out, finished=True):
+        for scenario, _, base, head, planned in kept_runs(out, finished=True):
             row = table.setdefault(scenario, {r: [0, 0, 0] for r in RULES})
-            for rule, labels in slower(base, head, config).items():
+            for rule, labels in slower(base, head, config, planned).items():
                 on = [x for x in labels if x.startswith(changed.get(scenario, "\0"))]
                 row[rule][0] += 1
                 row[rule][1] += bool(labels)
@@ -170,7 +148,8 @@ def kept(outs: list[Path]) -> None:
     print("|---|---|" + "---|" * len(RULES))
     for scenario, row in table.items():
         n = row[RULES[0]][0]
-        cells = [f"{row[r][1]}" + (f" ({row[r][2]} on fused)" if scenario in changed else "") for r in RULES]
+        on = f" on {changed[scenario].rstrip('[')}" if scenario in changed else ""
+        cells = [f"{row[r][1]}" + (f" ({row[r][2]}{on})" if on else "") for r in RULES]
         print(f"| {scenario} | {n} | " + " | ".join(cells) + " |")
 
 
@@ -178,7 +157,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--noise", type=Path, help="a tools/continuous_noise.py --out folder")
     p.add_argument("--per-side", default="4,5,6", help="processes per side, comma-separated (with --noise)")
-    p.add_argument("--trials", type=int, default=600, help="resampled trials per row (with --noise)")
+    p.add_argument("--trials", type=int, default=600,
+                   help="resampled A/A trials per row (with --noise; the fused5 table draws a third as many)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--kept", type=Path, nargs="+", help="tools/continuous_evidence.py --out folders")
     args = p.parse_args()

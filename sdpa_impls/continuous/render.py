@@ -51,8 +51,9 @@ def render(report: SideBySide, base: str, head: str, markdown: bool = False, run
     if undecided:
         out += ["", f"Undecided ({len(undecided)}: neither slower nor clear of ×{report.factor:.2f} when the rounds "
                     "ended; counted as a pass, not a failure):"]
-        out += [f"{bullet}{r.label}: ×{r.ratio:.3f}, 95% CI {r.interval[0]:.3f}–{r.interval[1]:.3f}, "
-                f"{len(r.base)} base and {len(r.head)} head runs" for r in undecided]
+        out += [f"{bullet}{r.label}: ×{r.ratio:.3f}, 95% CI {r.interval[0]:.3f}–{r.interval[1]:.3f}"
+                + (f" (low end {r.without_one:.3f} with one run left out)" if r.without_one is not None else "")
+                + f", {len(r.base)} base and {len(r.head)} head runs" for r in undecided]
     skipped = [c for r in report.rows for c in r.checks if c.status == NA]
     if skipped:
         out += ["", "Not checked:"] + [f"{bullet}{c.kind} {c.subject}: {c.message}" for c in skipped]
@@ -71,7 +72,8 @@ def as_dict(report: SideBySide, base: str, head: str, run: dict | None = None) -
         "undecided": [r.label for r in report.undecided], "run": run or {},
         "rows": [{"impl": r.impl, "case": r.case_id, "verdict": r.verdict, "decision": r.decision, "unit": r.unit,
                   "ratio": r.ratio,
-                  "interval": list(r.interval) if r.interval else None, "p": r.p, "q": r.q,
+                  "interval": list(r.interval) if r.interval else None, "without_one": r.without_one,
+                  "p": r.p, "q": r.q,
                   "base_runs": len(r.base), "head_runs": len(r.head),
                   "base_peak_memory": [p.peak_memory_bytes for p in r.base],
                   "head_peak_memory": [p.peak_memory_bytes for p in r.head],
