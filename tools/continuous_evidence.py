@@ -18,7 +18,8 @@ real code or docs change committed on top of `base`:
   chunkedmem `chunked` holds an extra buffer of 1/50 of the query's elements during the call: ~+1 % peak memory.
 --trials N runs every scenario N times; --trials aa=40,fused5=10 names a count per scenario; --table is the goal
 table of docs/gate.md (A/A 40, +5 %, +10 % and +1 % memory 10 each). Trials interleave the scenarios (trial t of
-each, then t + 1), and a run resumes where results.jsonl in OUT stops. Each runs exactly what CI runs
+each, then t + 1), and a run resumes where results.jsonl in OUT stops, with the scratch repository of its first
+start: the code measured stays that tree's (a new OUT measures a new tree). Each runs exactly what CI runs
 (`tox -e continuous`'s command: the ci preset, naive/chunked/fused + the time reference, default rounds, the same
 adaptive budget), from the scratch repository:
     python -m sdpa_impls continuous base <branch> --impl naive --impl chunked --impl fused --adaptive-budget 75 ...
@@ -86,6 +87,7 @@ def extra_gemm(sixteenths: int) -> str:
 def build_repo(out: Path, sixteenths: dict[str, int]) -> Path:
     repo = out / "repo"
     if repo.exists():
+        print(f"resuming with {repo}: the tree it was built from, not this one, is what is measured", file=sys.stderr)
         return repo
     snapshot_working_tree(ROOT, repo)
     git(repo, "init", "-q", "-b", "base")
