@@ -148,10 +148,13 @@ def _scaled(runs: list[dict], speeds: list[float] | None) -> list[dict]:
     return [{k: relative_to(p, s) for k, p in run.items()} for run, s in zip(runs, speeds)]
 
 
+def _sample_runs(points: Sequence[Point]) -> list[tuple[float, ...]]:
+    """Each run's samples (its median alone where it kept none); runs with neither left out."""
+    return [r for r in (p.samples or ((p.median_s,) if p.median_s else ()) for p in points) if r]
+
+
 def _time_stats(base: list[Point], head: list[Point]) -> tuple[float, tuple[float, float], float, int] | None:
-    b_runs = [p.samples or ((p.median_s,) if p.median_s else ()) for p in base]
-    h_runs = [p.samples or ((p.median_s,) if p.median_s else ()) for p in head]
-    b_runs, h_runs = [r for r in b_runs if r], [r for r in h_runs if r]
+    b_runs, h_runs = _sample_runs(base), _sample_runs(head)
     if not b_runs or not h_runs:
         return None
     b_all, h_all = [s for r in b_runs for s in r], [s for r in h_runs for s in r]
@@ -164,8 +167,7 @@ def _time_stats(base: list[Point], head: list[Point]) -> tuple[float, tuple[floa
 def _without_one(base: list[Point], head: list[Point]) -> float | None:
     """The lowest lower end of the head/base interval over every way of leaving one run of either side out (a side
     of one run is kept whole); None when neither side has two runs."""
-    b_runs = [r for r in (p.samples or ((p.median_s,) if p.median_s else ()) for p in base) if r]
-    h_runs = [r for r in (p.samples or ((p.median_s,) if p.median_s else ()) for p in head) if r]
+    b_runs, h_runs = _sample_runs(base), _sample_runs(head)
     lows = [ratio_interval(b_runs[:i] + b_runs[i + 1:], h_runs)[0] for i in range(len(b_runs)) if len(b_runs) > 1]
     lows += [ratio_interval(b_runs, h_runs[:i] + h_runs[i + 1:])[0] for i in range(len(h_runs)) if len(h_runs) > 1]
     return min(lows) if lows else None
@@ -196,8 +198,8 @@ def _time_check(row: Row, factor: float, fdr: float, family: int) -> Check:
         return Check("time", row.label, FAIL, f"slower: {numbers}; interval above {factor:.2f}, significant at "
                                               f"FDR {fdr:g}")
     if decision == UNDECIDED:
-        why = ("not clear of it with one run left out" if row.without_one is not None and lo > factor
-               and row.q < fdr else "interval not clear of it")
+        why = ("not clear of it with one run left out" if decide(row.interval, row.q, factor, fdr) == SLOWER
+               else "interval not clear of it")
         return Check("time", row.label, PASS, f"undecided: {numbers}; {why} ({factor:.2f})")
     return Check("time", row.label, PASS, numbers)
 
