@@ -27,6 +27,7 @@ class Eta:
         self.options = options
         self.throughput: dict[tuple, list[float]] = defaultdict(list)  # (impl[, dtype, mode]) -> FLOP/s
         self.skips: dict[str, list[float]] = defaultdict(list)
+        self.skipped_before: set[str] = set()  # skipped before a resume, at a cost not saved
         self.ran: set[str] = set()
         self.walls: list[float] = []
         self.observed = self.predicted = 0.0
@@ -38,8 +39,8 @@ class Eta:
         return None
 
     def predict(self, impl: str, case: Case) -> float | None:
-        if impl in self.skips and impl not in self.ran:
-            return statistics.mean(self.skips[impl])
+        if impl not in self.ran and (impl in self.skips or impl in self.skipped_before):
+            return statistics.mean(self.skips[impl]) if self.skips.get(impl) else 0.0
         t = self._call_time(impl, case)
         if t is None:
             return None
@@ -48,14 +49,26 @@ class Eta:
         timed = min(max(o.budget_s, o.min_reps * sample), o.max_reps * sample) + o.min_sample_s  # + calibration
         return timed + (o.warmup + (2 if o.memory else 1)) * t
 
+    def _learn(self, result: Result) -> bool:
+        """Record the throughput of a point that ran; False when it did not run."""
+        if result.status != "ok" or not result.median_s:
+            return False
+        self.ran.add(result.impl)
+        rate = result.case.flops() / result.median_s
+        for key in ((result.impl, result.case.dtype, result.case.mode), (result.impl,), ()):
+            self.throughput[key].append(rate)
+        return True
+
+    def resume(self, finished: list[Result]) -> None:
+        """Learn from the points a resumed sweep finished before: their throughput (their wall times were not
+        saved, so the calibration starts with this run). A skip is decided before any call: about no time."""
+        for result in finished:
+            if not self._learn(result) and result.status == "skipped":
+                self.skipped_before.add(result.impl)
+
     def add(self, result: Result, seconds: float) -> None:
         self.walls.append(seconds)
-        if result.status == "ok" and result.median_s:
-            self.ran.add(result.impl)
-            rate = result.case.flops() / result.median_s
-            for key in ((result.impl, result.case.dtype, result.case.mode), (result.impl,), ()):
-                self.throughput[key].append(rate)
-        elif result.status == "skipped":
+        if not self._learn(result) and result.status == "skipped":
             self.skips[result.impl].append(seconds)
         guess = self.predict(result.impl, result.case)
         if guess is not None:
@@ -75,12 +88,15 @@ class Eta:
 class Progress:
     """Reports each point of a sweep; `start` before a point runs, `finish` when its Result exists."""
 
-    def __init__(self, total: int, options: Options, already_done: int = 0, stream: TextIO | None = None) -> None:
+    def __init__(self, total: int, options: Options, finished: list[Result] = (),
+                 stream: TextIO | None = None) -> None:
+        """`finished`: the points a resumed sweep already has; they count as done and inform the ETA."""
         self.stream = stream or sys.stderr
         self.tty = self.stream.isatty()
         self.total = total
-        self.done = already_done
+        self.done = len({(r.case.id, r.impl) for r in finished})
         self.eta = Eta(options)
+        self.eta.resume(list(finished))
         self._t0 = time.monotonic()
         self._started = self._t0
         self._status = ""

@@ -248,7 +248,7 @@ def run(args: argparse.Namespace) -> int:
     sweep = _resume(out, args, impls, given) if existing else _new(args, device, preset, impls, opts)
     meta = sweep.meta
     total, done = sweep.planned, len(sweep.done())
-    progress = Progress(total, store.options(meta), done)
+    progress = Progress(total, store.options(meta), sweep.results)
     if args.resume:
         progress.note(f"resuming {out}: {done} of {total} points already finished" if existing else
                       f"nothing to resume in {out}: starting a new sweep")
