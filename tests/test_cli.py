@@ -14,6 +14,7 @@ import pytest
 
 from sdpa_impls import names
 from sdpa_impls.bench.grid import preset
+from sdpa_impls.bench.machine import source_revision
 from sdpa_impls.bench.result import Result
 
 CPU = ["--device", "cpu"]  # these tests describe a CPU sweep, also on a machine with a GPU
@@ -161,6 +162,10 @@ def test_killed_run_resumes_without_repeating_finished_points(tmp_path):
     meta = load(out)["meta"]
     assert meta["ceiling_spread"]["gemm_flops_fp32"]["n"] >= 3  # the killed run's first sample, the resumed run's two
     assert (out / "report.md").exists() and (out / "results.csv").exists()
+    # which code measured which points: the start and the resume, each with this checkout's source
+    assert [s["first_point"] for s in meta["sessions"]] == [1, len(saved) + 1]
+    assert meta["sessions"][0]["source"] == meta["sessions"][1]["source"] == source_revision()
+    assert (f"points {len(saved) + 1}–{total}: {source_revision()}" in (out / "report.md").read_text())
 
 
 def test_sigterm_stops_a_run_the_way_ctrl_c_does(tmp_path):
@@ -200,6 +205,9 @@ def test_shards_are_disjoint_and_merge_into_the_whole_preset(tmp_path):
     doc = load(merged)
     assert doc["meta"]["case_ids"] == [c.id for c in preset("smoke")]
     assert len(doc["results"]) == len(preset("smoke")) and doc["meta"]["shard"] is None
+    # each shard's start stays with its shard: the merged sweep was measured by both, not by the first one
+    assert "sessions" not in doc["meta"]
+    assert [m["sessions"] for m in doc["meta"]["merged_from"]] == [load(d)["meta"]["sessions"] for d in dirs]
     again = cli("merge", str(tmp_path / "twice"), str(dirs[0]), str(dirs[0]))
     assert again.returncode == 2 and "is one shard given twice" in again.stderr
 

@@ -8,7 +8,8 @@ import sys
 import pytest
 import torch
 
-from sdpa_impls.bench.machine import IDENTITY_FIELDS, machine_differences, machine_identity, machine_info
+from sdpa_impls.bench.machine import (IDENTITY_FIELDS, machine_differences, machine_identity, machine_info,
+                                      source_revision)
 from sdpa_impls.bench.timing import cuda_event_clock
 
 
@@ -77,3 +78,26 @@ def test_cuda_event_clock_sums_deltas_in_float64() -> None:
     before = clock()
     after = clock()
     assert 0 <= after - before < 1e-4  # two back-to-back readings: microseconds apart, not 0 or 250 µs
+
+
+def test_source_revision_names_the_commit_of_the_package_files_and_their_changes(tmp_path) -> None:
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True,
+                              text=True).stdout.strip()
+
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("x = 1\n")
+    assert source_revision(package).endswith("(not a git checkout)")
+    git("init", "-q")
+    assert source_revision(package).endswith("(not a git checkout)")  # in a repository, but not one of its files
+    git("add", "pkg/__init__.py")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "one")
+    commit = git("rev-parse", "--short=12", "HEAD")
+    assert source_revision(package) == f"git {commit}"
+    (tmp_path / "results.json").write_text("{}")  # a sweep saved inside the checkout, beside the package
+    (tmp_path / "notes.md").write_text("x")
+    git("add", "notes.md")
+    assert source_revision(package) == f"git {commit}"
+    (package / "__init__.py").write_text("x = 2\n")
+    assert source_revision(package) == f"git {commit} + uncommitted changes"

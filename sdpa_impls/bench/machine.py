@@ -1,4 +1,5 @@
-"""What machine a measurement came from (one dict for every front end), and the one definition of "the same machine"."""
+"""What machine a measurement came from (one dict for every front end), the one definition of "the same machine",
+and which code measured it (`source_revision`)."""
 from __future__ import annotations
 
 import functools
@@ -35,6 +36,28 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def _git(directory: Path, *args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(directory), *args], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def source_revision(package: Path | None = None) -> str:
+    """The code that measures: the git commit of the package's own files (with "+ uncommitted changes" when they
+    differ from it), or the installed version where the package is not a file of a git checkout."""
+    package = package or Path(__file__).resolve().parents[1]
+    installed = f"sdpa-bench {_version('sdpa-bench') or 'unknown version'} (not a git checkout)"
+    if _git(package, "ls-files", "--error-unmatch", "__init__.py") is None:  # e.g. site-packages inside a repo
+        return installed
+    commit = _git(package, "rev-parse", "--short=12", "HEAD")
+    if commit is None:
+        return installed
+    dirty = _git(package, "status", "--porcelain", "--untracked-files=no", "--", ".")
+    return f"git {commit}" + (" + uncommitted changes" if dirty else "")
 
 
 def default_timer(device: torch.device | str) -> str:

@@ -14,7 +14,7 @@ import torch
 
 from ..bench import grid
 from ..bench.ceilings import RunCeilings, needed_ceilings
-from ..bench.machine import machine_differences, machine_info
+from ..bench.machine import machine_differences, machine_info, source_revision
 from ..bench.measure import Options, run_case
 from ..errors import UsageError
 from ..fmt import fmt_duration
@@ -148,13 +148,16 @@ def _resume(out: Path, args: argparse.Namespace, impls: list[str] | None, given:
     return sweep
 
 
+def _now() -> str:
+    return datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+
+
 def _new(args: argparse.Namespace, device: str, preset: str, impls: list[str] | None, opts: Options) -> store.Sweep:
     shard = parse_shard(args.shard) if args.shard else None
     cases = grid.shard_of(grid.preset(preset), *shard) if shard else list(grid.preset(preset))
     meta = {"preset": preset, "device": device, "shard": "/".join(map(str, shard)) if shard else None,
             "impls": impls or names(), "case_ids": [c.id for c in cases], "options": dataclasses.asdict(opts),
-            "seed": args.seed or 0, "machine": machine_info(device), "ceilings": {},
-            "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds")}
+            "seed": args.seed or 0, "machine": machine_info(device), "ceilings": {}, "started": _now()}
     return store.Sweep(meta)
 
 
@@ -248,6 +251,8 @@ def run(args: argparse.Namespace) -> int:
     sweep = _resume(out, args, impls, given) if existing else _new(args, device, preset, impls, opts)
     meta = sweep.meta
     total, done = sweep.planned, len(sweep.done())
+    # which code measured which points, when a sweep is resumed over days (report.md lists them)
+    meta.setdefault("sessions", []).append({"started": _now(), "source": source_revision(), "first_point": done + 1})
     progress = Progress(total, store.options(meta), sweep.results)
     if args.resume:
         progress.note(f"resuming {out}: {done} of {total} points already finished" if existing else
@@ -276,7 +281,7 @@ def run(args: argparse.Namespace) -> int:
     judge(sweep, run_ceilings)
     progress.close()
     meta["wall_s"] = meta.get("wall_s", 0.0) + progress.wall_s
-    meta["finished"] = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+    meta["finished"] = _now()
     store.save(out, sweep)
     files = write_report(out, sweep, plots=not args.no_plots)
     print(f"{len(sweep.results)} points in {fmt_duration(progress.wall_s)}; wrote "

@@ -53,6 +53,19 @@ def sweep_summary(sweep: Sweep) -> str:
             f"repetitions after {opts.get('warmup')} warm-up calls, seed {meta.get('seed', 0)}")
 
 
+def sessions_text(meta: dict, finished: int) -> str:
+    """Which code measured which points (in the order they finished): one entry per start or resume of `run`."""
+    sessions = meta.get("sessions") or []
+    if not sessions:
+        return ""
+    first = sessions[0]["first_point"]
+    parts = [f"points 1–{first - 1}: not recorded"] if first > 1 else []
+    ends = [s["first_point"] - 1 for s in sessions[1:]] + [finished]
+    parts += [f"points {s['first_point']}–{last}: {s['source']}, started {s['started']}"
+              for s, last in zip(sessions, ends) if last >= s["first_point"]]
+    return "Measured by " + "; ".join(parts) + ".\n" if parts else ""
+
+
 def write_markdown(path: Path, sweep: Sweep, layout: SweepTable, images: list[tuple[str, str]]) -> Path:
     """report.md: machine, sweep, the plots (relative links) and every table."""
     meta = sweep.meta
@@ -60,6 +73,7 @@ def write_markdown(path: Path, sweep: Sweep, layout: SweepTable, images: list[tu
     parts = [f"# sdpa-bench: `{meta.get('preset')}` on {m.get('device_name', '?')}\n",
              "| machine | |\n|---|---|\n" + "\n".join(machine_lines(meta)) + "\n",
              sweep_summary(sweep) + ".\n",
+             sessions_text(meta, len(sweep.results)),
              "Times are medians over samples, each the mean of back-to-back calls lasting at least "
              f"{(meta.get('options') or {}).get('min_sample_s', 0.001) * 1e3:g} ms; compare implementations within this report "
              "(ratios), not against another machine's absolute times. A result is only timed after its output "

@@ -146,10 +146,11 @@ def merge(sweeps: list[tuple[Path, Sweep]], all_case_ids: list[str] | None = Non
     if all_case_ids is not None:  # keep the preset's order
         case_ids = [c for c in all_case_ids if c in set(case_ids)]
     first = sweeps[0][1].meta
-    meta = {k: v for k, v in first.items() if k not in ("shard", "case_ids", "impls")}
+    meta = {k: v for k, v in first.items() if k not in ("shard", "case_ids", "impls", "sessions")}
     meta |= {"shard": None, "impls": impls, "case_ids": case_ids,
              "wall_s": sum(s.meta.get("wall_s") or 0.0 for _, s in sweeps),
              "merged_from": [{"dir": str(d), "shard": s.meta.get("shard"), "machine": s.meta.get("machine"),
-                              "ceilings": s.meta.get("ceilings")}  # each shard's results are judged against its own
+                              "ceilings": s.meta.get("ceilings"),  # each shard's results are judged against its own
+                              "sessions": s.meta.get("sessions")}
                              for d, s in sweeps]}
     return Sweep(meta, results)
