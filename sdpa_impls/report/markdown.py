@@ -63,7 +63,7 @@ def sessions_text(meta: dict, finished: int) -> str:
     ends = [s["first_point"] - 1 for s in sessions[1:]] + [finished]
     parts += [f"points {s['first_point']}–{last}: {s['source']}, started {s['started']}"
               for s, last in zip(sessions, ends) if last >= s["first_point"]]
-    return "Measured by " + "; ".join(parts) + ".\n" if parts else ""
+    return "Code that measured it: " + "; ".join(parts) + ".\n" if parts else ""
 
 
 def write_markdown(path: Path, sweep: Sweep, layout: SweepTable, images: list[tuple[str, str]]) -> Path:
