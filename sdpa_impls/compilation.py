@@ -68,9 +68,12 @@ def compile_once(fn: Callable[[], object], device: torch.device | str) -> float 
     """Seconds of `fn`'s first call (compilation plus one execution) when `fn` declares compilation, else None.
 
     Runs outside any timed region and outside `no_recompile`, with torch's per-function recompile limit raised to
-    RECOMPILE_LIMIT so that the hundredth case of a sweep is compiled like the first, not run eagerly."""
+    RECOMPILE_LIMIT so that the hundredth case of a sweep is compiled like the first, not run eagerly. A closure
+    that compiled a part of itself when it was built (the backward-only closure's forward) declares those seconds
+    as `compile_s_before`; they are added."""
     if not compiles(fn):
         return None
+    before = getattr(fn, "compile_s_before", None) or 0.0
     device = torch.device(device)
     context = getattr(fn, "context", None)  # the closure's own context (not the recompile guard)
     with raised_recompile_limit(), (context() if context is not None else contextlib.nullcontext()):
@@ -80,7 +83,7 @@ def compile_once(fn: Callable[[], object], device: torch.device | str) -> float 
         fn()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        return time.perf_counter() - start
+        return time.perf_counter() - start + before
 
 
 @contextlib.contextmanager

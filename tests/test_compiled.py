@@ -85,6 +85,16 @@ def test_compile_time_is_reported_apart_from_the_samples(impl: str, tmp_path) ->
     assert naive.status == "ok" and naive.compile_s is None  # eager implementations compile nothing
 
 
+def test_backward_only_points_compile_their_forward_before_the_recompile_guard() -> None:
+    """`bwd` mode builds the forward output when its closure is built; a forward that compiles must be compiled
+    there, not refused by the guard that forbids compiling while timed (it refuses a first compile too), and
+    compile_s counts the forward's compile with the backward's."""
+    ctx = CaseContext(replace(SMALL, causal=True, mode="bwd"), "cpu")
+    r = run_point("compiled", ctx, Options(budget_s=0.01, min_reps=2, max_reps=3, warmup=1, memory=False))
+    assert r.status == "ok", r.reason
+    assert r.compile_s is not None and r.compile_s > 0 and len(r.samples) >= 2
+
+
 def test_a_recompile_during_timing_fails_the_point_with_torchs_reason() -> None:
     """A real recompile: a closure that compiled one shape in its compile step asks for another while timed."""
     fn = compiled_textbook()

@@ -61,6 +61,9 @@ class BackwardOnly:
     def __init__(self, fwd: Callable[[], torch.Tensor], leaves: tuple[torch.Tensor, ...], grad_out: torch.Tensor):
         self.fwd, self.leaves, self.grad_out = fwd, leaves, grad_out
         same_context(self, fwd)
+        # a forward that compiles is compiled here, outside the recompile guard that `rebuild` runs under (the
+        # guard refuses a first compile too); compile_once adds these seconds to the backward's own
+        self.compile_s_before = compile_once(fwd, grad_out.device)
         self.rebuild()
 
     def rebuild(self) -> None:
