@@ -6,9 +6,10 @@ import pytest
 import torch
 
 import sdpa_impls
-from sdpa_impls.impls.flash_attn import call_kwargs, causal_window, from_blhe, mapping_reasons, to_blhe
-from sdpa_impls.impls.flashinfer import from_nhd, prefill_kwargs, to_nhd, uses_decode
+from sdpa_impls.impls.flash_attn import call_kwargs, causal_window, from_blhe, mapping_reasons, structure_kwargs, to_blhe
+from sdpa_impls.impls.flashinfer import from_nhd, prefill_kwargs, to_hnd, to_nhd, uses_decode
 from sdpa_impls.impls.flashinfer import mapping_reasons as flashinfer_reasons
+from sdpa_impls.masks import Structure, parse, resolve
 from sdpa_impls.protocol import SDPAInputs
 
 SHAPES = {  # (B, Hq, Hkv, Lq, Lk, E)
@@ -33,18 +34,22 @@ def reference(inp: SDPAInputs) -> torch.Tensor:
                                 scale=inp.scale, enable_gqa=inp.enable_gqa)
 
 
-def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keep: torch.Tensor, scale: float) -> torch.Tensor:
-    """softmax over the kept keys in float64; q (.., Hq, Lq, E), k/v (.., Hkv, Lk, E), query head h reads h // G."""
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keep: torch.Tensor, scale: float,
+           bias: torch.Tensor | None = None) -> torch.Tensor:
+    """softmax over the kept keys in float64, `bias` added to the scaled scores; q (.., Hq, Lq, E), k/v
+    (.., Hkv, Lk, E), query head h reads h // G."""
     g = q.shape[-3] // k.shape[-3]
     k, v = k.double().repeat_interleave(g, -3), v.double().repeat_interleave(g, -3)
-    s = (q.double() @ k.transpose(-1, -2) * scale).masked_fill(~keep, float("-inf"))
+    s = q.double() @ k.transpose(-1, -2) * scale
+    s = (s if bias is None else s + bias).masked_fill(~keep, float("-inf"))
     return torch.softmax(s, -1) @ v
 
 
 def flash_attn_emulated(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, causal: bool,
-                        window_size: tuple[int, int]) -> torch.Tensor:
+                        window_size: tuple[int, int], alibi_slopes: tuple[float, ...] | None = None) -> torch.Tensor:
     """flash_attn_func as its README defines it, on (B, L, H, E): query i sees keys
-    i + Lk - Lq - left ... i + Lk - Lq + right (-1 or >= Lk: no limit); causal means right = 0."""
+    i + Lk - Lq - left ... i + Lk - Lq + right (-1 or >= Lk: no limit); causal means right = 0; alibi_slopes (one
+    per query head) add -slope·|i + Lk - Lq - j| to the scaled score of query i and key j."""
     lq, lk = q.shape[1], k.shape[1]
     left, right = (-1 if w >= lk else w for w in window_size)
     right = 0 if causal else right
@@ -54,7 +59,10 @@ def flash_attn_emulated(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softm
         keep &= j <= i + right
     if left >= 0:
         keep &= j >= i - left
-    out = attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), keep, softmax_scale)
+    bias = None
+    if alibi_slopes is not None:
+        bias = -torch.tensor(alibi_slopes, dtype=torch.float64)[:, None, None] * (i - j).abs()  # (Hq, Lq, Lk)
+    out = attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), keep, softmax_scale, bias)
     return out.transpose(1, 2)  # (B, Lq, H, Ev)
 
 
@@ -81,7 +89,9 @@ def test_flash_attn_refuses_what_it_cannot_take_on_any_machine() -> None:
                                                               attn_mask=torch.ones(4, 4, dtype=torch.bool))
     assert reasons[0] == "flash_attn is not installed (pip install flash-attn)" or reasons[0].startswith("device=")
     assert "device=cpu (supported: cuda)" in reasons and "dtype=fp32 (supported: bf16, fp16)" in reasons
-    assert "attn_mask of kind bool (supported: none)" in reasons
+    assert mapping_reasons(SDPAInputs(q, q, q, torch.ones(4, 4, dtype=torch.bool))) == [
+        "attn_mask: flash_attn_func takes no mask tensor; it states a `window-W` structure (window_size) and `alibi` "
+        "(alibi_slopes) natively, with Lq = Lk"]
     assert mapping_reasons(SDPAInputs(q, q, torch.randn(1, 2, 4, 6))) == [
         "Ev=6 != E=8 (flash_attn_func takes one head dim for q, k and v)"]
     fa3 = sdpa_impls.get("flash_attn3").unsupported_reasons(q, q, q)
@@ -90,14 +100,15 @@ def test_flash_attn_refuses_what_it_cannot_take_on_any_machine() -> None:
 
 def flashinfer_prefill_emulated(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_layout: str, sm_scale: float,
                                 causal: bool = False, custom_mask: torch.Tensor | None = None) -> torch.Tensor:
-    """single_prefill_with_kv_cache on NHD tensors (L, H, E): custom_mask True = attend; causal (square here)."""
-    assert kv_layout == "NHD"
-    lq, lk = q.shape[0], k.shape[0]
+    """single_prefill_with_kv_cache: the query NHD (Lq, H, E), K/V HND (H, Lk, E); custom_mask True = attend;
+    causal (square here)."""
+    assert kv_layout == "HND" and k.is_contiguous() and v.is_contiguous()
+    lq, lk = q.shape[0], k.shape[1]
     keep = custom_mask if custom_mask is not None else torch.ones(lq, lk, dtype=torch.bool)
     if causal:
         assert lq == lk, "causal is passed only where top-left and bottom-right agree"
         keep = keep & torch.ones(lq, lk, dtype=torch.bool).tril()
-    return attend(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), keep, sm_scale).transpose(0, 1)
+    return attend(q.transpose(0, 1), k, v, keep, sm_scale).transpose(0, 1)
 
 
 @pytest.mark.parametrize("mask", [False, True], ids=["nomask", "mask"])
@@ -106,12 +117,14 @@ def flashinfer_prefill_emulated(q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
 def test_flashinfer_arguments_mean_our_attention(name: str, causal: bool, mask: bool) -> None:
     inp = inputs(name, causal, mask)
     assert flashinfer_reasons(inp) == []
-    q, k, v = (to_nhd(t) for t in (inp.query, inp.key, inp.value))
-    assert q.shape == (inp.query.shape[2], inp.query.shape[1], inp.query.shape[3]) and k.stride(-1) == 1
+    q, k, v = to_nhd(inp.query), to_hnd(inp.key), to_hnd(inp.value)
+    assert q.shape == (inp.query.shape[2], inp.query.shape[1], inp.query.shape[3])
+    assert k.shape == inp.key.shape[1:] and k.is_contiguous() and v.is_contiguous()  # the decode kernel's rule
+    assert k.data_ptr() == inp.key.data_ptr()  # contiguous inputs: the same memory, no copy
     if uses_decode(inp):  # single_decode_with_kv_cache: one query token, every key
         assert name == "decode" and not mask
-        out = from_nhd(attend(q[0][:, None], k.transpose(0, 1), v.transpose(0, 1), torch.ones(1, k.shape[0],
-                              dtype=torch.bool), inp.softmax_scale)[:, 0].unsqueeze(0))
+        out = from_nhd(attend(q[0][:, None], k, v, torch.ones(1, k.shape[1], dtype=torch.bool),
+                              inp.softmax_scale)[:, 0].unsqueeze(0))
     else:
         out = from_nhd(flashinfer_prefill_emulated(q, k, v, **prefill_kwargs(inp)))
     torch.testing.assert_close(out, reference(inp), rtol=1e-6, atol=1e-6)
@@ -126,3 +139,31 @@ def test_flashinfer_says_what_a_single_request_kernel_cannot_take() -> None:
     reasons = sdpa_impls.get("flashinfer").unsupported_reasons(q.requires_grad_(), q, q)
     assert "device=cpu (supported: cuda)" in reasons
     assert "backward (inputs require grad; this implementation is forward-only)" in reasons
+
+
+@pytest.mark.parametrize("word,causal", [("window-1", False), ("window-4", False), ("window-4", True),
+                                         ("window-50", False), ("alibi", False), ("alibi", True)])
+@pytest.mark.parametrize("name", ["square", "gqa"])
+def test_flash_attn_states_window_and_alibi_structures_with_its_own_arguments(name: str, word: str,
+                                                                             causal: bool) -> None:
+    """A `window-W` as window_size=(W - 1, 0) (both generations) and ALiBi as alibi_slopes (FlashAttention-2 only),
+    emulated by flash-attn's documented rules, equal the fp64 reference with the dense mask every other
+    implementation gets; FA3 says why it cannot take ALiBi, and neither takes a structure with Lq != Lk."""
+    b, hq, hkv, lq, lk, e = SHAPES[name]
+    structure = resolve(parse(word), lq, lk, b, hq, f"{name}-{word}")
+    gen = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(sh, generator=gen) for sh in ((b, hq, lq, e), (b, hkv, lk, e), (b, hkv, lk, e)))
+    inp = SDPAInputs(q, k, v, structure.dense(b, hq, torch.float32, "cpu"), is_causal=causal, scale=0.3,
+                     enable_gqa=hq != hkv, structure=structure)
+    assert mapping_reasons(inp) == []
+    kwargs = call_kwargs(inp)
+    assert ("alibi_slopes" in kwargs) == (word == "alibi")
+    out = from_blhe(flash_attn_emulated(*(to_blhe(t) for t in (q, k, v)), **kwargs))
+    torch.testing.assert_close(out, reference(inp), rtol=1e-5, atol=1e-5)
+    fa3 = mapping_reasons(inp, alibi=False)
+    assert fa3 == ([] if word != "alibi" else [
+        "attn_mask: flash_attn_func takes no mask tensor; it states a `window-W` structure (window_size) natively, "
+        "with Lq = Lk"])
+    shifted = SDPAInputs(q[:, :, :-1], k, v, inp.attn_mask[..., :-1, :], is_causal=causal, scale=0.3,
+                         enable_gqa=hq != hkv, structure=Structure(structure.spec, lq - 1, lk, (), structure.slopes))
+    assert structure_kwargs(shifted, alibi=True) is None and mapping_reasons(shifted)

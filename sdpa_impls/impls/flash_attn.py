@@ -1,7 +1,9 @@
 """flash_attn, flash_attn3: FlashAttention-2's `flash_attn_func` and FA3's (`flash_attn_interface`); optional, CUDA only.
 
 Their layout is (B, L, H, E) and their causal mask is aligned to the bottom-right corner; the conversions to and from
-this suite's (B, H, L, E) top-left contract are the pure functions `to_blhe`, `from_blhe` and `causal_window`.
+this suite's (B, H, L, E) top-left contract are the pure functions `to_blhe`, `from_blhe` and `causal_window`. They
+take no mask tensor: a `window-W` structure (both) and `alibi` (FlashAttention-2) are stated by their own arguments,
+`structure_kwargs`.
 """
 from __future__ import annotations
 
@@ -43,17 +45,42 @@ def causal_window(is_causal: bool, lq: int, lk: int) -> tuple[bool, tuple[int, i
     return None
 
 
-def call_kwargs(inp: SDPAInputs) -> dict:
-    """flash_attn_func's keyword arguments for this call (the window must exist: see `causal_window`)."""
+def structure_kwargs(inp: SDPAInputs, alibi: bool) -> dict | None:
+    """flash_attn_func's arguments that state the mask's structure, or None where they cannot (Lq = Lk only, where
+    flash-attn's bottom-right alignment is ours):
+    - `window-W`: window_size=(W - 1, 0), query i seeing keys i - W + 1 ... i; top-left `is_causal` adds nothing;
+    - `alibi` (`alibi`: FlashAttention-2 has alibi_slopes): the per-query-head slopes, which flash-attn turns into
+      the bias -slope·|i + Lk - Lq - j| added to the scaled scores, ours -slope·|i - j|; causal as without a mask.
+    `alibi_slopes` is a tuple here; `prepare_inputs` makes the fp32 tensor on the device."""
+    s, lq, lk = inp.structure, inp.query.shape[2], inp.key.shape[2]
+    if s is None or lq != lk:
+        return None
+    if s.kind == "window":
+        return {"causal": False, "window_size": (s.spec.param - 1, 0)}
+    if s.kind == "alibi" and alibi:
+        causal, window = causal_window(inp.is_causal, lq, lk)
+        return {"causal": causal, "window_size": window, "alibi_slopes": s.slopes}
+    return None
+
+
+def call_kwargs(inp: SDPAInputs, alibi: bool = True) -> dict:
+    """flash_attn_func's keyword arguments for this call (a mask must have its `structure_kwargs`, and without
+    one the window must exist: see `causal_window`)."""
+    if inp.attn_mask is not None:
+        return {"softmax_scale": inp.softmax_scale, **structure_kwargs(inp, alibi)}
     causal, window = causal_window(inp.is_causal, inp.query.shape[2], inp.key.shape[2])
     return {"softmax_scale": inp.softmax_scale, "causal": causal, "window_size": window}
 
 
-def mapping_reasons(inp: SDPAInputs) -> list[str]:
+def mapping_reasons(inp: SDPAInputs, alibi: bool = True) -> list[str]:
     """What this call asks that flash_attn_func cannot express (pure argument checks, no GPU needed)."""
     q, k, v = inp.query, inp.key, inp.value
     out = []
-    if causal_window(inp.is_causal, q.shape[2], k.shape[2]) is None:
+    if inp.attn_mask is not None:
+        if structure_kwargs(inp, alibi) is None:
+            native = "a `window-W` structure (window_size)" + (" and `alibi` (alibi_slopes)" if alibi else "")
+            out.append(f"attn_mask: flash_attn_func takes no mask tensor; it states {native} natively, with Lq = Lk")
+    elif causal_window(inp.is_causal, q.shape[2], k.shape[2]) is None:
         out.append(f"top-left causal with Lq={q.shape[2]}, Lk={k.shape[2]}: flash-attn's causal mask is aligned "
                    "bottom-right and its window_size reaches top-left only for Lk <= Lq < 2·Lk")
     if v.shape[-1] != q.shape[-1]:
@@ -79,6 +106,7 @@ class FlashAttn(Implementation):
     install = "pip install flash-attn"
     min_capability: tuple[int, int] = (8, 0)
     max_capability: tuple[int, int] | None = None
+    alibi = True  # flash_attn_func has alibi_slopes
 
     def not_supported_reasons(self, inp: SDPAInputs) -> list[str]:
         reasons = super().not_supported_reasons(inp)
@@ -88,7 +116,7 @@ class FlashAttn(Implementation):
         return reasons if fn is not None else [missing, *reasons]  # "not installed" first, wherever it runs
 
     def library_reasons(self, inp: SDPAInputs) -> list[str]:
-        out = mapping_reasons(inp)
+        out = mapping_reasons(inp, self.alibi)
         if inp.query.device.type == "cuda":
             cap = torch.cuda.get_device_capability(inp.query.device)
             top = self.max_capability
@@ -100,7 +128,9 @@ class FlashAttn(Implementation):
     def prepare_inputs(self, inp: SDPAInputs) -> Callable[[], torch.Tensor]:
         fn, _ = _load(self.module, self.install)
         q, k, v = (to_blhe(t) for t in (inp.query, inp.key, inp.value))
-        kwargs = call_kwargs(inp)
+        kwargs = call_kwargs(inp, self.alibi)
+        if "alibi_slopes" in kwargs:
+            kwargs["alibi_slopes"] = torch.tensor(kwargs["alibi_slopes"], dtype=torch.float32, device=q.device)
         if inp.dropout_p:
             kwargs["dropout_p"] = inp.dropout_p
 
@@ -118,8 +148,8 @@ class FlashAttn(Implementation):
 class FlashAttn2(FlashAttn):
     name = "flash_attn"
     description = "FlashAttention-2 flash_attn_func, (B, L, H, E) views (optional: pip install .[flash-attn]; CUDA)"
-    support = Support(devices=frozenset({"cuda"}), dtypes=HALF, max_head_dim=256, masks=frozenset({"none"}),
-                      dropout=True)
+    support = Support(devices=frozenset({"cuda"}), dtypes=HALF, max_head_dim=256,
+                      masks=frozenset({"none", "bool", "float"}), dropout=True)  # a mask only as its structure
 
 
 @register
@@ -129,4 +159,6 @@ class FlashAttn3(FlashAttn):
     module = "flash_attn_interface"
     install = "build it from flash-attention's hopper/ directory"
     min_capability = max_capability = (9, 0)
-    support = Support(devices=frozenset({"cuda"}), dtypes=HALF, max_head_dim=256, masks=frozenset({"none"}))
+    alibi = False
+    support = Support(devices=frozenset({"cuda"}), dtypes=HALF, max_head_dim=256,
+                      masks=frozenset({"none", "bool"}))  # a mask only as a window structure

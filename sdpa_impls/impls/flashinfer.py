@@ -1,7 +1,8 @@
 """flashinfer: `single_prefill_with_kv_cache`, and `single_decode_with_kv_cache` for Lq = 1; optional, CUDA only.
 
-Both take one request in the NHD layout, (L, H, E); the conversions and the mask mapping are the pure functions
-`to_nhd`, `from_nhd`, `prefill_kwargs` and `uses_decode`.
+Both take one request: the query as (Lq, H, E), keys and values as (H, Lk, E) (kv_layout="HND": our own
+(1, H, L, E) memory, contiguous, which the decode kernel requires of K and V); the conversions and the mask mapping
+are the pure functions `to_nhd`, `to_hnd`, `from_nhd`, `prefill_kwargs` and `uses_decode`.
 """
 from __future__ import annotations
 
@@ -17,8 +18,13 @@ from .torch_sdpa import mask4
 
 
 def to_nhd(t: torch.Tensor) -> torch.Tensor:
-    """(1, H, L, E) -> (L, H, E), a view (flashinfer's kv_layout="NHD"; the query uses the same order)."""
+    """(1, H, L, E) -> (L, H, E), a view: the query's order in flashinfer (and its output's)."""
     return t[0].transpose(0, 1)
+
+
+def to_hnd(t: torch.Tensor) -> torch.Tensor:
+    """(1, H, L, E) -> (H, L, E), contiguous (a view of contiguous inputs; flashinfer's kv_layout="HND")."""
+    return t[0].contiguous()
 
 
 def from_nhd(t: torch.Tensor) -> torch.Tensor:
@@ -46,7 +52,7 @@ def prefill_kwargs(inp: SDPAInputs) -> dict:
     """single_prefill_with_kv_cache's keyword arguments: causal=True for a square causal call with no mask (where
     top-left and bottom-right alignment agree), else the dense shared mask as custom_mask."""
     lq, lk = inp.query.shape[2], inp.key.shape[2]
-    kwargs: dict = {"kv_layout": "NHD", "sm_scale": inp.softmax_scale}
+    kwargs: dict = {"kv_layout": "HND", "sm_scale": inp.softmax_scale}
     if inp.is_causal and inp.attn_mask is None and lq == lk:
         return kwargs | {"causal": True}
     mask = shared_mask(inp)
@@ -79,7 +85,7 @@ def _flashinfer() -> tuple[ModuleType | None, str]:
 @register
 class FlashInfer(Implementation):
     name = "flashinfer"
-    description = "flashinfer single_prefill_with_kv_cache / single_decode_with_kv_cache, NHD (optional; CUDA)"
+    description = "flashinfer single_prefill_with_kv_cache / single_decode_with_kv_cache, K/V as HND (optional; CUDA)"
     support = Support(devices=frozenset({"cuda"}), dtypes=frozenset({torch.float16, torch.bfloat16}),
                       max_head_dim=256, masks=frozenset({"none", "bool"}), backward=False)
 
@@ -95,13 +101,16 @@ class FlashInfer(Implementation):
 
     def prepare_inputs(self, inp: SDPAInputs) -> Callable[[], torch.Tensor]:
         lib, _ = _flashinfer()
-        q, k, v = (to_nhd(t) for t in (inp.query, inp.key, inp.value))
+        q, k, v = to_nhd(inp.query), to_hnd(inp.key), to_hnd(inp.value)
         if uses_decode(inp):
-            q1, scale = q[0], inp.softmax_scale  # (Hq, E): the one query token
+            q1, scale = q[0].contiguous(), inp.softmax_scale  # (Hq, E): the one query token
 
-            return lambda: from_nhd(lib.single_decode_with_kv_cache(q1, k, v, kv_layout="NHD",
+            return lambda: from_nhd(lib.single_decode_with_kv_cache(q1, k, v, kv_layout="HND",
                                                                       sm_scale=scale).unsqueeze(0))
         kwargs = prefill_kwargs(inp)
+        if "custom_mask" in kwargs:  # packed to bits here: flashinfer would pack a custom_mask on every call
+            mask = kwargs.pop("custom_mask")
+            kwargs["packed_custom_mask"] = lib.packbits(mask.reshape(-1), bitorder="little")
         return lambda: from_nhd(lib.single_prefill_with_kv_cache(q, k, v, **kwargs))
 
     def forward(self, inp: SDPAInputs) -> torch.Tensor:
