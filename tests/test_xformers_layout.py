@@ -75,3 +75,19 @@ def test_layout_and_bias_describe_the_same_attention(name: str, mask: str, causa
         want = torch.autograd.grad(ref, (inp.query, inp.key, inp.value), g)
         for a, w in zip(got, want):
             torch.testing.assert_close(a, w, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["fwd", "bwd"])
+@pytest.mark.parametrize("name", list(CASES))
+def test_packed_layout_concatenates_the_batch_and_keeps_gqa_grouped(name: str, grad: bool) -> None:
+    """xformers' variable-length layout (1, B·L, ...) holds the per-batch layout's rows one after another; GQA
+    forward keeps K/V at their own size, broadcast over G (stride 0), so that xformers dispatches grouped heads
+    and reads each K/V head once, not once per query head."""
+    inp = inputs(CASES[name], "bool", causal=True, grad=grad)
+    for plain, packed in zip(_layout(inp), _layout(inp, packed=True)):
+        assert packed.shape == (1, plain.shape[0] * plain.shape[1], *plain.shape[2:])
+        torch.testing.assert_close(packed[0], plain.reshape(-1, *plain.shape[2:]), rtol=0, atol=0)
+    if name != "mha" and not grad:
+        k = _layout(inp, packed=True)[1]
+        assert k.stride(3) == 0
+        assert k.untyped_storage().nbytes() == inp.key.numel() * inp.key.element_size()

@@ -35,8 +35,11 @@ def _layout(inp: SDPAInputs, packed: bool = False) -> tuple[torch.Tensor, torch.
 
     GQA with gradients: K/V repeated to Hq heads (a copy, made inside the call so that autograd sums the
     gradients of the G copies back into each key/value head). `packed`: the batch as one row of concatenated
-    sequences, (1, B·L, ...), xformers' variable-length layout (a copy)."""
+    sequences, (1, B·L, ...), xformers' variable-length layout (a copy of each tensor at its own size, made before
+    the GQA broadcast: K/V keep stride 0 over G, so xformers still sees grouped heads and reads each K/V head once)."""
     q, k, v = inp.query.transpose(1, 2), inp.key.transpose(1, 2), inp.value.transpose(1, 2)  # (B, L, H, E)
+    if packed:
+        q, k, v = (t.reshape(1, -1, *t.shape[2:]) for t in (q, k, v))  # (1, B·L, H, E)
     hq, hkv = q.shape[2], k.shape[2]
     if hq != hkv:
         g = hq // hkv
@@ -46,8 +49,6 @@ def _layout(inp: SDPAInputs, packed: bool = False) -> tuple[torch.Tensor, torch.
             q = q.unflatten(2, (hkv, g))  # query head h = kv head h // G, member h % G
         else:
             k, v = k.flatten(2, 3), v.flatten(2, 3)  # (B, Lk, Hq, E): query head h reads kv head h // G
-    if packed:
-        q, k, v = (t.reshape(1, -1, *t.shape[2:]) for t in (q, k, v))  # (1, B·L, ...)
     return q, k, v
 
 
