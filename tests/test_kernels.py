@@ -15,7 +15,7 @@ from sdpa_impls.bench.grid import Case
 from sdpa_impls.bench.kernels import DispatchMismatch, backends_in, check_pinned, profile_call
 from sdpa_impls.bench.measure import Options, failed, run_point
 from sdpa_impls.bench.result import Result
-from sdpa_impls.impls.torch_sdpa import TorchFlash, TorchMath
+from sdpa_impls.impls.torch_sdpa import TorchFlash, TorchMath, sdpa_params
 from sdpa_impls.protocol import SDPAInputs
 
 FAST = Options(budget_s=0.0, min_reps=1, max_reps=1, warmup=0, memory=False)
@@ -51,6 +51,16 @@ class SilentlyMath(TorchFlash):
                                                       is_causal=inp.is_causal, enable_gqa=inp.enable_gqa)
 
         return call
+
+
+def test_torchs_cuda_checks_are_asked_about_the_mask_the_call_passes() -> None:
+    """The pinned CUDA backends ask torch's can_use_*_attention about the call that prepare_inputs makes: a
+    per-head bias (Hq, Lq, Lk), as ALiBi is, goes in as the 4-D view the call passes (cuDNN's check refuses a 3-D
+    mask, which the call never hands it)."""
+    q = torch.randn(1, 3, 8, 16)
+    params = sdpa_params(SDPAInputs(q, q, q, torch.randn(3, 8, 8), is_causal=True))
+    assert params.attn_mask.shape == (1, 3, 8, 8) and params.is_causal
+    assert sdpa_params(SDPAInputs(q, q, q)).attn_mask is None
 
 
 def test_a_pinned_backend_whose_profile_shows_another_backend_is_a_failed_point() -> None:

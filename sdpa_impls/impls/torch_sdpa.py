@@ -32,14 +32,19 @@ def _torch_messages(caught: list[warnings.WarningMessage]) -> list[str]:
     return out
 
 
+def sdpa_params(inp: SDPAInputs) -> torch.backends.cuda.SDPAParams:
+    """torch's dispatch parameters for the call `prepare_inputs` makes (the mask as the 4-D view it passes: cuDNN's
+    check refuses a 3-D mask that the call never hands it)."""
+    return torch.backends.cuda.SDPAParams(inp.query, inp.key, inp.value, mask4(inp.attn_mask),
+                                          float(inp.dropout_p), bool(inp.is_causal), bool(inp.enable_gqa))
+
+
 def _cuda_reasons(backend: SDPBackend, inp: SDPAInputs) -> list[str]:
     """Ask torch's CUDA support checks directly, on the real shapes (cheap, no kernel runs)."""
     check = _CUDA_CHECKS[backend]
-    params = torch.backends.cuda.SDPAParams(inp.query, inp.key, inp.value, inp.attn_mask,
-                                            float(inp.dropout_p), bool(inp.is_causal), bool(inp.enable_gqa))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        ok = check(params, True)
+        ok = check(sdpa_params(inp), True)
     return [] if ok else (_torch_messages(caught) or [f"torch refuses the {backend.name} backend for this case"])
 
 
