@@ -234,12 +234,15 @@ def test_jagged_layout_splits_the_packed_documents_and_puts_them_back() -> None:
 
     lengths = (3, 1, 5)
     x = torch.randn(2, 4, 9, 8)  # (B, H, L, E), each row the same three documents
-    nested = to_jagged(x, offsets(lengths, 2, x.device))
+    nested = to_jagged(x, offsets(lengths, 2, x.device), lengths)
+    # the shortest and longest document travel with the (transposed) view: torch's SDPA reads them instead of
+    # computing them from the offsets on the device (a host sync) at every call (private accessors of torch's NJT)
+    assert (nested._maybe_min_seqlen, nested._maybe_max_seqlen) == (1, 5)
     docs = nested.unbind()
     assert [d.shape for d in docs] == [torch.Size([4, n, 8]) for n in lengths * 2]
     assert torch.equal(docs[4], x[1, :, 3:4]) and torch.equal(docs[5], x[1, :, 4:9])
     assert torch.equal(from_jagged(nested, 2), x)
-    grouped = to_jagged(x[:, :2], offsets(lengths, 2, x.device), heads=4)  # query head h reads kv head h // 2
+    grouped = to_jagged(x[:, :2], offsets(lengths, 2, x.device), lengths, heads=4)  # query head h reads kv head h // 2
     assert torch.equal(grouped.unbind()[0][3], x[0, 1, :3])
 
 
@@ -252,7 +255,7 @@ def test_jagged_layout_with_torch_nested_sdpa_equals_block_diagonal_fp64() -> No
     q, k, v = (torch.randn(s, generator=gen, requires_grad=True) for s in ((2, 4, 16, 8), (2, 2, 16, 8), (2, 2, 16, 8)))
     offs = offsets(lengths, 2, q.device)
     out = from_jagged(torch.nn.functional.scaled_dot_product_attention(
-        to_jagged(q, offs), to_jagged(k, offs, 4), to_jagged(v, offs, 4)), 2)
+        to_jagged(q, offs, lengths), to_jagged(k, offs, lengths, 4), to_jagged(v, offs, lengths, 4)), 2)
     doc = torch.repeat_interleave(torch.arange(3), torch.tensor(lengths))
     ref = sdpa_impls.reference(q, k, v, doc[:, None] == doc[None, :], enable_gqa=True)
     torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)

@@ -23,15 +23,18 @@ def offsets(lengths: tuple[int, ...], batch: int, device: torch.device) -> torch
     return starts.to(device)
 
 
-def to_jagged(x: torch.Tensor, offs: torch.Tensor, heads: int | None = None) -> torch.Tensor:
+def to_jagged(x: torch.Tensor, offs: torch.Tensor, lengths: tuple[int, ...], heads: int | None = None) -> torch.Tensor:
     """(B, H, L, E) -> a jagged nested tensor (documents, H, j, E) over the packed tokens (a copy).
-    `heads`: repeat each of the H heads heads/H times first (GQA's K/V; torch's nested kernels take no enable_gqa)."""
+    `heads`: repeat each of the H heads heads/H times first (GQA's K/V; torch's nested kernels take no enable_gqa).
+    The shortest and longest document are given, not left for torch to read back from the device at each call (a
+    host sync per tensor on CUDA, inside the timed call where the layout change is part of it)."""
     b, h, n, e = x.shape
     if heads is not None and heads != h:
         x = x.repeat_interleave(heads // h, dim=1)  # query head i reads key/value head i // G
         h = heads
     values = x.transpose(1, 2).reshape(b * n, h, e).contiguous()  # (B·L, H, E), contiguous as torch requires
-    return torch.nested.nested_tensor_from_jagged(values, offs).transpose(1, 2)
+    return torch.nested.nested_tensor_from_jagged(values, offs, min_seqlen=min(lengths),
+                                                  max_seqlen=max(lengths)).transpose(1, 2)
 
 
 def from_jagged(out: torch.Tensor, batch: int) -> torch.Tensor:
@@ -40,10 +43,10 @@ def from_jagged(out: torch.Tensor, batch: int) -> torch.Tensor:
     return values.unflatten(0, (batch, -1)).transpose(1, 2)
 
 
-def jagged_attention(inp: SDPAInputs, offs: torch.Tensor) -> torch.Tensor:
-    """Causal attention inside every document, the documents as one jagged batch."""
+def jagged_attention(inp: SDPAInputs, offs: torch.Tensor, lengths: tuple[int, ...]) -> torch.Tensor:
+    """Causal attention inside every document (`lengths`, starting at `offs`), the documents as one jagged batch."""
     hq = inp.query.shape[1]
-    q, k, v = (to_jagged(t, offs, hq) for t in (inp.query, inp.key, inp.value))
+    q, k, v = (to_jagged(t, offs, lengths, hq) for t in (inp.query, inp.key, inp.value))
     out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=inp.scale)
     return from_jagged(out, inp.query.shape[0])
 
@@ -68,7 +71,7 @@ def _probe(inp: SDPAInputs) -> list[str]:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
-                out = jagged_attention(SDPAInputs(*small, scale=inp.scale), offsets((2, 2), 1, q.device))
+                out = jagged_attention(SDPAInputs(*small, scale=inp.scale), offsets((2, 2), 1, q.device), (2, 2))
                 if inp.needs_grad:
                     out.sum().backward()
             except RuntimeError as exc:
@@ -103,11 +106,12 @@ class TorchVarlen(TorchSDPA):
         return _probe(inp)
 
     def prepare_inputs(self, inp: SDPAInputs) -> Callable[[], torch.Tensor]:
-        offs = offsets(inp.structure.lengths, inp.query.shape[0], inp.query.device)
+        lengths = inp.structure.lengths
+        offs = offsets(lengths, inp.query.shape[0], inp.query.device)
         if inp.needs_grad:  # the layout change inside the call: autograd builds a fresh graph each call
-            return lambda: jagged_attention(inp, offs)
+            return lambda: jagged_attention(inp, offs, lengths)
         hq, b = inp.query.shape[1], inp.query.shape[0]
-        q, k, v = (to_jagged(t, offs, hq) for t in (inp.query, inp.key, inp.value))
+        q, k, v = (to_jagged(t, offs, lengths, hq) for t in (inp.query, inp.key, inp.value))
         scale = inp.scale
         return lambda: from_jagged(F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale), b)
 
