@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import sdpa_impls
 from sdpa_impls.bench.check import CaseContext
 from sdpa_impls.bench.grid import Case
 from sdpa_impls.bench.measure import Options, run_case_interleaved, run_point
@@ -73,3 +74,29 @@ def test_gradients_of_a_large_case_are_checked_on_a_slice_on_cuda() -> None:
     for name in ("fused", "torch_sdpa"):
         r = run_point(name, ctx, FAST)
         assert r.status == "ok" and r.max_error <= r.error_tolerance, r.reason
+
+
+# Every mask structure, GQA, bf16, forward and forward+backward, at a size where windows and documents cross tile
+# boundaries; the decode batches of the serve preset (Lq = 1 and 4, padded keys); one request (B = 1) decode, the
+# only batch flashinfer's single-request kernels take; and the backward-only mode, whose closure builds (and for
+# flex and compiled, compiles) its forward first.
+_GQA = {"e": 64, "dtype": "bf16", "heads_q": 8, "heads_kv": 2}
+STRUCTURED = (
+    [Case(lq=512, lk=512, mask=m, causal=c, mode=mode, **_GQA)
+     for m, c in (("window-64", False), ("documents-128", False), ("prefix-100", False), ("alibi", True),
+                  ("alibi", False)) for mode in ("fwd", "fwd+bwd")]
+    + [Case(lq=lq, lk=1000, mask="padding", batch=4, **_GQA) for lq in (1, 4)]
+    + [Case(lq=1, lk=1000, **_GQA), Case(lq=512, lk=512, causal=True, mode="bwd", **_GQA)]
+)
+
+
+@pytest.mark.parametrize("case", STRUCTURED, ids=lambda c: c.id)
+@pytest.mark.parametrize("impl", sdpa_impls.names())
+def test_every_implementation_on_every_structure_is_right_or_says_why_not_on_cuda(impl: str, case: Case) -> None:
+    """The native forms (xformers' bias classes, flash-attn's window_size and alibi_slopes, jagged documents, flex's
+    block masks), the tile maps of chunked and fused, and every peer's layout, on the device they were written
+    for: each point is checked against fp64 and timed, or skipped with its reason; never failed."""
+    r = run_point(impl, CaseContext(case, "cuda"), FAST)
+    assert r.status in ("ok", "skipped"), f"{r.status}: {r.reason}"
+    if r.status == "ok":
+        assert r.max_error <= r.error_tolerance and r.median_s > 0
