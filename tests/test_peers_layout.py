@@ -6,7 +6,8 @@ import pytest
 import torch
 
 import sdpa_impls
-from sdpa_impls.impls.flash_attn import call_kwargs, causal_window, from_blhe, mapping_reasons, structure_kwargs, to_blhe
+from sdpa_impls.impls.flash_attn import (call_kwargs, causal_window, from_blhe, mapping_reasons, structure_kwargs,
+                                         to_blhe)
 from sdpa_impls.impls.flashinfer import from_nhd, prefill_kwargs, to_hnd, to_nhd, uses_decode
 from sdpa_impls.impls.flashinfer import mapping_reasons as flashinfer_reasons
 from sdpa_impls.masks import Structure, parse, resolve

@@ -21,8 +21,9 @@ TF32 = "gemm_flops_tf32"
 
 
 def uses_tf32(device: torch.device | str) -> bool:
-    """Whether fp32 attention here runs on TF32 tensor cores: on CUDA sm80+ torch's flash, efficient and cuDNN
-    kernels and xformers' kernels compute fp32 inputs in TF32 whatever `allow_tf32` says."""
+    """Whether fp32 inputs can reach TF32 tensor cores here (CUDA sm80+), so that the TF32 GEMM is their roof: torch's
+    efficient kernel and xformers' cutlass kernels compute fp32 as three TF32 products whatever `allow_tf32` says
+    (flash and cuDNN take no fp32); torch.matmul, which our own implementations use, stays IEEE fp32 by default."""
     device = torch.device(device)
     return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 8
 

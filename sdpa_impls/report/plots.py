@@ -205,7 +205,7 @@ def _roofline(sweep: Sweep, ok: list[Result], colors: dict[str, tuple], not_run:
         for r, x in zip(rs, ai):
             ax.scatter(x, r.tflops, color=colors[r.impl], marker=MODE_MARKERS.get(r.case.mode, "o"), s=22,
                        alpha=0.85)
-        # fp32 on CUDA sm80+ runs on TF32 tensor cores: its roof is the TF32 GEMM, measured only there
+        # fp32 on CUDA sm80+ can reach TF32 tensor cores (bench.ceilings.uses_tf32): its roof is the TF32 GEMM
         gemm = "gemm_flops_tf32" if dtype == "fp32" and "gemm_flops_tf32" in ceil else f"gemm_flops_{dtype}"
         peak, bw = ceil.get(gemm), ceil.get("copy_bytes_per_s")
         if peak and bw:
