@@ -6,6 +6,7 @@ from pathlib import Path
 
 import torch
 
+from ..impls.xformers_bias import native_bias
 from ..protocol import Unsupported
 from ..reference import REFERENCE_CHUNK_BYTES
 from .grid import Case
@@ -27,12 +28,26 @@ def _io_bytes(case: Case, itemsize: int) -> int:
     return itemsize * (q + kv + o) * (1 if case.mode == "fwd" else 2)
 
 
+def _prepared_bytes(impl: str, case: Case) -> int:
+    """What `prepare` builds once beside the inputs and holds while the point runs: xformers' dense bias, (B, Hq, Lq,
+    Lk) in the query dtype with rows padded to 8, wherever no xformers class states the mask (16 GiB for ALiBi at
+    L = 16384 with 32 heads in bf16); the other implementations' prepared state is within the estimate's margin."""
+    if impl != "xformers" or case.mask == "none":
+        return 0
+    if native_bias(case.structure(), case.batch, case.lq, case.lk, case.causal) is not None:
+        return 0
+    return case.batch * case.heads_q * case.lq * ((case.lk + 7) // 8 * 8) * case.torch_dtype.itemsize
+
+
 def point_bytes(impl: str, case: Case) -> int:
-    """About the most memory `impl` holds running `case` (its inputs included)."""
-    io = _io_bytes(case, case.torch_dtype.itemsize) + case.mask_bytes()
+    """About the most memory `impl` holds running `case` (its inputs, and what `prepare` built, included)."""
+    io, mask = _io_bytes(case, case.torch_dtype.itemsize), case.mask_bytes()
     if impl in QUADRATIC:
-        return io + QUADRATIC_BYTES_PER_SCORE[case.mode] * case.batch * case.heads_q * case.lq * case.lk
-    return 3 * io + min(TILE_BYTES, 8 * case.batch * case.heads_q * case.lq * case.lk)
+        return io + mask + QUADRATIC_BYTES_PER_SCORE[case.mode] * case.batch * case.heads_q * case.lq * case.lk
+    # the tensors and their copies; the mask and one copy of it (a library's aligned or padded mask); what prepare
+    # built, twice: the timed closure's, and the fp64 check's own call of the implementation
+    prepared = 2 * _prepared_bytes(impl, case)
+    return 3 * io + 2 * mask + prepared + min(TILE_BYTES, 8 * case.batch * case.heads_q * case.lq * case.lk)
 
 
 def reference_bytes(case: Case, grad_case: Case | None) -> int:
