@@ -8,9 +8,9 @@ import torch
 import sdpa_impls
 from sdpa_impls.impls.flash_attn import (call_kwargs, causal_window, from_blhe, mapping_reasons, structure_kwargs,
                                          to_blhe)
-from sdpa_impls.impls.flashinfer import from_nhd, prefill_kwargs, to_hnd, to_nhd, uses_decode
+from sdpa_impls.impls.flashinfer import from_nhd, prefill_kwargs, ragged_batch, to_hnd, to_nhd, uses_decode, uses_ragged
 from sdpa_impls.impls.flashinfer import mapping_reasons as flashinfer_reasons
-from sdpa_impls.masks import Structure, parse, resolve
+from sdpa_impls.masks import MaskSpec, Structure, parse, resolve
 from sdpa_impls.protocol import SDPAInputs
 
 SHAPES = {  # (B, Hq, Hkv, Lq, Lk, E)
@@ -133,7 +133,8 @@ def test_flashinfer_arguments_mean_our_attention(name: str, causal: bool, mask: 
 
 def test_flashinfer_says_what_a_single_request_kernel_cannot_take() -> None:
     inp = inputs("square", causal=False)  # B = 2
-    assert flashinfer_reasons(inp) == ["batch B=2: flashinfer's single_prefill/single_decode take one request (B=1)"]
+    assert flashinfer_reasons(inp)[0].startswith("batch B=2: flashinfer's single_prefill/single_decode take one "
+                                                 "request (B=1); a batch runs as a `padding` decode batch")
     q = torch.randn(1, 2, 4, 8)
     per_head = SDPAInputs(q, q, q, torch.ones(2, 4, 4, dtype=torch.bool))
     assert "varies over batch or heads" in flashinfer_reasons(per_head)[0]
@@ -168,3 +169,38 @@ def test_flash_attn_states_window_and_alibi_structures_with_its_own_arguments(na
     shifted = SDPAInputs(q[:, :, :-1], k, v, inp.attn_mask[..., :-1, :], is_causal=causal, scale=0.3,
                          enable_gqa=hq != hkv, structure=Structure(structure.spec, lq - 1, lk, (), structure.slopes))
     assert structure_kwargs(shifted, alibi=True) is None and mapping_reasons(shifted)
+
+
+def flashinfer_ragged_emulated(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qo_indptr: torch.Tensor,
+                               kv_indptr: torch.Tensor, scale: float) -> torch.Tensor:
+    """BatchPrefillWithRaggedKVCacheWrapper.run after plan(causal=True), as flashinfer documents it: request r's
+    queries over its own keys, the causal mask aligned bottom-right (query i sees keys j <= i + kv_len - qo_len)."""
+    outs = []
+    for r in range(len(qo_indptr) - 1):
+        keys = slice(int(kv_indptr[r]), int(kv_indptr[r + 1]))
+        qs, ks, vs = q[qo_indptr[r]:qo_indptr[r + 1]], k[keys], v[keys]
+        keep = torch.ones(qs.shape[0], ks.shape[0], dtype=torch.bool).tril(ks.shape[0] - qs.shape[0])
+        outs.append(attend(qs.transpose(0, 1), ks.transpose(0, 1), vs.transpose(0, 1), keep, scale).transpose(0, 1))
+    return torch.cat(outs)  # (B·Lq, Hq, Ev)
+
+
+@pytest.mark.parametrize("lq", [1, 4])
+def test_flashinfer_runs_a_padded_decode_batch_as_ragged_keys(lq: int) -> None:
+    """The serve preset's batches: the ragged layout and indptrs, emulated by flashinfer's documented rule, equal the
+    fp64 reference with the dense padding mask; a batch it cannot state says why."""
+    b, hq, hkv, lk, e = 3, 8, 2, 40, 16
+    structure = Structure(MaskSpec("padding"), lq, lk, lengths=(40, 7, 4))
+    gen = torch.Generator().manual_seed(lq)
+    q, k, v = (torch.randn(sh, generator=gen) for sh in ((b, hq, lq, e), (b, hkv, lk, e), (b, hkv, lk, e)))
+    inp = SDPAInputs(q, k, v, structure.dense(b, hq, torch.float32, "cpu"), enable_gqa=True, structure=structure)
+    assert uses_ragged(inp) and flashinfer_reasons(inp) == []
+    qr, kr, vr, qo_indptr, kv_indptr = ragged_batch(inp)
+    assert qr.shape == (b * lq, hq, e) and kr.shape == vr.shape == (40 + 7 + 4, hkv, e) and kr.is_contiguous()
+    assert qo_indptr.dtype == kv_indptr.dtype == torch.int32 and kv_indptr.tolist() == [0, 40, 47, 51]
+    out = flashinfer_ragged_emulated(qr, kr, vr, qo_indptr, kv_indptr, inp.softmax_scale)
+    torch.testing.assert_close(out.unflatten(0, (b, lq)).transpose(1, 2), reference(inp), rtol=1e-6, atol=1e-6)
+    causal = SDPAInputs(q, k, v, inp.attn_mask, is_causal=True, enable_gqa=True, structure=structure)
+    short = Structure(MaskSpec("padding"), lq, lk, lengths=(40, 7, lq - 1))
+    for refused in (causal, SDPAInputs(q, k, v, short.dense(b, hq, torch.float32, "cpu"), enable_gqa=True,
+                                       structure=short)):
+        assert not uses_ragged(refused) and "a batch runs as a `padding` decode batch" in flashinfer_reasons(refused)[0]

@@ -1,8 +1,11 @@
-"""flashinfer: `single_prefill_with_kv_cache`, and `single_decode_with_kv_cache` for Lq = 1; optional, CUDA only.
+"""flashinfer: `single_prefill_with_kv_cache`, and `single_decode_with_kv_cache` for Lq = 1; a padded decode batch
+through `BatchPrefillWithRaggedKVCacheWrapper`; optional, CUDA only.
 
-Both take one request: the query as (Lq, H, E), keys and values as (H, Lk, E) (kv_layout="HND": our own
-(1, H, L, E) memory, contiguous, which the decode kernel requires of K and V); the conversions and the mask mapping
-are the pure functions `to_nhd`, `to_hnd`, `from_nhd`, `prefill_kwargs` and `uses_decode`.
+The single-request kernels take the query as (Lq, H, E), keys and values as (H, Lk, E) (kv_layout="HND": our own
+(1, H, L, E) memory, contiguous, which the decode kernel requires of K and V). A `padding` batch goes ragged: the
+queries of every row one after another, and only the first n_b keys of row b, with flashinfer's causal mask, which
+is aligned bottom-right as the structure is. The conversions and the mask mapping are the pure functions `to_nhd`,
+`to_hnd`, `from_nhd`, `prefill_kwargs`, `uses_decode` and `ragged_batch`.
 """
 from __future__ import annotations
 
@@ -59,11 +62,38 @@ def prefill_kwargs(inp: SDPAInputs) -> dict:
     return kwargs if mask is None else kwargs | {"custom_mask": mask.contiguous()}
 
 
+def uses_ragged(inp: SDPAInputs) -> bool:
+    """A `padding` decode batch that the ragged batch kernel states exactly: no top-left causal on top (it would cut
+    the bottom-right rows further), and every row's KV length n_b >= Lq (no query without keys, whose zeros
+    flashinfer does not promise)."""
+    s = inp.structure
+    return (s is not None and s.kind == "padding" and not inp.is_causal and len(s.lengths) == inp.query.shape[0]
+            and min(s.lengths) >= inp.query.shape[2])
+
+
+def ragged_batch(inp: SDPAInputs) -> tuple[torch.Tensor, ...]:
+    """(q, k, v, qo_indptr, kv_indptr) for BatchPrefillWithRaggedKVCacheWrapper, NHD (copies, made in prepare): the
+    B·Lq queries row after row, (B·Lq, Hq, E); the first n_b keys and values of each row b, (sum n_b, Hkv, E);
+    where each request starts, int32 on the inputs' device."""
+    b, lq, lengths, device = inp.query.shape[0], inp.query.shape[2], inp.structure.lengths, inp.query.device
+    q = inp.query.transpose(1, 2).reshape(b * lq, inp.query.shape[1], inp.query.shape[3])
+    k, v = (torch.cat([t[row, :, :n].transpose(0, 1) for row, n in enumerate(lengths)]) for t in (inp.key, inp.value))
+    qo_indptr = torch.arange(0, (b + 1) * lq, lq, dtype=torch.int32, device=device)
+    kv_indptr = torch.tensor((0, *lengths), dtype=torch.int32).cumsum(0, dtype=torch.int32).to(device)
+    return q, k, v, qo_indptr, kv_indptr
+
+
 def mapping_reasons(inp: SDPAInputs) -> list[str]:
-    """What this call asks that the single-request kernels cannot express (pure checks, no GPU needed)."""
+    """What this call asks that flashinfer's kernels, as called here, cannot express (pure checks, no GPU needed)."""
     out = []
+    if uses_ragged(inp):
+        if inp.value.shape[-1] != inp.query.shape[-1]:
+            out.append(f"Ev={inp.value.shape[-1]} != E={inp.query.shape[-1]} (one head dim in the batch kernel's plan)")
+        return out
     if inp.query.shape[0] != 1:
-        out.append(f"batch B={inp.query.shape[0]}: flashinfer's single_prefill/single_decode take one request (B=1)")
+        out.append(f"batch B={inp.query.shape[0]}: flashinfer's single_prefill/single_decode take one request (B=1); "
+                   "a batch runs as a `padding` decode batch (ragged keys), with every KV length >= Lq and no "
+                   "top-left causal")
     m = None if inp.attn_mask is None else mask4(inp.attn_mask)
     if m is not None and (m.shape[0] != 1 or m.shape[1] != 1):
         out.append(f"attn_mask {tuple(inp.attn_mask.shape)} varies over batch or heads (custom_mask is one "
@@ -85,7 +115,7 @@ def _flashinfer() -> tuple[ModuleType | None, str]:
 @register
 class FlashInfer(Implementation):
     name = "flashinfer"
-    description = "flashinfer single_prefill_with_kv_cache / single_decode_with_kv_cache, K/V as HND (optional; CUDA)"
+    description = "flashinfer single prefill/decode (B = 1), a padded decode batch as ragged keys (optional; CUDA)"
     support = Support(devices=frozenset({"cuda"}), dtypes=frozenset({torch.float16, torch.bfloat16}),
                       max_head_dim=256, masks=frozenset({"none", "bool"}), backward=False)
 
@@ -101,6 +131,8 @@ class FlashInfer(Implementation):
 
     def prepare_inputs(self, inp: SDPAInputs) -> Callable[[], torch.Tensor]:
         lib, _ = _flashinfer()
+        if uses_ragged(inp):
+            return self._ragged(inp, lib)
         q, k, v = to_nhd(inp.query), to_hnd(inp.key), to_hnd(inp.value)
         if uses_decode(inp):
             q1, scale = q[0].contiguous(), inp.softmax_scale  # (Hq, E): the one query token
@@ -112,6 +144,17 @@ class FlashInfer(Implementation):
             mask = kwargs.pop("custom_mask")
             kwargs["packed_custom_mask"] = lib.packbits(mask.reshape(-1), bitorder="little")
         return lambda: from_nhd(lib.single_prefill_with_kv_cache(q, k, v, **kwargs))
+
+    @staticmethod
+    def _ragged(inp: SDPAInputs, lib: ModuleType) -> Callable[[], torch.Tensor]:
+        """The padded decode batch: planned once here (host work and copies), `run` alone in the timed call."""
+        q, k, v, qo_indptr, kv_indptr = ragged_batch(inp)
+        b, hq, lq, e = inp.query.shape
+        workspace = torch.empty(128 << 20, dtype=torch.uint8, device=q.device)
+        wrapper = lib.BatchPrefillWithRaggedKVCacheWrapper(workspace, "NHD")
+        wrapper.plan(qo_indptr, kv_indptr, hq, inp.key.shape[1], e, causal=True, sm_scale=inp.softmax_scale,
+                     q_data_type=q.dtype, kv_data_type=k.dtype)
+        return lambda: wrapper.run(q, k, v).unflatten(0, (b, lq)).transpose(1, 2)
 
     def forward(self, inp: SDPAInputs) -> torch.Tensor:
         return self.prepare_inputs(inp)()
