@@ -6,7 +6,6 @@ from pathlib import Path
 
 import torch
 
-from ..impls.xformers_bias import native_bias
 from ..protocol import Unsupported
 from ..reference import REFERENCE_CHUNK_BYTES
 from .grid import Case
@@ -30,11 +29,10 @@ def _io_bytes(case: Case, itemsize: int) -> int:
 
 def _prepared_bytes(impl: str, case: Case) -> int:
     """What `prepare` builds once beside the inputs and holds while the point runs: xformers' dense bias, (B, Hq, Lq,
-    Lk) in the query dtype with rows padded to 8, wherever no xformers class states the mask (16 GiB for ALiBi at
-    L = 16384 with 32 heads in bf16); the other implementations' prepared state is within the estimate's margin."""
+    Lk) in the query dtype with rows padded to 8 (16 GiB for ALiBi at L = 16384 with 32 heads in bf16), for every
+    mask: where a class states the structure, xformers' dispatch can still refuse it for a dtype or mode and the
+    dense bias is built then. The other implementations' prepared state is within the estimate's margin."""
     if impl != "xformers" or case.mask == "none":
-        return 0
-    if native_bias(case.structure(), case.batch, case.lq, case.lk, case.causal) is not None:
         return 0
     return case.batch * case.heads_q * case.lq * ((case.lk + 7) // 8 * 8) * case.torch_dtype.itemsize
 
@@ -44,10 +42,12 @@ def point_bytes(impl: str, case: Case) -> int:
     io, mask = _io_bytes(case, case.torch_dtype.itemsize), case.mask_bytes()
     if impl in QUADRATIC:
         return io + mask + QUADRATIC_BYTES_PER_SCORE[case.mode] * case.batch * case.heads_q * case.lq * case.lk
-    # the tensors and their copies; the mask and one copy of it (a library's aligned or padded mask); what prepare
-    # built, twice: the timed closure's, and the fp64 check's own call of the implementation
+    # the tensors and their copies; the mask, and one copy of it in fp32 at most (torch turns a bool mask into one of
+    # the query dtype on CUDA, fused holds an fp32 mask in half precision) or, for xformers, its dense bias: what
+    # prepare built, twice (the timed closure's, and the fp64 check's own call of the implementation)
     prepared = 2 * _prepared_bytes(impl, case)
-    return 3 * io + 2 * mask + prepared + min(TILE_BYTES, 8 * case.batch * case.heads_q * case.lq * case.lk)
+    mask_copy = 0 if prepared else 4 * case.mask_elements()
+    return 3 * io + mask + mask_copy + prepared + min(TILE_BYTES, 8 * case.batch * case.heads_q * case.lq * case.lk)
 
 
 def reference_bytes(case: Case, grad_case: Case | None) -> int:

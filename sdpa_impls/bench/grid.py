@@ -109,14 +109,16 @@ class Case:
             return sum(structure.lengths)
         return self.batch * self.lk
 
-    def mask_bytes(self) -> int:
-        """Bytes of the dense attn_mask the inputs hold: (Lq, Lk) for the random masks and the bool structures,
-        one per batch row for padding, one per query head for ALiBi (in the case's dtype)."""
+    def mask_elements(self) -> int:
+        """Elements of the dense attn_mask the inputs hold: (Lq, Lk) for the random masks and the bool structures,
+        one per batch row for padding, one per query head for ALiBi."""
         if self.mask == "none":
             return 0
-        item = self.torch_dtype.itemsize if self.mask in ("float", "alibi") else 1
-        copies = {"alibi": self.heads_q, "padding": self.batch}.get(self.mask, 1)
-        return copies * self.lq * self.lk * item
+        return {"alibi": self.heads_q, "padding": self.batch}.get(self.mask, 1) * self.lq * self.lk
+
+    def mask_bytes(self) -> int:
+        """Bytes of the dense attn_mask the inputs hold (`mask_elements`; bool, or the case's dtype for a bias)."""
+        return self.mask_elements() * (self.torch_dtype.itemsize if self.mask in ("float", "alibi") else 1)
 
     def min_bytes(self) -> float:
         """The least memory traffic: every input read once, every output written once. A structure's mask is

@@ -62,11 +62,14 @@ def _bias_tensor(inp: SDPAInputs) -> torch.Tensor:
     heads = (hkv, hq // hkv) if _grouped(inp) else (hq,)
     padded = (lk + 7) // 8 * 8
     bias = torch.zeros((b, *heads, lq, padded), dtype=q.dtype, device=q.device)[..., :lk]
-    m = inp.attn_mask.expand(b, hq, lq, lk).reshape(b, *heads, lq, lk)  # query head h -> (h // G, h % G)
-    if m.dtype == torch.bool:
-        bias.masked_fill_(~m, float("-inf"))
+    # inverted or cast at the mask's own size, then broadcast as a view: query head h -> (h // G, h % G)
+    boolean = inp.attn_mask.dtype == torch.bool
+    m = ~inp.attn_mask if boolean else inp.attn_mask.to(q.dtype)
+    m = m.expand(b, hq, lq, lk).reshape(b, *heads, lq, lk)
+    if boolean:
+        bias.masked_fill_(m, float("-inf"))
     else:
-        bias.add_(m.to(q.dtype))
+        bias.add_(m)
     if inp.is_causal:
         bias.masked_fill_(torch.ones(lq, lk, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
     return bias
