@@ -19,8 +19,9 @@ SHAPES = {  # (B, Hq, Hkv, Lq, Lk, E)
 }
 
 
-def inputs(name: str, causal: bool, mask: bool = False, scale: float | None = None) -> SDPAInputs:
-    b, hq, hkv, lq, lk, e = SHAPES[name]
+def inputs(name: str, causal: bool, mask: bool = False, scale: float | None = None, e: int | None = None) -> SDPAInputs:
+    b, hq, hkv, lq, lk, e_shape = SHAPES[name]
+    e = e or e_shape
     gen = torch.Generator().manual_seed(len(name))
     q, k, v = (torch.randn(s, generator=gen) for s in ((b, hq, lq, e), (b, hkv, lk, e), (b, hkv, lk, e)))
     m = None
@@ -97,6 +98,11 @@ def test_flash_attn_refuses_what_it_cannot_take_on_any_machine() -> None:
         "Ev=6 != E=8 (flash_attn_func takes one head dim for q, k and v)"]
     fa3 = sdpa_impls.get("flash_attn3").unsupported_reasons(q, q, q)
     assert any("flash_attn_interface" in r for r in fa3) or any("sm90" in r for r in fa3)
+    # FlashAttention-3 checks head_size % 8 == 0 and does not pad (hopper/flash_api.cpp); FlashAttention-2 pads
+    odd = torch.randn(1, 2, 4, 12)
+    assert sdpa_impls.get("flash_attn3").library_reasons(SDPAInputs(odd, odd, odd)) == [
+        "head dim E=12, Ev=12: flash_attn_interface takes multiples of 8 only (it does not pad them)"]
+    assert sdpa_impls.get("flash_attn").library_reasons(SDPAInputs(odd, odd, odd)) == []
 
 
 def flashinfer_prefill_emulated(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_layout: str, sm_scale: float,
@@ -116,7 +122,7 @@ def flashinfer_prefill_emulated(q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("name", ["gqa", "lq>lk", "lq<lk", "decode"])
 def test_flashinfer_arguments_mean_our_attention(name: str, causal: bool, mask: bool) -> None:
-    inp = inputs(name, causal, mask)
+    inp = inputs(name, causal, mask, e=64)  # flashinfer's kernels take multiples of 64
     assert flashinfer_reasons(inp) == []
     q, k, v = to_nhd(inp.query), to_hnd(inp.key), to_hnd(inp.value)
     assert q.shape == (inp.query.shape[2], inp.query.shape[1], inp.query.shape[3])
@@ -132,15 +138,35 @@ def test_flashinfer_arguments_mean_our_attention(name: str, causal: bool, mask: 
 
 
 def test_flashinfer_says_what_a_single_request_kernel_cannot_take() -> None:
-    inp = inputs("square", causal=False)  # B = 2
+    inp = inputs("square", causal=False, e=64)  # B = 2
     assert flashinfer_reasons(inp)[0].startswith("batch B=2: flashinfer's single_prefill/single_decode take one "
                                                  "request (B=1); a batch runs as a `padding` decode batch")
-    q = torch.randn(1, 2, 4, 8)
+    q = torch.randn(1, 2, 4, 64)
     per_head = SDPAInputs(q, q, q, torch.ones(2, 4, 4, dtype=torch.bool))
     assert "varies over batch or heads" in flashinfer_reasons(per_head)[0]
     reasons = sdpa_impls.get("flashinfer").unsupported_reasons(q.requires_grad_(), q, q)
     assert "device=cpu (supported: cuda)" in reasons
     assert "backward (inputs require grad; this implementation is forward-only)" in reasons
+
+
+def test_flashinfer_refuses_head_dims_its_kernels_are_not_built_for_and_decodes_any_group_through_prefill() -> None:
+    """Its FA2 prefill takes head dims that are multiples of 64 only, and checks none (flashinfer's own issue
+    tracker: 80 or 96 fault, 72 returns wrong values); q/k and v share one head dim as called here; the decode
+    kernel is built for query-head groups 1, 2, 3, 4, 6 and 8, so a decode of any other group runs as a prefill."""
+    q, k = torch.randn(1, 4, 1, 96), torch.randn(1, 4, 21, 96)
+    assert flashinfer_reasons(SDPAInputs(q, k, k)) == [
+        "head dim E=96: flashinfer's prefill and decode kernels are built for multiples of 64 (its FA2 prefill does "
+        "not check, and faults or returns wrong values on others)"]
+    assert flashinfer_reasons(SDPAInputs(q[..., :64], k[..., :64], k)) == [
+        "Ev=96 != E=64 (flashinfer's kernels, as called here, take one head dim for q, k and v)"]
+    for hq, hkv, decodes in ((8, 2, True), (6, 1, True), (16, 1, False), (32, 1, False), (10, 2, False)):
+        gen = torch.Generator().manual_seed(hq)
+        q, k, v = (torch.randn(s, generator=gen) for s in ((1, hq, 1, 64), (1, hkv, 21, 64), (1, hkv, 21, 64)))
+        inp = SDPAInputs(q, k, v, enable_gqa=True)
+        assert uses_decode(inp) == decodes and flashinfer_reasons(inp) == [], (hq, hkv)
+        if not decodes:  # the prefill kernel's arguments still mean our attention
+            out = from_nhd(flashinfer_prefill_emulated(to_nhd(q), to_hnd(k), to_hnd(v), **prefill_kwargs(inp)))
+            torch.testing.assert_close(out, reference(inp), rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("word,causal", [("window-1", False), ("window-4", False), ("window-4", True),
@@ -188,7 +214,7 @@ def flashinfer_ragged_emulated(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
 def test_flashinfer_runs_a_padded_decode_batch_as_ragged_keys(lq: int) -> None:
     """The serve preset's batches: the ragged layout and indptrs, emulated by flashinfer's documented rule, equal the
     fp64 reference with the dense padding mask; a batch it cannot state says why."""
-    b, hq, hkv, lk, e = 3, 8, 2, 40, 16
+    b, hq, hkv, lk, e = 3, 8, 2, 40, 64
     structure = Structure(MaskSpec("padding"), lq, lk, lengths=(40, 7, 4))
     gen = torch.Generator().manual_seed(lq)
     q, k, v = (torch.randn(sh, generator=gen) for sh in ((b, hq, lq, e), (b, hkv, lk, e), (b, hkv, lk, e)))

@@ -35,9 +35,17 @@ def from_nhd(t: torch.Tensor) -> torch.Tensor:
     return t.transpose(0, 1).unsqueeze(0)
 
 
+# The query-head group sizes flashinfer's decode kernel is compiled for (DISPATCH_GQA_GROUP_SIZE); the prefill
+# kernel takes any other, so a decode call with one of those goes there instead.
+DECODE_GROUPS = frozenset({1, 2, 3, 4, 6, 8})
+
+
 def uses_decode(inp: SDPAInputs) -> bool:
-    """Lq = 1 with every key visible: the decode kernel's case (a top-left causal row 0 sees key 0 only)."""
-    return inp.query.shape[2] == 1 and inp.attn_mask is None and (not inp.is_causal or inp.key.shape[2] == 1)
+    """Lq = 1 with every key visible (a top-left causal row 0 sees key 0 only), and a query-head group size the
+    decode kernel is built for: its case."""
+    q, k = inp.query, inp.key
+    return (q.shape[2] == 1 and inp.attn_mask is None and (not inp.is_causal or k.shape[2] == 1)
+            and q.shape[1] // max(k.shape[1], 1) in DECODE_GROUPS)
 
 
 def shared_mask(inp: SDPAInputs) -> torch.Tensor | None:
@@ -86,9 +94,13 @@ def ragged_batch(inp: SDPAInputs) -> tuple[torch.Tensor, ...]:
 def mapping_reasons(inp: SDPAInputs) -> list[str]:
     """What this call asks that flashinfer's kernels, as called here, cannot express (pure checks, no GPU needed)."""
     out = []
+    e, ev = inp.query.shape[-1], inp.value.shape[-1]
+    if ev != e:
+        out.append(f"Ev={ev} != E={e} (flashinfer's kernels, as called here, take one head dim for q, k and v)")
+    if e % 64:
+        out.append(f"head dim E={e}: flashinfer's prefill and decode kernels are built for multiples of 64 (its FA2 "
+                   "prefill does not check, and faults or returns wrong values on others)")
     if uses_ragged(inp):
-        if inp.value.shape[-1] != inp.query.shape[-1]:
-            out.append(f"Ev={inp.value.shape[-1]} != E={inp.query.shape[-1]} (one head dim in the batch kernel's plan)")
         return out
     if inp.query.shape[0] != 1:
         out.append(f"batch B={inp.query.shape[0]}: flashinfer's single_prefill/single_decode take one request (B=1); "

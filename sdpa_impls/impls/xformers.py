@@ -21,6 +21,8 @@ def _fmha() -> tuple[ModuleType | None, str]:
         if isinstance(exc, ModuleNotFoundError) and exc.name and exc.name.startswith("xformers"):
             return None, "xformers is not installed (pip install xformers)"
         return None, f"xformers failed to import: {type(exc).__name__}: {exc}"
+    if not hasattr(fmha, "memory_efficient_attention"):  # an incomplete install: a reason, not an AttributeError
+        return None, "xformers.ops.fmha imports without memory_efficient_attention (an incomplete xformers install)"
     return fmha, ""
 
 
