@@ -207,10 +207,12 @@ def kv_lengths(batch: int, lk: int, rng: random.Random) -> tuple[int, ...]:
     return tuple(out)
 
 
-def resolve(spec: MaskSpec, lq: int, lk: int, batch: int, heads_q: int, seed_text: str) -> Structure:
-    """The structure of `spec` for one shape; lengths seeded by `seed_text` (the case id)."""
+def resolve(spec: MaskSpec, lq: int, lk: int, batch: int, heads_q: int) -> Structure:
+    """The structure of `spec` for one shape. Its lengths are seeded by what they depend on: the structure, Lk and
+    the batch, never the dtype, head dim, heads, Lq or mode, so every case of one shape sees the same documents
+    or KV lengths and a ratio between two such cases compares like with like."""
     check_shape(spec, lq, lk, batch)
-    rng = random.Random(zlib.crc32(seed_text.encode()))
+    rng = random.Random(zlib.crc32(f"{spec.word}-Lk{lk}-B{batch}".encode()))
     if spec.kind == "documents":
         return Structure(spec, lq, lk, lengths=document_lengths(lk, spec.param or max(1, lk // 8), rng))
     if spec.kind == "padding":

@@ -178,7 +178,7 @@ def test_flash_attn_states_window_and_alibi_structures_with_its_own_arguments(na
     emulated by flash-attn's documented rules, equal the fp64 reference with the dense mask every other
     implementation gets; FA3 says why it cannot take ALiBi, and neither takes a structure with Lq != Lk."""
     b, hq, hkv, lq, lk, e = SHAPES[name]
-    structure = resolve(parse(word), lq, lk, b, hq, f"{name}-{word}")
+    structure = resolve(parse(word), lq, lk, b, hq)
     gen = torch.Generator().manual_seed(1)
     q, k, v = (torch.randn(sh, generator=gen) for sh in ((b, hq, lq, e), (b, hkv, lk, e), (b, hkv, lk, e)))
     inp = SDPAInputs(q, k, v, structure.dense(b, hq, torch.float32, "cpu"), is_causal=causal, scale=0.3,

@@ -111,7 +111,7 @@ def test_dense_is_the_key_range_rule_and_pairs_count_it(case: Case) -> None:
     tril = torch.ones(s.lq, s.lk, dtype=torch.bool).tril()
     assert s.pairs(case.batch, causal=False) == int(keep.sum())
     assert s.pairs(case.batch, causal=True) == int((keep & tril).sum())
-    assert case.pairs() == int(keep.sum())  # (a causal case is another id, so other seeded lengths)
+    assert case.pairs() == int(keep.sum())
 
 
 def test_the_edges_are_what_they_say() -> None:
@@ -129,6 +129,20 @@ def test_the_edges_are_what_they_say() -> None:
     for b, n in enumerate(s.lengths):
         for i in range(4):
             assert torch.equal(dense[b, 0, i], torch.arange(96) < n - 4 + i + 1)
+
+
+def test_every_case_of_one_shape_sees_the_same_documents_and_kv_lengths() -> None:
+    """A structure's lengths follow the structure, Lk and the batch: the dtypes, head dims, heads and modes of one
+    shape (and Lq = 1 or 4 of one decode batch) are timed on the same mask, so their ratios compare like with like."""
+    docs = small("documents-16", lq=256).structure()
+    for other in (small("documents-16", lq=256, dtype="bf16", e=64, heads_q=4, heads_kv=1, mode="fwd+bwd"),
+                  small("documents-16", lq=256, causal=True)):
+        assert other.structure().lengths == docs.lengths
+    assert small("documents-16", lq=257).structure().lengths != docs.lengths  # another shape, other lengths
+    assert small("documents-16", lq=256, batch=2).structure().lengths != docs.lengths
+    decode = [small("padding", lq=lq, lk=512, batch=16, dtype=dtype, e=128, heads_q=8, heads_kv=2).structure()
+              for lq in (1, 4) for dtype in ("fp32", "bf16")]
+    assert len({s.lengths for s in decode}) == 1 and len(set(decode[0].lengths)) > 1
 
 
 def test_case_ids_read_as_documented_and_random_masks_keep_theirs() -> None:

@@ -83,7 +83,7 @@ class Case:
         return None if self.mask in MASKS else masks.parse(self.mask)
 
     def structure(self) -> masks.Structure | None:
-        """The resolved structure (lengths and slopes seeded by the case id), or None."""
+        """The resolved structure (`masks.resolve`: the same lengths for every case of one shape), or None."""
         return _structure(self)
 
     def pairs(self) -> int:
@@ -140,7 +140,7 @@ class Case:
 @functools.lru_cache(maxsize=4096)
 def _structure(case: Case) -> masks.Structure | None:
     spec = case.mask_spec
-    return None if spec is None else masks.resolve(spec, case.lq, case.lk, case.batch, case.heads_q, case.id)
+    return None if spec is None else masks.resolve(spec, case.lq, case.lk, case.batch, case.heads_q)
 
 
 def _cases(**axes: tuple) -> tuple[Case, ...]:
