@@ -147,6 +147,7 @@ class Support:
     devices: frozenset[str] = frozenset({"cpu", "cuda"})
     dtypes: frozenset[torch.dtype] = ALL_HALF_AND_FLOAT
     max_head_dim: int | None = None
+    head_dim_multiple: int = 1  # E and Ev must be multiples of this (a kernel that neither pads nor checks them)
     masks: frozenset[str] = frozenset({"none", "bool", "float"})
     dropout: bool = False
     backward: bool = True
@@ -162,6 +163,9 @@ class Support:
         head = max(inp.query.shape[-1], inp.value.shape[-1])
         if self.max_head_dim is not None and head > self.max_head_dim:
             out.append(f"head dim {head} > {self.max_head_dim}")
+        m = self.head_dim_multiple
+        if inp.query.shape[-1] % m or inp.value.shape[-1] % m:
+            out.append(f"head dim E={inp.query.shape[-1]}, Ev={inp.value.shape[-1]} (supported: multiples of {m})")
         if inp.mask_kind not in self.masks:
             out.append(f"attn_mask of kind {inp.mask_kind} (supported: {', '.join(sorted(self.masks))})")
         if inp.dropout_p > 0 and not self.dropout:

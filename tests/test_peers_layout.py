@@ -100,9 +100,9 @@ def test_flash_attn_refuses_what_it_cannot_take_on_any_machine() -> None:
     assert any("flash_attn_interface" in r for r in fa3) or any("sm90" in r for r in fa3)
     # FlashAttention-3 checks head_size % 8 == 0 and does not pad (hopper/flash_api.cpp); FlashAttention-2 pads
     odd = torch.randn(1, 2, 4, 12)
-    assert sdpa_impls.get("flash_attn3").library_reasons(SDPAInputs(odd, odd, odd)) == [
-        "head dim E=12, Ev=12: flash_attn_interface takes multiples of 8 only (it does not pad them)"]
-    assert sdpa_impls.get("flash_attn").library_reasons(SDPAInputs(odd, odd, odd)) == []
+    assert "head dim E=12, Ev=12 (supported: multiples of 8)" in sdpa_impls.get("flash_attn3").unsupported_reasons(
+        odd, odd, odd)
+    assert not any("multiples" in r for r in sdpa_impls.get("flash_attn").unsupported_reasons(odd, odd, odd))
 
 
 def flashinfer_prefill_emulated(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_layout: str, sm_scale: float,
@@ -154,9 +154,8 @@ def test_flashinfer_refuses_head_dims_its_kernels_are_not_built_for_and_decodes_
     tracker: 80 or 96 fault, 72 returns wrong values); q/k and v share one head dim as called here; the decode
     kernel is built for query-head groups 1, 2, 3, 4, 6 and 8, so a decode of any other group runs as a prefill."""
     q, k = torch.randn(1, 4, 1, 96), torch.randn(1, 4, 21, 96)
-    assert flashinfer_reasons(SDPAInputs(q, k, k)) == [
-        "head dim E=96: flashinfer's prefill and decode kernels are built for multiples of 64 (its FA2 prefill does "
-        "not check, and faults or returns wrong values on others)"]
+    assert "head dim E=96, Ev=96 (supported: multiples of 64)" in sdpa_impls.get("flashinfer").unsupported_reasons(
+        q, k, k)
     assert flashinfer_reasons(SDPAInputs(q[..., :64], k[..., :64], k)) == [
         "Ev=96 != E=64 (flashinfer's kernels, as called here, take one head dim for q, k and v)"]
     for hq, hkv, decodes in ((8, 2, True), (6, 1, True), (16, 1, False), (32, 1, False), (10, 2, False)):

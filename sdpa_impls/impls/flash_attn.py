@@ -107,7 +107,6 @@ class FlashAttn(Implementation):
     min_capability: tuple[int, int] = (8, 0)
     max_capability: tuple[int, int] | None = None
     alibi = True  # flash_attn_func has alibi_slopes
-    head_dim_multiple = 1  # FlashAttention-2 pads the head dim to a multiple of 8 itself
 
     def not_supported_reasons(self, inp: SDPAInputs) -> list[str]:
         reasons = super().not_supported_reasons(inp)
@@ -118,10 +117,6 @@ class FlashAttn(Implementation):
 
     def library_reasons(self, inp: SDPAInputs) -> list[str]:
         out = mapping_reasons(inp, self.alibi)
-        m = self.head_dim_multiple
-        if inp.query.shape[-1] % m or inp.value.shape[-1] % m:
-            out.append(f"head dim E={inp.query.shape[-1]}, Ev={inp.value.shape[-1]}: {self.module} takes multiples "
-                       f"of {m} only (it does not pad them)")
         if inp.query.device.type == "cuda":
             cap = torch.cuda.get_device_capability(inp.query.device)
             top = self.max_capability
@@ -165,6 +160,6 @@ class FlashAttn3(FlashAttn):
     install = "build it from flash-attention's hopper/ directory"
     min_capability = max_capability = (9, 0)
     alibi = False
-    head_dim_multiple = 8  # hopper/flash_api.cpp checks head_size % 8 == 0 and does not pad
-    support = Support(devices=frozenset({"cuda"}), dtypes=HALF, max_head_dim=256,
+    # head_dim_multiple: hopper/flash_api.cpp checks head_size % 8 == 0 and does not pad (FlashAttention-2 pads)
+    support = Support(devices=frozenset({"cuda"}), dtypes=HALF, max_head_dim=256, head_dim_multiple=8,
                       masks=frozenset({"none", "bool"}))  # a mask only as a window structure

@@ -97,9 +97,6 @@ def mapping_reasons(inp: SDPAInputs) -> list[str]:
     e, ev = inp.query.shape[-1], inp.value.shape[-1]
     if ev != e:
         out.append(f"Ev={ev} != E={e} (flashinfer's kernels, as called here, take one head dim for q, k and v)")
-    if e % 64:
-        out.append(f"head dim E={e}: flashinfer's prefill and decode kernels are built for multiples of 64 (its FA2 "
-                   "prefill does not check, and faults or returns wrong values on others)")
     if uses_ragged(inp):
         return out
     if inp.query.shape[0] != 1:
@@ -129,7 +126,9 @@ class FlashInfer(Implementation):
     name = "flashinfer"
     description = "flashinfer single prefill/decode (B = 1), a padded decode batch as ragged keys (optional; CUDA)"
     support = Support(devices=frozenset({"cuda"}), dtypes=frozenset({torch.float16, torch.bfloat16}),
-                      max_head_dim=256, masks=frozenset({"none", "bool"}), backward=False)
+                      max_head_dim=256, masks=frozenset({"none", "bool"}), backward=False,
+                      head_dim_multiple=64)  # its kernels are built for these; its FA2 prefill checks none and
+                                             # faults or returns wrong values on others
 
     def not_supported_reasons(self, inp: SDPAInputs) -> list[str]:
         reasons = super().not_supported_reasons(inp)
