@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The CUDA checks in one go, within a time budget: tests/test_gpu.py, then the `serve` and `masks` presets on the
+# GPU. Each step has its own deadline; a sweep stopped by its deadline keeps its finished points and writes its
+# report (SIGTERM), and `sdpa-bench run --resume --out DIR` continues it later.
+#
+#   tools/gpu_checks.sh OUTDIR [SECONDS] [--impl NAME ...]
+#
+# OUTDIR receives: env.txt (GPU, driver, versions), test_gpu.log and test_gpu.xml, and serve.tar / masks.tar (each
+# sweep's folder: results.jsonl, report.md, table, CSV). SECONDS (default 540) is split 40 % tests, 15 % serve,
+# the rest masks. --impl (repeatable) narrows the masks sweep; the serve sweep and the tests run every
+# implementation.
+set -u
+out=${1:?usage: tools/gpu_checks.sh OUTDIR [SECONDS] [--impl NAME ...]}
+total=${2:-540}
+shift $(( $# >= 2 ? 2 : 1 ))
+mkdir -p "$out"
+py=${PYTHON:-python3}
+start=$SECONDS
+work=${GPU_CHECKS_WORK:-/tmp/sdpa-gpu-checks}
+mkdir -p "$work"
+export PYTHONUNBUFFERED=1
+
+left() { echo $(( total - (SECONDS - start) )); }
+stamp() { echo "[$(date -u +%H:%M:%S) +$((SECONDS - start))s] $*"; }
+
+{
+  stamp "environment"
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.sm,temperature.gpu --format=csv
+  "$py" - <<'EOF'
+import importlib, torch
+print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())
+p = torch.cuda.get_device_properties(0)
+print("device", p.name, "sm", f"{p.major}{p.minor}", "SMs", p.multi_processor_count, "memory GiB",
+      round(p.total_memory / 2**30, 1))
+for m in ("triton", "xformers", "flash_attn", "flash_attn_interface", "flashinfer"):
+    try:
+        print(m, getattr(importlib.import_module(m), "__version__", "?"))
+    except Exception as exc:  # noqa: BLE001 - report whatever stops the import
+        print(m, "not importable:", type(exc).__name__, str(exc).splitlines()[0][:200])
+EOF
+} >"$out/env.txt" 2>&1
+cat "$out/env.txt"
+
+stamp "tests/test_gpu.py ($(( $(left) * 40 / 100 ))s)"
+workers=$(( $(nproc) / 3 )); workers=$(( workers < 1 ? 1 : workers > 6 ? 6 : workers ))
+timeout -k 15 $(( $(left) * 40 / 100 )) "$py" -m pytest tests/test_gpu.py -q -rfEs -p no:cacheprovider \
+  -n "$workers" --junitxml="$out/test_gpu.xml" >"$out/test_gpu.log" 2>&1
+echo "exit $?" >>"$out/test_gpu.log"
+tail -n 40 "$out/test_gpu.log"
+
+sweep() {  # name seconds [run args...]
+  local name=$1 secs=$2; shift 2
+  stamp "--preset $name (${secs}s)"
+  timeout -k 20 "$secs" "$py" -m sdpa_impls run --preset "$name" --device cuda --out "$work/$name" --resume \
+    --no-plots "$@" >"$work/$name.log" 2>&1
+  echo "exit $?" >>"$work/$name.log"
+  tail -n 25 "$work/$name.log"
+  cp "$work/$name.log" "$work/$name/run.log" 2>/dev/null
+  tar -C "$work" -cf "$out/$name.tar" "$name"
+}
+sweep serve $(( $(left) * 30 / 100 )) --budget 0.1 --max-reps 50
+sweep masks $(( $(left) - 15 )) --budget 0.05 --max-reps 50 "$@"
+stamp "done"
