@@ -118,3 +118,29 @@ def test_a_pinned_backend_is_entered_once_and_restored() -> None:
     assert torch_sdpa._pinned_now is None
     assert (torch.backends.cuda.flash_sdp_enabled(), torch.backends.cuda.math_sdp_enabled()) == before
     torch.testing.assert_close(fn(), inside)  # outside the context it pins itself per call
+
+
+@pytest.mark.parametrize("impl", ["fused", "torch_sdpa"])
+def test_a_backward_only_rebuild_makes_the_leaves_gradient_accumulators_anew(impl: str) -> None:
+    """A CUDA graph capture rebuilds the backward-only closure's forward on the capture stream. Autograd keeps a
+    leaf's gradient accumulator, with the stream it was made on, as long as some graph holds it: a forward built
+    while the previous output lives would reuse the accumulators of the first build, on the default stream, and
+    the capture would fail. The rebuild drops the old graph first, so each build makes them anew."""
+    from sdpa_impls.bench.inputs import make_inputs
+    from sdpa_impls.bench.measure import BackwardOnly, mode_closure
+
+    inputs = make_inputs(Case(lq=64, lk=64, e=16, mode="bwd"), "cpu")
+    fn = mode_closure(sdpa_impls.get(impl), inputs, "bwd")
+    assert isinstance(fn, BackwardOnly)
+
+    def accumulator(leaf: torch.Tensor) -> torch.autograd.graph.Node:
+        return leaf.view_as(leaf).grad_fn.next_functions[0][0]  # the leaf's one live AccumulateGrad node
+
+    leaves = (inputs.query, inputs.key, inputs.value)
+    for leaf in leaves:
+        accumulator(leaf).metadata["first build"] = True
+    assert all("first build" in accumulator(leaf).metadata for leaf in leaves)  # the same node while it lives
+    fn.rebuild()
+    assert not any("first build" in accumulator(leaf).metadata for leaf in leaves)
+    grads = fn()
+    assert [g.shape for g in grads] == [leaf.shape for leaf in leaves]

@@ -67,6 +67,11 @@ class BackwardOnly:
         self.rebuild()
 
     def rebuild(self) -> None:
+        # The old output goes first. Its graph holds the leaves' gradient accumulators, and a forward built while
+        # it lives reuses them, with the stream each was made on. On CUDA the accumulators would then stay on
+        # the stream of the first build (the default one), and autograd would sync that stream with the capture
+        # stream: a stream that is not capturing cannot wait on one that is, so the capture fails.
+        self.out = None
         with call_context(self.fwd):
             self.out = self.fwd()
 
