@@ -96,6 +96,14 @@ def _imports(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
+def _xformers_kernels_load() -> bool:
+    """xformers imports and its compiled kernels load: a wheel built for another torch imports, yet runs nothing,
+    and says so as the implementation's reason."""
+    from sdpa_impls.impls.xformers import _fmha
+
+    return _imports("xformers") and _fmha()[0] is not None
+
+
 def meant_to_run(impl: str, case: Case) -> bool:
     """Where an implementation is written to run these cases (its library installed here): a skip there is as much
     a regression as a failure. Elsewhere a skip with its reason is an answer."""
@@ -109,8 +117,8 @@ def meant_to_run(impl: str, case: Case) -> bool:
             mask.startswith("window")
     if impl == "flashinfer":  # the ragged decode batch, and a one-request decode
         return _imports("flashinfer") and fwd and (mask == "padding" or (mask == "none" and case.batch == 1))
-    if impl == "xformers":  # its bias classes (the padded-keys one forward)
-        return _imports("xformers") and (mask.startswith(("window", "documents")) or (mask == "padding" and fwd))
+    if impl == "xformers":  # its bias classes (the padded-keys one forward), where its CUDA kernels load
+        return _xformers_kernels_load() and (mask.startswith(("window", "documents")) or (mask == "padding" and fwd))
     return False
 
 

@@ -23,7 +23,28 @@ def _fmha() -> tuple[ModuleType | None, str]:
         return None, f"xformers failed to import: {type(exc).__name__}: {exc}"
     if not hasattr(fmha, "memory_efficient_attention"):  # an incomplete install: a reason, not an AttributeError
         return None, "xformers.ops.fmha imports without memory_efficient_attention (an incomplete xformers install)"
-    return fmha, ""
+    unloaded = _kernels_not_loaded()
+    return (None, unloaded) if unloaded else (fmha, "")
+
+
+def _kernels_not_loaded() -> str:
+    """Why xformers' compiled kernels did not load, or "" when they did. A wheel built for another torch or CUDA
+    imports, warns once, and then refuses every call with a long per-operator list; this says it once."""
+    import xformers
+
+    if getattr(xformers, "_has_cpp_library", True):
+        return ""
+    exc = getattr(getattr(xformers, "_cpp_lib", None), "_cpp_library_load_exception", None)
+    built = getattr(exc, "build_info", None)
+    version = getattr(xformers, "__version__", "?")
+    if built is not None:
+        try:
+            return (f"xformers {version} cannot load its CUDA kernels: built for torch {built.torch_version}, "
+                    f"this is torch {torch.__version__} (install the xformers build for this torch)")
+        except (KeyError, TypeError):  # build metadata of another shape: the generic reason below
+            pass
+    first = str(exc).strip().splitlines()[0] if exc is not None else "no compiled extension"
+    return f"xformers {version} cannot load its CUDA kernels ({first})"
 
 
 def _grouped(inp: SDPAInputs) -> bool:
