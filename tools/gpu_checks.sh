@@ -20,6 +20,11 @@ work=${GPU_CHECKS_WORK:-/tmp/sdpa-gpu-checks}
 mkdir -p "$work"
 export PYTHONUNBUFFERED=1
 
+if ! "$py" -c "import torch, sys; sys.exit(not torch.cuda.is_available())" 2>/dev/null; then
+  echo "tools/gpu_checks.sh: $py's torch sees no CUDA device: nothing to check here" >&2
+  exit 2
+fi
+
 left() { echo $(( total - (SECONDS - start) )); }
 stamp() { echo "[$(date -u +%H:%M:%S) +$((SECONDS - start))s] $*"; }
 
@@ -42,9 +47,13 @@ EOF
 cat "$out/env.txt"
 
 stamp "tests/test_gpu.py ($(( $(left) * 40 / 100 ))s)"
-workers=$(( $(nproc) / 3 )); workers=$(( workers < 1 ? 1 : workers > 6 ? 6 : workers ))
+# flex and compiled compile on the CPU: pytest-xdist workers, where it is installed, share that out
+parallel=()
+if "$py" -c "import xdist" 2>/dev/null; then
+  workers=$(( $(nproc) / 3 )); parallel=(-n $(( workers < 1 ? 1 : workers > 6 ? 6 : workers )))
+fi
 timeout -k 15 $(( $(left) * 40 / 100 )) "$py" -m pytest tests/test_gpu.py -q -rfEs -p no:cacheprovider \
-  -n "$workers" --junitxml="$out/test_gpu.xml" >"$out/test_gpu.log" 2>&1
+  "${parallel[@]}" --junitxml="$out/test_gpu.xml" >"$out/test_gpu.log" 2>&1
 echo "exit $?" >>"$out/test_gpu.log"
 tail -n 40 "$out/test_gpu.log"
 
@@ -56,7 +65,7 @@ sweep() {  # name seconds [run args...]
   echo "exit $?" >>"$work/$name.log"
   tail -n 25 "$work/$name.log"
   cp "$work/$name.log" "$work/$name/run.log" 2>/dev/null
-  tar -C "$work" -cf "$out/$name.tar" "$name"
+  [ -d "$work/$name" ] && tar -C "$work" -cf "$out/$name.tar" "$name"
 }
 sweep serve $(( $(left) * 30 / 100 )) --budget 0.1 --max-reps 50
 sweep masks $(( $(left) - 15 )) --budget 0.05 --max-reps 50 "$@"
