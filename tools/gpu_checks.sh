@@ -6,8 +6,8 @@
 #   tools/gpu_checks.sh OUTDIR [SECONDS] [--impl NAME ...]
 #
 # OUTDIR receives: env.txt (GPU, driver, versions), test_gpu.log and test_gpu.xml, and serve.tar / masks.tar (each
-# sweep's folder: results.jsonl, report.md, table, CSV). SECONDS (default 540) is split 40 % tests, 15 % serve,
-# the rest masks. --impl (repeatable) narrows the masks sweep; the serve sweep and the tests run every
+# sweep's folder: results.json, report.md, CSV). SECONDS (default 540) goes 40 % to the tests, then 30 % of what is
+# left to serve, the rest to masks. --impl (repeatable) narrows the masks sweep; the serve sweep and the tests run every
 # implementation.
 set -u
 out=${1:?usage: tools/gpu_checks.sh OUTDIR [SECONDS] [--impl NAME ...]}
@@ -31,28 +31,19 @@ stamp() { echo "[$(date -u +%H:%M:%S) +$((SECONDS - start))s] $*"; }
 {
   stamp "environment"
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.sm,temperature.gpu --format=csv
-  "$py" - <<'EOF'
-import importlib, torch
-print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())
-p = torch.cuda.get_device_properties(0)
-print("device", p.name, "sm", f"{p.major}{p.minor}", "SMs", p.multi_processor_count, "memory GiB",
-      round(p.total_memory / 2**30, 1))
-for m in ("triton", "xformers", "flash_attn", "flash_attn_interface", "flashinfer"):
-    try:
-        print(m, getattr(importlib.import_module(m), "__version__", "?"))
-    except Exception as exc:  # noqa: BLE001 - report whatever stops the import
-        print(m, "not importable:", type(exc).__name__, str(exc).splitlines()[0][:200])
-EOF
+  # the same record a sweep's report keeps (sdpa_impls.bench.machine); each peer's reasons are in the reports
+  "$py" -c "import json; from sdpa_impls.bench.machine import machine_info; print(json.dumps(machine_info('cuda'), indent=1))"
 } >"$out/env.txt" 2>&1
 cat "$out/env.txt"
 
-stamp "tests/test_gpu.py ($(( $(left) * 40 / 100 ))s)"
+tests_s=$(( $(left) * 40 / 100 ))
+stamp "tests/test_gpu.py (${tests_s}s)"
 # flex and compiled compile on the CPU: pytest-xdist workers, where it is installed, share that out
 parallel=()
 if "$py" -c "import xdist" 2>/dev/null; then
   workers=$(( $(nproc) / 3 )); parallel=(-n $(( workers < 1 ? 1 : workers > 6 ? 6 : workers )))
 fi
-timeout -k 15 $(( $(left) * 40 / 100 )) "$py" -m pytest tests/test_gpu.py -q -rfEs -p no:cacheprovider \
+timeout -k 15 "$tests_s" "$py" -m pytest tests/test_gpu.py -q -rfEs -p no:cacheprovider \
   "${parallel[@]}" --junitxml="$out/test_gpu.xml" >"$out/test_gpu.log" 2>&1
 echo "exit $?" >>"$out/test_gpu.log"
 tail -n 40 "$out/test_gpu.log"
