@@ -96,13 +96,14 @@ def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: t
             for kt, c in zip(key_tiles, cols):
                 if kt.masked:
                     masker.apply_ranges_(s if one else s[..., c:c + kt.j1 - kt.j0], mask_g, i0, i1, kt.j0, kt.masked)
-            row_max = s.amax(dim=-1, keepdim=True) if (with_lse or mask5 is not None) else None
+            dead_here = mask5 is not None and tiles.has_dead_rows(i0, i1)  # from the mask, before any call
+            row_max = s.amax(dim=-1, keepdim=True) if (with_lse or dead_here) else None
             p = torch.softmax(s, dim=-1, out=s)
             if p.dtype != dtype:
                 p = sd.copy_(p)
-            dead = None if row_max is None else row_max == NEG_INF  # every key masked: softmax gave NaN
-            if keep_p and mask5 is not None:
-                p.masked_fill_(dead, 0.0)  # the backward reads P: those rows attend to nothing
+            dead = row_max == NEG_INF if dead_here else None  # every key masked: softmax gave 0/0 = NaN there
+            if dead is not None:  # P of those rows is 0 before any GEMM reads it: a GEMM may spread a NaN row
+                p.masked_fill_(dead, 0.0)  # into others (oneDNN's AMX bf16 kernels do), and O, dQ, dK, dV get 0
             o = take(obuf, n, m, ev)  # (heads, G·rows, Ev)
             if one:
                 torch.bmm(p, v3[:, key_tiles[0].j0:key_tiles[0].j1], out=o)
@@ -110,12 +111,12 @@ def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: t
                 for t, (kt, c) in enumerate(zip(key_tiles, cols)):
                     pv = (p[..., c:c + kt.j1 - kt.j0], v3[:, kt.j0:kt.j1])
                     torch.bmm(*pv, out=o) if t == 0 else o.baddbmm_(*pv)
-            if dead is not None:
-                if mask5 is not None and not keep_p:
-                    o.masked_fill_(dead, 0.0)  # the answer is zeros
-                if lse is not None:  # max P = 1 / Σ exp(s - max), so lse = max - log(max P), in fp32
-                    lse_t = torch.where(dead, NEG_INF, row_max.float() - torch.log(s.amax(dim=-1, keepdim=True)))
-                    store_rows_(flat(lse, bs, hs).unsqueeze(-1), i0, i1, lse_t)
+            if lse is not None:  # max P = 1 / Σ exp(s - max), so lse = max - log(max P), in fp32
+                assert row_max is not None
+                lse_t = row_max.float() - torch.log(s.amax(dim=-1, keepdim=True))
+                if dead is not None:  # no key: -inf (the backward's P = exp(S - lse) is then 0)
+                    lse_t = torch.where(dead, NEG_INF, lse_t)
+                store_rows_(flat(lse, bs, hs).unsqueeze(-1), i0, i1, lse_t)
             store_rows_(out4, i0, i1, o)
     p_keys = first[0].j1 if keep_p else 0
     return out, lse, sbuf[:b * hkv * g * lq * p_keys].view(b, hkv, g, lq, p_keys) if keep_p else None
@@ -143,6 +144,7 @@ class Fused(Implementation):
         q, k = inp.query, inp.key
         b, g, dev = k.shape[0], q.shape[1] // k.shape[1], q.device
         tiles = MaskTiles.of(inp)  # which tiles the mask leaves empty, full or partial: derived here, once
+        tiles.dead_before  # and which query rows see no key
         widen = fp16_in_fp32(inp, 1)  # P is normalized before P V: each output is bounded by max|v|
         half = q.dtype != torch.float32 and not widen
         float_mask = inp.mask_kind == "float"

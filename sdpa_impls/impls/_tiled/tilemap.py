@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 import torch
 
 from ...protocol import SDPAInputs
-from .tiles import head_groups
+from .tiles import causal_keep, head_groups
 
 EMPTY, PARTIAL, FULL = 0, 1, 2
+DEAD_ROWS_BLOCK_ELEMENTS = 1 << 24  # mask elements read at once when finding rows that see no key
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,27 @@ def block_states(mask: torch.Tensor | None, is_causal: bool, hkv: int, lq: int, 
         crosses = (j1 - 1 > i0) & ~above
         states = torch.where(above, EMPTY, torch.where(crosses & (states == FULL), PARTIAL, states)).to(torch.uint8)
     return states
+
+
+def dead_rows(mask: torch.Tensor | None, is_causal: bool, lq: int, lk: int) -> torch.Tensor:
+    """(Lq,) bool on the CPU: True for query i where, in some batch row and head, every key is masked (a bool mask's
+    False, a float mask's -inf, past the top-left causal diagonal). Such a row's softmax is 0/0; its answer is zeros.
+    Read a block of query rows at a time; no mask, or causal alone, leaves every row a key (row i sees key 0)."""
+    if mask is None or lk == 0:
+        return torch.zeros(lq, dtype=torch.bool)
+    m4 = mask[(None,) * (4 - mask.dim())]  # (Bm, Hm, Lq|1, Lk|1)
+    bm, hm = m4.shape[0], m4.shape[1]
+    step = max(1, DEAD_ROWS_BLOCK_ELEMENTS // max(1, bm * hm * lk))
+    out = torch.empty(lq, dtype=torch.bool)
+    for i0 in range(0, lq, step):
+        i1 = min(lq, i0 + step)
+        rows = m4[..., i0:i1, :] if m4.shape[-2] > 1 else m4
+        seen = rows if rows.dtype == torch.bool else rows != float("-inf")  # (Bm, Hm, rows|1, Lk|1)
+        seen = seen.expand(bm, hm, i1 - i0, lk)
+        if is_causal:
+            seen = seen & causal_keep(i0, i1, 0, lk, seen.device)
+        out[i0:i1] = (~seen.any(dim=-1)).any(dim=1).any(dim=0).cpu()
+    return out
 
 
 def _runs(flags: list[bool], k_block: int, lk: int, k_end: int) -> list[tuple[int, int]]:
@@ -187,6 +209,19 @@ class MaskTiles:
         self._maps: dict[tuple[int, int, bool], TileMap] = {}
         self._by_call: dict[tuple[Tiling, int, int], Plan] = {}
         self.memo: dict[tuple, object] = {}  # a kernel's own look-ups per call shape (fused's rows and plan)
+
+    @functools.cached_property
+    def dead_before(self) -> tuple[int, ...]:
+        """How many query rows before row i see no key in some batch row and head (`dead_rows`): a prefix count,
+        so that `has_dead_rows` is one subtraction in a timed call. Build it in `prepare_inputs`."""
+        counts = [0]
+        for dead in dead_rows(self.mask, self.is_causal, self.lq, self.lk).tolist():
+            counts.append(counts[-1] + dead)
+        return tuple(counts)
+
+    def has_dead_rows(self, i0: int, i1: int) -> bool:
+        """Whether some query row in i0:i1 sees no key (its softmax needs zeroing before it meets a GEMM)."""
+        return self.dead_before[i1] > self.dead_before[i0]
 
     @classmethod
     def of(cls, inp: SDPAInputs) -> MaskTiles:
