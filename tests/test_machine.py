@@ -8,8 +8,8 @@ import sys
 import pytest
 import torch
 
-from sdpa_impls.bench.machine import (IDENTITY_FIELDS, machine_differences, machine_identity, machine_info,
-                                      source_revision)
+from sdpa_impls.bench.machine import (IDENTITY_FIELDS, ONEDNN_ISA_ENV, cpu_flags, describe_cpu, machine_differences,
+                                      machine_identity, machine_info, source_revision)
 from sdpa_impls.bench.timing import cuda_event_clock
 
 
@@ -21,6 +21,21 @@ def test_machine_info_records_every_version_and_the_timer() -> None:
     assert machine_info("cpu", timer="x.y")["timer"] == "x.y"
     assert "MATH" in info["sdpa"]["priority"]  # torch's backend order, by name
     assert set(machine_identity(info)) == set(IDENTITY_FIELDS)
+
+
+def test_machine_info_names_the_cpus_bf16_paths_and_onednns_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whether the CPU has AVX-512 BF16 and AMX, read from /proc/cpuinfo, and oneDNN's cap when one is set: what a
+    bf16 speed number depends on, named wherever the CPU is."""
+    flags = cpu_flags()
+    features = machine_info("cpu")["cpu_features"]
+    if flags:
+        assert features["avx512_bf16"] == ("avx512_bf16" in flags) and features["amx_bf16"] == ("amx_bf16" in flags)
+    monkeypatch.setenv(ONEDNN_ISA_ENV, "AVX2")
+    text = describe_cpu(machine_info("cpu"))
+    assert text.endswith(", oneDNN capped at AVX2") and "AVX-512 BF16 " in text and "AMX " in text
+    assert describe_cpu({"cpu": "AMD EPYC", "cpu_features": {"avx512_bf16": True, "amx_bf16": False}}) == \
+        "AMD EPYC, AVX-512 BF16 yes, AMX no"
+    assert describe_cpu({"cpu": "AMD EPYC"}) == "AMD EPYC, AVX-512 BF16 unknown, AMX unknown"  # an older record
 
 
 @pytest.mark.parametrize("field,value", [("cudnn", 91002), ("xformers", "0.0.35"), ("timer", "x.y"),

@@ -29,6 +29,7 @@ import torch
 
 import sdpa_impls
 from sdpa_impls import max_abs_error, reference, tolerance
+from sdpa_impls.bench.machine import ONEDNN_ISA_ENV, cpu_flags
 from sdpa_impls.impls import chunked, fused
 from test_correctness import one_intra_op_thread  # noqa: F401 (fixture)
 
@@ -40,7 +41,7 @@ BLOCKS = sorted({fused.KEY_BLOCK, chunked.Q_TILE})
 LENGTHS = sorted({1, *(n + d for n in BLOCKS for d in (-1, 0, 1)), 267, 514})
 MASKS = ("alternate", "ends", "column", "padding", "float-inf")
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
-ISA_ENV = "ONEDNN_MAX_CPU_ISA"
+ISA_ENV = ONEDNN_ISA_ENV
 _PROBE = torch.ones(1, 1, 2, 8)
 # every implementation that runs on the CPU (the others say "device=cpu (supported: cuda)" and are held to the same
 # rule on a GPU by test_gpu.py); one that cannot run a combination skips it with its own reasons
@@ -196,14 +197,6 @@ def test_the_subset_covers_every_length_and_mask() -> None:
 
 
 # --- the same checks under each oneDNN instruction set this CPU has --------------------------------------------------
-
-def cpu_flags() -> set[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    return {f for line in text.splitlines() if line.startswith("flags") for f in line.split(":", 1)[1].split()}
-
 
 # oneDNN's caps, lowest first, and the CPU flags each needs
 ISAS = {"AVX2": {"avx2"}, "AVX512_CORE": {"avx512f", "avx512bw"}, "AVX512_CORE_BF16": {"avx512_bf16"},

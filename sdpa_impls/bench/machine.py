@@ -3,6 +3,7 @@ and which code measured it (`source_revision`)."""
 from __future__ import annotations
 
 import functools
+import os
 import platform
 import subprocess
 from importlib.metadata import PackageNotFoundError, version
@@ -36,6 +37,39 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+# The CPU flags that change what a bf16 GEMM and torch's CPU attention kernels run on: oneDNN uses AVX-512 BF16
+# instructions where the CPU has them and AMX tiles (Sapphire Rapids and later) where it has those, several times
+# faster, so a speed target set on one CPU says little about another. ONEDNN_MAX_CPU_ISA caps what oneDNN uses.
+CPU_FEATURES = {"avx512_bf16": "AVX-512 BF16", "amx_bf16": "AMX"}
+ONEDNN_ISA_ENV = "ONEDNN_MAX_CPU_ISA"
+
+
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags from /proc/cpuinfo (empty where it cannot be read)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return frozenset()
+    return frozenset(f for line in text.splitlines() if line.startswith("flags") for f in line.split(":", 1)[1].split())
+
+
+def cpu_features() -> dict:
+    """Whether the CPU has each of `CPU_FEATURES` (None where /proc/cpuinfo says nothing), and oneDNN's cap."""
+    flags = cpu_flags()
+    return {**{f: (f in flags) if flags else None for f in CPU_FEATURES},
+            "onednn_max_cpu_isa": os.environ.get(ONEDNN_ISA_ENV)}
+
+
+def describe_cpu(machine: dict) -> str:
+    """The CPU of a `machine_info()` dict with its bf16 features, e.g. "Intel(R) Xeon(R), AVX-512 BF16 yes, AMX no"."""
+    features = machine.get("cpu_features") or {}
+    words = {True: "yes", False: "no", None: "unknown"}
+    text = ", ".join([str(machine.get("cpu") or "unknown CPU")]
+                     + [f"{name} {words[features.get(flag)]}" for flag, name in CPU_FEATURES.items()])
+    cap = features.get("onednn_max_cpu_isa")
+    return text + (f", oneDNN capped at {cap}" if cap else "")
 
 
 def _git(directory: Path, *args: str) -> str | None:
@@ -79,7 +113,7 @@ def _sdpa_dispatch() -> dict:
 
 
 def machine_info(device: str | torch.device | None = None, timer: str | None = None) -> dict:
-    """Device, CPU model, thread count, GPU (model, memory, capability, driver), the torch/CUDA/cuDNN/xformers
+    """Device, CPU model and its bf16 features (`cpu_features`), thread count, GPU (model, memory, capability, driver), the torch/CUDA/cuDNN/xformers
     versions, torch's SDPA dispatch settings, and the timer the measurements read (default: `default_timer`)."""
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     gpu = None
@@ -91,6 +125,7 @@ def machine_info(device: str | torch.device | None = None, timer: str | None = N
         "device": device.type,
         "device_name": gpu["name"] if gpu else cpu_model(),
         "cpu": cpu_model(),
+        "cpu_features": cpu_features(),
         "machine": platform.machine(),
         "threads": torch.get_num_threads(),
         "gpu": gpu,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..bench.ceilings import RunCeilings, gemm_key, needed_ceilings
 from ..bench.grid import Case
-from ..bench.machine import machine_info
+from ..bench.machine import describe_cpu, machine_info
 from ..bench.measure import run_case, run_case_interleaved
 from ..bench.result import Result
 from ..report import results as store
@@ -70,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
         store.prepare_dir(args.out)  # before a 20-minute run, not after it
     start = time.perf_counter()
     info = machine_info(DEVICE)
-    print(f"machine: {info['cpu']}, {info['threads']} threads, torch {info['torch']}, python {info['python']}")
+    machine = f"machine: {describe_cpu(info)}, {info['threads']} threads, torch {info['torch']}, python {info['python']}"
+    print(machine)
     ceilings = RunCeilings(DEVICE, needed_ceilings(sorted({c.dtype for c, _, _ in plan()}), DEVICE))
     ceilings.sample()
     results, own = measure(ceilings)
@@ -95,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
         sweep = store.Sweep(meta, timed)
         store.save(args.out, sweep)
         files = write_report(args.out, sweep, stdout=sys.stderr)
-        (args.out / "targets.md").write_text("\n\n".join([ceiling_lines(ceilings), markdown(rows),
+        (args.out / "targets.md").write_text("\n\n".join([machine, ceiling_lines(ceilings), markdown(rows),
                                                            ceiling_table(table)]) + "\n", encoding="utf-8")
         print(f"wrote {', '.join(map(str, [args.out / store.RESULTS_FILE, *files, args.out / 'targets.md']))}",
               file=sys.stderr)

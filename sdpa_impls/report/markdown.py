@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..bench.machine import describe_cpu
 from ..bench.result import Result
 from ..fmt import fmt_bytes, fmt_duration
 from .results import Sweep
@@ -18,7 +19,7 @@ def machine_lines(meta: dict) -> list[str]:
     if gpu:
         rows.append(("GPU", f"{gpu.get('name')}, {fmt_bytes(gpu.get('memory_bytes'))}, compute capability "
                             f"{gpu.get('capability')}, driver {gpu.get('driver') or '?'}"))
-    rows += [("CPU", f"{m.get('cpu', '?')} ({m.get('machine', '?')}), {m.get('threads', '?')} torch threads"),
+    rows += [("CPU", f"{describe_cpu(m)} ({m.get('machine', '?')}), {m.get('threads', '?')} torch threads"),
              ("versions", f"torch {m.get('torch')}, CUDA {m.get('cuda') or 'none'}, cuDNN {m.get('cudnn') or 'none'}, "
                           f"xformers {m.get('xformers') or 'not installed'}, python {m.get('python')}")]
     ceil, spread = meta.get("ceilings") or {}, meta.get("ceiling_spread") or {}
