@@ -1,6 +1,9 @@
 """pytest-benchmark suite: one benchmark per (implementation, case) of the selected preset, grouped by case.
 
 `pytest --benchmark-only [--sdpa-preset NAME] [--sdpa-impl NAME ...]` times them; plain `pytest` runs each once.
+On CUDA the benchmark's time is the device time (the call captured in a CUDA graph and replayed; where it cannot
+be captured, eager calls, and `extra_info["device_time_method"]` says "eager" with the reason); `extra_info` holds
+the eager time (`median_s`) and the host overhead. On the CPU the one time is the benchmark's.
 Every point is checked against the fp64 reference first: a wrong implementation fails and never gets a time.
 The ceilings its `roofline_pct` is a percentage of are measured in the same session: before the first point, between
 points (at most every 30 s) and after the last (`run_ceilings`); every point is judged against their medians.
@@ -16,7 +19,8 @@ from sdpa_impls.bench.grid import Case, preset
 from sdpa_impls.bench.measure import prepare_point
 from sdpa_impls.bench.memory import peak_memory
 from sdpa_impls.bench.result import SPEED_BASELINE, Result
-from sdpa_impls.bench.timing import call_context, calls_per_sample, one_sample, summarize
+from sdpa_impls.bench.devicetime import EAGER, GRAPH, HOST, HOST_REASON, DeviceTiming, graph_sampler
+from sdpa_impls.bench.timing import MIN_SAMPLE_S, call_context, calls_per_sample, one_sample, summarize, time_closure
 
 MAX_ROUNDS = 10_000
 _context: dict[tuple[Case, str], CaseContext] = {}
@@ -68,6 +72,8 @@ def test_sdpa(benchmark, request: pytest.FixtureRequest, sdpa_point: tuple[str, 
     except Unsupported as exc:
         pytest.skip(f"{impl_name}: {'; '.join(exc.reasons)}")
     config = request.config
+    max_time = float(config.getoption("benchmark_max_time"))
+    how = DeviceTiming(HOST, HOST_REASON)
     with call_context(point.fn):  # e.g. a pinned backend: entered once, outside the timed region
         memory = peak_memory(point.fn, sdpa_device)
         calls = 1
@@ -76,18 +82,27 @@ def test_sdpa(benchmark, request: pytest.FixtureRequest, sdpa_point: tuple[str, 
         else:  # one sample = `calls` back-to-back calls between two clock readings, as in time_closure and asv
             run_ceilings.meter.sample_if_due()
             point.fn()  # warm-up
-            calls = calls_per_sample(point.fn, sdpa_device)
-            sample_s = max(one_sample(point.fn, sdpa_device, calls) * calls, 1e-9)
-            rounds = min(max(int(config.getoption("benchmark_min_rounds")),
-                             int(float(config.getoption("benchmark_max_time")) / sample_s)), MAX_ROUNDS)
-            benchmark.pedantic(point.fn, iterations=calls, rounds=rounds, warmup_rounds=1)
+            target = point.fn
+            if sdpa_device.startswith("cuda"):  # the benchmark's time is the device time: CUDA-graph replays
+                graph, reason = graph_sampler(point.fn, sdpa_device, MIN_SAMPLE_S)
+                how = DeviceTiming(GRAPH if graph else EAGER, reason)
+                target = graph.fn if graph else point.fn
+            calls = calls_per_sample(target, sdpa_device)
+            sample_s = max(one_sample(target, sdpa_device, calls) * calls, 1e-9)
+            rounds = min(max(int(config.getoption("benchmark_min_rounds")), int(max_time / sample_s)), MAX_ROUNDS)
+            benchmark.pedantic(target, iterations=calls, rounds=rounds, warmup_rounds=1)
     result = Result(impl_name, case, sdpa_device, "ok", peak_memory_bytes=memory, max_error=point.max_error,
                     error_tolerance=point.error_tolerance, kernels=point.kernels, compile_s=point.compile_s)
     if benchmark.stats is not None:  # None when benchmarks are disabled (smoke mode)
-        result = result.timed(summarize(list(benchmark.stats.stats.data), calls))
+        timed = summarize(list(benchmark.stats.stats.data), calls)
+        if how.method == GRAPH:  # the eager time, and so the host overhead, goes to extra_info
+            eager = time_closure(point.fn, sdpa_device, budget_s=max_time, warmup=1)
+            result = result.timed(eager, DeviceTiming(GRAPH, "", timed))
+        else:  # the eager samples are the only time (CPU), or the device time marked eager (CUDA)
+            result = result.timed(timed, how)
         key = (case, sdpa_device)
         if impl_name == SPEED_BASELINE:
-            _baseline_median[key] = result.median_s
+            _baseline_median[key] = result.speed_s
         result = result.with_speedup(_baseline_median.get(key))
     benchmark.extra_info.update(result.extra_info() | {"preset": sdpa_preset_name})
     if result.median_s is not None:

@@ -133,3 +133,45 @@ def test_every_implementation_on_every_structure_is_right_or_says_why_not_on_cud
     assert r.status == "ok" if meant_to_run(impl, case) else r.status in ("ok", "skipped"), f"{r.status}: {r.reason}"
     if r.status == "ok":
         assert r.max_error <= r.error_tolerance and r.median_s > 0
+
+
+@pytest.mark.parametrize("mode", ["fwd", "fwd+bwd", "bwd"])
+@pytest.mark.parametrize("impl", sdpa_impls.names())
+def test_every_closure_is_captured_for_its_device_time_or_says_why_not(impl: str, mode: str) -> None:
+    """Device time: each implementation's forward, forward+backward and backward closure is captured in a CUDA
+    graph (a positive device time) or is timed eagerly with the reason; never a failed point for it."""
+    case = Case(lq=512, lk=512, e=64, dtype="bf16", causal=True, mode=mode)
+    r = run_point(impl, CaseContext(case, "cuda"), FAST)
+    assert r.status in ("ok", "skipped"), f"{r.status}: {r.reason}"
+    if r.status == "ok":
+        assert r.device_time_method in ("cuda-graph", "eager") and r.device_time_s > 0
+        if r.device_time_method == "cuda-graph":
+            assert len(r.device_samples) >= FAST.min_reps and r.host_overhead_s == r.median_s - r.device_time_s
+        else:
+            assert r.device_time_reason and r.device_time_s == r.median_s and r.host_overhead_s is None
+        assert r.clocks is not None and r.clocks["clock_kept_throttled"] >= 0
+
+
+def test_the_pinned_cudnn_kernel_has_the_device_time_of_torchs_own_dispatch_to_it() -> None:
+    """The same cuDNN kernel reached two ways: their eager times differ by the pinning's host work, their device
+    times by no more than 10 %."""
+    case = Case(lq=2048, lk=2048, e=64, dtype="bf16", causal=True, heads_q=8, heads_kv=8)
+    rows = run_case_interleaved(case, ["torch_sdpa", "torch_sdpa_cudnn"], "cuda",
+                                Options(budget_s=0.2, min_reps=10, max_reps=50, warmup=2))
+    auto, cudnn = rows
+    if cudnn.status == "skipped":
+        pytest.skip(f"torch_sdpa_cudnn: {cudnn.reason}")
+    assert auto.status == cudnn.status == "ok", (auto.reason, cudnn.reason)
+    if not any("cudnn" in k.lower() for k in auto.kernels):
+        pytest.skip(f"torch's dispatch did not pick cuDNN here: {auto.kernels[:2]}")
+    assert auto.device_time_method == cudnn.device_time_method == "cuda-graph"
+    assert abs(cudnn.device_time_s / auto.device_time_s - 1) <= 0.10, (cudnn.device_time_s, auto.device_time_s)
+
+
+def test_nvml_reads_the_sm_clock_of_this_gpu() -> None:
+    from sdpa_impls.bench.clocks import sm_clock
+
+    pytest.importorskip("pynvml", reason="nvidia-ml-py is not installed")
+    clock, reason = sm_clock("cuda")
+    assert clock is not None, reason
+    assert 0 < clock.read() <= clock.max_mhz * 1.01

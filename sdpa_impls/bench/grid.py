@@ -216,6 +216,14 @@ PRESETS: dict[str, tuple[Case, ...]] = {
     "serve": _SERVE,
     "decode": _cases(lq=(1,), lk=(1024, 4096, 16384), e=(128,), dtype=("fp32", "bf16"), batch=(1, 8),
                        heads_q=(32,), heads_kv=(8,)),
+    # the CI gate's default on a GPU (`continuous` on CUDA): every call at least ~50 µs of device time on an H100
+    # (torch_sdpa: L 4096 causal, 16 heads × 128, ~69 GFLOP forward; decode: 0.54 GB of bf16 KV read per call),
+    # so the gate judges kernels, not launches; bf16 and fp16, forward and forward+backward, two decode batches
+    "gpu-ci": (
+        _cases(lq=(4096,), e=(128,), dtype=("bf16", "fp16"), causal=(True,), mode=("fwd", "fwd+bwd"),
+               heads_q=(16,), heads_kv=(16,))
+        + _cases(lq=(1,), lk=(16384,), e=(128,), dtype=("bf16", "fp16"), batch=(8,), heads_q=(32,), heads_kv=(8,))
+    ),
     "llm": (  # (heads_q, heads_kv, E): Llama-3-8B / Mistral-7B, Llama-2-7B, GPT-2 small
         _cases(lq=(1024, 4096), e=(128,), dtype=("bf16",), causal=(True,), mode=("fwd", "fwd+bwd"),
                  heads_q=(32,), heads_kv=(8, 32))

@@ -21,6 +21,8 @@ from .inputs import Inputs
 from .kernels import DispatchMismatch, check_pinned, profile_call
 from .memory import peak_memory
 from .result import Result
+from .clocks import ClockLog, sm_clock
+from .devicetime import EAGER, GRAPH, HOST, HOST_REASON, DeviceTiming, device_timing, graph_sampler
 from .timing import MIN_SAMPLE_S, Sampler, Timing, call_context, same_context, summarize, time_closure
 
 
@@ -35,10 +37,11 @@ class Options:
     memory: bool = True
     min_sample_s: float = MIN_SAMPLE_S
 
-    def sampler(self, fn: Callable[[], object], device: str, warmup: bool = True) -> Sampler:
-        """`fn` ready to sample under every one of these options."""
+    def sampler(self, fn: Callable[[], object], device: str, warmup: bool = True, log: ClockLog | None = None
+                ) -> Sampler:
+        """`fn` ready to sample under every one of these options (and, on CUDA, the SM clock's throttle rule)."""
         return Sampler(fn, device, warmup=self.warmup if warmup else 0, flush_l2=self.flush_l2,
-                       cuda_graph=self.cuda_graph, min_sample_s=self.min_sample_s)
+                       cuda_graph=self.cuda_graph, min_sample_s=self.min_sample_s, clock=sm_clock(device)[0], log=log)
 
 
 @dataclass(frozen=True)
@@ -137,10 +140,21 @@ def _prepared(impl_name: str, ctx: CaseContext) -> tuple[Result, Callable[[], ob
                    kernels=point.kernels, compile_s=point.compile_s), point.fn
 
 
-def _finished(base: Result, fn: Callable[[], object], timing: Timing, options: Options) -> Result:
+def _finished(base: Result, fn: Callable[[], object], timing: Timing, device: DeviceTiming, log: ClockLog,
+              options: Options) -> Result:
     with call_context(fn):
         mem = peak_memory(fn, base.device) if options.memory else None
-    return replace(base.timed(timing), peak_memory_bytes=mem)
+    clocks = log.summary() if base.device == "cuda" else None
+    return replace(base.timed(timing, device), peak_memory_bytes=mem, clocks=clocks)
+
+
+def _device_timing(fn: Callable[[], object], device: str, options: Options, log: ClockLog) -> DeviceTiming:
+    """The point's device time (`devicetime.device_timing`) with the same budget as its eager time; with
+    `--cuda-graph` the eager samples already are graph replays, so they are the device time."""
+    if options.cuda_graph:
+        return DeviceTiming(EAGER, "the eager samples are CUDA-graph replays already (--cuda-graph)")
+    return device_timing(fn, device, budget_s=options.budget_s, min_reps=options.min_reps, max_reps=options.max_reps,
+                         min_sample_s=options.min_sample_s, clock=sm_clock(device)[0], log=log)
 
 
 def _context_or_failures(case: Case, impl_names: list[str], device: str, seed: int) -> CaseContext | list[Result]:
@@ -158,10 +172,12 @@ def run_point(impl_name: str, ctx: CaseContext, options: Options = Options()) ->
     try:
         if fn is None:
             return base
+        log = ClockLog()
         timing = time_closure(fn, ctx.device, budget_s=options.budget_s, min_reps=options.min_reps,
                               max_reps=options.max_reps, warmup=options.warmup, flush_l2=options.flush_l2,
-                              cuda_graph=options.cuda_graph, min_sample_s=options.min_sample_s)
-        return _finished(base, fn, timing, options)
+                              cuda_graph=options.cuda_graph, min_sample_s=options.min_sample_s,
+                              clock=sm_clock(ctx.device)[0], log=log)
+        return _finished(base, fn, timing, _device_timing(fn, ctx.device, options, log), log, options)
     except Exception as exc:
         return failed(base, exc)
     finally:
@@ -180,6 +196,18 @@ def run_case(case: Case, impl_names: list[str], device: str, options: Options = 
         yield run_point(name, ctx, options)
 
 
+def _interleaved_graph(fn: Callable[[], object], device: str, options: Options, log: ClockLog
+                       ) -> tuple[Sampler | None, DeviceTiming]:
+    """For interleaved rounds: a sampler of `fn`'s graph replays (None off CUDA, with --cuda-graph, or where it
+    cannot be captured) and the device timing to report when there is none."""
+    if torch.device(device).type != "cuda":
+        return None, DeviceTiming(HOST, HOST_REASON)
+    if options.cuda_graph:
+        return None, _device_timing(fn, device, options, log)
+    graph, reason = graph_sampler(fn, device, options.min_sample_s, sm_clock(device)[0], log)
+    return graph, DeviceTiming(EAGER, reason)
+
+
 def run_case_interleaved(case: Case, impl_names: list[str], device: str, options: Options = Options(),
                          seed: int = 0, after_round: Callable[[], object] | None = None) -> list[Result]:
     """Every implementation on one case, timed in rounds of one sample each (A B C, A B C, ...).
@@ -194,32 +222,39 @@ def run_case_interleaved(case: Case, impl_names: list[str], device: str, options
     if not isinstance(ctx, CaseContext):
         return ctx
     results: dict[str, Result] = {}
-    live: dict[str, tuple[Result, Callable[[], object], Sampler]] = {}
+    live: dict[str, tuple[Result, Callable[[], object], Sampler, Sampler | None, DeviceTiming]] = {}
     for name in impl_names:  # every option of `options` applies, as in run_point
         base, fn = _prepared(name, ctx)
         if fn is None:
             results[name] = base
             continue
         try:
-            live[name] = (base, fn, options.sampler(fn, device))
+            eager = options.sampler(fn, device, log=ClockLog())
+            graph, how = _interleaved_graph(fn, device, options, eager.log)
+            live[name] = (base, fn, eager, graph, how)
         except Exception as exc:
             results[name] = failed(base, exc)
     samples: dict[str, list[float]] = {name: [] for name in live}
+    graph_samples: dict[str, list[float]] = {name: [] for name in live}
     rounds = 0
     while live and rounds < options.max_reps and (rounds < options.min_reps or min(
             sum(samples[n]) * live[n][2].calls for n in live) < options.budget_s):
-        for name, (base, fn, sampler) in list(live.items()):
+        for name, (base, fn, sampler, graph, _) in list(live.items()):
             try:
                 samples[name].append(sampler.sample())
+                if graph is not None:  # the device time in the same round, right after the eager sample
+                    graph_samples[name].append(graph.sample())
             except Exception as exc:
                 results[name] = failed(base, exc)
                 del live[name]
         rounds += 1
         if after_round is not None and live:
             after_round()
-    for name, (base, fn, sampler) in live.items():
+    for name, (base, fn, sampler, graph, how) in live.items():
         try:
-            results[name] = _finished(base, fn, summarize(samples[name], sampler.calls), options)
+            if graph is not None:
+                how = DeviceTiming(GRAPH, "", summarize(graph_samples[name], graph.calls))
+            results[name] = _finished(base, fn, summarize(samples[name], sampler.calls), how, sampler.log, options)
         except Exception as exc:
             results[name] = failed(base, exc)
     if device == "cuda":

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, replace
 
 from .ceilings import gemm_key, roofline_pct
 from .grid import Case
+from .devicetime import HOST, DeviceTiming
 from .timing import Timing
 
 SPEED_BASELINE = "torch_sdpa"  # speed-ups are reported against this one
@@ -34,43 +35,74 @@ class Result:
     speedup_vs_torch_sdpa: float | None = None
     kernels: tuple[str, ...] = ()  # what one profiled call ran: CUDA kernels, or aten ops on CPU; longest first
     compile_s: float | None = None  # compiled implementations: the first call (compilation + one call), once
+    # Device time (bench.devicetime): `median_s` above is the eager time, a loop of calls as a user makes them. On
+    # CUDA the call is also captured in a CUDA graph and its replays timed: the GPU's own time. method "cuda-graph",
+    # "eager" (not capturable: `device_time_reason` says why, and the device time is the eager time) or "cpu" (one
+    # time). TFLOP/s, GB/s and % of roofline come from the device time (`speed_s`).
+    device_time_method: str = ""
+    device_time_reason: str = ""
+    device_time_s: float | None = None
+    device_iqr_s: float | None = None
+    device_samples: tuple[float, ...] = ()
+    device_calls_per_sample: int = 1
+    host_overhead_s: float | None = None  # eager − device time per call, with a graph's device time
+    clocks: dict | None = None  # CUDA: SM clocks the samples saw, and the samples taken again for a low clock
 
     def as_dict(self) -> dict:
         d = asdict(self)
         d["case"] = self.case.as_dict()
         d["samples"] = list(self.samples)
         d["kernels"] = list(self.kernels)
+        d["device_samples"] = list(self.device_samples)
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> Result:
         case = {k: v for k, v in d["case"].items() if k != "id"}
         return cls(**{**d, "case": Case(**case), "samples": tuple(d.get("samples", ())),
-                      "kernels": tuple(d.get("kernels", ()))})
+                      "kernels": tuple(d.get("kernels", ())), "device_samples": tuple(d.get("device_samples", ()))})
 
-    def timed(self, timing: Timing) -> Result:
-        """This result with the timing and what follows from it: TFLOP/s and GB/s (`on_roofline` adds the %)."""
-        return replace(self, **derived_metrics(self.case, timing))
+    @property
+    def speed_s(self) -> float | None:
+        """The time speed is computed from: the device time where there is one, else the one (eager) time."""
+        return self.device_time_s if self.device_time_s is not None else self.median_s
+
+    def timed(self, timing: Timing, device: DeviceTiming | None = None) -> Result:
+        """This result with the eager timing, the device timing (`devicetime.device_timing`; none: the eager time
+        alone, as the pytest suite's CPU points) and what follows: TFLOP/s and GB/s (`on_roofline` adds the %)."""
+        fields = derived_metrics(self.case, timing)
+        if device is not None:
+            dev = device.timing or timing  # EAGER and HOST: the eager time is the device time, marked so
+            fields |= {"device_time_method": device.method, "device_time_reason": device.reason,
+                       "device_time_s": dev.median if device.method != HOST else None,
+                       "device_iqr_s": dev.iqr if device.method != HOST else None,
+                       "device_samples": device.timing.samples if device.timing else (),
+                       "device_calls_per_sample": dev.calls_per_sample,
+                       "host_overhead_s": timing.median - dev.median if device.timing else None}
+            speed = fields["device_time_s"] or timing.median
+            fields |= {k: v for k, v in derived_metrics(self.case, Timing(speed, 0.0, ())).items()
+                       if k in ("tflops", "gbps")}
+        return replace(self, **fields)
 
     def on_roofline(self, ceilings: dict[str, float]) -> Result:
         """`roofline_pct` against the ceilings measured in the same run (`bench.ceilings.RunCeilings.values()`);
         unchanged when it has no time or the run lacks the ceiling its dtype needs."""
         gemm = gemm_key(self.case.dtype, self.device)
-        if self.status != "ok" or not self.median_s or gemm not in ceilings or "copy_bytes_per_s" not in ceilings:
+        if self.status != "ok" or not self.speed_s or gemm not in ceilings or "copy_bytes_per_s" not in ceilings:
             return self
-        pct = roofline_pct(self.case.flops(), self.case.min_bytes(), self.median_s, gemm, ceilings)
+        pct = roofline_pct(self.case.flops(), self.case.min_bytes(), self.speed_s, gemm, ceilings)
         return replace(self, roofline_pct=pct, roofline_gemm=gemm)
 
     def with_speedup(self, baseline_median_s: float | None) -> Result:
-        """`speedup_vs_torch_sdpa` = the baseline's median / this median, when both exist."""
-        if self.status != "ok" or not baseline_median_s or not self.median_s:
+        """`speedup_vs_torch_sdpa` = the baseline's time / this time (`speed_s` of both), when both exist."""
+        if self.status != "ok" or not baseline_median_s or not self.speed_s:
             return self
-        return replace(self, speedup_vs_torch_sdpa=baseline_median_s / self.median_s)
+        return replace(self, speedup_vs_torch_sdpa=baseline_median_s / self.speed_s)
 
     def extra_info(self) -> dict:
         """The point as pytest-benchmark's `extra_info` holds it: every field but the samples (the benchmark's
         own stats keep those), the case flattened into its fields, and `case` as the case id."""
-        d = {k: v for k, v in self.as_dict().items() if k not in ("samples", "case")}
+        d = {k: v for k, v in self.as_dict().items() if k not in ("samples", "case")}  # device_samples stay
         return d | {k: v for k, v in self.case.as_dict().items() if k != "id"} | {"case": self.case.id}
 
 
@@ -85,5 +117,5 @@ def derived_metrics(case: Case, timing: Timing) -> dict:
 
 def with_speedups(results: list[Result]) -> list[Result]:
     """Every result with `speedup_vs_torch_sdpa` against torch_sdpa's result of the same case and device."""
-    base = {(r.case, r.device): r.median_s for r in results if r.impl == SPEED_BASELINE and r.status == "ok"}
+    base = {(r.case, r.device): r.speed_s for r in results if r.impl == SPEED_BASELINE and r.status == "ok"}
     return [r.with_speedup(base.get((r.case, r.device))) for r in results]

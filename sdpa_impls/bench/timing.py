@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from ..compilation import compiles, no_recompile
+from .clocks import ClockLog, SMClock, steady_sample
 
 MIN_SAMPLE_S = 1e-3  # the least duration of one sample: n back-to-back calls
 MAX_CALLS_PER_SAMPLE = 10_000
@@ -172,15 +173,18 @@ def _graph_replay(fn: Callable[[], object], device: torch.device) -> Callable[[]
 class Sampler:
     """`fn` made ready to sample, inside its `call_context`: warmed up, captured into a CUDA graph (`cuda_graph`),
     with an L2 flush before each sample (`flush_l2`) and its calls per sample chosen. Both options need CUDA:
-    asking for them elsewhere is a ValueError."""
+    asking for them elsewhere is a ValueError. With an SM `clock`, a sample taken while the GPU was throttled is
+    taken again (`clocks.steady_sample`), and `log` (one per point) keeps the clocks and the discards."""
 
     def __init__(self, fn: Callable[[], object], device: torch.device | str, *, warmup: int = 2,
-                 flush_l2: bool = False, cuda_graph: bool = False, min_sample_s: float = MIN_SAMPLE_S) -> None:
+                 flush_l2: bool = False, cuda_graph: bool = False, min_sample_s: float = MIN_SAMPLE_S,
+                 clock: SMClock | None = None, log: ClockLog | None = None) -> None:
         self.device = torch.device(device)
         if self.device.type != "cuda" and (flush_l2 or cuda_graph):
             raise ValueError(f"{'flush_l2' if flush_l2 else 'cuda_graph'} needs a CUDA device; this point runs "
                              f"on {self.device.type}")
         self.closure = fn
+        self.clock, self.log = clock, log if log is not None else ClockLog()
         with call_context(fn):
             for _ in range(warmup):
                 fn()
@@ -192,22 +196,34 @@ class Sampler:
     def sample(self) -> float:
         """One sample (seconds per call), its context entered and left around it, outside the timed region."""
         with call_context(self.closure):
-            return one_sample(self.fn, self.device, self.calls, self.flush)
+            return self.take()
+
+    def take(self) -> float:
+        """One sample inside a context already entered (the loop of `sample_for`)."""
+        return steady_sample(lambda: one_sample(self.fn, self.device, self.calls, self.flush), self.clock, self.log)
+
+
+def sample_for(sampler: Sampler, budget_s: float, min_reps: int, max_reps: int) -> Timing:
+    """Samples until `budget_s` of measured time is spent (at least `min_reps`, at most `max_reps`); call it inside
+    the closure's `call_context`."""
+    samples: list[float] = []
+    while len(samples) < max_reps and (len(samples) < min_reps or sum(samples) * sampler.calls < budget_s):
+        samples.append(sampler.take())
+    return summarize(samples, sampler.calls)
 
 
 def time_closure(fn: Callable[[], object], device: torch.device | str, *, budget_s: float = 1.0,
                  min_reps: int = 5, max_reps: int = 200, warmup: int = 2, flush_l2: bool = False,
-                 cuda_graph: bool = False, min_sample_s: float = MIN_SAMPLE_S) -> Timing:
+                 cuda_graph: bool = False, min_sample_s: float = MIN_SAMPLE_S, clock: SMClock | None = None,
+                 log: ClockLog | None = None) -> Timing:
     """Time `fn` after `warmup` calls, inside its `call_context`: samples as the module docstring defines them.
 
     Repeats until `budget_s` of measured time is spent (at least `min_reps`, at most `max_reps` samples).
     `flush_l2` clears the GPU L2 before each sample (outside the timed events; one call per sample);
-    `cuda_graph` captures `fn` once and times graph replays (small shapes, where launch overhead dominates).
+    `cuda_graph` captures `fn` once and times graph replays (small shapes, where launch overhead dominates);
+    `clock` and `log`: see `Sampler`.
     """
     sampler = Sampler(fn, device, warmup=warmup, flush_l2=flush_l2, cuda_graph=cuda_graph,
-                      min_sample_s=min_sample_s)
-    samples: list[float] = []
+                      min_sample_s=min_sample_s, clock=clock, log=log)
     with call_context(fn):
-        while len(samples) < max_reps and (len(samples) < min_reps or sum(samples) * sampler.calls < budget_s):
-            samples.append(one_sample(sampler.fn, sampler.device, sampler.calls, sampler.flush))
-    return summarize(samples, sampler.calls)
+        return sample_for(sampler, budget_s, min_reps, max_reps)

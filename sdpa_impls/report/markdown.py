@@ -67,6 +67,36 @@ def sessions_text(meta: dict, finished: int) -> str:
     return "Code that measured it: " + "; ".join(parts) + ".\n" if parts else ""
 
 
+def device_time(results: list[Result]) -> str:
+    """On CUDA: the points whose device time is the eager time (and why), and the SM clocks the samples saw."""
+    timed = [r for r in results if r.status == "ok" and r.device_time_s is not None]
+    if not timed:
+        return ""
+    out = ["## Device time\n",
+           "Each CUDA point is timed twice: eager calls (the time tables above) and its call captured in a CUDA "
+           "graph and replayed back to back (the device time; TFLOP/s, GB/s and % of roofline come from it). "
+           "Host overhead = eager − device time.\n"]
+    eager: dict[str, list[str]] = {}
+    for r in timed:
+        if r.device_time_method == "eager":
+            eager.setdefault(f"`{r.impl}`: {r.device_time_reason}", []).append(r.case.id)
+    if eager:
+        out.append("Taken eagerly (the call cannot be captured; its device time is its eager time):\n")
+        out += [f"- {why} ({len(ids)} point{'s' * (len(ids) > 1)}: {', '.join(ids[:4])}{', …' * (len(ids) > 4)})"
+                for why, ids in eager.items()]
+        out.append("")
+    clocks = [r.clocks for r in timed if r.clocks and r.clocks.get("sm_clock_mhz")]
+    if clocks:
+        low, high = min(c["sm_clock_mhz"][0] for c in clocks), max(c["sm_clock_mhz"][2] for c in clocks)
+        top = max(c.get("sm_clock_max_mhz") or 0 for c in clocks)
+        again = sum(c.get("clock_discarded", 0) for c in clocks)
+        kept = sum(c.get("clock_kept_throttled", 0) for c in clocks)
+        out.append(f"SM clock during the samples: {low:.0f}–{high:.0f} MHz (maximum {top:.0f} MHz); {again} "
+                   f"sample{'s' * (again != 1)} taken again below 75 % of the maximum, {kept} kept throttled after "
+                   "the retries.\n")
+    return "\n".join(out)
+
+
 def write_markdown(path: Path, sweep: Sweep, layout: SweepTable, images: list[tuple[str, str]]) -> Path:
     """report.md: machine, sweep, the plots (relative links) and every table."""
     meta = sweep.meta
@@ -91,6 +121,7 @@ def write_markdown(path: Path, sweep: Sweep, layout: SweepTable, images: list[tu
         parts += [f"### {title}\n\n![{title}]({name})\n" for title, name in images]
     parts += ["## Tables\n", tables(layout, markdown=True, metrics=len(METRICS), with_summary=False)]
     parts.append(structures(sweep.results))
+    parts.append(device_time(sweep.results))
     parts.append(what_ran(sweep.results))
     path.write_text("\n".join(parts), encoding="utf-8")
     return path

@@ -27,6 +27,20 @@ METRICS: list[tuple[str, Callable[[Result], str]]] = [
      lambda r: "-" if r.speedup_vs_torch_sdpa is None else f"{r.speedup_vs_torch_sdpa:.2f}×"),
 
 ]
+def _device_cell(r: Result) -> str:
+    if r.device_time_s is None:
+        return "-"
+    return fmt_seconds(r.device_time_s) + (" (eager)" if r.device_time_method == "eager" else "")
+
+
+# shown with every metric (report.md) when a point has a device time (CUDA): the GPU's own time per call from a
+# CUDA-graph replay, and what the host adds to it in a loop of eager calls (the first table's times)
+DEVICE_METRICS = [
+    ("device time per call: CUDA-graph replay (\"eager\": the call cannot be captured, see \"Device time\")",
+     _device_cell),
+    ("host overhead per call: eager time − device time",
+     lambda r: "-" if r.host_overhead_s is None else fmt_seconds(r.host_overhead_s)),
+]
 # shown with every metric (report.md) when a point compiled: apart from the per-call times, never inside them
 COMPILE_METRIC = ("compile time, once per point before any sample (its first call: compilation + one call)",
                   lambda r: "-" if r.compile_s is None else fmt_seconds(r.compile_s))
@@ -127,6 +141,8 @@ def tables(layout: SweepTable, markdown: bool = False, metrics: int = 4, with_su
         return "(no results yet)\n"
     out = [summary(layout, markdown)] if with_summary else []
     chosen = METRICS[:metrics]
+    if metrics >= len(METRICS) and any(r.device_time_s is not None for r in layout.results):
+        chosen = [*chosen, *DEVICE_METRICS]
     if metrics >= len(METRICS) and any(r.compile_s is not None for r in layout.results):
         chosen = [*chosen, COMPILE_METRIC]
     for title, metric in chosen:
