@@ -6,6 +6,7 @@ and decides which benchmarks get another round; only the measuring of a round is
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -199,3 +200,47 @@ def test_a_process_environment_carries_its_padding(tmp_path: Path) -> None:
     env = side_env(side, cpu=True, padding="x" * 123)
     assert env[PAD_ENV] == "x" * 123 and env["OMP_NUM_THREADS"] == "1"
     assert env["PYTHONPATH"].split(":")[0] == str(tmp_path / "site")
+
+
+def _cuda_runs(host_us: float, runs: int, rng: np.random.Generator) -> list[list[Point]]:
+    """Runs whose device times are 1.0 everywhere and whose fused point carries a host overhead of about
+    `host_us` µs per call (±2 % from run to run); torch_sdpa's is 5 µs."""
+    out = []
+    for _ in range(runs):
+        run = []
+        for impl, host in (("torch_sdpa", 5.0), ("fused", host_us)):
+            p = _point(impl, CASE, 1e-3, rng)
+            run.append(replace(p, host_overhead_s=host * (1 + 0.02 * rng.standard_normal()) * 1e-6))
+        out.append(run)
+    return out
+
+
+@pytest.mark.parametrize("host_us, verdict", [(60.0, "pass"), (72.0, "FAIL")], ids=["aa", "host+20%"])
+def test_more_host_time_alone_fails_as_host_time_with_the_device_time_unchanged(host_us: float, verdict: str) -> None:
+    rng = np.random.default_rng(4)
+    report = judge(_cuda_runs(60.0, 4, rng), _cuda_runs(host_us, 4, rng), CONFIG)
+    row = _rows(report)[f"fused[{CASE}]"]
+    host = next(c for c in row.checks if c.kind == "host")
+    assert host.status == verdict, host.message
+    assert row.decision != SLOWER  # the device time did not move: only the host check speaks
+    if verdict == "FAIL":
+        assert report.exit_code == 1 and host.message.startswith("more host time: host overhead 6")
+        assert "head above base in 16 of 16 pairs of runs" in host.message
+
+
+def test_a_host_check_needs_every_run_to_have_one_and_a_few_microseconds() -> None:
+    rng = np.random.default_rng(5)
+    base, head = _cuda_runs(1.0, 3, rng), _cuda_runs(1.5, 3, rng)  # ×1.5, but only +0.5 µs: below the floor
+    checks = [c for c in _rows(judge(base, head, CONFIG))[f"fused[{CASE}]"].checks if c.kind == "host"]
+    assert [c.status for c in checks] == ["pass"]
+    head[0] = [replace(p, host_overhead_s=None) for p in head[0]]  # a run timed eagerly (or on a CPU)
+    row = _rows(judge(base, head, CONFIG))[f"fused[{CASE}]"]
+    assert not any(c.kind == "host" for c in row.checks)
+
+
+def test_the_host_floor_is_a_config_key_and_a_bad_one_is_refused() -> None:
+    from sdpa_impls.gate.config import GateInputError
+
+    assert config_from_dict({"continuous_host": "median:25%"}, "test").host_rule().factor == pytest.approx(1.25)
+    with pytest.raises(GateInputError, match="continuous_host"):
+        config_from_dict({"continuous_host": "fast"}, "test")

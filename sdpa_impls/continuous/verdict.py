@@ -17,6 +17,10 @@
   same reason a slower decision must not rest on one process: it also needs the interval's lower end to stay
   above the factor with any one run of either side left out (`without_one`); where it does not, the benchmark is
   undecided;
+- host overhead (CUDA points, whose time is the device time; bench.devicetime): one number per run (eager −
+  device time per call), unscaled; head's is larger when every head run's lies above every base run's, the
+  median grew by more than `continuous_host`'s factor and by more than `HOST_FLOOR_S` per call. A change that
+  only adds host work then fails as host time, with the device time unchanged;
 - memory: exact (peak memory is deterministic): head's smallest peak above base's largest fails;
 - correctness: every head run's point must be ok and within tolerance; a failed head test fails;
 - in-run ratio rules: on the head runs, as the gate checks them (a time rule must fail in every run);
@@ -37,6 +41,9 @@ from ..gate.ranktest import mann_whitney_u
 from ..gate.rules import FAIL, INFO, NA, PASS, Check, MemoryRule, correctness_check, relative_to
 
 EXACT_MEMORY = MemoryRule(0.0)
+# The least growth of the host overhead per call that fails: below a couple of microseconds, a difference in one
+# Python attribute lookup or allocator path moves it; a provisional floor until A/A data on a GPU sets it.
+HOST_FLOOR_S = 2e-6
 SLOWER, NOT_SLOWER, UNDECIDED = "slower", "not slower", "undecided"
 
 
@@ -184,6 +191,23 @@ def _memory_check(base: Sequence[Point], head: Sequence[Point]) -> Check:
     return Check("memory", head[0].label, check.status, check.message.replace(" × 1.00", " (exact)"))
 
 
+def _host_check(base: Sequence[Point], head: Sequence[Point], factor: float) -> Check | None:
+    """The host-overhead check of one benchmark (see the module docstring); None where a run of either side has no
+    host overhead (CPU points, calls timed eagerly)."""
+    b, h = [p.host_overhead_s for p in base], [p.host_overhead_s for p in head]
+    if not b or not h or any(v is None for v in b + h):
+        return None
+    mb, mh = median(b), median(h)
+    grew = mh - mb
+    numbers = (f"host overhead {mb * 1e6:.1f} µs → {mh * 1e6:.1f} µs per call "
+               f"({'×%.3f' % (mh / mb) if mb > 0 else f'{grew * 1e6:+.1f} µs'}), head above base in "
+               f"{sum(x > y for x in h for y in b)} of {len(b) * len(h)} pairs of runs")
+    if min(h) > max(b) and grew > HOST_FLOOR_S and mh > mb * factor:
+        return Check("host", head[0].label, FAIL, f"more host time: {numbers}; the median above ×{factor:.2f} "
+                                                  f"and +{HOST_FLOOR_S * 1e6:g} µs")
+    return Check("host", head[0].label, PASS, numbers)
+
+
 def _time_check(row: Row, factor: float, fdr: float, family: int) -> Check:
     unit = f"scaled by {row.unit}'s run speed" if row.unit else "as measured"
     lo, hi = row.interval
@@ -234,6 +258,9 @@ def judge(base_runs: Sequence[Sequence[Point]], head_runs: Sequence[Sequence[Poi
         row = Row(key[0], key[1], tuple(b), tuple(h), unit, ratio, interval, p, pairs_slower=slower)
         if b and h and th.memory is not None:
             checks.append(_memory_check(b, h))
+        host = _host_check(b, h, config.host_rule().factor) if b and h else None
+        if host is not None:
+            checks.append(host)
         rows.append(replace(row, checks=tuple(checks)))
     judged = [i for i, r in enumerate(rows) if r.p is not None and r.impl != reference
               and config.thresholds(r.impl, r.case_id).time is not None]

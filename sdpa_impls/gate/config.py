@@ -7,7 +7,8 @@ Keys (all optional): time = "median:15%" | "off", alpha = 0.01, memory = "peak:1
 correctness = true, allow_missing = false, allow_different_machines = false, time_reference = "" (an
 implementation, e.g. "torch_sdpa": time-vs-baseline compares times in units of its time on the same case),
 continuous_time = "median:5%" (`sdpa-bench continuous`: the smallest slowdown it reports, both sides measured in
-one interleaved run), cpu_targets = false (true adds the in-run rules of the CPU performance targets, gate.targets),
+one interleaved run), continuous_host = "median:10%" (the same for the host overhead of CUDA points),
+cpu_targets = false (true adds the in-run rules of the CPU performance targets, gate.targets),
 ratios = ["peak_memory: chunked / naive <= 0.5 when lq >= 2048", ...], and
 [[...override]] tables with `impl` / `case` fnmatch patterns plus any of time, alpha, memory,
 correctness, allow_missing. An unknown key or a bad value raises GateInputError naming the file.
@@ -26,8 +27,10 @@ from .targets import ci_rules
 SECTION = ("tool", "sdpa_bench", "gate")
 DEFAULTS = {"time": "median:15%", "alpha": 0.01, "memory": "peak:1%", "correctness": True, "allow_missing": False}
 TYPES = {"time": str, "alpha": float, "memory": str, "correctness": bool, "allow_missing": bool,
-         "allow_different_machines": bool, "time_reference": str, "cpu_targets": bool, "continuous_time": str}
+         "allow_different_machines": bool, "time_reference": str, "cpu_targets": bool, "continuous_time": str,
+         "continuous_host": str}
 CONTINUOUS_TIME = "median:5%"
+CONTINUOUS_HOST = "median:10%"
 OVERRIDABLE = tuple(DEFAULTS)
 
 
@@ -60,6 +63,11 @@ class GateConfig:
     overrides: tuple[Override, ...] = ()
     source: str = "built-in defaults"
     continuous_time: str = CONTINUOUS_TIME  # `sdpa-bench continuous`: base and head measured side by side
+    continuous_host: str = CONTINUOUS_HOST  # `sdpa-bench continuous` on CUDA: the smallest host-overhead growth
+
+    def host_rule(self) -> TimeRule:
+        """The host-overhead rule of `sdpa-bench continuous` (its factor)."""
+        return TimeRule.parse(self.continuous_host, self.alpha)
 
     def continuous_rule(self) -> TimeRule:
         """The time rule of `sdpa-bench continuous` (its factor; alpha is the false discovery rate)."""
@@ -138,7 +146,12 @@ def config_from_dict(table: dict, source: str) -> GateConfig:
         TimeRule.parse(continuous, float(settings["alpha"]))
     except ValueError as exc:
         raise GateInputError(f"{source}: continuous_time: {exc}") from None
-    return GateConfig(settings, different, reference, ratios, tuple(overrides), source, continuous)
+    host = str(_typed("continuous_host", table.get("continuous_host", CONTINUOUS_HOST), source))
+    try:
+        TimeRule.parse(host, float(settings["alpha"]))
+    except ValueError as exc:
+        raise GateInputError(f"{source}: continuous_host: {exc}") from None
+    return GateConfig(settings, different, reference, ratios, tuple(overrides), source, continuous, host)
 
 
 def _read_toml(path: Path) -> dict:

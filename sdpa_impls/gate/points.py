@@ -40,6 +40,7 @@ class Point:
     case: dict = field(default_factory=dict, compare=False)  # lq, lk, e, dtype, ... for rule conditions
     name: str = ""  # the benchmark's own name, e.g. test_sdpa[naive-L128-E64-fp32-fwd]
     ceiling_fraction: float | None = None  # achieved FLOP/s / the same run's GEMM ceiling of its dtype
+    host_overhead_s: float | None = None  # CUDA: eager − device time per call (bench.devicetime), else None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -85,6 +86,7 @@ def _point_from_benchmark(bench: object, index: int, source: str) -> Point:
         case={k: extra[k] for k in CASE_FIELDS if k in extra},
         name=name,
         ceiling_fraction=ceiling_fraction(extra.get("tflops"), extra.get("roofline_gemm"), extra.get("ceilings")),
+        host_overhead_s=_number(extra.get("host_overhead_s"), "host_overhead_s", where),
     )
 
 
@@ -141,5 +143,6 @@ def points_from_results(results: Iterable, ceilings: dict | None = None) -> list
             peak_memory_bytes=d.get("peak_memory_bytes"), max_error=d.get("max_error"),
             error_tolerance=d.get("error_tolerance"), status=d.get("status", "ok"),
             case={k: case[k] for k in CASE_FIELDS if k in case}, name=f"{d['impl']}[{case['id']}]",
-            ceiling_fraction=ceiling_fraction(d.get("tflops"), d.get("roofline_gemm"), ceilings)))
+            ceiling_fraction=ceiling_fraction(d.get("tflops"), d.get("roofline_gemm"), ceilings),
+            host_overhead_s=d.get("host_overhead_s")))
     return out
