@@ -1,0 +1,102 @@
+"""tools/gpu_gate_evidence.py on the CPU: its scenario branches build and run here, its resampling judges real kept
+runs, and without a GPU it says so. What it measures needs a GPU; none of that is checked here."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+
+import gpu_gate_evidence as ev  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("gpu-evidence")
+    ev.build_repo(out)
+    return out
+
+
+def _show(repo: Path, rev: str, path: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), "show", f"{rev}:{path}"], check=True, capture_output=True,
+                          text=True).stdout
+
+
+@pytest.mark.parametrize("scenario", ["dev2", "dev5", "host20"])
+def test_each_regression_is_one_planted_change_to_fused_that_compiles(scratch: Path, scenario: str) -> None:
+    repo = scratch / "repo"
+    base, changed = _show(repo, "base", ev.FUSED), _show(repo, scenario, ev.FUSED)
+    assert ev.RETURN in base and ev.RETURN not in changed and "# a regression:" in changed
+    compile(changed, ev.FUSED, "exec")
+    diff = subprocess.run(["git", "-C", str(repo), "diff", "--stat", "base", scenario], capture_output=True,
+                          text=True, check=True).stdout
+    assert ev.FUSED in diff and "1 file changed" in diff
+    assert {"dev2": "0.02 *", "dev5": "0.05 *", "host20": "0.2 *"}[scenario] in changed
+
+
+def test_the_aa_branch_changes_docs_only(scratch: Path) -> None:
+    diff = subprocess.run(["git", "-C", str(scratch / "repo"), "diff", "--name-only", "base", "aa"],
+                          capture_output=True, text=True, check=True).stdout.split()
+    assert diff == ["README.md"]
+
+
+def test_a_planted_branch_still_answers_right_on_the_cpu(scratch: Path) -> None:
+    """The planted code is CUDA-only: on the CPU the branch's fused is the base's, checked against fp64."""
+    repo = scratch / "repo"
+    subprocess.run(["git", "-C", str(repo), "checkout", "-q", "host20"], check=True)
+    try:
+        code = ("import torch, sdpa_impls; from sdpa_impls import reference, max_abs_error\n"
+                "q = torch.randn(1, 2, 70, 16); print(sdpa_impls.__file__)\n"
+                "print(max_abs_error(sdpa_impls.get('fused')(q, q, q, is_causal=True), reference(q, q, q, is_causal=True)))")
+        done = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True,
+                              env=os.environ | {"PYTHONPATH": str(repo)})
+        assert done.returncode == 0, done.stderr
+        where, error = done.stdout.split()
+        assert Path(where).resolve().is_relative_to(repo.resolve())  # the branch's code ran
+        assert float(error) < 1e-4
+    finally:
+        subprocess.run(["git", "-C", str(repo), "checkout", "-q", "base"], check=True)
+
+
+def test_subsets_are_distinct_seeded_and_sized() -> None:
+    picks = ev.subsets(5, 5, 3, 20, seed=1)
+    assert len(picks) == len(set(picks)) == 20 and all(len(b) == len(h) == 3 for b, h in picks)
+    assert picks == ev.subsets(5, 5, 3, 20, seed=1) and picks != ev.subsets(5, 5, 3, 20, seed=2)
+    assert len(ev.subsets(2, 2, 3, 50, seed=0)) == 1  # 2 runs a side: one subset, the runs themselves
+
+
+def test_outcomes_count_a_catch_only_where_the_scenario_changed() -> None:
+    assert ev.outcome("aa", [], 0) is False and ev.outcome("aa", ["time naive[x]"], 1) is True
+    assert ev.outcome("dev2", ["time fused[L4096]"], 1) and not ev.outcome("dev2", ["time naive[L4096]"], 1)
+    assert ev.outcome("host20", ["host fused[Lq1]"], 1)
+    assert not ev.outcome("host20", ["host fused[Lq1]", "time fused[Lq1]"], 1)  # its device time must not move
+
+
+def test_a_real_trial_is_kept_and_resampled_into_the_table(scratch: Path) -> None:
+    """One real `continuous` (the smoke preset on this CPU, two rounds a side, short) through the script's own
+    runner, then resampled trials judged on the runs it kept, and the table."""
+    repo = scratch / "repo"
+    r = ev.real_trial(repo, "aa", scratch, ["--preset", "smoke", "--rounds", "2", "--max-time", "0.02",
+                                             "--adaptive-budget", "0"])
+    assert r["exit"] in (0, 1) and r["kind"] == "real" and r["wall_s"] > 0, r["stderr_tail"]
+    kept = sorted((scratch / "aa-00").glob("*.json"))
+    assert [f.name for f in kept] == ["base-1.json", "base-2.json", "head-1.json", "head-2.json"]
+    again = ev.resampled(scratch, "aa", 3, 2, seed=0)
+    assert len(again) == 1 and again[0]["kind"] == "resampled"  # two runs a side: one subset of two
+    text = ev.table([r, *again])
+    assert "| aa | real | 1 |" in text and "| aa | resampled | 1 |" in text and "≤" in text
+
+
+def test_without_a_gpu_it_stops_with_one_message(tmp_path: Path) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device: the script would measure")
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "gpu_gate_evidence.py"), "--out", str(tmp_path)],
+                          capture_output=True, text=True)
+    assert done.returncode == 1 and "needs a CUDA device" in done.stderr
