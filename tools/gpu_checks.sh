@@ -9,6 +9,13 @@
 # sweep's folder: results.json, report.md, CSV). SECONDS (default 540) goes 40 % to the tests, then 30 % of what is
 # left to serve, the rest to masks. --impl (repeatable) narrows the masks sweep; the serve sweep and the tests run every
 # implementation.
+#
+# GPU_CHECKS_STEPS picks other steps, in order (default tests,serve,masks); each gets an equal share of what is
+# left (the tests 40 %, the last step all of it):
+#   llm    the llm preset, every implementation: device time and host overhead per point (llm.tar)
+#   speed  fused, chunked, compiled, flex and torch_sdpa on the llm preset, then llm-long: L = 8192 and 16384
+#          (speed.tar, speed-long.tar)
+#   gate   tools/gpu_gate_evidence.py within the step's share (gate.log, gate-results.jsonl)
 set -u
 out=${1:?usage: tools/gpu_checks.sh OUTDIR [SECONDS] [--impl NAME ...]}
 total=${2:-540}
@@ -36,28 +43,61 @@ stamp() { echo "[$(date -u +%H:%M:%S) +$((SECONDS - start))s] $*"; }
 } >"$out/env.txt" 2>&1
 cat "$out/env.txt"
 
-tests_s=$(( $(left) * 40 / 100 ))
-stamp "tests/test_gpu.py (${tests_s}s)"
-# flex and compiled compile on the CPU: pytest-xdist workers, where it is installed, share that out
-parallel=()
-if "$py" -c "import xdist" 2>/dev/null; then
-  workers=$(( $(nproc) / 3 )); parallel=(-n $(( workers < 1 ? 1 : workers > 6 ? 6 : workers )))
-fi
-timeout -k 15 "$tests_s" "$py" -m pytest tests/test_gpu.py -q -rfEs -p no:cacheprovider \
-  "${parallel[@]}" --junitxml="$out/test_gpu.xml" >"$out/test_gpu.log" 2>&1
-echo "exit $?" >>"$out/test_gpu.log"
-tail -n 40 "$out/test_gpu.log"
+steps=${GPU_CHECKS_STEPS:-tests,serve,masks}
+IFS=, read -r -a todo <<<"$steps"
+
+run_tests() {  # seconds
+  stamp "tests/test_gpu.py (${1}s)"
+  # flex and compiled compile on the CPU: pytest-xdist workers, where it is installed, share that out
+  local parallel=()
+  if "$py" -c "import xdist" 2>/dev/null; then
+    local workers=$(( $(nproc) / 3 )); parallel=(-n $(( workers < 1 ? 1 : workers > 6 ? 6 : workers )))
+  fi
+  timeout -k 15 "$1" "$py" -m pytest tests/test_gpu.py -q -rfEs -p no:cacheprovider \
+    "${parallel[@]}" --junitxml="$out/test_gpu.xml" >"$out/test_gpu.log" 2>&1
+  echo "exit $?" >>"$out/test_gpu.log"
+  tail -n 40 "$out/test_gpu.log"
+}
 
 sweep() {  # name seconds [run args...]
   local name=$1 secs=$2; shift 2
-  stamp "--preset $name (${secs}s)"
-  timeout -k 20 "$secs" "$py" -m sdpa_impls run --preset "$name" --device cuda --out "$work/$name" --resume \
+  stamp "$name (${secs}s)"
+  timeout -k 20 "$secs" "$py" -m sdpa_impls run --device cuda --out "$work/$name" --resume \
     --no-plots "$@" >"$work/$name.log" 2>&1
   echo "exit $?" >>"$work/$name.log"
   tail -n 25 "$work/$name.log"
   cp "$work/$name.log" "$work/$name/run.log" 2>/dev/null
   [ -d "$work/$name" ] && tar -C "$work" -cf "$out/$name.tar" "$name"
 }
-sweep serve $(( $(left) * 30 / 100 )) --budget 0.1 --max-reps 50
-sweep masks $(( $(left) - 15 )) --budget 0.05 --max-reps 50 "$@"
+
+speed() {  # seconds: the llm preset, then the longest sequences, for the plain-PyTorch implementations
+  local impls=fused,chunked,compiled,flex,torch_sdpa half=$(( $1 / 2 ))
+  sweep speed "$half" --preset llm --impl "$impls" --budget 0.1 --max-reps 50
+  sweep speed-long $(( $1 - half )) --preset llm-long --impl "$impls" --budget 0.1 --max-reps 30
+}
+
+gate() {  # seconds
+  stamp "tools/gpu_gate_evidence.py (${1}s)"
+  timeout -k 30 $(( $1 + 60 )) "$py" tools/gpu_gate_evidence.py --out "$work/gate" --budget $(( $1 - 60 )) \
+    >"$out/gate.log" 2>&1
+  echo "exit $?" >>"$out/gate.log"
+  cp "$work/gate/results.jsonl" "$out/gate-results.jsonl" 2>/dev/null
+  tail -n 30 "$out/gate.log"
+}
+
+for i in "${!todo[@]}"; do
+  rest=$(( ${#todo[@]} - i ))
+  share=$(( $(left) / rest ))
+  [ "${todo[$i]}" = tests ] && [ "$rest" -gt 1 ] && share=$(( $(left) * 40 / 100 ))
+  [ "$rest" -eq 1 ] && share=$(( $(left) - 15 ))
+  case ${todo[$i]} in
+    tests) run_tests "$share" ;;
+    serve) sweep serve "$share" --preset serve --budget 0.1 --max-reps 50 ;;
+    masks) sweep masks "$share" --preset masks --budget 0.05 --max-reps 50 "$@" ;;
+    llm) sweep llm "$share" --preset llm --budget 0.1 --max-reps 50 ;;
+    speed) speed "$share" ;;
+    gate) gate "$share" ;;
+    *) echo "tools/gpu_checks.sh: unknown step ${todo[$i]} (tests, serve, masks, llm, speed, gate)" >&2; exit 2 ;;
+  esac
+done
 stamp "done"

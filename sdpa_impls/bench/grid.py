@@ -224,6 +224,9 @@ PRESETS: dict[str, tuple[Case, ...]] = {
                heads_q=(16,), heads_kv=(16,))
         + _cases(lq=(1,), lk=(16384,), e=(128,), dtype=("bf16", "fp16"), batch=(8,), heads_q=(32,), heads_kv=(8,))
     ),
+    # the llm preset's Llama-3-8B shape at the lengths where O(L²) work and memory decide: 8k and 16k tokens
+    "llm-long": _cases(lq=(8192, 16384), e=(128,), dtype=("bf16",), causal=(True,), mode=("fwd", "fwd+bwd"),
+                       heads_q=(32,), heads_kv=(8,)),
     "llm": (  # (heads_q, heads_kv, E): Llama-3-8B / Mistral-7B, Llama-2-7B, GPT-2 small
         _cases(lq=(1024, 4096), e=(128,), dtype=("bf16",), causal=(True,), mode=("fwd", "fwd+bwd"),
                  heads_q=(32,), heads_kv=(8, 32))
