@@ -84,11 +84,8 @@ def extra_gemm(sixteenths: int) -> str:
             "                              alpha=scale, out=take(sbuf, n, g * r, j1 - j0))\n")
 
 
-def build_repo(out: Path, sixteenths: dict[str, int]) -> Path:
-    repo = out / "repo"
-    if repo.exists():
-        print(f"resuming with {repo}: the tree it was built from, not this one, is what is measured", file=sys.stderr)
-        return repo
+def base_and_aa(repo: Path) -> None:
+    """A scratch repository at `repo`: this working tree as commit `base`, and branch `aa` (a docs-only change)."""
     snapshot_working_tree(ROOT, repo)
     git(repo, "init", "-q", "-b", "base")
     git(repo, "add", "-A")
@@ -97,6 +94,14 @@ def build_repo(out: Path, sixteenths: dict[str, int]) -> Path:
     with (repo / "README.md").open("a") as fh:
         fh.write("\nA docs-only change.\n")
     git(repo, "commit", "-q", "-am", "aa: docs only")
+
+
+def build_repo(out: Path, sixteenths: dict[str, int]) -> Path:
+    repo = out / "repo"
+    if repo.exists():
+        print(f"resuming with {repo}: the tree it was built from, not this one, is what is measured", file=sys.stderr)
+        return repo
+    base_and_aa(repo)
     for name, n in sixteenths.items():
         branch(repo, name, FUSED, GEMM, extra_gemm(n) + GEMM)
     branch(repo, "chunkedmem", CHUNKED, CHUNKED_CALL,
@@ -290,10 +295,15 @@ def plan(trials: str, scenarios: str) -> dict[str, int]:
     """{scenario: trials} from --trials N (every scenario of --scenarios) or --trials aa=40,fused5=10."""
     if "=" not in trials:
         return {s: int(trials) for s in scenarios.split(",")}
-    counts = {name: int(n) for name, n in (item.split("=") for item in trials.split(","))}
-    unknown = set(counts) - set(SCENARIOS)
+    return counts_of(trials, SCENARIOS)
+
+
+def counts_of(text: str, known: tuple[str, ...]) -> dict[str, int]:
+    """{scenario: N} from "aa=40,fused5=10"; SystemExit naming the known scenarios for an unknown one."""
+    counts = {name: int(n) for name, n in (item.split("=") for item in text.split(","))}
+    unknown = set(counts) - set(known)
     if unknown:
-        raise SystemExit(f"unknown scenario(s) {sorted(unknown)}; known: {', '.join(SCENARIOS)}")
+        raise SystemExit(f"unknown scenario(s) {sorted(unknown)}; known: {', '.join(known)}")
     return counts
 
 

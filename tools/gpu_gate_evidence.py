@@ -41,9 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
-from continuous_evidence import bounds, branch, git  # noqa: E402
-
-from sdpa_impls.continuous.revisions import snapshot_working_tree  # noqa: E402
+from continuous_evidence import base_and_aa, bounds, branch, counts_of, git  # noqa: E402
 
 FUSED = "sdpa_impls/impls/fused.py"
 RETURN = "        return lambda: tiled_attention(inp, forward, tiling, tiles, widen)\n"  # fused's prepared closure
@@ -100,14 +98,7 @@ def build_repo(out: Path) -> Path:
     repo = out / "repo"
     if repo.exists():
         return repo
-    snapshot_working_tree(ROOT, repo)
-    git(repo, "init", "-q", "-b", "base")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "base")
-    git(repo, "checkout", "-q", "-b", "aa")
-    with (repo / "README.md").open("a") as fh:
-        fh.write("\nA docs-only change.\n")
-    git(repo, "commit", "-q", "-am", "aa: docs only")
+    base_and_aa(repo)
     for name, new in (("dev2", device_regression(0.02)), ("dev5", device_regression(0.05)),
                       ("host20", host_regression(0.20))):
         branch(repo, name, FUSED, RETURN, new)
@@ -191,14 +182,6 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def plan(text: str) -> dict[str, int]:
-    counts = {name: int(n) for name, n in (item.split("=") for item in text.split(","))}
-    unknown = set(counts) - set(SCENARIOS)
-    if unknown:
-        raise SystemExit(f"unknown scenario(s) {sorted(unknown)}; known: {', '.join(SCENARIOS)}")
-    return counts
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("gpu-evidence"))
@@ -210,7 +193,7 @@ def main() -> int:
                         help="more arguments for each real continuous (default: --adaptive-budget 30)")
     parser.add_argument("--rejudge", action="store_true", help="measure nothing: resample the runs kept in OUT")
     args = parser.parse_args()
-    counts = plan(args.resamples)
+    counts = counts_of(args.resamples, SCENARIOS)
     log = args.out / "results.jsonl"
     if not args.rejudge:
         import torch
