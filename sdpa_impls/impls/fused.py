@@ -10,25 +10,16 @@ from ._tiled.online_softmax import fp16_in_fp32, plan_tiles, take, tiled_attenti
 from ..protocol import Implementation, SDPAInputs, Support
 from ..registry import register
 from ._tiled.tilemap import MaskTiles, Plan, Tiling
-from ._tiled.tiles import (NEG_INF, TileMasker, empty_attention, fit_rows, flat, forward_views, group_heads, rows3,
-                           score_tile_bytes, store_rows_)
+from ._tiled.budget import tiling_for
+from ._tiled.tiles import NEG_INF, TileMasker, empty_attention, flat, forward_views, rows3, store_rows_
 
 KEY_BLOCK = 64  # keys per block of the tile map: how finely a mask's empty and full keys are told apart
 
 
 def tile_shape(device: torch.device, b: int, hkv: int, g: int, lq: int, lk: int, itemsize: int) -> tuple[int, int]:
-    """(query rows, kv heads) per score tile.
-
-    CPU: first 32 to 256 rows (multiple of 32), as many as fit `tiles.score_tile_bytes` for one head per
-    thread (below 32 rows the GEMMs lose speed, above 256 they gain nothing), then as many heads as still fit. CUDA: all heads, 64 to 16384 rows within the memory bound.
-    """
-    if device.type != "cpu":
-        rows = fit_rows(score_tile_bytes(device), b * hkv * g * lk * itemsize, 64, 16384, 64)
-    else:
-        per_row = torch.get_num_threads() * g * lk * itemsize
-        rows = fit_rows(score_tile_bytes(device), per_row, 32, 256, 32)
-    rows = min(rows, lq)
-    return rows, group_heads(device, b * hkv, rows * g * lk * itemsize)
+    """(query rows, kv heads) per score tile of `itemsize`-byte scores, from the device's tiling policy
+    (`budget.CpuTiling.fused_tile`: cache-sized; `budget.CudaTiling.fused_tile`: up to 1024 rows of every head)."""
+    return tiling_for(device).fused_tile(b, hkv, g, lq, lk, itemsize)
 
 
 def fused_plan(tiles: MaskTiles, dev: torch.device, b: int, g: int, itemsize: int) -> tuple[int, Plan]:

@@ -1,8 +1,5 @@
-"""Grouped-head views, mask tiles and cache-derived tile sizes shared by the plain-PyTorch implementations."""
+"""Grouped-head views and mask tiles shared by the plain-PyTorch implementations (tile sizes: `budget`)."""
 from __future__ import annotations
-
-import functools
-from pathlib import Path
 
 import torch
 
@@ -156,51 +153,3 @@ def rows3(x4: torch.Tensor, i0: int, i1: int) -> torch.Tensor:
 def store_rows_(x4: torch.Tensor, i0: int, i1: int, t3: torch.Tensor) -> None:
     """Write a (heads, G·rows, D) tile back into rows i0:i1 of a (heads, G, L, D) tensor."""
     x4[:, :, i0:i1] = t3.view(x4.shape[0], x4.shape[1], i1 - i0, x4.shape[-1])
-
-
-@functools.lru_cache(maxsize=None)
-def cache_bytes(level: int) -> int:
-    """Size of cpu0's cache at `level` from sysfs (L2 is per core, L3 shared); 0 when it cannot be read."""
-    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
-        try:
-            if (index / "level").read_text().strip() == str(level):
-                text = (index / "size").read_text().strip().upper()
-                unit = {"K": 1024, "M": 1024 * 1024}.get(text[-1], 1)
-                return int(text.rstrip("KM")) * unit
-        except (OSError, ValueError):
-            continue
-    return 0
-
-
-def l2_cache_bytes() -> int:
-    """Per-core L2 size; 1 MiB when it cannot be read."""
-    return cache_bytes(2) or 1 << 20
-
-
-def score_tile_bytes(device: torch.device) -> int:
-    """How many bytes the score tile of one head group may take.
-
-    CPU: twice the L2 size per thread (4 MiB on 2 cores with 1 MiB L2 each). The tile is written by one
-    GEMM, rewritten by the softmax and read by the next GEMM; each thread works on its own heads, and on
-    the EPYC this was tuned on 2 MiB per thread beat 4 and 8 MiB per thread by 5-10 % (fp32 and bf16,
-    L = 1024..4096; an earlier tuning run, not repeated for docs/performance.md). CUDA: the tile only bounds
-    memory and launches: 512 MiB.
-    """
-    if device.type != "cpu":
-        return 512 << 20
-    return torch.get_num_threads() * 2 * l2_cache_bytes()
-
-
-def group_heads(device: torch.device, heads: int, bytes_per_head: int) -> int:
-    """KV heads processed together. CPU: as many as fit `score_tile_bytes`, at least one per thread
-    (each GEMM then gives each thread whole heads, whose tiles stay in that core's cache). CUDA: all."""
-    if device.type != "cpu":
-        return heads
-    threads = torch.get_num_threads()
-    return fit_rows(score_tile_bytes(device), bytes_per_head, threads, max(threads, heads), threads)
-
-
-def fit_rows(budget: int, bytes_per_row: int, lo: int, hi: int, step: int) -> int:
-    """The largest multiple of `step` in [lo, hi] such that rows × bytes_per_row <= budget (lo if none)."""
-    rows = budget // max(1, bytes_per_row) // step * step
-    return int(max(lo, min(hi, rows)))
