@@ -152,17 +152,21 @@ def tiling_for(device: torch.device) -> Tiling:
 
 
 @contextlib.contextmanager
-def cuda_tiling(free_bytes: int = NOMINAL_FREE_BYTES) -> Iterator[CudaTiling]:
-    """Plan with the CUDA tiling whatever the tensors' device (as a GPU with `free_bytes` free would): the CUDA
-    plan's answers, launches and memory can then be checked on the CPU. Prepare and call inside the block."""
-    if free_bytes <= 0:
-        raise ValueError(f"free_bytes must be positive, got {free_bytes}")
-    policy = CudaTiling(free_bytes)
+def forced_tiling(policy: CudaTiling) -> Iterator[CudaTiling]:
+    """Plan with `policy` whatever the tensors' device: a CUDA plan's answers, launches and memory can then be
+    checked on the CPU. Prepare and call inside the block (a prepared closure keeps the plan it was given)."""
     token = _FORCED.set(policy)
     try:
         yield policy
     finally:
         _FORCED.reset(token)
+
+
+def cuda_tiling(free_bytes: int = NOMINAL_FREE_BYTES) -> contextlib.AbstractContextManager[CudaTiling]:
+    """`forced_tiling` with the CUDA policy of a GPU that has `free_bytes` free; ValueError unless positive."""
+    if free_bytes <= 0:
+        raise ValueError(f"free_bytes must be positive, got {free_bytes}")
+    return forced_tiling(CudaTiling(free_bytes))
 
 
 def score_tile_bytes(device: torch.device) -> int:

@@ -39,7 +39,8 @@ def take(buf: torch.Tensor, *shape: int) -> torch.Tensor:
 
 def plan_tiles(tiles: MaskTiles, tiling: Tiling, b: int, g: int, dev: torch.device) -> Plan:
     """The plan a tiled loop of `tiling` follows (query and key tiles clipped to the call's lengths), for head
-    groups whose fp32 score tiles fit the device's budget (`budget.tiling_for`). `prepare_inputs` calls it first, so a timed call finds it built."""
+    groups whose fp32 score tiles fit the device's budget (`budget.tiling_for`). `prepare_inputs` calls it first,
+    so a timed call finds it built."""
     key = (tiling.q_tile, tiling.k_tile, tiling.k_block, tiling.merge_runs, torch.get_num_threads())
     found = tiles.memo.get(key)
     if found is None:
