@@ -82,8 +82,8 @@ class CpuTiling:
 
 @dataclass(frozen=True)
 class CudaTiling:
-    """Few large tiles: on a GPU each tile costs a handful of kernel launches (about 5-10 µs of host time each in
-    eager PyTorch), and the score tile never fits the L2 (50 MiB on an H200) anyway, so tiles are as large as the
+    """Few large tiles: on a GPU each tile costs a handful of kernel launches (a few µs of host time each in eager
+    PyTorch), and the score tile never fits the L2 (50 MiB on an H200) anyway, so tiles are as large as the
     causal skip and the memory budget allow.
 
     The score-tile budget is a sixteenth of the device's free memory, at most 512 MiB: on any card with 8 GiB
@@ -127,9 +127,9 @@ class CudaTiling:
         return fit_rows(self.score_tile_bytes, heads * k * 6, *self.CHUNKED_Q_TILE), k
 
 
-Tiling = CpuTiling | CudaTiling
-NOMINAL_FREE_BYTES = 64 << 30  # a device without a readable free-memory count (no CUDA here): a large card
-_FORCED: contextvars.ContextVar[CudaTiling | None] = contextvars.ContextVar("forced_tiling", default=None)
+TilePolicy = CpuTiling | CudaTiling
+NOMINAL_FREE_BYTES = 64 << 30  # where the free memory cannot be read (a plan forced on other tensors): a large card
+_FORCED: contextvars.ContextVar[TilePolicy | None] = contextvars.ContextVar("forced_tiling", default=None)
 
 
 def free_device_bytes(device: torch.device) -> int:
@@ -139,7 +139,7 @@ def free_device_bytes(device: torch.device) -> int:
     return NOMINAL_FREE_BYTES
 
 
-def tiling_for(device: torch.device) -> Tiling:
+def tiling_for(device: torch.device) -> TilePolicy:
     """The tiling policy of `device`, or the CUDA one forced by `cuda_tiling` (for any device).
 
     Call it where a plan is built (`prepare_inputs`): on CUDA it reads the free memory from the driver."""
@@ -152,7 +152,7 @@ def tiling_for(device: torch.device) -> Tiling:
 
 
 @contextlib.contextmanager
-def forced_tiling(policy: CudaTiling) -> Iterator[CudaTiling]:
+def forced_tiling(policy: TilePolicy) -> Iterator[TilePolicy]:
     """Plan with `policy` whatever the tensors' device: a CUDA plan's answers, launches and memory can then be
     checked on the CPU. Prepare and call inside the block (a prepared closure keeps the plan it was given)."""
     token = _FORCED.set(policy)
@@ -162,7 +162,7 @@ def forced_tiling(policy: CudaTiling) -> Iterator[CudaTiling]:
         _FORCED.reset(token)
 
 
-def cuda_tiling(free_bytes: int = NOMINAL_FREE_BYTES) -> contextlib.AbstractContextManager[CudaTiling]:
+def cuda_tiling(free_bytes: int = NOMINAL_FREE_BYTES) -> contextlib.AbstractContextManager[TilePolicy]:
     """`forced_tiling` with the CUDA policy of a GPU that has `free_bytes` free; ValueError unless positive."""
     if free_bytes <= 0:
         raise ValueError(f"free_bytes must be positive, got {free_bytes}")
