@@ -112,6 +112,7 @@ def test_ops_per_call_of_the_llm_preset_are_bounded(case: Case, name: str) -> No
     limit = OP_LIMITS[(name, case.lq, case.mode)]
     assert sum(ops.values()) <= limit, f"{sum(ops.values())} ops > {limit}: {ops.most_common(8)}"
     assert ops["aten::bmm"] + ops["aten::bmm.out"] + ops["aten::baddbmm.out"] > 0  # it did compute something
+    assert ops["aten::triu_"] == 0, "the causal triangle is built in prepare_inputs, not in every call"
 
 
 @pytest.mark.parametrize("name", TILED)

@@ -11,6 +11,7 @@ from ..protocol import Implementation, SDPAInputs, Support
 from ..registry import register
 from ._tiled.budget import tiling_for
 from ._tiled.tilemap import EMPTY, MaskTiles, Tiling
+from ._tiled.tiles import TileMasker
 
 
 def tile_size(device: torch.device, heads: int) -> tuple[int, int]:
@@ -52,6 +53,7 @@ class Chunked(Implementation):
         tiling = Tiling(q_tile, k_tile, k_tile, False)
         if not inp.is_empty:  # the forward and the backward tile alike: one plan for both, built before any call
             plan_tiles(tiles, tiling, q.shape[0], q.shape[1] // max(1, inp.key.shape[1]), q.device)
+            TileMasker.warm(tiles.memo, inp.is_causal, min(q_tile, q.shape[2]), q.device, (q.dtype, torch.float32))
         fwd = functools.partial(chunked_forward, q_tile=q_tile, k_tile=k_tile, tiles=tiles)
         widen = fp16_in_fp32(inp, k_tile)  # a key tile sums up to k_tile unnormalized P V terms
         return lambda: tiled_attention(inp, fwd, tiling, tiles, widen)

@@ -59,7 +59,7 @@ def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: t
     need_f32 = half and (with_lse or float_mask)
     out = torch.empty((b, hkv, g, lq, ev), dtype=dtype, device=dev)
     lse = torch.empty((b, hkv, g, lq), dtype=torch.float32, device=dev) if with_lse else None
-    masker = TileMasker(mask5, is_causal, rows, dev)
+    masker = TileMasker(mask5, is_causal, rows, dev, tiles.memo)
     sbuf = torch.empty(heads * g * rows * lk, dtype=dtype, device=dev)
     fbuf = torch.empty(heads * g * rows * lk, dtype=torch.float32, device=dev) if need_f32 else sbuf
     obuf = torch.empty(heads * g * rows * ev, dtype=dtype, device=dev)  # a contiguous GEMM output is faster
@@ -139,10 +139,13 @@ class Fused(Implementation):
         widen = fp16_in_fp32(inp, 1)  # P is normalized before P V: each output is bounded by max|v|
         half = q.dtype != torch.float32 and not widen
         float_mask = inp.mask_kind == "float"
-        fused_plan(tiles, dev, b, g, 4 if half and (inp.needs_grad or float_mask) else (2 if half else 4))
+        fwd_rows, _ = fused_plan(tiles, dev, b, g, 4 if half and (inp.needs_grad or float_mask) else (2 if half else 4))
         rows, _ = tile_shape(dev, b, k.shape[1], g, q.shape[2], k.shape[2], 4)
         tiling = Tiling(rows, k.shape[2], KEY_BLOCK, True)  # backward: full-width rows of key blocks
+        dtypes = (q.dtype, torch.float32)  # the score tiles' dtypes: the input's, fp32 where the softmax needs it
+        TileMasker.warm(tiles.memo, inp.is_causal, fwd_rows, dev, dtypes)
         if inp.needs_grad:
             plan_tiles(tiles, tiling, b, g, dev)
+            TileMasker.warm(tiles.memo, inp.is_causal, min(rows, q.shape[2]), dev, dtypes)
         forward = functools.partial(fused_forward, tiles=tiles)
         return lambda: tiled_attention(inp, forward, tiling, tiles, widen)

@@ -71,7 +71,7 @@ def chunked_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5:
     sbuf = torch.empty(heads * g * q_tile * k_tile, dtype=dtype, device=dev)  # S, then P, in the input dtype
     pbuf = torch.empty_like(sbuf, dtype=torch.float32) if half else sbuf  # fp32 P
     abuf = torch.empty(heads * g * q_tile * ev, dtype=torch.float32, device=dev)  # output accumulator
-    masker = TileMasker(mask5, is_causal, q_tile, dev)
+    masker = TileMasker(mask5, is_causal, q_tile, dev, tiles.memo)
     for (bs, hs), key_rows in zip(plan.groups, plan.tiles):
         q4, out4, kt3, v3, mask_g = forward_views(q5, k4, v4, out, mask5, bs, hs)
         n = q4.shape[0]
@@ -151,7 +151,7 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
     dpbuf = torch.empty(tile, dtype=dtype, device=dev)  # dP, then dS, in the input dtype
     pbuf = torch.empty(tile, dtype=torch.float32, device=dev) if half else sbuf  # fp32 P
     dsbuf = torch.empty(tile, dtype=torch.float32, device=dev) if half else dpbuf  # fp32 dS
-    masker = TileMasker(mask5, is_causal, q_tile, dev)
+    masker = TileMasker(mask5, is_causal, q_tile, dev, tiles.memo)
     for (bs, hs), key_rows in zip(plan.groups, plan.tiles):
         q4, do4, dq4 = flat(q5, bs, hs), flat(dout5, bs, hs), flat(dq, bs, hs)  # (heads, G, L, ·)
         k3, v3 = flat(k4, bs, hs), flat(v4, bs, hs)  # (heads, Lk, E), (heads, Lk, Ev)

@@ -79,25 +79,37 @@ class TileMasker:
     precomputed upper triangle of -inf (0 elsewhere) in the tile's dtype: an add is 5-10x faster than a
     masked_fill with a broadcast bool mask on CPU. Scores are finite (fp16 that could overflow is computed
     in fp32, `online_softmax.fp16_in_fp32`), so -inf + score = -inf. Tiles left of the diagonal cost nothing.
+    The triangles are kept in `cache` (a call's `MaskTiles.memo`), where `warm` builds them before any call: a
+    call then launches nothing to make them.
     """
 
-    def __init__(self, mask5: torch.Tensor | None, is_causal: bool, max_rows: int, device: torch.device) -> None:
+    def __init__(self, mask5: torch.Tensor | None, is_causal: bool, max_rows: int, device: torch.device,
+                 cache: dict | None = None) -> None:
         self.float_mask = mask5 is not None and mask5.dtype != torch.bool
-        self.upper = None  # upper[r, c] is True where key i0 + c lies after query i0 + r
-        self._bias: dict[torch.dtype, torch.Tensor] = {}  # the same triangle as -inf/0 per score dtype
+        self.is_causal, self.max_rows, self.device = is_causal, max_rows, device
+        self._cache = {} if cache is None else cache
+
+    @classmethod
+    def warm(cls, cache: dict, is_causal: bool, max_rows: int, device: torch.device,
+             dtypes: tuple[torch.dtype, ...]) -> None:
+        """Build the causal triangles of `max_rows` rows in `dtypes` into `cache` (in `prepare_inputs`)."""
         if is_causal:
-            self.upper = torch.ones((max_rows, max_rows), dtype=torch.bool, device=device).triu_(1)
+            for dtype in dtypes:
+                cls(None, True, max_rows, device, cache)._upper_bias(dtype)
 
     def _upper_bias(self, dtype: torch.dtype) -> torch.Tensor:
-        if dtype not in self._bias:
-            assert self.upper is not None
-            self._bias[dtype] = torch.zeros(self.upper.shape, dtype=dtype, device=self.upper.device).masked_fill_(
-                self.upper, NEG_INF)
-        return self._bias[dtype]
+        """(max_rows, max_rows) in `dtype`: -inf where key i0 + c lies after query i0 + r, else 0."""
+        key = ("causal-bias", self.max_rows, dtype, str(self.device))
+        bias = self._cache.get(key)
+        if bias is None:
+            r = self.max_rows
+            upper = torch.ones((r, r), dtype=torch.bool, device=self.device).triu_(1)
+            bias = self._cache[key] = torch.zeros((r, r), dtype=dtype, device=self.device).masked_fill_(upper, NEG_INF)
+        return bias
 
     def apply_(self, s3: torch.Tensor, mask5: torch.Tensor | None, i0: int, i1: int, j0: int, j1: int) -> None:
         """s3 holds query rows i0:i1 × keys j0:j1 of the heads of `mask5` (b, h, G, Lq, Lk); masked -> -inf."""
-        crosses = self.upper is not None and j1 - 1 > i0
+        crosses = self.is_causal and j1 - 1 > i0
         if mask5 is None and not crosses:
             return
         g = s3.shape[1] // (i1 - i0)
