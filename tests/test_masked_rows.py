@@ -30,14 +30,15 @@ import torch
 import sdpa_impls
 from sdpa_impls import max_abs_error, reference, tolerance
 from sdpa_impls.bench.machine import ONEDNN_ISA_ENV, cpu_flags
-from sdpa_impls.impls import chunked, fused
+from sdpa_impls.impls import fused
+from sdpa_impls.impls._tiled.budget import CpuTiling
 from test_correctness import one_intra_op_thread  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 
 # Both sides of each block the tiled kernels use (fused's key block, chunked's query tile), taken from the code so
 # that a retuning moves the test with it, plus PyTorch's mask-vs-math lengths (267 × 514)
-BLOCKS = sorted({fused.KEY_BLOCK, chunked.Q_TILE})
+BLOCKS = sorted({fused.KEY_BLOCK, CpuTiling.CHUNKED_Q_TILE})
 LENGTHS = sorted({1, *(n + d for n in BLOCKS for d in (-1, 0, 1)), 267, 514})
 MASKS = ("alternate", "ends", "column", "padding", "float-inf")
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
@@ -193,7 +194,7 @@ def test_the_subset_covers_every_length_and_mask() -> None:
         mine = [c for c in COMBOS if c.mask == mask]
         assert {c.lq for c in mine} == {c.lk for c in mine} == set(LENGTHS), mask
         assert {c.causal for c in mine} == {c.gqa for c in mine} == {False, True}, mask
-    assert {fused.KEY_BLOCK - 1, fused.KEY_BLOCK + 1, chunked.Q_TILE + 1} <= set(LENGTHS)
+    assert {fused.KEY_BLOCK - 1, fused.KEY_BLOCK + 1, CpuTiling.CHUNKED_Q_TILE + 1} <= set(LENGTHS)
 
 
 # --- the same checks under each oneDNN instruction set this CPU has --------------------------------------------------

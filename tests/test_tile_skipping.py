@@ -13,7 +13,7 @@ from sdpa_impls.bench.grid import Case
 from sdpa_impls.impls._tiled.online_softmax import chunked_forward, tiled_backward
 from sdpa_impls.impls._tiled.tilemap import EMPTY, FULL, PARTIAL, MaskTiles, Tiling, block_states
 from sdpa_impls.impls._tiled.tiles import grouped
-from sdpa_impls.impls.chunked import Q_TILE, key_tile, narrowest_useful
+from sdpa_impls.impls.chunked import narrowest_useful, tile_size
 from sdpa_impls.impls.fused import KEY_BLOCK, fused_forward, tile_shape
 from sdpa_impls.protocol import SDPAInputs
 
@@ -134,8 +134,8 @@ def test_a_padded_decode_batch_computes_nothing_past_each_rows_length() -> None:
     gen = torch.Generator().manual_seed(3)
     q = torch.randn(3, 4, 4, E, generator=gen)
     k, v = torch.randn(3, 2, lk, E, generator=gen), torch.randn(3, 2, lk, EV, generator=gen)
-    widest = key_tile(torch.device("cpu"), 12, Q_TILE)
-    chunked_tile = narrowest_useful(MaskTiles(mask, False, 2, 4, lk), widest)  # chunked's choice for this mask
+    q_tile, widest = tile_size(torch.device("cpu"), 12)
+    chunked_tile = narrowest_useful(MaskTiles(mask, False, 2, 4, lk), widest, q_tile)  # chunked's choice for this mask
     assert chunked_tile in (widest, widest // 2, widest // 4)
     for name, block in (("fused", KEY_BLOCK), ("chunked", min(lk, chunked_tile))):
         flops = gemm_flops(lambda: sdpa_impls.get(name)(q, k, v, attn_mask=mask, enable_gqa=True))
@@ -148,9 +148,9 @@ def test_chunked_narrows_its_key_tiles_where_a_mask_empties_more_keys() -> None:
     """A 512-key window at L = 4096 inside 1024-key tiles computes ~1.5k keys per query tile; narrower tiles skip
     more. With no empty tile (a dense random mask) the widest tile stays: narrower ones only add tiles."""
     window = Case(lq=4096, lk=4096, e=E, mask="window-512").structure().dense(1, 8, torch.float32, "cpu")
-    assert narrowest_useful(MaskTiles(window, False, 8, 4096, 4096), 1024) < 1024
+    assert narrowest_useful(MaskTiles(window, False, 8, 4096, 4096), 1024, 128) < 1024
     dense = torch.rand(4096, 4096, generator=torch.Generator().manual_seed(4)) < 0.9
-    assert narrowest_useful(MaskTiles(dense, False, 8, 4096, 4096), 1024) == 1024
+    assert narrowest_useful(MaskTiles(dense, False, 8, 4096, 4096), 1024, 128) == 1024
 
 
 @pytest.mark.parametrize("shape", [(L, L), (2, 1, L, L), (4, L, L), (1, 1, 1, L), (L, 1)])

@@ -4,7 +4,7 @@
 
 For fp32 and bf16, causal, `window-512` and `documents-1024` at the given L (E = 64, B = 1, H = 8, forward), `fused`
 is prepared once with its own tile shape (`rows=None` in the table) and once for each fixed number of query rows
-per tile (32, 64, 128, 256; the heads per tile still follow `tiles.group_heads`). All these closures are then
+per tile (32, 64, 128, 256; the heads per tile still follow `budget.group_heads`). All these closures are then
 timed in shared interleaved rounds, one call each per round, and each time is the median over rounds; every
 time is also given as a fraction of the default causal time of its dtype. --profile adds torch.profiler's
 operator table of three default `window-512` calls per dtype: where a structured call's time goes. Not a test.
@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 import sdpa_impls.impls.fused as fused  # noqa: E402
 from sdpa_impls.bench.check import CaseContext  # noqa: E402
 from sdpa_impls.bench.grid import Case  # noqa: E402
-from sdpa_impls.impls._tiled.tiles import group_heads  # noqa: E402
+from sdpa_impls.impls._tiled.budget import group_heads  # noqa: E402
 from sdpa_impls.registry import get  # noqa: E402
 
 ROWS = (None, 32, 64, 128, 256)

@@ -9,29 +9,26 @@ import torch
 from ._tiled.online_softmax import chunked_forward, fp16_in_fp32, plan_tiles, tiled_attention
 from ..protocol import Implementation, SDPAInputs, Support
 from ..registry import register
+from ._tiled.budget import tiling_for
 from ._tiled.tilemap import EMPTY, MaskTiles, Tiling
-from ._tiled.tiles import fit_rows, score_tile_bytes
-
-# Query rows per tile. 128 rows keep the GEMMs efficient while a causal row of tiles wastes at most
-# half a tile on the diagonal; the key tile is then sized so one score tile of all heads fits the cache.
-Q_TILE = 128
-MAX_K_TILE = 1024  # a fixed bound, independent of L, so the score tile never grows with the sequence
+from ._tiled.tiles import TileMasker
 
 
-def key_tile(device: torch.device, heads: int, q_tile: int) -> int:
-    """Keys per tile: (heads × q_tile × keys) fp32 scores within `tiles.score_tile_bytes`, 128 to 1024."""
-    return fit_rows(score_tile_bytes(device), heads * q_tile * 4, 128, MAX_K_TILE, 128)
+def tile_size(device: torch.device, heads: int) -> tuple[int, int]:
+    """(query rows, keys) per tile for `heads` (B·Hq) heads, from the device's tiling policy (`budget.CpuTiling.
+    chunked_tile`: 128 rows, keys to fill the cache budget; `budget.CudaTiling.chunked_tile`: 1024 × 1024)."""
+    return tiling_for(device).chunked_tile(heads)
 
 
 TILE_COST_KEYS = 128  # one more key tile costs about as much as this many more keys of score work
 
 
-def narrowest_useful(tiles: MaskTiles, k_tile: int) -> int:
+def narrowest_useful(tiles: MaskTiles, k_tile: int, q_tile: int) -> int:
     """The key tile for a bool mask: `k_tile`, or a half or a quarter of it (at least 128 keys) where the mask's
     empty tiles then cover enough more keys to pay for the extra tiles (a 512-key window inside 1024-key tiles
     computes about 1.5k keys per query tile; inside 256-key tiles, about 768)."""
     def cost(k: int) -> float:
-        live = int((tiles.get(Q_TILE, k, False).states != EMPTY).sum())
+        live = int((tiles.get(q_tile, k, False).states != EMPTY).sum())
         return live * (min(k, tiles.lk) + TILE_COST_KEYS)  # a tile is at most Lk keys wide
 
     candidates = [k for k in (k_tile, k_tile // 2, k_tile // 4) if k >= 128]
@@ -50,12 +47,13 @@ class Chunked(Implementation):
     def prepare_inputs(self, inp: SDPAInputs) -> Callable[[], torch.Tensor]:
         q = inp.query
         tiles = MaskTiles.of(inp)  # which tiles the mask leaves empty, full or partial: derived here, once
-        k_tile = key_tile(q.device, q.shape[0] * q.shape[1], Q_TILE)
+        q_tile, k_tile = tile_size(q.device, q.shape[0] * q.shape[1])
         if inp.mask_kind == "bool" and not inp.is_empty:
-            k_tile = narrowest_useful(tiles, k_tile)
-        tiling = Tiling(Q_TILE, k_tile, k_tile, False)
+            k_tile = narrowest_useful(tiles, k_tile, q_tile)
+        tiling = Tiling(q_tile, k_tile, k_tile, False)
         if not inp.is_empty:  # the forward and the backward tile alike: one plan for both, built before any call
             plan_tiles(tiles, tiling, q.shape[0], q.shape[1] // max(1, inp.key.shape[1]), q.device)
-        fwd = functools.partial(chunked_forward, q_tile=Q_TILE, k_tile=k_tile, tiles=tiles)
+            TileMasker.warm(tiles.memo, inp.is_causal, min(q_tile, q.shape[2]), q.device, (q.dtype, torch.float32))
+        fwd = functools.partial(chunked_forward, q_tile=q_tile, k_tile=k_tile, tiles=tiles)
         widen = fp16_in_fp32(inp, k_tile)  # a key tile sums up to k_tile unnormalized P V terms
         return lambda: tiled_attention(inp, fwd, tiling, tiles, widen)

@@ -10,25 +10,16 @@ from ._tiled.online_softmax import fp16_in_fp32, plan_tiles, take, tiled_attenti
 from ..protocol import Implementation, SDPAInputs, Support
 from ..registry import register
 from ._tiled.tilemap import MaskTiles, Plan, Tiling
-from ._tiled.tiles import (NEG_INF, TileMasker, empty_attention, fit_rows, flat, forward_views, group_heads, rows3,
-                           score_tile_bytes, store_rows_)
+from ._tiled.budget import tiling_for
+from ._tiled.tiles import NEG_INF, TileMasker, empty_attention, flat, forward_views, rows3, store_rows_
 
 KEY_BLOCK = 64  # keys per block of the tile map: how finely a mask's empty and full keys are told apart
 
 
 def tile_shape(device: torch.device, b: int, hkv: int, g: int, lq: int, lk: int, itemsize: int) -> tuple[int, int]:
-    """(query rows, kv heads) per score tile.
-
-    CPU: first 32 to 256 rows (multiple of 32), as many as fit `tiles.score_tile_bytes` for one head per
-    thread (below 32 rows the GEMMs lose speed, above 256 they gain nothing), then as many heads as still fit. CUDA: all heads, 64 to 16384 rows within the memory bound.
-    """
-    if device.type != "cpu":
-        rows = fit_rows(score_tile_bytes(device), b * hkv * g * lk * itemsize, 64, 16384, 64)
-    else:
-        per_row = torch.get_num_threads() * g * lk * itemsize
-        rows = fit_rows(score_tile_bytes(device), per_row, 32, 256, 32)
-    rows = min(rows, lq)
-    return rows, group_heads(device, b * hkv, rows * g * lk * itemsize)
+    """(query rows, kv heads) per score tile of `itemsize`-byte scores, from the device's tiling policy
+    (`budget.CpuTiling.fused_tile`: cache-sized; `budget.CudaTiling.fused_tile`: up to 1024 rows of every head)."""
+    return tiling_for(device).fused_tile(b, hkv, g, lq, lk, itemsize)
 
 
 def fused_plan(tiles: MaskTiles, dev: torch.device, b: int, g: int, itemsize: int) -> tuple[int, Plan]:
@@ -68,7 +59,7 @@ def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: t
     need_f32 = half and (with_lse or float_mask)
     out = torch.empty((b, hkv, g, lq, ev), dtype=dtype, device=dev)
     lse = torch.empty((b, hkv, g, lq), dtype=torch.float32, device=dev) if with_lse else None
-    masker = TileMasker(mask5, is_causal, rows, dev)
+    masker = TileMasker(mask5, is_causal, rows, dev, tiles.memo)
     sbuf = torch.empty(heads * g * rows * lk, dtype=dtype, device=dev)
     fbuf = torch.empty(heads * g * rows * lk, dtype=torch.float32, device=dev) if need_f32 else sbuf
     obuf = torch.empty(heads * g * rows * ev, dtype=dtype, device=dev)  # a contiguous GEMM output is faster
@@ -148,10 +139,13 @@ class Fused(Implementation):
         widen = fp16_in_fp32(inp, 1)  # P is normalized before P V: each output is bounded by max|v|
         half = q.dtype != torch.float32 and not widen
         float_mask = inp.mask_kind == "float"
-        fused_plan(tiles, dev, b, g, 4 if half and (inp.needs_grad or float_mask) else (2 if half else 4))
+        fwd_rows, _ = fused_plan(tiles, dev, b, g, 4 if half and (inp.needs_grad or float_mask) else (2 if half else 4))
         rows, _ = tile_shape(dev, b, k.shape[1], g, q.shape[2], k.shape[2], 4)
         tiling = Tiling(rows, k.shape[2], KEY_BLOCK, True)  # backward: full-width rows of key blocks
+        dtypes = (q.dtype, torch.float32)  # the score tiles' dtypes: the input's, fp32 where the softmax needs it
+        TileMasker.warm(tiles.memo, inp.is_causal, fwd_rows, dev, dtypes)
         if inp.needs_grad:
             plan_tiles(tiles, tiling, b, g, dev)
+            TileMasker.warm(tiles.memo, inp.is_causal, min(rows, q.shape[2]), dev, dtypes)
         forward = functools.partial(fused_forward, tiles=tiles)
         return lambda: tiled_attention(inp, forward, tiling, tiles, widen)

@@ -1,2 +1,3 @@
-"""Plain-PyTorch kernels shared by the tiled implementations (never registered): grouped-head views, mask
-tiles and tile sizes (`tiles`), and the online-softmax forward with the recomputing backward (`online_softmax`)."""
+"""Plain-PyTorch kernels shared by the tiled implementations (never registered): grouped-head views and mask
+tiles (`tiles`), tile sizes per device (`budget`), the tile map (`tilemap`), and the online-softmax forward with
+the recomputing backward (`online_softmax`)."""

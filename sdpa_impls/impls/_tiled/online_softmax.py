@@ -17,7 +17,8 @@ import torch
 
 from ...protocol import SDPAInputs
 from .tilemap import KeyTile, MaskTiles, Plan, Tiling
-from .tiles import NEG_INF, TileMasker, empty_attention, flat, forward_views, group_heads, grouped, rows3, store_rows_
+from .budget import group_heads
+from .tiles import NEG_INF, TileMasker, empty_attention, flat, forward_views, grouped, rows3, store_rows_
 
 # (q5, k4, v4, mask5, is_causal, scale, with_lse) -> (out5 (B, Hkv, G, Lq, Ev), lse (B, Hkv, G, Lq) fp32 or None,
 # P (B, Hkv, G, Lq, keys) in the input dtype or None); with_lse asks for one of lse and P, for the backward
@@ -38,7 +39,8 @@ def take(buf: torch.Tensor, *shape: int) -> torch.Tensor:
 
 def plan_tiles(tiles: MaskTiles, tiling: Tiling, b: int, g: int, dev: torch.device) -> Plan:
     """The plan a tiled loop of `tiling` follows (query and key tiles clipped to the call's lengths), for head
-    groups whose fp32 score tiles fit the cache. `prepare_inputs` calls it first, so a timed call finds it built."""
+    groups whose fp32 score tiles fit the device's budget (`budget.tiling_for`). `prepare_inputs` calls it first,
+    so a timed call finds it built."""
     key = (tiling.q_tile, tiling.k_tile, tiling.k_block, tiling.merge_runs, torch.get_num_threads())
     found = tiles.memo.get(key)
     if found is None:
@@ -61,15 +63,15 @@ def chunked_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5:
     b, hkv, g, lq, e = q5.shape
     lk, ev, dtype, dev = k4.shape[-2], v4.shape[-1], q5.dtype, q5.device
     half = dtype != torch.float32
+    plan = plan_tiles(tiles, Tiling(q_tile, k_tile, k_tile, False), b, g, dev)  # as prepare_inputs built it
     q_tile, k_tile = min(q_tile, lq), min(k_tile, lk)
-    plan = plan_tiles(tiles, Tiling(q_tile, k_tile, k_tile, False), b, g, dev)
     heads = plan.max_heads
     out = torch.empty((b, hkv, g, lq, ev), dtype=dtype, device=dev)
     lse = torch.empty((b, hkv, g, lq), dtype=torch.float32, device=dev) if with_lse else None
     sbuf = torch.empty(heads * g * q_tile * k_tile, dtype=dtype, device=dev)  # S, then P, in the input dtype
     pbuf = torch.empty_like(sbuf, dtype=torch.float32) if half else sbuf  # fp32 P
     abuf = torch.empty(heads * g * q_tile * ev, dtype=torch.float32, device=dev)  # output accumulator
-    masker = TileMasker(mask5, is_causal, q_tile, dev)
+    masker = TileMasker(mask5, is_causal, q_tile, dev, tiles.memo)
     for (bs, hs), key_rows in zip(plan.groups, plan.tiles):
         q4, out4, kt3, v3, mask_g = forward_views(q5, k4, v4, out, mask5, bs, hs)
         n = q4.shape[0]
@@ -149,7 +151,7 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
     dpbuf = torch.empty(tile, dtype=dtype, device=dev)  # dP, then dS, in the input dtype
     pbuf = torch.empty(tile, dtype=torch.float32, device=dev) if half else sbuf  # fp32 P
     dsbuf = torch.empty(tile, dtype=torch.float32, device=dev) if half else dpbuf  # fp32 dS
-    masker = TileMasker(mask5, is_causal, q_tile, dev)
+    masker = TileMasker(mask5, is_causal, q_tile, dev, tiles.memo)
     for (bs, hs), key_rows in zip(plan.groups, plan.tiles):
         q4, do4, dq4 = flat(q5, bs, hs), flat(dout5, bs, hs), flat(dq, bs, hs)  # (heads, G, L, ·)
         k3, v3 = flat(k4, bs, hs), flat(v4, bs, hs)  # (heads, Lk, E), (heads, Lk, Ev)

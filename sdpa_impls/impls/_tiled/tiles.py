@@ -1,8 +1,5 @@
-"""Grouped-head views, mask tiles and cache-derived tile sizes shared by the plain-PyTorch implementations."""
+"""Grouped-head views and mask tiles shared by the plain-PyTorch implementations (tile sizes: `budget`)."""
 from __future__ import annotations
-
-import functools
-from pathlib import Path
 
 import torch
 
@@ -82,25 +79,37 @@ class TileMasker:
     precomputed upper triangle of -inf (0 elsewhere) in the tile's dtype: an add is 5-10x faster than a
     masked_fill with a broadcast bool mask on CPU. Scores are finite (fp16 that could overflow is computed
     in fp32, `online_softmax.fp16_in_fp32`), so -inf + score = -inf. Tiles left of the diagonal cost nothing.
+    The triangles are kept in `cache` (a call's `MaskTiles.memo`), where `warm` builds them before any call: a
+    call then launches nothing to make them.
     """
 
-    def __init__(self, mask5: torch.Tensor | None, is_causal: bool, max_rows: int, device: torch.device) -> None:
+    def __init__(self, mask5: torch.Tensor | None, is_causal: bool, max_rows: int, device: torch.device,
+                 cache: dict | None = None) -> None:
         self.float_mask = mask5 is not None and mask5.dtype != torch.bool
-        self.upper = None  # upper[r, c] is True where key i0 + c lies after query i0 + r
-        self._bias: dict[torch.dtype, torch.Tensor] = {}  # the same triangle as -inf/0 per score dtype
+        self.is_causal, self.max_rows, self.device = is_causal, max_rows, device
+        self._cache = {} if cache is None else cache
+
+    @classmethod
+    def warm(cls, cache: dict, is_causal: bool, max_rows: int, device: torch.device,
+             dtypes: tuple[torch.dtype, ...]) -> None:
+        """Build the causal triangles of `max_rows` rows in `dtypes` into `cache` (in `prepare_inputs`)."""
         if is_causal:
-            self.upper = torch.ones((max_rows, max_rows), dtype=torch.bool, device=device).triu_(1)
+            for dtype in dtypes:
+                cls(None, True, max_rows, device, cache)._upper_bias(dtype)
 
     def _upper_bias(self, dtype: torch.dtype) -> torch.Tensor:
-        if dtype not in self._bias:
-            assert self.upper is not None
-            self._bias[dtype] = torch.zeros(self.upper.shape, dtype=dtype, device=self.upper.device).masked_fill_(
-                self.upper, NEG_INF)
-        return self._bias[dtype]
+        """(max_rows, max_rows) in `dtype`: -inf where key i0 + c lies after query i0 + r, else 0."""
+        key = ("causal-bias", self.max_rows, dtype, str(self.device))
+        bias = self._cache.get(key)
+        if bias is None:
+            r = self.max_rows
+            upper = torch.ones((r, r), dtype=torch.bool, device=self.device).triu_(1)
+            bias = self._cache[key] = torch.zeros((r, r), dtype=dtype, device=self.device).masked_fill_(upper, NEG_INF)
+        return bias
 
     def apply_(self, s3: torch.Tensor, mask5: torch.Tensor | None, i0: int, i1: int, j0: int, j1: int) -> None:
         """s3 holds query rows i0:i1 × keys j0:j1 of the heads of `mask5` (b, h, G, Lq, Lk); masked -> -inf."""
-        crosses = self.upper is not None and j1 - 1 > i0
+        crosses = self.is_causal and j1 - 1 > i0
         if mask5 is None and not crosses:
             return
         g = s3.shape[1] // (i1 - i0)
@@ -156,51 +165,3 @@ def rows3(x4: torch.Tensor, i0: int, i1: int) -> torch.Tensor:
 def store_rows_(x4: torch.Tensor, i0: int, i1: int, t3: torch.Tensor) -> None:
     """Write a (heads, G·rows, D) tile back into rows i0:i1 of a (heads, G, L, D) tensor."""
     x4[:, :, i0:i1] = t3.view(x4.shape[0], x4.shape[1], i1 - i0, x4.shape[-1])
-
-
-@functools.lru_cache(maxsize=None)
-def cache_bytes(level: int) -> int:
-    """Size of cpu0's cache at `level` from sysfs (L2 is per core, L3 shared); 0 when it cannot be read."""
-    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
-        try:
-            if (index / "level").read_text().strip() == str(level):
-                text = (index / "size").read_text().strip().upper()
-                unit = {"K": 1024, "M": 1024 * 1024}.get(text[-1], 1)
-                return int(text.rstrip("KM")) * unit
-        except (OSError, ValueError):
-            continue
-    return 0
-
-
-def l2_cache_bytes() -> int:
-    """Per-core L2 size; 1 MiB when it cannot be read."""
-    return cache_bytes(2) or 1 << 20
-
-
-def score_tile_bytes(device: torch.device) -> int:
-    """How many bytes the score tile of one head group may take.
-
-    CPU: twice the L2 size per thread (4 MiB on 2 cores with 1 MiB L2 each). The tile is written by one
-    GEMM, rewritten by the softmax and read by the next GEMM; each thread works on its own heads, and on
-    the EPYC this was tuned on 2 MiB per thread beat 4 and 8 MiB per thread by 5-10 % (fp32 and bf16,
-    L = 1024..4096; an earlier tuning run, not repeated for docs/performance.md). CUDA: the tile only bounds
-    memory and launches: 512 MiB.
-    """
-    if device.type != "cpu":
-        return 512 << 20
-    return torch.get_num_threads() * 2 * l2_cache_bytes()
-
-
-def group_heads(device: torch.device, heads: int, bytes_per_head: int) -> int:
-    """KV heads processed together. CPU: as many as fit `score_tile_bytes`, at least one per thread
-    (each GEMM then gives each thread whole heads, whose tiles stay in that core's cache). CUDA: all."""
-    if device.type != "cpu":
-        return heads
-    threads = torch.get_num_threads()
-    return fit_rows(score_tile_bytes(device), bytes_per_head, threads, max(threads, heads), threads)
-
-
-def fit_rows(budget: int, bytes_per_row: int, lo: int, hi: int, step: int) -> int:
-    """The largest multiple of `step` in [lo, hi] such that rows × bytes_per_row <= budget (lo if none)."""
-    rows = budget // max(1, bytes_per_row) // step * step
-    return int(max(lo, min(hi, rows)))

@@ -1,0 +1,179 @@
+"""Tile sizes per device in one place: query rows, key tiles, head groups and the score-tile budget, with reasons."""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+MiB = 1 << 20
+
+
+def fit_rows(budget: int, bytes_per_row: int, lo: int, hi: int, step: int) -> int:
+    """The largest multiple of `step` in [lo, hi] such that rows × bytes_per_row <= budget (lo if none)."""
+    rows = budget // max(1, bytes_per_row) // step * step
+    return int(max(lo, min(hi, rows)))
+
+
+@functools.lru_cache(maxsize=None)
+def cache_bytes(level: int) -> int:
+    """Size of cpu0's cache at `level` from sysfs (L2 is per core, L3 shared); 0 when it cannot be read."""
+    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        try:
+            if (index / "level").read_text().strip() == str(level):
+                text = (index / "size").read_text().strip().upper()
+                unit = {"K": 1024, "M": 1024 * 1024}.get(text[-1], 1)
+                return int(text.rstrip("KM")) * unit
+        except (OSError, ValueError):
+            continue
+    return 0
+
+
+def l2_cache_bytes() -> int:
+    """Per-core L2 size; 1 MiB when it cannot be read."""
+    return cache_bytes(2) or 1 << 20
+
+
+@dataclass(frozen=True)
+class CpuTiling:
+    """Cache-sized tiles: each thread works on whole heads whose score tiles stay in its own L2.
+
+    The score tile of one head group may take twice the L2 size per thread (4 MiB on 2 cores with 1 MiB L2
+    each): the tile is written by one GEMM, rewritten by the softmax and read by the next GEMM, and on the EPYC
+    this was tuned on 2 MiB per thread beat 4 and 8 MiB per thread by 5-10 % (fp32 and bf16, L = 1024..4096).
+    """
+
+    threads: int
+    l2_bytes: int
+
+    # fused: query rows per tile in steps of 32 from 32 to 256: below 32 rows the GEMMs lose speed, above 256
+    # they gain nothing (docs/performance.md's sweep of 32-512 rows found these within 1-2 % of the best)
+    FUSED_ROWS = (32, 256, 32)
+    # chunked: 128 query rows keep the GEMMs efficient while a causal row of tiles wastes at most half a tile on
+    # the diagonal; the key tile (128 to 1024, a bound independent of L) then fills the budget
+    CHUNKED_Q_TILE = 128
+    CHUNKED_K_TILE = (128, 1024, 128)
+
+    @property
+    def score_tile_bytes(self) -> int:
+        return self.threads * 2 * self.l2_bytes
+
+    def group_heads(self, heads: int, bytes_per_head: int) -> int:
+        """As many kv heads as fit the budget, at least one per thread (each GEMM then gives each thread whole
+        heads, whose tiles stay in that core's cache)."""
+        t = self.threads
+        return fit_rows(self.score_tile_bytes, bytes_per_head, t, max(t, heads), t)
+
+    def fused_tile(self, b: int, hkv: int, g: int, lq: int, lk: int, itemsize: int) -> tuple[int, int]:
+        """(query rows, kv heads): rows that fit the budget for one head per thread, then as many heads as fit."""
+        rows = fit_rows(self.score_tile_bytes, self.threads * g * lk * itemsize, *self.FUSED_ROWS)
+        rows = min(rows, lq)
+        return rows, self.group_heads(b * hkv, rows * g * lk * itemsize)
+
+    def chunked_tile(self, heads: int) -> tuple[int, int]:
+        """(query rows, keys) per tile: `heads` (B·Hq) fp32 score tiles of CHUNKED_Q_TILE rows within the budget."""
+        q = self.CHUNKED_Q_TILE
+        return q, fit_rows(self.score_tile_bytes, heads * q * 4, *self.CHUNKED_K_TILE)
+
+
+@dataclass(frozen=True)
+class CudaTiling:
+    """Few large tiles: on a GPU each tile costs a handful of kernel launches (a few µs of host time each in eager
+    PyTorch), and the score tile never fits the L2 (50 MiB on an H200) anyway, so tiles are as large as the
+    causal skip and the memory budget allow.
+
+    The score-tile budget is a sixteenth of the device's free memory, at most 512 MiB: on any card with 8 GiB
+    free that is 512 MiB, which holds a 1024-row fp32 tile of 32 heads × 4096 keys (fused's training tile in the
+    llm preset at L 4096), and it leaves the rest of the card to the inputs, the gradients and the caller.
+    """
+
+    free_bytes: int
+
+    BUDGET_CAP = 512 * MiB
+    BUDGET_SHARE = 16  # budget = free memory / 16, at most BUDGET_CAP
+    # fused: 64 to 1024 query rows in steps of 64. 1024 rows at L 4096 causal compute 1.25× the causal minimum
+    # (today's 2048 rows: 1.5×) in 4 tiles of a few launches each, and each tile's GEMMs are 1024 × keys × E
+    # per head: thousands of thread blocks on 132 SMs. 64 is the tile map's key block, the smallest useful tile.
+    FUSED_ROWS = (64, 1024, 64)
+    # chunked: 1024 × 1024 tiles. The old 128-row tiles issued ~15 launches per 128 × 1024 key tile and were
+    # launch-bound (3-6× slower than naive); 1024 × 1024 has 8× fewer tiles, the same causal waste as fused
+    # (1.25× at L 4096), and a score tile that does not grow with L (O(L) memory: 32 heads hold 128 MiB fp32
+    # plus 64 MiB bf16, against naive's gigabytes at L 4096).
+    CHUNKED_Q_TILE = (64, 1024, 64)
+    CHUNKED_K_TILE = (128, 1024, 128)
+
+    @property
+    def score_tile_bytes(self) -> int:
+        return min(self.BUDGET_CAP, self.free_bytes // self.BUDGET_SHARE // MiB * MiB)
+
+    def group_heads(self, heads: int, bytes_per_head: int) -> int:
+        """All heads in one group when they fit the budget (one launch covers them), else as many as fit."""
+        return fit_rows(self.score_tile_bytes, bytes_per_head, 1, max(1, heads), 1)
+
+    def fused_tile(self, b: int, hkv: int, g: int, lq: int, lk: int, itemsize: int) -> tuple[int, int]:
+        """(query rows, kv heads): up to 1024 rows of every head within the budget, then fewer heads if even
+        64 rows of all of them do not fit."""
+        rows = min(fit_rows(self.score_tile_bytes, b * hkv * g * lk * itemsize, *self.FUSED_ROWS), lq)
+        return rows, self.group_heads(b * hkv, rows * g * lk * itemsize)
+
+    def chunked_tile(self, heads: int) -> tuple[int, int]:
+        """(query rows, keys) per tile: 1024 × 1024, smaller where `heads` (B·Hq) such tiles of fp32 scores and
+        their input-dtype copy would pass the budget (keys first, then rows)."""
+        k = fit_rows(self.score_tile_bytes, heads * self.CHUNKED_Q_TILE[1] * 6, *self.CHUNKED_K_TILE)
+        return fit_rows(self.score_tile_bytes, heads * k * 6, *self.CHUNKED_Q_TILE), k
+
+
+TilePolicy = CpuTiling | CudaTiling
+NOMINAL_FREE_BYTES = 64 << 30  # where the free memory cannot be read (a plan forced on other tensors): a large card
+_FORCED: contextvars.ContextVar[TilePolicy | None] = contextvars.ContextVar("forced_tiling", default=None)
+
+
+def free_device_bytes(device: torch.device) -> int:
+    """Free memory of a CUDA device (the driver's count), or NOMINAL_FREE_BYTES where it cannot be read."""
+    if device.type == "cuda" and torch.cuda.is_available():
+        return int(torch.cuda.mem_get_info(device)[0])
+    return NOMINAL_FREE_BYTES
+
+
+def tiling_for(device: torch.device) -> TilePolicy:
+    """The tiling policy of `device`, or the CUDA one forced by `cuda_tiling` (for any device).
+
+    Call it where a plan is built (`prepare_inputs`): on CUDA it reads the free memory from the driver."""
+    forced = _FORCED.get()
+    if forced is not None:
+        return forced
+    if device.type == "cpu":
+        return CpuTiling(torch.get_num_threads(), l2_cache_bytes())
+    return CudaTiling(free_device_bytes(device))
+
+
+@contextlib.contextmanager
+def forced_tiling(policy: TilePolicy) -> Iterator[TilePolicy]:
+    """Plan with `policy` whatever the tensors' device: a CUDA plan's answers, launches and memory can then be
+    checked on the CPU. Prepare and call inside the block (a prepared closure keeps the plan it was given)."""
+    token = _FORCED.set(policy)
+    try:
+        yield policy
+    finally:
+        _FORCED.reset(token)
+
+
+def cuda_tiling(free_bytes: int = NOMINAL_FREE_BYTES) -> contextlib.AbstractContextManager[TilePolicy]:
+    """`forced_tiling` with the CUDA policy of a GPU that has `free_bytes` free; ValueError unless positive."""
+    if free_bytes <= 0:
+        raise ValueError(f"free_bytes must be positive, got {free_bytes}")
+    return forced_tiling(CudaTiling(free_bytes))
+
+
+def score_tile_bytes(device: torch.device) -> int:
+    """How many bytes the score tile of one head group may take on `device` (see CpuTiling, CudaTiling)."""
+    return tiling_for(device).score_tile_bytes
+
+
+def group_heads(device: torch.device, heads: int, bytes_per_head: int) -> int:
+    """KV heads processed together on `device` (see CpuTiling.group_heads, CudaTiling.group_heads)."""
+    return tiling_for(device).group_heads(heads, bytes_per_head)
