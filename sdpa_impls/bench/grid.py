@@ -234,7 +234,12 @@ def preset(name: str) -> tuple[Case, ...]:
 
 
 def default_device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    """The device to measure on: cuda when a CUDA device is visible, else cpu, asked without initializing CUDA.
+
+    `torch.cuda.device_count()` counts devices through NVML (what `torch.cuda.is_available()` does only under
+    PYTORCH_NVML_BASED_CUDA_CHECK=1; otherwise it starts the CUDA driver, and a child forked afterwards cannot use
+    CUDA). asv's forkserver imports the benchmarks, which call this, once and forks every benchmark cell from there."""
+    return "cuda" if torch.cuda.device_count() > 0 else "cpu"
 
 
 def default_preset_name(device: str | None = None) -> str:
