@@ -1,4 +1,5 @@
-"""asv end to end: the suite under real asv, and a two-commit smoke history published and rendered in headless Chromium."""
+"""asv end to end: the suite under real asv, and a three-commit smoke history (the first measured by the suite of old)
+published and rendered in headless Chromium."""
 from __future__ import annotations
 
 import ast
