@@ -1,54 +1,56 @@
-"""asv benchmarks: every registered implementation × every case of the preset, one class per mode, fp64-checked first.
+"""asv benchmarks: every registered implementation × every case of the preset, one class per mode, measured in one
+process per mode and reported by thin parametrized `track_` benchmarks (see docs/asv.md).
 
-Thin: the grid and `prepare_point` (reasons → check against fp64 → closure) come from sdpa_impls.bench.
+Each class's `setup_cache` measures every (implementation, case) of its mode with the sequence `sdpa-bench run` uses
+(sdpa_impls.bench.batch over measure.run_case: reasons → fp64 check → closure → timing → peak memory); asv pickles
+what it returns, and `track_time_sdpa` (seconds, with its samples) and `track_peak_memory` (bytes) report each point
+from it in a child forked by asv's forkserver, which imported this module once.
 
-The preset comes from SDPA_BENCH_PRESET (default: "gpu" with CUDA, "cpu" without); SDPA_BENCH_IMPLS
-(comma-separated) narrows the implementations. Parameters never depend on what is installed: an
-implementation that cannot run a case raises `Unsupported` (a NotImplementedError) in `setup`, which
-asv records as a skipped cell and `asv run --show-stderr` prints as "asv: skipped: Unsupported('…')".
+The preset comes from SDPA_BENCH_PRESET (default: "gpu" with CUDA, "cpu" without); SDPA_BENCH_IMPLS (comma-separated)
+narrows the implementations. Parameters never depend on what is installed: a point that cannot run raises
+`Unsupported` (a NotImplementedError) in `setup`, which asv records as a skipped cell and `asv run --show-stderr`
+prints as "asv: skipped: Unsupported('…')"; a wrong point raises `WrongResult` there, a failed cell. Nothing here
+initializes CUDA at import (the forkserver forks from this module's importer).
 """
 from __future__ import annotations
 
-import contextlib
+import itertools
 import os
-import timeit
-from collections.abc import Callable
-from types import SimpleNamespace
+import sys
+from collections.abc import Callable, Iterable
 
-from sdpa_impls import Unsupported, get, names
+from sdpa_impls import Unsupported, names
 
 try:  # sdpa_impls with its bench/ layer
-    from sdpa_impls.bench.check import CaseContext
+    from sdpa_impls.bench.check import WrongResult
     from sdpa_impls.bench.grid import Case, default_device, default_preset_name, preset
-    from sdpa_impls.bench.measure import prepare_point
-    from sdpa_impls.bench.memory import peak_memory
-    from sdpa_impls.bench.timing import CudaEventClock
+    from sdpa_impls.bench.measure import run_case
 except ImportError:  # asv runs this suite against older commits too, whose modules were flat
     from sdpa_impls.grid import Case, default_device, default_preset_name, preset
-    from sdpa_impls.measure import CaseContext, mode_closure
-    from sdpa_impls.timing import CudaEventClock, peak_memory
+    from sdpa_impls.measure import WrongResult, run_case
 
-    def prepare_point(impl: str, ctx: CaseContext) -> SimpleNamespace:  # the same sequence from the old parts
-        implementation = get(impl)
-        reasons = implementation.unsupported_reasons(**ctx.inputs.args())
-        if reasons:
-            raise Unsupported(impl, reasons)
-        max_error, error_tolerance = ctx.check(implementation)
-        return SimpleNamespace(fn=mode_closure(implementation, ctx.inputs, ctx.case.mode), max_error=max_error,
-                               error_tolerance=error_tolerance)
-
-try:  # one sample = calls_per_sample back-to-back calls (sdpa_impls.bench.timing); older commits: one call
-    from sdpa_impls.bench.timing import call_context, calls_per_sample
-except ImportError:
-    def call_context(fn: Callable[[], object]) -> contextlib.AbstractContextManager:
-        return contextlib.nullcontext()
-
-    def calls_per_sample(fn: Callable[[], object], device: str) -> int:
-        return 1
+try:
+    from sdpa_impls.bench.batch import measure_batch
+except ImportError:  # commits from before the batch module: the same loop over their run_case
+    def measure_batch(cases: Iterable[Case], impl_names: list[str], device: str,
+                      on_result: Callable[[object], object] | None = None) -> dict:
+        batch = {}
+        for case in cases:
+            for result in run_case(case, impl_names, device):
+                batch[(result.impl, case.id)] = result
+                if on_result is not None:
+                    on_result(result)
+        return batch
 
 IMPLS_ENV = "SDPA_BENCH_IMPLS"
+STARTS_ENV = "SDPA_BENCH_ASV_STARTS"  # a file each interpreter that imports this suite appends a line to
 DEVICE = default_device()
 PRESET = default_preset_name(DEVICE)
+POINT_TIMEOUT_S = 120  # setup_cache's allowance per point of its mode (fp64 reference, compilation, timing)
+
+if os.environ.get(STARTS_ENV):
+    with open(os.environ[STARTS_ENV], "a") as _log:
+        _log.write(f"{os.getpid()} {' '.join(sys.argv[1:3])}\n")
 
 
 def impl_names() -> list[str]:
@@ -71,99 +73,110 @@ def no_cases_id(mode: str) -> str:
     return f"no-{mode}-cases-in-{PRESET}"
 
 
-def prepare(mode: str, impl: str, case_id: str) -> Callable[[], object]:
-    """Skip (NotImplementedError) what cannot run here, refuse a wrong result, return the closure to time."""
-    case = cases_of(mode).get(case_id)
+def measure_mode(mode: str) -> dict:
+    """Every (implementation, case) of one mode, measured here, one after another: {(impl, case id): Result}."""
+    def progress(result) -> None:  # asv shows setup_cache's output with --show-stderr when it fails
+        print(f"{result.impl} {result.case.id}: {result.status}", file=sys.stderr, flush=True)
+
+    return measure_batch(cases_of(mode).values(), impl_names(), DEVICE, on_result=progress)
+
+
+def point(points: dict, mode: str, impl: str, case_id: str):
+    """The measured Result of one cell; raises what asv turns into a skipped cell (NotImplementedError) or a failed
+    one (anything else: a wrong result is a WrongResult with its fp64 error, never a number)."""
     if case_id == no_cases_id(mode):
         raise NotImplementedError(f"preset {PRESET!r} has no {mode} cases")
-    if case is None:  # the preset changed between discovery and this run
-        raise ValueError(f"{case_id!r} is not a {mode} case of preset {PRESET!r}")
-    # raises Unsupported (asv: a skipped cell) or WrongResult (a failure: a wrong implementation never gets a time)
-    return prepare_point(impl, CaseContext.build(case, DEVICE)).fn
-
-
-class PerCallClock:
-    """asv's timer: seconds per call of the sample being taken.
-
-    `time_sdpa` makes `calls` back-to-back calls (one sample, as sdpa_impls.bench.timing defines it for every
-    front end) and asv times each `time_sdpa` on its own (a benchmark with `setup` gets number = 1), so this
-    clock advances by what `base` (GPU events on CUDA, a host clock elsewhere) advanced, divided by `calls`.
-    """
-
-    def __init__(self, base: Callable[[], float]) -> None:
-        self.base = base
-        self.calls = 1
-        self._last: float | None = None
-        self._total = 0.0
-
-    def __call__(self) -> float:
-        now = self.base()
-        if self._last is not None:
-            self._total += (now - self._last) / self.calls
-        self._last = now
-        return self._total
-
-
-# GPU work is asynchronous: on CUDA the clock records an event and waits for it.
-CLOCK = PerCallClock(CudaEventClock() if DEVICE == "cuda" else timeit.default_timer)
-_prepared: dict[tuple[str, str, str], tuple[Callable[[], object], int]] = {}
-_entered: list = [None, contextlib.ExitStack()]  # (key whose call context is entered, its exit stack)
+    result = points.get((impl, case_id))
+    if result is None:  # the preset or SDPA_BENCH_IMPLS changed between discovery and this run
+        raise ValueError(f"{impl} × {case_id!r} was not measured: not a {mode} point of preset {PRESET!r} with "
+                         f"{IMPLS_ENV}={os.environ.get(IMPLS_ENV, '')!r}")
+    if result.status == "skipped":
+        raise Unsupported(impl, [result.reason])
+    if result.status == "wrong":
+        raise WrongResult(result.reason)
+    if result.status != "ok":
+        raise RuntimeError(f"{impl} × {case_id} {result.status}: {result.reason}")
+    return result
 
 
 class _Mode:
-    """One mode of the grid: setup checks against fp64 and builds the closure; the benchmarks only run it."""
+    """One mode of the grid: `setup_cache` (in each subclass) measures it; the benchmarks report one point each."""
 
     mode = "fwd"
     param_names = ["impl", "case"]
-    timeout = 900  # seconds per parameter combination, setup (fp64 reference) included
-    repeat = (3, 25, 10.0)  # samples per round: at least 3, at most 25, stop after 10 s (asv's default: 1, 5, 10)
-    timer = CLOCK
+    timeout = 120  # seconds per cell: a forked child reads the measured points
 
-    def setup(self, impl: str, case_id: str) -> None:
-        # asv_runner re-runs setup before every timing sample; the check, the closure and its calls per sample
-        # are made once a process, and the closure's call context (a pinned backend) is entered once
-        key = (self.mode, impl, case_id)
-        if key not in _prepared:
-            fn = prepare(self.mode, impl, case_id)
-            with call_context(fn):
-                fn()  # warm-up
-                _prepared[key] = (fn, calls_per_sample(fn, DEVICE))
-        self.fn, self.calls = _prepared[key]
-        if _entered[0] != key:
-            _entered[1].close()
-            _entered[1].enter_context(call_context(self.fn))
-            _entered[0] = key
-        CLOCK.calls = self.calls
+    def setup(self, points: dict, impl: str, case_id: str) -> None:
+        self.result = point(points, self.mode, impl, case_id)
 
-    def teardown(self, impl: str, case_id: str) -> None:
-        _entered[1].close()
-        _entered[0] = None
+    def track_time_sdpa(self, points: dict, impl: str, case_id: str) -> dict:
+        # asv's runner reads a {"samples", "number"} result as a time_ benchmark's: it stores the median as the
+        # value and the samples' statistics (quartiles, confidence interval, count, calls per sample) beside it
+        return {"samples": list(self.result.samples), "number": getattr(self.result, "calls_per_sample", 1)}
 
-    def time_sdpa(self, impl: str, case_id: str) -> None:
-        for _ in range(self.calls):
-            self.fn()
+    track_time_sdpa.unit = "seconds"
 
-    def track_peak_memory(self, impl: str, case_id: str) -> int:
-        self.fn()  # warm-up: one-time workspaces are not the operator's memory
-        return peak_memory(self.fn, DEVICE)
+    def track_peak_memory(self, points: dict, impl: str, case_id: str) -> int:
+        return self.result.peak_memory_bytes
 
     track_peak_memory.unit = "bytes"
+    # the value means what it meant when each point ran in its own process (sdpa_impls.bench.memory.peak_memory after
+    # a warm-up call): the version asv derived from that code, so the stored history stays on the same graph
+    track_peak_memory.version = "97282593293c845ab71ba62e41f6b1d2c836213841f1aa8b3d6b7224d540c182"
+
+
+def legacy_time_sdpa(params: list[list[str]]) -> Callable[..., None]:
+    """`time_sdpa`, the series of times measured before the batch, for one class (`params` are its cells).
+
+    asv times a `time_` benchmark itself, in a process per cell, so the times now come from `track_time_sdpa`. This one
+    stays so that the site keeps plotting the stored points: it carries the version asv derived from its former code
+    (asv hides results of another version), and asv_runner skips each of its cells before `setup` (skip_params), so
+    it measures nothing and holds no value for a new commit."""
+    def time_sdpa(self, points: dict, impl: str, case_id: str) -> None:
+        pass
+
+    time_sdpa.rounds = 1
+    time_sdpa.skip_params = list(itertools.product(*params))
+    time_sdpa.version = "aa12a47c9efaed7179708b37acfdf4f9f3305a1db944a8174459dfac75a150f2"
+    return time_sdpa
 
 
 def _params(mode: str) -> list[list[str]]:
     return [impl_names(), list(cases_of(mode)) or [no_cases_id(mode)]]
 
 
+def _cache_timeout(params: list[list[str]]) -> int:
+    return 600 + POINT_TIMEOUT_S * len(params[0]) * len(params[1])
+
+
 class Forward(_Mode):
     mode = "fwd"
     params = _params(mode)
+
+    def setup_cache(self) -> dict:
+        return measure_mode(self.mode)
+
+    setup_cache.timeout = _cache_timeout(params)
+    time_sdpa = legacy_time_sdpa(params)
 
 
 class Backward(_Mode):
     mode = "bwd"
     params = _params(mode)
 
+    def setup_cache(self) -> dict:
+        return measure_mode(self.mode)
+
+    setup_cache.timeout = _cache_timeout(params)
+    time_sdpa = legacy_time_sdpa(params)
+
 
 class ForwardBackward(_Mode):
     mode = "fwd+bwd"
     params = _params(mode)
+
+    def setup_cache(self) -> dict:
+        return measure_mode(self.mode)
+
+    setup_cache.timeout = _cache_timeout(params)
+    time_sdpa = legacy_time_sdpa(params)

@@ -1,33 +1,92 @@
-"""The asv suite takes the same sample as the other front ends: back-to-back calls, per-call seconds, pinned
-backends entered once in setup."""
+"""The asv suite reports what one batch measured: `sdpa-bench run`'s samples (asv summarizes them as a time_
+benchmark's), its peak memory, its skips with their reasons and its wrong points as failures; the series of old keep
+their versions, and importing the suite leaves CUDA alone."""
 from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 suite = pytest.importorskip("benchmarks.bench_sdpa", reason="run from the repository root")
+statistics = pytest.importorskip("asv_runner.statistics", reason="asv is not installed (pip install -e .[asv])")
+discovery = pytest.importorskip("asv_runner.discovery")
 
-from sdpa_impls.impls import torch_sdpa  # noqa: E402  (after the skip)
+from sdpa_impls.bench.batch import measure_batch  # noqa: E402  (after the skips)
+from sdpa_impls.bench.check import WrongResult  # noqa: E402
+from sdpa_impls.bench.grid import Case  # noqa: E402
+from sdpa_impls.bench.measure import Options  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+CASE = Case(lq=128, lk=128, e=64)
+FAST = Options(budget_s=0.05, min_reps=5, max_reps=20)
 
 
-def test_the_asv_clock_reads_seconds_per_call_of_the_sample() -> None:
-    readings = iter([0.0, 1.0, 1.0, 3.0])
-    clock = suite.PerCallClock(lambda: next(readings))
-    assert clock() == 0.0
-    clock.calls = 4
-    assert clock() == 0.25  # one sample of 4 calls took 1 s
-    clock.calls = 2
-    assert clock() == 0.25 and clock() == 1.25  # the next sample: 2 calls in 2 s
+@pytest.fixture(scope="module")
+def batch() -> dict:
+    return measure_batch([CASE], ["naive", "xformers"], "cpu", FAST)
 
 
-def test_setup_chooses_the_calls_per_sample_and_enters_a_pinned_backend_once() -> None:
-    case = next(c for c in suite.cases_of("fwd"))
+def test_track_time_reports_the_batchs_samples_and_asv_takes_their_median(batch: dict) -> None:
+    result = batch[("naive", CASE.id)]
     bench = suite.Forward()
-    bench.setup("torch_sdpa_math", case)
-    try:
-        assert bench.calls >= 1 and suite.CLOCK.calls == bench.calls
-        assert torch_sdpa._pinned_now is not None and torch_sdpa._pinned_now.name == "MATH"
-        bench.setup("torch_sdpa_math", case)  # asv re-runs setup before every sample: still entered once
-        bench.time_sdpa("torch_sdpa_math", case)
-    finally:
-        bench.teardown("torch_sdpa_math", case)
-    assert torch_sdpa._pinned_now is None
+    bench.setup(batch, "naive", CASE.id)
+    reported = bench.track_time_sdpa(batch, "naive", CASE.id)
+    assert reported == {"samples": list(result.samples), "number": result.calls_per_sample}
+    assert len(result.samples) >= FAST.min_reps and result.calls_per_sample >= 1
+    median, stats = statistics.compute_stats(reported["samples"], reported["number"])
+    assert median == pytest.approx(result.median_s, rel=1e-12)  # asv's value is sdpa-bench's median
+    assert stats["repeat"] == len(result.samples) and stats["number"] == result.calls_per_sample
+    assert bench.track_peak_memory(batch, "naive", CASE.id) == result.peak_memory_bytes >= 8 * 128 * 128 * 4
+
+
+def test_a_point_that_cannot_run_is_skipped_with_its_reasons_and_a_wrong_one_fails(batch: dict) -> None:
+    bench = suite.Forward()
+    with pytest.raises(NotImplementedError, match=r"xformers cannot run this case: .*device=cpu \(supported: cuda\)"):
+        bench.setup(batch, "xformers", CASE.id)
+    ok = batch[("naive", CASE.id)]
+    wrong = {("naive", CASE.id): replace(ok, status="wrong", reason="naive: max |error| of out vs fp64 0.5 > 0.01")}
+    with pytest.raises(WrongResult, match=r"max \|error\| of out vs fp64 0\.5"):
+        bench.setup(wrong, "naive", CASE.id)
+    failed = {("naive", CASE.id): replace(ok, status="failed", reason="out of memory: CUDA out of memory")}
+    with pytest.raises(RuntimeError, match="out of memory") as caught:
+        bench.setup(failed, "naive", CASE.id)
+    assert not isinstance(caught.value, NotImplementedError)  # a failure, not a skip
+    with pytest.raises(ValueError, match="was not measured"):
+        bench.setup(batch, "torch_sdpa", CASE.id)
+    with pytest.raises(NotImplementedError, match="has no bwd cases"):
+        suite.Backward().setup({}, "naive", suite.no_cases_id("bwd"))
+
+
+def test_each_mode_is_measured_once_and_the_series_of_old_keep_their_versions() -> None:
+    found = {b.name: b for b in discovery.disc_benchmarks(str(ROOT / "benchmarks"))}
+    keys = set()
+    for cls in (suite.Forward, suite.Backward, suite.ForwardBackward):
+        name = f"bench_sdpa.{cls.__name__}"
+        time, memory, old = found[f"{name}.track_time_sdpa"], found[f"{name}.track_peak_memory"], found[f"{name}.time_sdpa"]
+        assert time.unit == "seconds" and memory.unit == "bytes"
+        assert time.setup_cache_key == memory.setup_cache_key == old.setup_cache_key is not None
+        keys.add(time.setup_cache_key)
+        # what asv derived from the code of the suite that timed each cell in its own process
+        assert memory.version == "97282593293c845ab71ba62e41f6b1d2c836213841f1aa8b3d6b7224d540c182"
+        assert old.version == "aa12a47c9efaed7179708b37acfdf4f9f3305a1db944a8174459dfac75a150f2"
+        assert old.rounds == 1
+        for index in range(len(list(itertools.product(*cls.params)))):  # every cell skipped before its setup runs
+            old.set_param_idx(index)
+            assert old.do_setup() is True
+    assert len(keys) == 3  # one setup_cache (one process) per mode
+
+
+def test_importing_the_suite_does_not_initialize_cuda() -> None:
+    """asv's forkserver forks every cell from the process that imported the suite: a CUDA context there would make
+    CUDA unusable in the children."""
+    probe = "import benchmarks.bench_sdpa, torch; print(torch.cuda.is_initialized())"
+    env = {k: v for k, v in os.environ.items() if k != "PYTORCH_NVML_BASED_CUDA_CHECK"} | {"SDPA_BENCH_PRESET": "smoke"}
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-1] == "False"

@@ -1,4 +1,5 @@
-"""asv end to end: the suite under real asv, and a two-commit smoke history published and rendered in headless Chromium."""
+"""asv end to end: the suite under real asv, and a three-commit smoke history (the first measured by the suite of old)
+published and rendered in headless Chromium."""
 from __future__ import annotations
 
 import ast
@@ -81,12 +82,12 @@ def asv_env(home: Path, impls: tuple[str, ...]) -> dict[str, str]:
     return {**os.environ, "HOME": str(home), "SDPA_BENCH_PRESET": "smoke", "SDPA_BENCH_IMPLS": ",".join(impls)}
 
 
-def write_config(tmp: Path, repo: Path, branch: str) -> Path:
-    """The repository's asv.conf.json, with the project repo, results, html and environments moved into tmp."""
+def write_config(tmp: Path, repo: Path, branch: str, benchmark_dir: Path = ROOT / "benchmarks") -> Path:
+    """The repository's asv.conf.json, with the project repo, suite, results, html and environments moved into tmp."""
     conf = asv_util.load_json(str(ROOT / "asv.conf.json"), js_comments=True)
-    conf.update(repo=str(repo), branches=[branch], benchmark_dir=str(ROOT / "benchmarks"),
+    conf.update(repo=str(repo), branches=[branch], benchmark_dir=str(benchmark_dir),
                 env_dir=str(tmp / "env"), results_dir=str(tmp / "results"), html_dir=str(tmp / "html"))
-    path = tmp / "asv.conf.json"
+    path = tmp / f"asv-{benchmark_dir.parent.name}.conf.json"
     path.write_text(json.dumps(conf, indent=1))
     return path
 
@@ -95,9 +96,23 @@ def values(results_dir: Path, machine: str, benchmark: str) -> dict[str, dict[tu
     """{commit: {(impl, case): value}} from asv's own result files (NaN: skipped, None: failed)."""
     out = {}
     for res in asv_results.iter_results_for_machine(str(results_dir), machine):
+        if benchmark not in res.get_all_result_keys():  # a commit measured by another suite
+            continue
         params = res.get_result_params(benchmark)  # asv stores each parameter value as its repr()
         keys = [tuple(ast.literal_eval(p) for p in combo) for combo in itertools.product(*params)]
         out[res.commit_hash] = dict(zip(keys, res.get_result_value(benchmark, params)))
+    return out
+
+
+def stats_of(results_dir: Path, machine: str, benchmark: str) -> dict[str, dict[tuple[str, ...], dict | None]]:
+    """{commit: {(impl, case): asv's statistics of the samples}} (None: skipped or failed)."""
+    out = {}
+    for res in asv_results.iter_results_for_machine(str(results_dir), machine):
+        if benchmark not in res.get_all_result_keys():
+            continue
+        params = res.get_result_params(benchmark)
+        keys = [tuple(ast.literal_eval(p) for p in combo) for combo in itertools.product(*params)]
+        out[res.commit_hash] = dict(zip(keys, res.get_result_stats(benchmark, params)))
     return out
 
 
@@ -111,30 +126,80 @@ def clone(tmp: Path) -> Path:
     return repo
 
 
+def per_process_suite(tmp: Path) -> Path | None:
+    """The asv suite as it was when asv ran every benchmark cell in a process of its own (`time_sdpa` timed by asv),
+    from this repository's history, in tmp/per-process/benchmarks; None where the history does not reach it."""
+    done = subprocess.run(["git", "-C", str(ROOT), "log", "-1", "--format=%H", "-S", "class PerCallClock", "--",
+                           "benchmarks/bench_sdpa.py"], capture_output=True, text=True, timeout=60)
+    commit = done.stdout.strip()
+    if done.returncode != 0 or not commit:
+        return None
+    suite = tmp / "per-process" / "benchmarks"
+    suite.mkdir(parents=True)
+    for name in ("__init__.py", "bench_sdpa.py"):
+        for rev in (commit, f"{commit}^"):  # the commit that removed it, or the one that added it
+            text = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:benchmarks/{name}"], capture_output=True,
+                                  text=True, timeout=60).stdout
+            if name != "bench_sdpa.py" or "class PerCallClock" in text:
+                break
+        (suite / name).write_text(text)
+    return suite if "class PerCallClock" in (suite / "bench_sdpa.py").read_text() else None
+
+
+def interpreter_starts(log: Path) -> list[str]:
+    """What each interpreter that imported the suite was started for (discover, run_server, setup_cache)."""
+    return [line.split()[1] for line in log.read_text().splitlines()] if log.exists() else []
+
+
 @pytest.fixture(scope="module")
 def history(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """Two commits of this repository (HEAD and an empty commit on top) benchmarked with the smoke preset."""
+    """Three commits of this repository: HEAD measured by the suite of old (a process per benchmark cell, `naive` on
+    the forward cases only), and two empty commits on top measured by today's suite, with the smoke preset."""
     tmp = tmp_path_factory.mktemp("asv-history")
     repo = clone(tmp)
-    run(["git", "-C", str(repo), "-c", "user.name=sdpa-bench test", "-c", "user.email=test@localhost", "commit",
-         "--quiet", "--allow-empty", "-m", "second point of the test history"])
+    for n in (1, 2):
+        run(["git", "-C", str(repo), "-c", "user.name=sdpa-bench test", "-c", "user.email=test@localhost", "commit",
+             "--quiet", "--allow-empty", "-m", f"point {n + 1} of the test history"])
     config = write_config(tmp, repo, BRANCH)
-    env = asv_env(tmp, IMPLS)
+    starts = tmp / "interpreter-starts.log"
+    env = asv_env(tmp, IMPLS) | {"SDPA_BENCH_ASV_STARTS": str(starts)}
     machine = run([sys.executable, "-m", "benchmarks.asv_machine"], env=env).strip().splitlines()[-1]
     clock = time.monotonic()
     # the environment and torch, before taking the measurement lock; asv 0.6.6's `setup` exits 1 on success
     asv("setup", "--config", str(config), env=env, cwd=tmp, codes=(0, 1))
     assert list((tmp / "env").glob("*/bin/python")), "asv setup created no environment"
     setup_s = time.monotonic() - clock
-    out = asv("run", "--config", str(config), "--quick", "--show-stderr", f"{BRANCH}~2..{BRANCH}",
-              env=env, cwd=tmp, measure=True)
+    old_suite = per_process_suite(tmp)
+    if old_suite is not None:  # the history the site must keep showing
+        asv("run", "--config", str(write_config(tmp, repo, BRANCH, old_suite)), "--quick", "--bench",
+            r"^bench_sdpa\.Forward\.", f"{BRANCH}~2^!", env=asv_env(tmp, ("naive",)), cwd=tmp, measure=True)
+    out = asv("run", "--config", str(config), "--show-stderr", f"{BRANCH}~2..{BRANCH}", env=env, cwd=tmp,
+              measure=True)
     clock = time.monotonic()
     asv("publish", "--config", str(config), env=env, cwd=tmp)
     print(f"asv setup: {setup_s:.0f} s, asv publish: {time.monotonic() - clock:.0f} s")
-    return {"tmp": tmp, "machine": machine, "run_output": out, "html": tmp / "html"}
+    commits = run(["git", "-C", str(repo), "rev-list", "--max-count=3", BRANCH]).split()[::-1]
+    return {"tmp": tmp, "machine": machine, "run_output": out, "html": tmp / "html", "commits": commits,
+            "old_suite": old_suite is not None, "starts": interpreter_starts(starts)}
 
 
-def test_history_has_both_commits_with_times_memory_and_visible_skips(history: dict) -> None:
+def graph_points(html: Path, benchmark: str, commit: str, params: tuple[str, ...]) -> list[float | None]:
+    """The values the published site plots for one cell of a benchmark at one commit, over every graph (one per
+    environment and branch) that has it: [] where no graph holds the commit."""
+    index = json.loads((html / "index.json").read_text())
+    revision = {h: int(r) for r, h in index["revision_to_hash"].items()}[commit]
+    combos = [tuple(ast.literal_eval(p) for p in combo) for combo in itertools.product(*index["benchmarks"][benchmark]["params"])]
+    out = []
+    for path in (html / "graphs").rglob(f"{benchmark}.json"):
+        if path.parent.name == "summary":  # one number per commit over all cells
+            continue
+        for rev, values in json.loads(path.read_text()):
+            if rev == revision:
+                out.append(values[combos.index(params)])
+    return out
+
+
+def test_history_has_times_memory_statistics_and_visible_skips(history: dict) -> None:
     import torch
 
     machine, results = history["machine"], history["tmp"] / "results"
@@ -144,19 +209,62 @@ def test_history_has_both_commits_with_times_memory_and_visible_skips(history: d
         assert machine.endswith(re.sub(r"[^A-Za-z0-9._-]+", "-", model)) and gpu.startswith(model)
     else:
         assert machine.endswith("-cpu") and gpu == "none"
-    times = values(results, machine, "bench_sdpa.Forward.time_sdpa")
-    memory = values(results, machine, "bench_sdpa.Forward.track_peak_memory")
-    assert len(times) == 2 and times.keys() == memory.keys()
-    for commit in times:
-        for (impl, case), seconds in times[commit].items():
-            if impl == "xformers":  # skipped, with its reason shown by --show-stderr
-                assert seconds is not None and math.isnan(seconds)
-            else:
-                assert seconds is not None and 0 < seconds < 10, (impl, case, seconds)
-        # naive materializes the (B, H, L, L) fp32 scores; the measured peak must count at least those bytes
-        assert memory[commit][("naive", "L128-E64-fp32-fwd")] >= 1 * 8 * 128 * 128 * 4
-    assert "asv: skipped: Unsupported('xformers cannot run this case: xformers is not installed" \
-        in history["run_output"]
+    new_commits = set(history["commits"][1:])
+    skipped_cells = 0
+    for mode in ("Forward", "ForwardBackward"):
+        times = values(results, machine, f"bench_sdpa.{mode}.track_time_sdpa")
+        memory = values(results, machine, f"bench_sdpa.{mode}.track_peak_memory")
+        stats = stats_of(results, machine, f"bench_sdpa.{mode}.track_time_sdpa")
+        assert new_commits <= times.keys() and new_commits <= memory.keys()
+        for commit in new_commits:
+            for (impl, case), seconds in times[commit].items():
+                if impl == "xformers":  # skipped, with its reason shown by --show-stderr
+                    assert seconds is not None and math.isnan(seconds)
+                    assert math.isnan(memory[commit][(impl, case)])
+                    skipped_cells += 2
+                else:  # a time with the statistics of its samples, and a memory
+                    assert seconds is not None and 0 < seconds < 10, (impl, case, seconds)
+                    s = stats[commit][(impl, case)]
+                    assert s["q_25"] <= seconds <= s["q_75"] and s["repeat"] >= 5 and s["number"] >= 1, s
+                    assert memory[commit][(impl, case)] > 0, (impl, case)
+            # naive materializes the (B, H, L, L) fp32 scores; the measured peak must count at least those bytes
+            if mode == "Forward":
+                assert memory[commit][("naive", "L128-E64-fp32-fwd")] >= 1 * 8 * 128 * 128 * 4
+    reasons = re.findall(r"For parameters: 'xformers', '[^']+'\s+asv: skipped: Unsupported\('xformers cannot run this "
+                         r"case: xformers is not installed", history["run_output"])
+    assert len(reasons) == skipped_cells, (len(reasons), skipped_cells)  # every skipped cell, with its reason
+
+
+def test_one_interpreter_per_mode_not_per_cell(history: dict) -> None:
+    """asv's forkserver imports the suite once per commit and forks each cell; each mode is measured in one
+    setup_cache process. Counted from the line each interpreter importing the suite writes (SDPA_BENCH_ASV_STARTS)."""
+    starts = history["starts"]
+    commits, modes = 2, 3
+    assert starts.count("discover") == 1, starts
+    assert starts.count("run_server") == commits, starts
+    assert starts.count("setup_cache") == commits * modes, starts
+    assert len(starts) == 1 + commits * (1 + modes), starts
+    new_commits = set(history["commits"][1:])
+    cells = sum(len(cells) for b in ("Forward", "Backward", "ForwardBackward") for t in ("track_time_sdpa", "track_peak_memory")
+                for commit, cells in values(history["tmp"] / "results", history["machine"], f"bench_sdpa.{b}.{t}").items()
+                if commit in new_commits)
+    assert cells == commits * 2 * 3 * (4 + 1 + 1)  # (naive, xformers, torch_sdpa) x (4 fwd, 1 bwd placeholder, 1 fwd+bwd)
+    assert len(starts) < cells / 6  # a process per cell would have started one interpreter per cell
+
+
+def test_site_keeps_the_history_measured_a_process_per_cell(history: dict) -> None:
+    """The first commit was measured by the suite of old (`time_sdpa` timed by asv); the site still plots it, and its
+    peak memory is on the same graph as today's."""
+    if not history["old_suite"]:
+        pytest.skip("this checkout's history has no suite of old (a shallow clone?)")
+    html, (old, new, newest) = history["html"], history["commits"]
+    cell = ("naive", "L128-E64-fp32-fwd")
+    old_time = graph_points(html, "bench_sdpa.Forward.time_sdpa", old, cell)
+    assert old_time and all(t is not None and 0 < t < 10 for t in old_time), old_time
+    memory = [graph_points(html, "bench_sdpa.Forward.track_peak_memory", c, cell) for c in (old, new, newest)]
+    assert all(m and all(v is not None and v >= 8 * 128 * 128 * 4 for v in m) for m in memory), memory
+    times = [graph_points(html, "bench_sdpa.Forward.track_time_sdpa", c, cell) for c in (new, newest)]
+    assert all(t and all(v is not None and v > 0 for v in t) for t in times), times
 
 
 def test_wrong_result_fails_and_extra_bytes_are_counted(tmp_path: Path) -> None:
@@ -172,7 +280,7 @@ def test_wrong_result_fails_and_extra_bytes_are_counted(tmp_path: Path) -> None:
               measure=True, codes=(2,))  # 2: a benchmark failed
     assert "WrongResult: test_perturbed: max |error| of out vs fp64" in out
     machine = next(p.name for p in (tmp_path / "results").iterdir() if p.is_dir())
-    times = values(tmp_path / "results", machine, "bench_sdpa.Forward.time_sdpa")[commit]
+    times = values(tmp_path / "results", machine, "bench_sdpa.Forward.track_time_sdpa")[commit]
     memory = values(tmp_path / "results", machine, "bench_sdpa.Forward.track_peak_memory")[commit]
     for (impl, case), seconds in times.items():
         assert (seconds is None) == (impl == "test_perturbed"), (impl, case, seconds)
@@ -339,9 +447,10 @@ def test_site_renders_benchmark_list_and_graph_without_js_errors(history: dict, 
             browser.call("Page.navigate", page, url=f"{url}#/summarylist")
             listed = browser.wait_for(page, "Array.from(document.querySelectorAll('#summarylist-body a'))"
                                             ".map(a => a.getAttribute('href')).filter(h => h.startsWith('#bench'))")
-            for name in ("Forward.time_sdpa", "Forward.track_peak_memory", "ForwardBackward.time_sdpa"):
+            for name in ("Forward.track_time_sdpa", "Forward.track_peak_memory", "ForwardBackward.track_time_sdpa",
+                         "Forward.time_sdpa"):
                 assert any(name in href for href in listed), (name, listed)
-            browser.call("Page.navigate", page, url=f"{url}#bench_sdpa.Forward.time_sdpa")
+            browser.call("Page.navigate", page, url=f"{url}#bench_sdpa.Forward.track_time_sdpa")
             points = browser.wait_for(page, "(() => { const p = $('#main-graph').data('plot'); if (!p) return 0;"
                                             " return p.getData().reduce((n, s) => n + s.data.length, 0); })()")
             assert points >= 2  # at least one series with both commits

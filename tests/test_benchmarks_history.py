@@ -26,11 +26,12 @@ case = next(iter(suite.cases_of("fwd")))
 bench = suite.Forward()
 out = {"sdpa_impls": sdpa_impls.__file__, "layered": hasattr(sdpa_impls, "bench") or None, "case": case,
        "names": [c.__name__ for c in (suite.Forward, suite.Backward, suite.ForwardBackward)]}
-bench.setup("naive", case)
-bench.time_sdpa("naive", case)
-out["memory"] = bench.track_peak_memory("naive", case)
+points = bench.setup_cache()  # every forward point of the preset, measured by that commit's run_case
+bench.setup(points, "naive", case)
+out["time"] = bench.track_time_sdpa(points, "naive", case)
+out["memory"] = bench.track_peak_memory(points, "naive", case)
 try:
-    bench.setup("torch_sdpa_cudnn", case)
+    bench.setup(points, "torch_sdpa_cudnn", case)
 except NotImplementedError as exc:
     out["skip"] = str(exc)
 print(json.dumps(out))
@@ -64,4 +65,5 @@ def test_todays_benchmarks_measure_a_commit_from_before_the_move(tmp_path: Path)
     assert out["sdpa_impls"].startswith(str(tmp_path / "old")) and out["layered"] is None
     assert out["names"] == ["Forward", "Backward", "ForwardBackward"]  # the asv benchmark names are unchanged
     assert out["memory"] >= 8 * 128 * 128 * 4  # naive's (H, L, L) fp32 scores of the smoke case
+    assert len(out["time"]["samples"]) >= 5 and all(t > 0 for t in out["time"]["samples"]) and out["time"]["number"] >= 1
     assert "torch_sdpa_cudnn cannot run this case" in out.get("skip", "")

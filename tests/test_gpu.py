@@ -175,3 +175,37 @@ def test_nvml_reads_the_sm_clock_of_this_gpu() -> None:
     clock, reason = sm_clock("cuda")
     assert clock is not None, reason
     assert 0 < clock.read() <= clock.max_mhz * 1.01
+
+
+FORK_PROBE = """
+import os, torch
+import benchmarks.bench_sdpa as suite
+assert suite.DEVICE == "cuda", suite.DEVICE
+assert not torch.cuda.is_initialized(), "importing the asv suite initialized CUDA"
+pid = os.fork()
+if pid == 0:  # as asv's forkserver runs a benchmark cell
+    try:
+        x = torch.randn(256, 256, device="cuda")
+        ok = torch.isfinite((x @ x).sum()).item()
+    except BaseException as exc:
+        print(f"child: {type(exc).__name__}: {exc}", flush=True)
+        ok = False
+    os._exit(0 if ok else 1)
+_, status = os.waitpid(pid, 0)
+print("child exit", os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_a_child_forked_after_importing_the_asv_suite_can_use_cuda() -> None:
+    """asv's forkserver (asv.conf.json) imports the suite once and forks every cell from it."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k != "PYTORCH_NVML_BASED_CUDA_CHECK"} | {"SDPA_BENCH_PRESET": "smoke"}
+    done = subprocess.run([sys.executable, "-c", FORK_PROBE], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "child exit 0", done.stdout

@@ -234,6 +234,16 @@ PRESETS: dict[str, tuple[Case, ...]] = {
                    heads_q=(12,), heads_kv=(12,))
     ),
 }
+# One asv run of the gpu preset would take about 1 h 45 min on one GPU (376 cases x 15 implementations at about 1.1 s
+# a point: an estimate from `sdpa-bench run --preset llm` on an H200, not a measurement), too long for every commit.
+# `gpu-history` is the part of it a history per commit affords, 44 cases, about 12 minutes by the same estimate
+# (docs/asv.md): bf16 at L in {1024, 4096, 16384}, E in {64, 128}, causal on/off, every mode; two mask structures
+# at L = 8192; the serve batches. Its cases are the gpu preset's own, so their ids (and graphs) are the same.
+PRESETS["gpu-history"] = tuple(
+    c for c in PRESETS["gpu"]
+    if (c.mask == "none" and c.dtype == "bf16" and c.lq in (1024, 4096, 16384) and c.e in (64, 128))
+    or (c.mask in ("window-512", "documents-1024") and c.lq == 8192 and c.e == 128)
+    or c.mask == "padding")
 
 
 def preset(name: str) -> tuple[Case, ...]:
@@ -245,7 +255,12 @@ def preset(name: str) -> tuple[Case, ...]:
 
 
 def default_device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    """The device to measure on: cuda when a CUDA device is visible, else cpu, asked without initializing CUDA.
+
+    `torch.cuda.device_count()` counts devices through NVML (what `torch.cuda.is_available()` does only under
+    PYTORCH_NVML_BASED_CUDA_CHECK=1; otherwise it starts the CUDA driver, and a child forked afterwards cannot use
+    CUDA). asv's forkserver imports the benchmarks, which call this, once and forks every benchmark cell from there."""
+    return "cuda" if torch.cuda.device_count() > 0 else "cpu"
 
 
 def default_preset_name(device: str | None = None) -> str:
