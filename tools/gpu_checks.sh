@@ -12,9 +12,11 @@
 #
 # GPU_CHECKS_STEPS picks other steps, in order (default tests,serve,masks); each gets an equal share of what is
 # left (the tests 40 %, the last step all of it):
-#   llm    the llm preset, every implementation: device time and host overhead per point (llm.tar)
-#   speed  fused, chunked, compiled, flex and torch_sdpa on the llm preset, then llm-long: L = 8192 and 16384
-#          (speed.tar, speed-long.tar)
+#   llm    the llm preset with naive, chunked, fused, compiled, flex and torch_sdpa: device time and host overhead
+#          per point, and the plain-PyTorch implementations against compiled, flex and torch_sdpa (llm.tar)
+#   speed  the same but naive on llm-long: L = 8192 and 16384 (speed-long.tar)
+#   asv    the asv suite on the llm preset (fused, torch_sdpa) through the existing interpreter, then `sdpa-bench
+#          run` of the same points, each timed (asv.log); needs asv installed and a git checkout
 #   gate   tools/gpu_gate_evidence.py within the step's share (gate.log, gate-results.jsonl)
 set -u
 out=${1:?usage: tools/gpu_checks.sh OUTDIR [SECONDS] [--impl NAME ...]}
@@ -70,10 +72,19 @@ sweep() {  # name seconds [run args...]
   [ -d "$work/$name" ] && tar -C "$work" -cf "$out/$name.tar" "$name"
 }
 
-speed() {  # seconds: the llm preset, then the longest sequences, for the plain-PyTorch implementations
-  local impls=fused,chunked,compiled,flex,torch_sdpa half=$(( $1 / 2 ))
-  sweep speed "$half" --preset llm --impl "$impls" --budget 0.1 --max-reps 50
-  sweep speed-long $(( $1 - half )) --preset llm-long --impl "$impls" --budget 0.1 --max-reps 30
+asv_step() {  # seconds: half to asv, half to sdpa-bench run of the same points, each with its wall time
+  local impls=fused,torch_sdpa t0
+  stamp "asv on the llm preset, then sdpa-bench run of the same points (${1}s)"
+  "$py" -m asv machine --yes >/dev/null 2>&1
+  t0=$SECONDS
+  SDPA_BENCH_PRESET=llm SDPA_BENCH_IMPLS=$impls timeout -k 10 $(( $1 / 2 )) "$py" -m asv run --show-stderr \
+    --environment "existing:$(command -v "$py")" --set-commit-hash "$(git rev-parse HEAD)" >"$out/asv.log" 2>&1
+  echo "asv run: exit $? in $(( SECONDS - t0 )) s" >>"$out/asv.log"
+  t0=$SECONDS
+  timeout -k 10 $(( $1 / 2 )) "$py" -m sdpa_impls run --preset llm --device cuda --impl "$impls" \
+    --out "$work/asv-pair" --overwrite --no-plots >>"$out/asv.log" 2>&1
+  echo "sdpa-bench run: exit $? in $(( SECONDS - t0 )) s" >>"$out/asv.log"
+  tail -n 4 "$out/asv.log"
 }
 
 gate() {  # seconds
@@ -94,10 +105,13 @@ for i in "${!todo[@]}"; do
     tests) run_tests "$share" ;;
     serve) sweep serve "$share" --preset serve --budget 0.1 --max-reps 50 ;;
     masks) sweep masks "$share" --preset masks --budget 0.05 --max-reps 50 "$@" ;;
-    llm) sweep llm "$share" --preset llm --budget 0.1 --max-reps 50 ;;
-    speed) speed "$share" ;;
+    llm) sweep llm "$share" --preset llm --impl naive,chunked,fused,compiled,flex,torch_sdpa --budget 0.1 \
+           --max-reps 50 ;;
+    speed) sweep speed-long "$share" --preset llm-long --impl chunked,fused,compiled,flex,torch_sdpa --budget 0.1 \
+             --max-reps 30 ;;
+    asv) asv_step "$share" ;;
     gate) gate "$share" ;;
-    *) echo "tools/gpu_checks.sh: unknown step ${todo[$i]} (tests, serve, masks, llm, speed, gate)" >&2; exit 2 ;;
+    *) echo "tools/gpu_checks.sh: unknown step ${todo[$i]} (tests, serve, masks, llm, speed, asv, gate)" >&2; exit 2 ;;
   esac
 done
 stamp "done"
