@@ -19,6 +19,7 @@ from sdpa_impls.continuous.sides import Side, side_env
 from sdpa_impls.continuous.verdict import NOT_SLOWER, SLOWER, UNDECIDED, decide, judge
 from sdpa_impls.gate.config import config_from_dict
 from sdpa_impls.gate.points import Point
+from sdpa_impls.gate.rules import Check
 
 CASE = "L128-E64-fp32-fwd"
 OTHER = "L96-E32-fp32-fwd+bwd"
@@ -202,45 +203,74 @@ def test_a_process_environment_carries_its_padding(tmp_path: Path) -> None:
     assert env["PYTHONPATH"].split(":")[0] == str(tmp_path / "site")
 
 
-def _cuda_runs(host_us: float, runs: int, rng: np.random.Generator) -> list[list[Point]]:
-    """Runs whose device times are 1.0 everywhere and whose fused point carries a host overhead of about
-    `host_us` µs per call (±2 % from run to run); torch_sdpa's is 5 µs."""
+def _cuda_runs(host_us: float, runs: int, rng: np.random.Generator, device_us: float = 100.0,
+               level: float = 1.0) -> list[list[Point]]:
+    """CUDA runs: torch_sdpa at `device_us` µs of device time with 5 µs of host overhead; fused at `level` × that,
+    with a host overhead of about `host_us` µs per call (±2 % from run to run)."""
     out = []
     for _ in range(runs):
         run = []
-        for impl, host in (("torch_sdpa", 5.0), ("fused", host_us)):
-            p = _point(impl, CASE, 1e-3, rng)
-            run.append(replace(p, host_overhead_s=host * (1 + 0.02 * rng.standard_normal()) * 1e-6))
+        for impl, host, lvl in (("torch_sdpa", 5.0, 1.0), ("fused", host_us, level)):
+            p = _point(impl, CASE, device_us * lvl * 1e-6, rng)
+            run.append(replace(p, host_overhead_s=host * (1 + 0.02 * rng.standard_normal()) * 1e-6,
+                               case={"device": "cuda"}))
         out.append(run)
     return out
 
 
+def _host(report) -> Check:
+    return next(c for c in _rows(report)[f"fused[{CASE}]"].checks if c.kind == "host")
+
+
 @pytest.mark.parametrize("host_us, verdict", [(60.0, "pass"), (72.0, "FAIL")], ids=["aa", "host+20%"])
 def test_more_host_time_alone_fails_as_host_time_with_the_device_time_unchanged(host_us: float, verdict: str) -> None:
+    """A host-bound call (60 µs of host overhead on 100 µs of device time): +20 % host work alone fails as host
+    time, and the time check, which reads the device time, does not move."""
     rng = np.random.default_rng(4)
     report = judge(_cuda_runs(60.0, 4, rng), _cuda_runs(host_us, 4, rng), CONFIG)
-    row = _rows(report)[f"fused[{CASE}]"]
-    host = next(c for c in row.checks if c.kind == "host")
+    host = _host(report)
     assert host.status == verdict, host.message
-    assert row.decision != SLOWER  # the device time did not move: only the host check speaks
+    assert _rows(report)[f"fused[{CASE}]"].decision != SLOWER
     if verdict == "FAIL":
         assert report.exit_code == 1 and host.message.startswith("more host time: host overhead 6")
         assert "head above base in 16 of 16 pairs of runs" in host.message
 
 
+def test_a_device_bound_calls_host_overhead_is_reported_not_judged() -> None:
+    """10 µs of host overhead on a 1 ms call is the launch queue's noise: even doubled it is not judged."""
+    rng = np.random.default_rng(6)
+    host = _host(judge(_cuda_runs(10.0, 4, rng, device_us=1000.0), _cuda_runs(20.0, 4, rng, device_us=1000.0),
+                       CONFIG))
+    assert host.status == "info" and host.message.startswith("not judged, device-bound (1% of the eager time")
+
+
 def test_a_host_check_needs_every_run_to_have_one_and_a_few_microseconds() -> None:
     rng = np.random.default_rng(5)
-    base, head = _cuda_runs(1.0, 3, rng), _cuda_runs(1.5, 3, rng)  # ×1.5, but only +0.5 µs: below the floor
-    checks = [c for c in _rows(judge(base, head, CONFIG))[f"fused[{CASE}]"].checks if c.kind == "host"]
-    assert [c.status for c in checks] == ["pass"]
-    head[0] = [replace(p, host_overhead_s=None) for p in head[0]]  # a run timed eagerly (or on a CPU)
+    base, head = _cuda_runs(1.0, 3, rng, device_us=2.0), _cuda_runs(1.5, 3, rng, device_us=2.0)  # +0.5 µs
+    assert _host(judge(base, head, CONFIG)).status == "pass"
+    head[0] = [replace(p, host_overhead_s=None) for p in head[0]]  # a run timed eagerly
     row = _rows(judge(base, head, CONFIG))[f"fused[{CASE}]"]
     assert not any(c.kind == "host" for c in row.checks)
 
 
-def test_the_host_floor_is_a_config_key_and_a_bad_one_is_refused() -> None:
+def test_cuda_points_are_held_to_their_own_floor() -> None:
+    """+2 % of device time: slower on CUDA points (continuous_time_cuda, 1 %), not on the CPU's (here 5 %)."""
+    rng = np.random.default_rng(7)
+    cuda = judge(_cuda_runs(5.0, 4, rng), _cuda_runs(5.0, 4, rng, level=1.02), CONFIG)
+    assert _rows(cuda)[f"fused[{CASE}]"].decision == SLOWER
+    cpu = [[replace(p, case={"device": "cpu"}, host_overhead_s=None) for p in run] for run in _cuda_runs(5.0, 4, rng)]
+    slow = [[replace(p, case={"device": "cpu"}, host_overhead_s=None) for p in run]
+            for run in _cuda_runs(5.0, 4, rng, level=1.02)]
+    assert _rows(judge(cpu, slow, CONFIG))[f"fused[{CASE}]"].decision != SLOWER
+
+
+def test_the_host_and_cuda_floors_are_config_keys_and_a_bad_one_is_refused() -> None:
     from sdpa_impls.gate.config import GateInputError
 
-    assert config_from_dict({"continuous_host": "median:25%"}, "test").host_rule().factor == pytest.approx(1.25)
-    with pytest.raises(GateInputError, match="continuous_host"):
-        config_from_dict({"continuous_host": "fast"}, "test")
+    config = config_from_dict({"continuous_host": "median:25%", "continuous_time_cuda": "median:2%"}, "test")
+    assert config.host_rule().factor == pytest.approx(1.25)
+    assert config.continuous_rule("cuda").factor == pytest.approx(1.02)
+    assert config.continuous_rule("cpu").factor == pytest.approx(1.05)  # continuous_time's default
+    for key in ("continuous_host", "continuous_time_cuda"):
+        with pytest.raises(GateInputError, match=key):
+            config_from_dict({key: "fast"}, "test")

@@ -140,7 +140,7 @@ def resampled(out: Path, scenario: str, count: int, size: int, seed: int) -> lis
     from sdpa_impls.gate.config import load_config
     from sdpa_impls.gate.points import load_points
 
-    config = load_config(start=out / "repo")
+    config = load_config(start=out / "repo" if (out / "repo").is_dir() else ROOT)  # kept runs alone: this tree's
     trials = sorted(p for p in out.glob(f"{scenario}-[0-9][0-9]") if p.is_dir())
     results: list[dict] = []
     for t, runs in enumerate(trials):
@@ -191,7 +191,9 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--continuous-args", default="--adaptive-budget 30",
                         help="more arguments for each real continuous (default: --adaptive-budget 30)")
-    parser.add_argument("--rejudge", action="store_true", help="measure nothing: resample the runs kept in OUT")
+    parser.add_argument("--rejudge", action="store_true",
+                        help="measure nothing: resample the runs kept in OUT with this tree's gate code (and OUT/repo's "
+                             "config, or this tree's where OUT holds the runs alone)")
     args = parser.parse_args()
     counts = counts_of(args.resamples, SCENARIOS)
     log = args.out / "results.jsonl"

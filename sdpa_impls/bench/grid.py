@@ -218,11 +218,15 @@ PRESETS: dict[str, tuple[Case, ...]] = {
                        heads_q=(32,), heads_kv=(8,)),
     # the CI gate's default on a GPU (`continuous` on CUDA): every call at least ~50 µs of device time on an H100
     # (torch_sdpa: L 4096 causal, 16 heads × 128, ~69 GFLOP forward; decode: 0.54 GB of bf16 KV read per call),
-    # so the gate judges kernels, not launches; bf16 and fp16, forward and forward+backward, two decode batches
+    # so the gate judges kernels, not launches; bf16 and fp16, forward and forward+backward, two decode batches;
+    # and one host-bound case for the host-overhead check (on an H200, fused's L 1024 GQA forward+backward: 0.8 ms
+    # of device time, 0.9 ms more of host overhead)
     "gpu-ci": (
         _cases(lq=(4096,), e=(128,), dtype=("bf16", "fp16"), causal=(True,), mode=("fwd", "fwd+bwd"),
                heads_q=(16,), heads_kv=(16,))
         + _cases(lq=(1,), lk=(16384,), e=(128,), dtype=("bf16", "fp16"), batch=(8,), heads_q=(32,), heads_kv=(8,))
+        + _cases(lq=(1024,), e=(128,), dtype=("bf16",), causal=(True,), mode=("fwd+bwd",), heads_q=(32,),
+                 heads_kv=(8,))
     ),
     # the llm preset's Llama-3-8B shape at the lengths where O(L²) work and memory decide: 8k and 16k tokens
     "llm-long": _cases(lq=(8192, 16384), e=(128,), dtype=("bf16",), causal=(True,), mode=("fwd", "fwd+bwd"),

@@ -7,7 +7,8 @@ Keys (all optional): time = "median:15%" | "off", alpha = 0.01, memory = "peak:1
 correctness = true, allow_missing = false, allow_different_machines = false, time_reference = "" (an
 implementation, e.g. "torch_sdpa": time-vs-baseline compares times in units of its time on the same case),
 continuous_time = "median:5%" (`sdpa-bench continuous`: the smallest slowdown it reports, both sides measured in
-one interleaved run), continuous_host = "median:10%" (the same for the host overhead of CUDA points),
+one interleaved run), continuous_time_cuda = "median:1%" (the same for CUDA points' device times),
+continuous_host = "median:10%" (the same for the host overhead of host-bound CUDA points),
 cpu_targets = false (true adds the in-run rules of the CPU performance targets, gate.targets),
 ratios = ["peak_memory: chunked / naive <= 0.5 when lq >= 2048", ...], and
 [[...override]] tables with `impl` / `case` fnmatch patterns plus any of time, alpha, memory,
@@ -28,8 +29,9 @@ SECTION = ("tool", "sdpa_bench", "gate")
 DEFAULTS = {"time": "median:15%", "alpha": 0.01, "memory": "peak:1%", "correctness": True, "allow_missing": False}
 TYPES = {"time": str, "alpha": float, "memory": str, "correctness": bool, "allow_missing": bool,
          "allow_different_machines": bool, "time_reference": str, "cpu_targets": bool, "continuous_time": str,
-         "continuous_host": str}
+         "continuous_time_cuda": str, "continuous_host": str}
 CONTINUOUS_TIME = "median:5%"
+CONTINUOUS_TIME_CUDA = "median:1%"
 CONTINUOUS_HOST = "median:10%"
 OVERRIDABLE = tuple(DEFAULTS)
 
@@ -64,14 +66,17 @@ class GateConfig:
     source: str = "built-in defaults"
     continuous_time: str = CONTINUOUS_TIME  # `sdpa-bench continuous`: base and head measured side by side
     continuous_host: str = CONTINUOUS_HOST  # `sdpa-bench continuous` on CUDA: the smallest host-overhead growth
+    continuous_time_cuda: str = CONTINUOUS_TIME_CUDA  # `continuous_time` for CUDA points (device times)
 
     def host_rule(self) -> TimeRule:
         """The host-overhead rule of `sdpa-bench continuous` (its factor)."""
         return TimeRule.parse(self.continuous_host, self.alpha)
 
-    def continuous_rule(self) -> TimeRule:
-        """The time rule of `sdpa-bench continuous` (its factor; alpha is the false discovery rate)."""
-        return TimeRule.parse(self.continuous_time, self.alpha)
+    def continuous_rule(self, device: str = "cpu") -> TimeRule:
+        """The time rule of `sdpa-bench continuous` on `device` (its factor; alpha is the false discovery rate): CUDA
+        points are device times, steadier than a shared CPU's, and have their own floor."""
+        spec = self.continuous_time_cuda if device.startswith("cuda") else self.continuous_time
+        return TimeRule.parse(spec, self.alpha)
 
     def thresholds(self, impl: str, case_id: str) -> Thresholds:
         s = dict(self.settings)
@@ -146,12 +151,15 @@ def config_from_dict(table: dict, source: str) -> GateConfig:
         TimeRule.parse(continuous, float(settings["alpha"]))
     except ValueError as exc:
         raise GateInputError(f"{source}: continuous_time: {exc}") from None
-    host = str(_typed("continuous_host", table.get("continuous_host", CONTINUOUS_HOST), source))
-    try:
-        TimeRule.parse(host, float(settings["alpha"]))
-    except ValueError as exc:
-        raise GateInputError(f"{source}: continuous_host: {exc}") from None
-    return GateConfig(settings, different, reference, ratios, tuple(overrides), source, continuous, host)
+    rules = {}
+    for key, default in (("continuous_host", CONTINUOUS_HOST), ("continuous_time_cuda", CONTINUOUS_TIME_CUDA)):
+        rules[key] = str(_typed(key, table.get(key, default), source))
+        try:
+            TimeRule.parse(rules[key], float(settings["alpha"]))
+        except ValueError as exc:
+            raise GateInputError(f"{source}: {key}: {exc}") from None
+    return GateConfig(settings, different, reference, ratios, tuple(overrides), source, continuous,
+                      rules["continuous_host"], rules["continuous_time_cuda"])
 
 
 def _read_toml(path: Path) -> dict:
