@@ -202,8 +202,8 @@ def _host_check(base: Sequence[Point], head: Sequence[Point], factor: float) -> 
     if not b or not h or any(v is None for v in b + h):
         return None
     mb, mh = median(b), median(h)
-    eager = median(p.median_s + p.host_overhead_s for p in base if p.median_s is not None) if base[0].median_s \
-        else 0.0
+    eagers = [p.median_s + p.host_overhead_s for p in base if p.median_s is not None]
+    eager = median(eagers) if eagers else 0.0
     numbers = (f"host overhead {mb * 1e6:.1f} µs → {mh * 1e6:.1f} µs per call "
                f"({f'×{mh / mb:.3f}' if mb > 0 else f'{(mh - mb) * 1e6:+.1f} µs'}), head above base in "
                f"{sum(x > y for x in h for y in b)} of {len(b) * len(h)} pairs of runs")

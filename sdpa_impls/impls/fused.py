@@ -135,7 +135,7 @@ class Fused(Implementation):
         q, k = inp.query, inp.key
         b, g, dev = k.shape[0], q.shape[1] // k.shape[1], q.device
         tiles = MaskTiles.of(inp)  # which tiles the mask leaves empty, full or partial: derived here, once
-        tiles.dead_before  # and which query rows see no key
+        tiles.has_dead_rows(0, tiles.lq)  # and which query rows see no key (built once, here)
         widen = fp16_in_fp32(inp, 1)  # P is normalized before P V: each output is bounded by max|v|
         half = q.dtype != torch.float32 and not widen
         float_mask = inp.mask_kind == "float"
