@@ -110,12 +110,23 @@ def test_a_slower_implementation_fails_naming_it(repo: dict, tmp_path: Path) -> 
 
 
 def test_unchanged_code_passes_against_the_working_tree(repo: dict, tmp_path: Path) -> None:
-    """A/A: BASE is the commit checked out, HEAD the working tree with an uncommitted docs edit."""
+    """A/A: BASE is the commit checked out, HEAD the working tree with an uncommitted docs edit.
+
+    Judged at a floor of 60 %, not the module's 25 %: with two runs a side and 50 ms of samples, one slow period of a
+    shared CI machine can land on both runs of one side (once seen: naive's L96 forward+backward ×1.49 in 4 of 4
+    pairs, every other benchmark within 10 %). The test checks the mechanics of an unchanged tree (the same
+    benchmarks paired, the seed, the worktrees removed); the false-alarm rate of the 3 % floor is measured in
+    docs/gate.md."""
     readme = repo["path"] / "README.md"
     before = readme.read_text()
     readme.write_text(before + "\nAn edit that changes no code.\n")
+    config = tmp_path / "gate.toml"
+    table = (repo["path"] / "pyproject.toml").read_text().split("[tool.sdpa_bench.gate]", 1)[1].split("\n[", 1)[0]
+    assert 'continuous_time = "median:25%"' in table
+    config.write_text(table.replace('continuous_time = "median:25%"', 'continuous_time = "median:60%"'))
     try:
-        code, out, err = continuous(repo["path"], repo["good"], *FAST, "--seed", "7", "--json", str(tmp_path / "v.json"))
+        code, out, err = continuous(repo["path"], repo["good"], *FAST, "--seed", "7", "--config", str(config),
+                                    "--json", str(tmp_path / "v.json"))
     finally:
         readme.write_text(before)
     assert code == 0, out + err
