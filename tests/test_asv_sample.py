@@ -24,6 +24,11 @@ from sdpa_impls.bench.measure import Options  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 CASE = Case(lq=128, lk=128, e=64)
 FAST = Options(budget_s=0.05, min_reps=5, max_reps=20)
+# asv derives a benchmark's version from its code, setup and setup_cache; results of another version leave the graph
+TRACK_TIME_VERSIONS = {
+    "Forward": "7c04b4dc0b0895be53614ca1bac5993eac037f82824c21258243ce3dd46e2754",
+    "ForwardBackward": "1cccd86e2b16964b4021dbc22c192d3c986a962a22cfb95d9ee398721f3fbeb6",
+}
 
 
 @pytest.fixture(scope="module")
@@ -59,18 +64,23 @@ def test_a_point_that_cannot_run_is_skipped_with_its_reasons_and_a_wrong_one_fai
     with pytest.raises(ValueError, match="was not measured"):
         bench.setup(batch, "torch_sdpa", CASE.id)
     with pytest.raises(NotImplementedError, match="has no bwd cases"):
-        suite.Backward().setup({}, "naive", suite.no_cases_id("bwd"))
+        suite.Backward().setup("naive", suite.no_cases_id("bwd"))  # no setup_cache, so no points passed
 
 
 def test_each_mode_is_measured_once_and_the_series_of_old_keep_their_versions() -> None:
+    """One setup_cache (one process) per mode that has cases; none for a mode without (smoke has no backward-only
+    case). The versions are what keeps each stored series on its graph."""
     found = {b.name: b for b in discovery.disc_benchmarks(str(ROOT / "benchmarks"))}
     keys = set()
     for cls in (suite.Forward, suite.Backward, suite.ForwardBackward):
         name = f"bench_sdpa.{cls.__name__}"
         time, memory, old = found[f"{name}.track_time_sdpa"], found[f"{name}.track_peak_memory"], found[f"{name}.time_sdpa"]
         assert time.unit == "seconds" and memory.unit == "bytes"
-        assert time.setup_cache_key == memory.setup_cache_key == old.setup_cache_key is not None
+        assert time.setup_cache_key == memory.setup_cache_key == old.setup_cache_key
+        assert (time.setup_cache_key is not None) == bool(suite.cases_of(cls.mode)), cls.__name__
         keys.add(time.setup_cache_key)
+        if cls is not suite.Backward:  # the versions of the time series stored since the batch measurement landed
+            assert time.version == TRACK_TIME_VERSIONS[cls.__name__], "a changed track_time_sdpa starts a new series"
         # what asv derived from the code of the suite that timed each cell in its own process
         assert memory.version == "97282593293c845ab71ba62e41f6b1d2c836213841f1aa8b3d6b7224d540c182"
         assert old.version == "aa12a47c9efaed7179708b37acfdf4f9f3305a1db944a8174459dfac75a150f2"
@@ -78,7 +88,8 @@ def test_each_mode_is_measured_once_and_the_series_of_old_keep_their_versions() 
         for index in range(len(list(itertools.product(*cls.params)))):  # every cell skipped before its setup runs
             old.set_param_idx(index)
             assert old.do_setup() is True
-    assert len(keys) == 3  # one setup_cache (one process) per mode
+    assert keys == {found["bench_sdpa.Forward.track_time_sdpa"].setup_cache_key,
+                    found["bench_sdpa.ForwardBackward.track_time_sdpa"].setup_cache_key, None} and len(keys) == 3
 
 
 def test_importing_the_suite_does_not_initialize_cuda() -> None:
