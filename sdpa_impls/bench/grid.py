@@ -228,9 +228,12 @@ PRESETS: dict[str, tuple[Case, ...]] = {
         + _cases(lq=(1024,), e=(128,), dtype=("bf16",), causal=(True,), mode=("fwd+bwd",), heads_q=(32,),
                  heads_kv=(8,))
     ),
-    # the llm preset's Llama-3-8B shape at the lengths where O(L²) work and memory decide: 8k and 16k tokens
+    # the llm preset's Llama-3-8B shape at the lengths where O(L²) work and memory decide: 8k and 16k tokens, bf16,
+    # and fp16 at 8k (the other half type: its own GEMM and softmax kernels)
     "llm-long": _cases(lq=(8192, 16384), e=(128,), dtype=("bf16",), causal=(True,), mode=("fwd", "fwd+bwd"),
-                       heads_q=(32,), heads_kv=(8,)),
+                       heads_q=(32,), heads_kv=(8,))
+    + _cases(lq=(8192,), e=(128,), dtype=("fp16",), causal=(True,), mode=("fwd", "fwd+bwd"), heads_q=(32,),
+             heads_kv=(8,)),
     "llm": (  # (heads_q, heads_kv, E): Llama-3-8B / Mistral-7B, Llama-2-7B, GPT-2 small
         _cases(lq=(1024, 4096), e=(128,), dtype=("bf16",), causal=(True,), mode=("fwd", "fwd+bwd"),
                  heads_q=(32,), heads_kv=(8, 32))
