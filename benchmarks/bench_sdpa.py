@@ -173,6 +173,11 @@ def _cache_timeout(params: list[list[str]]) -> int:
     return 600 + POINT_TIMEOUT_S * len(params[0]) * len(params[1])
 
 
+# The three classes below repeat their setup_cache on purpose: asv keys a cache by the defining function's module and
+# line, so one shared definition (inherited, or made by a factory) would give all three modes a single cache, filled
+# by whichever mode ran first; and each benchmark's version, which keeps its stored series on the site, hashes the
+# setup_cache's source.
+
 class Forward(_Mode):
     mode = "fwd"
     params = _params(mode)
