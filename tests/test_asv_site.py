@@ -31,6 +31,7 @@ from plugin_env import build_plugin_env
 
 ROOT = Path(__file__).resolve().parents[1]
 MEASURE_LOCK = Path("/tmp/sdpa-measure.lock")  # measurements on a shared machine take turns
+LOCK_WAIT_S = 1800  # the longest wait for it before the test fails
 BRANCH = "asv-history"
 IMPLS = ("naive", "xformers", "torch_sdpa")  # xformers never runs on CPU: its cells must be skipped, not failed
 SCREENSHOT_ENV = "SDPA_ASV_SCREENSHOT"  # where to copy the graph screenshot (docs/asv-site.png)
@@ -63,6 +64,21 @@ def run(cmd: list[str], *, env: dict[str, str] | None = None, cwd: Path = ROOT, 
     return done.stdout + done.stderr
 
 
+def take_lock(lock, deadline: float) -> None:
+    """The measurement lock, waiting for whoever holds it until `deadline`; then the test fails saying why (a blocking
+    flock would wait forever on a parent that holds it: `flock /tmp/sdpa-measure.lock tox -e py`)."""
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                pytest.fail(f"{MEASURE_LOCK} stayed held for {LOCK_WAIT_S} s: another measurement holds it, or this test "
+                            f"run was started under `flock {MEASURE_LOCK}` (start it outside: the test takes the lock "
+                            "itself, only around asv run)")
+            time.sleep(1)
+
+
 def asv(*args: str, env: dict[str, str], cwd: Path, measure: bool = False, codes: tuple[int, ...] = (0,)) -> str:
     """`python -m asv ...`; with `measure`, holding the machine's measurement lock (one measurement at a time)."""
     cmd = [sys.executable, "-m", "asv", *args]
@@ -70,7 +86,7 @@ def asv(*args: str, env: dict[str, str], cwd: Path, measure: bool = False, codes
         return run(cmd, env=env, cwd=cwd, codes=codes)
     with open(MEASURE_LOCK, "a") as lock:
         waited = time.monotonic()
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        take_lock(lock, waited + LOCK_WAIT_S)
         started = time.monotonic()
         try:
             return run(cmd, env=env, cwd=cwd, codes=codes)
