@@ -90,9 +90,14 @@ def test_saved_runs_have_raw_samples(runs: dict[str, Path]) -> None:
 
 
 def test_same_tree_passes(runs: dict[str, Path], tmp_path: Path) -> None:
-    """A/A as CI runs it on a shared machine: both trees measured twice, a time regression must show in every pair."""
+    """A/A as CI runs it on a shared machine: both trees measured twice, a time regression must show in every pair.
+
+    Judged at 60 %, not 25 %: a shared CI machine has slowed one case of one run 1.9x, and the same slow period can
+    land on both runs of one side. This checks the mechanics on four real runs; the false-alarm rate of the 15 %
+    default is measured in docs/gate.md."""
     code, out, err = gate(tmp_path, "--baseline", runs["base"], "--baseline", runs["base2"],
-                          "--candidate", runs["same"], "--candidate", runs["again"], config=REF_NAIVE)
+                          "--candidate", runs["same"], "--candidate", runs["again"],
+                          config=REF_NAIVE.replace("median:25%", "median:60%"))
     assert code == 0, out + err
     assert "sdpa-bench gate: PASS" in out and "test_tunable[L128-E64-fp32-fwd]" in out
     assert "2 baseline and 2 candidate runs" in out and "in units of naive's time" in out
