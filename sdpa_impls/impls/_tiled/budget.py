@@ -57,6 +57,10 @@ class CpuTiling:
     # the diagonal; the key tile (128 to 1024, a bound independent of L) then fills the budget
     CHUNKED_Q_TILE = 128
     CHUNKED_K_TILE = (128, 1024, 128)
+    # An fp32 tile made from a tile of the input dtype and an fp32 operand (P = exp(S − max), dS = P ⊙ dP): copy
+    # the input-dtype tile into the fp32 one first, then work in place. torch's CPU kernel for mixed dtypes casts
+    # element by element and is slower than the copy and the fp32 operation together (tools/fused_variants.py).
+    CAST_FIRST = True
 
     @property
     def score_tile_bytes(self) -> int:
@@ -105,6 +109,9 @@ class CudaTiling:
     # plus 64 MiB bf16, against naive's gigabytes at L 4096).
     CHUNKED_Q_TILE = (64, 1024, 64)
     CHUNKED_K_TILE = (128, 1024, 128)
+    # One mixed-dtype kernel per such tile, as the H200 profiles measured it; the copy-first alternative
+    # (CpuTiling.CAST_FIRST) is timed on a GPU by tools/fused_variants.py before it is taken here.
+    CAST_FIRST = False
 
     @property
     def score_tile_bytes(self) -> int:
@@ -149,6 +156,12 @@ def tiling_for(device: torch.device) -> TilePolicy:
     if device.type == "cpu":
         return CpuTiling(torch.get_num_threads(), l2_cache_bytes())
     return CudaTiling(free_device_bytes(device))
+
+
+def cast_first(device: torch.device) -> bool:
+    """`CAST_FIRST` of `device`'s policy (or the forced one), without reading the free memory: cheap in a call."""
+    forced = _FORCED.get()
+    return (type(forced) if forced is not None else CpuTiling if device.type == "cpu" else CudaTiling).CAST_FIRST
 
 
 @contextlib.contextmanager

@@ -17,7 +17,7 @@ import torch
 
 from ...protocol import SDPAInputs
 from .tilemap import KeyTile, MaskTiles, Plan, Tiling
-from .budget import group_heads
+from .budget import cast_first, group_heads
 from .tiles import NEG_INF, TileMasker, empty_attention, flat, forward_views, grouped, rows3, store_rows_
 
 # (q5, k4, v4, mask5, is_causal, scale, with_lse) -> (out5 (B, Hkv, G, Lq, Ev), lse (B, Hkv, G, Lq) fp32 or None,
@@ -27,6 +27,21 @@ ForwardFn = Callable[..., tuple[torch.Tensor, torch.Tensor | None, torch.Tensor 
 
 def finite_or_zero(x: torch.Tensor) -> torch.Tensor:
     return torch.where(torch.isinf(x), torch.zeros_like(x), x)
+
+
+def minus_into(p: torch.Tensor, s: torch.Tensor, x: torch.Tensor, widen: bool) -> torch.Tensor:
+    """p = s − x into the fp32 tile `p`, from a score tile `s` of the input dtype (or fp32) and an fp32 column `x`;
+    `widen` (`budget.cast_first`): through a copy of `s` into `p`, then in place, instead of one mixed-dtype op."""
+    if widen and s.dtype != p.dtype:
+        return p.copy_(s).sub_(x)
+    return torch.sub(s, x, out=p)
+
+
+def times_into(ds: torch.Tensor, p: torch.Tensor, dp: torch.Tensor, widen: bool) -> torch.Tensor:
+    """ds = p ⊙ dp into the fp32 tile `ds`, from the fp32 P and a dP of the input dtype (or fp32), as `minus_into`."""
+    if widen and dp.dtype != ds.dtype:
+        return ds.copy_(dp).mul_(p)
+    return torch.mul(p, dp, out=ds)
 
 
 def take(buf: torch.Tensor, *shape: int) -> torch.Tensor:
@@ -72,6 +87,7 @@ def chunked_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5:
     pbuf = torch.empty_like(sbuf, dtype=torch.float32) if half else sbuf  # fp32 P
     abuf = torch.empty(heads * g * q_tile * ev, dtype=torch.float32, device=dev)  # output accumulator
     masker = TileMasker(mask5, is_causal, q_tile, dev, tiles.memo)
+    widen = cast_first(dev)
     for (bs, hs), key_rows in zip(plan.groups, plan.tiles):
         q4, out4, kt3, v3, mask_g = forward_views(q5, k4, v4, out, mask5, bs, hs)
         n = q4.shape[0]
@@ -97,7 +113,7 @@ def chunked_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5:
                 if run_max is not None:
                     new_max = torch.maximum(run_max, new_max)
                 safe_max = new_max if mask5 is None else finite_or_zero(new_max)  # -inf: every key so far masked
-                torch.sub(s, safe_max, out=p).exp_()  # unnormalized fp32 P
+                minus_into(p, s, safe_max, widen).exp_()  # unnormalized fp32 P
                 pv = p if not half else sd.copy_(p)
                 if run_max is None:  # first key tile: nothing to rescale
                     run_sum = p.sum(dim=-1, keepdim=True)
@@ -152,6 +168,7 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
     pbuf = torch.empty(tile, dtype=torch.float32, device=dev) if half else sbuf  # fp32 P
     dsbuf = torch.empty(tile, dtype=torch.float32, device=dev) if half else dpbuf  # fp32 dS
     masker = TileMasker(mask5, is_causal, q_tile, dev, tiles.memo)
+    widen = cast_first(dev)
     for (bs, hs), key_rows in zip(plan.groups, plan.tiles):
         q4, do4, dq4 = flat(q5, bs, hs), flat(dout5, bs, hs), flat(dq, bs, hs)  # (heads, G, L, ·)
         k3, v3 = flat(k4, bs, hs), flat(v4, bs, hs)  # (heads, Lk, E), (heads, Lk, Ev)
@@ -187,11 +204,11 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
                     s = p.copy_(sd) if masker.float_mask and half else sd
                     if kt.masked:
                         masker.apply_ranges_(s, mask_g, i0, i1, j0, kt.masked)
-                    torch.sub(s, lse_t, out=p).exp_()  # P (heads, G·rows, keys) in fp32
+                    minus_into(p, s, lse_t, widen).exp_()  # P (heads, G·rows, keys) in fp32
                     pd = sd.copy_(p) if half else p  # P in the input dtype for the GEMMs
                 _accumulate(dv3[:, j0:j1], pd.transpose(1, 2), dot, 1.0, half)  # dV += Pᵀ dO
                 if one_tile:  # dS = P ⊙ dP − P ⊙ rowsum(P ⊙ dP), dP = dO Vᵀ in the input dtype
-                    torch.mul(p, torch.bmm(dot, v3[:, j0:j1].transpose(1, 2), out=dp), out=ds)
+                    times_into(ds, p, torch.bmm(dot, v3[:, j0:j1].transpose(1, 2), out=dp), widen)
                     ds.addcmul_(p, ds.sum(dim=-1, keepdim=True), value=-1.0)
                 else:  # dS = P ⊙ (dP − D), dP = dO Vᵀ in fp32
                     torch.bmm(dot32, v32_3[:, j0:j1].transpose(1, 2), out=ds).sub_(delta_t).mul_(p)
