@@ -18,6 +18,8 @@
 #   asv    the asv suite on the llm preset (fused, torch_sdpa) through the existing interpreter, then `sdpa-bench
 #          run` of the same points, each timed (asv.log); needs asv installed and a git checkout
 #   gate   tools/gpu_gate_evidence.py within the step's share (gate.log, gate-results.jsonl)
+#   variants  tools/fused_variants.py, bf16 then fp16: the elementwise passes of fused's and chunked's CUDA plan
+#          against their alternatives (variants.log, variants-bf16.json, variants-fp16.json)
 set -u
 out=${1:?usage: tools/gpu_checks.sh OUTDIR [SECONDS] [--impl NAME ...]}
 total=${2:-540}
@@ -96,6 +98,17 @@ gate() {  # seconds
   tail -n 30 "$out/gate.log"
 }
 
+variants() {  # seconds: half to each dtype
+  stamp "tools/fused_variants.py (${1}s)"
+  : >"$out/variants.log"
+  for dt in bf16 fp16; do
+    timeout -k 10 $(( $1 / 2 )) "$py" tools/fused_variants.py --device cuda --dtype $dt \
+      --out "$out/variants-$dt.json" >>"$out/variants.log" 2>&1
+    echo "$dt: exit $?" >>"$out/variants.log"
+  done
+  tail -n 30 "$out/variants.log"
+}
+
 for i in "${!todo[@]}"; do
   rest=$(( ${#todo[@]} - i ))
   share=$(( $(left) / rest ))
@@ -111,7 +124,9 @@ for i in "${!todo[@]}"; do
              --max-reps 30 ;;
     asv) asv_step "$share" ;;
     gate) gate "$share" ;;
-    *) echo "tools/gpu_checks.sh: unknown step ${todo[$i]} (tests, serve, masks, llm, speed, asv, gate)" >&2; exit 2 ;;
+    variants) variants "$share" ;;
+    *) echo "tools/gpu_checks.sh: unknown step ${todo[$i]} (tests, serve, masks, llm, speed, asv, gate, variants)" >&2
+       exit 2 ;;
   esac
 done
 stamp "done"

@@ -1,0 +1,239 @@
+"""The elementwise passes that lead `fused`'s and `chunked`'s GPU profiles, each timed against the alternatives that
+would replace it, on the tiles the CUDA plan makes (docs/performance.md, "What the H200 profiles say").
+
+    python tools/fused_variants.py --device cuda --out /tmp/variants.json
+
+Four experiments, on one score tile of the llm preset's L 4096 causal case (B 1, H 32, E 128, bf16) as
+`budget.CudaTiling` cuts it:
+
+- `band`: the causal bias added to the columns of the last query tile that cross the diagonal (`TileMasker`: a
+  column slice of every row, the bias broadcast over the heads), against a bool `masked_fill_` of the same slice
+  and a bias materialized per head (no broadcast operand).
+- `p`: the backward's P = exp(S − lse) from bf16 scores and the fp32 log-sum-exp into an fp32 tile, as one
+  mixed-dtype `torch.sub` (what `CudaTiling.CAST_FIRST = False` does) against a copy into fp32 first and the
+  subtraction in place (`CpuTiling.CAST_FIRST`; `online_softmax.minus_into`). `chunked`'s forward does the same
+  with the running max.
+- `ds`: the backward's P ⊙ dP, fp32 P and a bf16 dP into fp32, the same two ways (`online_softmax.times_into`).
+- `dp`: `chunked`'s dP = dO Vᵀ of one key tile as an fp32 GEMM of fp32 copies (the copies made beforehand, so
+  today's way is timed at its cheapest), against the GEMM of the bf16 operands written in fp32 (`out_dtype`,
+  which this torch has on CUDA only).
+
+Every variant starts from the same inputs and is checked against today's result (bitwise where the arithmetic is
+the same, within bf16's tolerance for a GEMM that may sum in another order) before it is timed. Variants are timed
+in interleaved rounds, on CUDA as CUDA-graph replays (device time, `timing.time_closure`), on the CPU as calls;
+a time is the median over rounds, and each is given as a ratio to today's in the same experiment. Not a test:
+what it prints decides which change to make in `fused` and `chunked`, each then timed there before it stays.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from sdpa_impls.bench.timing import time_closure  # noqa: E402
+from sdpa_impls.impls._tiled.budget import NOMINAL_FREE_BYTES, CudaTiling, free_device_bytes  # noqa: E402
+from sdpa_impls.impls._tiled.online_softmax import minus_into, times_into  # noqa: E402
+from sdpa_impls.impls._tiled.tiles import NEG_INF, TileMasker  # noqa: E402
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass
+class Variant:
+    """One way to compute an experiment's result: `run` writes it, `result` reads it back after a run; or why
+    it cannot run here (`skipped`)."""
+
+    name: str
+    run: Callable[[], object] | None
+    result: Callable[[], torch.Tensor] | None = None
+    skipped: str = ""
+
+
+@dataclass
+class Experiment:
+    name: str
+    shape: str
+    variants: list[Variant]
+    exact: bool  # the same arithmetic: results must match bitwise
+    rows: list[dict] = field(default_factory=list)
+
+
+def policy(device: torch.device) -> CudaTiling:
+    """The CUDA plan's tiling for this device's free memory (a nominal large card on the CPU)."""
+    return CudaTiling(free_device_bytes(device) if device.type == "cuda" else NOMINAL_FREE_BYTES)
+
+
+def band(device: torch.device, dtype: torch.dtype, length: int, heads: int, gen: torch.Generator) -> Experiment:
+    rows, _ = policy(device).fused_tile(1, heads, 1, length, length, torch.empty(0, dtype=dtype).element_size())
+    i0 = length - rows  # the last query tile: every key up to the diagonal, the widest band
+    start = torch.randn((heads, rows, length), generator=gen).to(device=device, dtype=dtype)
+    s = start.clone()
+    masker = TileMasker(None, True, rows, device, {})
+    upper = torch.ones((rows, rows), dtype=torch.bool, device=device).triu_(1)[:, 1:]
+    per_head = masker._upper_bias(dtype)[:, 1:].expand(heads, rows, rows - 1).contiguous()
+
+    def fresh(fn: Callable[[], object]) -> Callable[[], torch.Tensor]:
+        def result() -> torch.Tensor:
+            s.copy_(start)
+            fn()
+            return s.clone()
+        return result
+
+    today = lambda: masker.apply_(s, None, i0, length, 0, length)  # noqa: E731
+    fill = lambda: s[..., i0 + 1:].masked_fill_(upper, NEG_INF)  # noqa: E731
+    head_bias = lambda: s[..., i0 + 1:].add_(per_head)  # noqa: E731
+    variants = [Variant("today: strided add of a broadcast bias", today, fresh(today)),
+                Variant("masked_fill_ of a bool triangle", fill, fresh(fill)),
+                Variant("add of a per-head bias (no broadcast)", head_bias, fresh(head_bias))]
+    return Experiment("band", f"scores ({heads}, {rows}, {length}), band of {rows - 1} columns", variants, True)
+
+
+def p_from_lse(device: torch.device, dtype: torch.dtype, length: int, heads: int, gen: torch.Generator
+               ) -> Experiment:
+    rows, _ = policy(device).fused_tile(1, heads, 1, length, length, 4)  # the backward's fp32 P tile
+    s = torch.randn((heads, rows, length), generator=gen).to(device=device, dtype=dtype)
+    lse = (torch.randn((heads, rows, 1), generator=gen) + 4).to(device)
+    p = torch.empty((heads, rows, length), dtype=torch.float32, device=device)
+    one = lambda: minus_into(p, s, lse, False).exp_()  # noqa: E731
+    two = lambda: minus_into(p, s, lse, True).exp_()  # noqa: E731
+    variants = [Variant("one mixed-dtype sub (CudaTiling), then exp_", one, lambda: (one(), p.clone())[1]),
+                Variant("copy into fp32, sub_ (CpuTiling), then exp_", two, lambda: (two(), p.clone())[1])]
+    return Experiment("p", f"S ({heads}, {rows}, {length}) {dtype}, lse fp32, P fp32", variants, True)
+
+
+def ds_from_dp(device: torch.device, dtype: torch.dtype, length: int, heads: int, gen: torch.Generator
+               ) -> Experiment:
+    rows, _ = policy(device).fused_tile(1, heads, 1, length, length, 4)
+    p = torch.rand((heads, rows, length), generator=gen).to(device)
+    dp_ = torch.randn((heads, rows, length), generator=gen).to(device=device, dtype=dtype)
+    ds = torch.empty_like(p)
+    one = lambda: times_into(ds, p, dp_, False)  # noqa: E731
+    two = lambda: times_into(ds, p, dp_, True)  # noqa: E731
+    variants = [Variant("one mixed-dtype mul (CudaTiling)", one, lambda: (one(), ds.clone())[1]),
+                Variant("copy into fp32, mul_ (CpuTiling)", two, lambda: (two(), ds.clone())[1])]
+    return Experiment("ds", f"P ({heads}, {rows}, {length}) fp32 ⊙ dP {dtype} into fp32", variants, True)
+
+
+def dp(device: torch.device, dtype: torch.dtype, length: int, heads: int, dim: int, gen: torch.Generator
+       ) -> Experiment:
+    q_tile, k_tile = policy(device).chunked_tile(heads)
+    q_tile, k_tile = min(q_tile, length), min(k_tile, length)
+    dout = torch.randn((heads, q_tile, dim), generator=gen).to(device=device, dtype=dtype)
+    v = torch.randn((heads, k_tile, dim), generator=gen).to(device=device, dtype=dtype)
+    dout32, v32 = dout.float(), v.float()
+    out = torch.empty((heads, q_tile, k_tile), dtype=torch.float32, device=device)
+    today = lambda: torch.bmm(dout32, v32.transpose(1, 2), out=out)  # noqa: E731
+    variants = [Variant("today: fp32 GEMM of fp32 copies", today, lambda: (today(), out.clone())[1])]
+    mixed = lambda: torch.bmm(dout, v.transpose(1, 2), out_dtype=torch.float32, out=out)  # noqa: E731
+    try:
+        mixed()
+        variants.append(Variant(f"{dtype} GEMM into fp32 (out_dtype)", mixed, lambda: (mixed(), out.clone())[1]))
+    except (RuntimeError, NotImplementedError, TypeError) as exc:
+        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        variants.append(Variant(f"{dtype} GEMM into fp32 (out_dtype)", None,
+                                skipped=f"torch {torch.__version__} on {device.type}: {why[:120]}"))
+    return Experiment("dp", f"dO ({heads}, {q_tile}, {dim}) · Vᵀ ({heads}, {dim}, {k_tile}) into fp32", variants,
+                      False)
+
+
+def check(exp: Experiment) -> dict[str, str]:
+    """Why a variant's result differs from today's (empty: every runnable variant agrees)."""
+    want = exp.variants[0].result()
+    wrong = {}
+    for v in exp.variants[1:]:
+        if v.run is None:
+            continue
+        got = v.result()
+        if exp.exact:
+            same = torch.equal(got, want)
+        else:  # the same products (exact in fp32), summed in another order
+            same = torch.allclose(got, want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
+        if not same:
+            wrong[v.name] = f"differs from today's (max |diff| {(got - want).abs().max().item():.3g})"
+    return wrong
+
+
+def measure(exp: Experiment, device: torch.device, rounds: int, budget_s: float) -> None:
+    """Median over `rounds` interleaved rounds of each runnable variant's median time, and its ratio to today's."""
+    runnable = [v for v in exp.variants if v.run is not None]
+    medians: dict[str, list[float]] = {v.name: [] for v in runnable}
+    graph = device.type == "cuda"
+    for _ in range(rounds):
+        for v in runnable:
+            t = time_closure(v.run, device, budget_s=budget_s, min_reps=5, max_reps=200, warmup=1,
+                             cuda_graph=graph)
+            medians[v.name].append(t.median)
+    base = statistics.median(medians[exp.variants[0].name])
+    for v in exp.variants:
+        if v.run is None:
+            exp.rows.append({"variant": v.name, "skipped": v.skipped})
+            continue
+        med = statistics.median(medians[v.name])
+        exp.rows.append({"variant": v.name, "median_s": med, "ratio": med / base, "rounds": medians[v.name]})
+
+
+def table(experiments: list[Experiment], device: str) -> str:
+    lines = [f"device: {device}", "", "| experiment | variant | median | / today |", "|---|---|---:|---:|"]
+    for exp in experiments:
+        for row in exp.rows:
+            if "skipped" in row:
+                lines.append(f"| {exp.name} | {row['variant']} | skipped: {row['skipped']} | |")
+            else:
+                lines.append(f"| {exp.name} | {row['variant']} | {row['median_s'] * 1e6:.1f} µs | "
+                             f"{row['ratio']:.3f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
+    p.add_argument("--length", type=int, default=4096, help="L of the causal case (default 4096)")
+    p.add_argument("--heads", type=int, default=32, help="heads, B = 1 (default 32)")
+    p.add_argument("--dim", type=int, default=128, help="head dim E of the dP GEMM (default 128)")
+    p.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
+    p.add_argument("--budget", type=float, default=0.1, help="seconds of samples per variant and round")
+    p.add_argument("--only", action="append", choices=("band", "p", "ds", "dp"), help="run only these experiments")
+    p.add_argument("--out", type=Path, help="write the rows, with every round's median, as JSON here")
+    args = p.parse_args(argv)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda: this torch sees no CUDA device")
+    if args.length < 2 or args.heads < 1 or args.dim < 1 or args.rounds < 1 or args.budget <= 0:
+        p.error("--length must be at least 2; --heads, --dim and --rounds at least 1; --budget above 0")
+    dtype, gen = DTYPES[args.dtype], torch.Generator().manual_seed(0)
+    makers = {"band": lambda: band(device, dtype, args.length, args.heads, gen),
+              "p": lambda: p_from_lse(device, dtype, args.length, args.heads, gen),
+              "ds": lambda: ds_from_dp(device, dtype, args.length, args.heads, gen),
+              "dp": lambda: dp(device, dtype, args.length, args.heads, args.dim, gen)}
+    experiments, wrong = [], {}
+    for name in args.only or list(makers):
+        exp = makers[name]()
+        bad = check(exp)
+        wrong.update({f"{exp.name}: {k}": why for k, why in bad.items()})
+        exp.variants = [v for v in exp.variants if v.name not in bad]  # a wrong variant is reported, not timed
+        measure(exp, device, args.rounds, args.budget)
+        print(f"{exp.name}: {exp.shape}", file=sys.stderr)
+        experiments.append(exp)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    print(table(experiments, f"{name}, torch {torch.__version__}, {args.dtype}, L {args.length}, H {args.heads}"))
+    for k, why in wrong.items():
+        print(f"wrong: {k}: {why}")
+    if args.out:
+        args.out.write_text(json.dumps({"device": name, "torch": torch.__version__, "args": {
+            k: str(v) for k, v in vars(args).items()}, "wrong": wrong, "experiments": [
+            {"name": e.name, "shape": e.shape, "rows": e.rows} for e in experiments]}, indent=1))
+    return 1 if wrong else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
