@@ -140,7 +140,7 @@ def dp(device: torch.device, dtype: torch.dtype, length: int, heads: int, dim: i
     except (RuntimeError, NotImplementedError, TypeError) as exc:
         why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         variants.append(Variant(f"{dtype} GEMM into fp32 (out_dtype)", None,
-                                skipped=f"torch {torch.__version__} on {device.type}: {why[:120]}"))
+                                skipped=f"torch {torch.__version__} on {device.type}: {why.split('. ')[0]}"))
     return Experiment("dp", f"dO ({heads}, {q_tile}, {dim}) · Vᵀ ({heads}, {dim}, {k_tile}) into fp32", variants,
                       False)
 
