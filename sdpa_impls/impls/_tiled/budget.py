@@ -58,8 +58,8 @@ class CpuTiling:
     CHUNKED_Q_TILE = 128
     CHUNKED_K_TILE = (128, 1024, 128)
     # An fp32 tile made from a tile of the input dtype and an fp32 operand (P = exp(S − max), dS = P ⊙ dP): copy
-    # the input-dtype tile into the fp32 one first, then work in place. torch's CPU kernel for mixed dtypes casts
-    # element by element and is slower than the copy and the fp32 operation together (tools/fused_variants.py).
+    # the input-dtype tile into the fp32 one first, then work in place. torch's CPU sub/mul of mixed dtypes casts
+    # into a temporary first: slower and larger than the copy and the fp32 operation (docs/performance.md).
     CAST_FIRST = True
 
     @property
