@@ -25,7 +25,11 @@ def test_a_small_run_checks_and_times_every_experiment(tmp_path: Path, capsys: p
     doc = json.loads(out.read_text())
     assert doc["device"] == "cpu" and doc["wrong"] == {}
     rows = {e["name"]: e["rows"] for e in doc["experiments"]}
-    assert list(rows) == ["band", "p", "ds", "dp"]
+    assert list(rows) == ["band", "p", "ds", "dp", "chunked fwd", "chunked fwd+bwd", "fused fwd+bwd"]
+    for name in ("chunked fwd", "chunked fwd+bwd", "fused fwd+bwd"):  # whole calls, CAST_FIRST off then on
+        assert [r["variant"].split(" (")[1] for r in rows[name]] == ["CAST_FIRST = False)", "CAST_FIRST = True)"]
+        assert rows[name][0]["ratio"] == 1.0 and rows[name][1]["median_s"] > 0
+    assert CpuTiling.CAST_FIRST is True  # restored after the calls
     for name in ("band", "p", "ds"):
         assert len(rows[name]) >= 2 and rows[name][0]["ratio"] == 1.0
         assert all(r["median_s"] > 0 and len(r["rounds"]) == 2 for r in rows[name])
@@ -33,7 +37,7 @@ def test_a_small_run_checks_and_times_every_experiment(tmp_path: Path, capsys: p
     assert first["ratio"] == 1.0
     assert ("on cpu" in mixed["skipped"]) if "skipped" in mixed else mixed["ratio"] > 0  # CUDA-only in torch 2.13
     printed = capsys.readouterr().out
-    assert "| band | today: strided add of a broadcast bias |" in printed and "/ today" in printed
+    assert "| band | today: strided add of a broadcast bias |" in printed and "/ first" in printed
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])

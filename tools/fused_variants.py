@@ -3,7 +3,7 @@ would replace it, on the tiles the CUDA plan makes (docs/performance.md, "What t
 
     python tools/fused_variants.py --device cuda --out /tmp/variants.json
 
-Four experiments, on one score tile of the llm preset's L 4096 causal case (B 1, H 32, E 128, bf16) as
+Four experiments on one score tile of the llm preset's L 4096 causal case (B 1, H 32, E 128, bf16) as
 `budget.CudaTiling` cuts it:
 
 - `band`: the causal bias added to the columns of the last query tile that cross the diagonal (`TileMasker`: a
@@ -18,10 +18,14 @@ Four experiments, on one score tile of the llm preset's L 4096 causal case (B 1,
   today's way is timed at its cheapest), against the GEMM of the bf16 operands written in fp32 (`out_dtype`,
   which this torch has on CUDA only).
 
-Every variant starts from the same inputs and is checked against today's result (bitwise where the arithmetic is
-the same, within bf16's tolerance for a GEMM that may sum in another order) before it is timed. Variants are timed
-in interleaved rounds, on CUDA as CUDA-graph replays (device time, `timing.time_closure`), on the CPU as calls;
-a time is the median over rounds, and each is given as a ratio to today's in the same experiment. Not a test:
+Then `calls`: whole prepared calls of the same case (`chunked` fwd and fwd+bwd, `fused` fwd+bwd), each with the
+device's `CAST_FIRST` off and on, as the suite times them: what decides `CudaTiling.CAST_FIRST`.
+
+Every variant starts from the same inputs and is checked against the first one's result, the way the CUDA plan
+computes it today (bitwise where the arithmetic is the same, within bf16's tolerance for a GEMM that may sum in
+another order) before it is timed. Variants are timed in interleaved rounds, on CUDA as CUDA-graph replays
+(device time, `timing.time_closure`; a call that cannot be captured eagerly, and the experiment says so), on the
+CPU as calls; a time is the median over rounds, and each is given as a ratio to the first variant's. Not a test:
 what it prints decides which change to make in `fused` and `chunked`, each then timed there before it stays.
 """
 from __future__ import annotations
@@ -39,8 +43,12 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sdpa_impls.bench.timing import time_closure  # noqa: E402
-from sdpa_impls.impls._tiled.budget import NOMINAL_FREE_BYTES, CudaTiling, free_device_bytes  # noqa: E402
+from sdpa_impls.bench.grid import Case  # noqa: E402
+from sdpa_impls.bench.inputs import make_inputs  # noqa: E402
+from sdpa_impls.bench.measure import mode_closure  # noqa: E402
+from sdpa_impls.bench.timing import same_context, time_closure  # noqa: E402
+from sdpa_impls.impls._tiled.budget import NOMINAL_FREE_BYTES, CpuTiling, CudaTiling, free_device_bytes  # noqa: E402
+from sdpa_impls.registry import get  # noqa: E402
 from sdpa_impls.impls._tiled.online_softmax import minus_into, times_into  # noqa: E402
 from sdpa_impls.impls._tiled.tiles import NEG_INF, TileMasker  # noqa: E402
 
@@ -145,8 +153,43 @@ def dp(device: torch.device, dtype: torch.dtype, length: int, heads: int, dim: i
                       False)
 
 
+def with_cast_first(fn: Callable[[], object], flag: bool, device: torch.device) -> Callable[[], object]:
+    """`fn` run with this device's `CAST_FIRST` set to `flag` (a captured graph keeps the path it captured)."""
+    policy_cls = CudaTiling if device.type == "cuda" else CpuTiling
+
+    def run() -> object:
+        old = policy_cls.CAST_FIRST
+        policy_cls.CAST_FIRST = flag
+        try:
+            return fn()
+        finally:
+            policy_cls.CAST_FIRST = old
+    return same_context(run, fn)
+
+
+def cast_first_calls(device: torch.device, dtype: str, length: int, heads: int, dim: int) -> list[Experiment]:
+    """Whole calls, causal, B 1, both ways of `CAST_FIRST`: `chunked` fwd and fwd+bwd, `fused` fwd+bwd (its
+    forward has no mixed-dtype op). On CUDA this is what decides `CudaTiling.CAST_FIRST`."""
+    experiments = []
+    for name, mode in (("chunked", "fwd"), ("chunked", "fwd+bwd"), ("fused", "fwd+bwd")):
+        case = Case(lq=length, lk=length, e=dim, dtype=dtype, causal=True, mode=mode, heads_q=heads, heads_kv=heads)
+        fn = mode_closure(get(name), make_inputs(case, device), mode)
+        calls = {flag: with_cast_first(fn, flag, device) for flag in (False, True)}
+
+        def result(call: Callable[[], object]) -> Callable[[], torch.Tensor]:
+            def answer() -> torch.Tensor:
+                out = call()
+                parts = out if isinstance(out, tuple) else (out,)
+                return torch.cat([t.detach().flatten().float() for t in parts])
+            return answer
+        experiments.append(Experiment(f"{name} {mode}", case.id, [
+            Variant("one mixed-dtype op (CAST_FIRST = False)", calls[False], result(calls[False])),
+            Variant("copy into fp32 first (CAST_FIRST = True)", calls[True], result(calls[True]))], True))
+    return experiments
+
+
 def check(exp: Experiment) -> dict[str, str]:
-    """Why a variant's result differs from today's (empty: every runnable variant agrees)."""
+    """Why a variant's result differs from the first one's (empty: every runnable variant agrees)."""
     want = exp.variants[0].result()
     wrong = {}
     for v in exp.variants[1:]:
@@ -158,19 +201,26 @@ def check(exp: Experiment) -> dict[str, str]:
         else:  # the same products (exact in fp32), summed in another order
             same = torch.allclose(got, want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
         if not same:
-            wrong[v.name] = f"differs from today's (max |diff| {(got - want).abs().max().item():.3g})"
+            wrong[v.name] = f"differs from the first variant's (max |diff| {(got - want).abs().max().item():.3g})"
     return wrong
 
 
 def measure(exp: Experiment, device: torch.device, rounds: int, budget_s: float) -> None:
-    """Median over `rounds` interleaved rounds of each runnable variant's median time, and its ratio to today's."""
+    """Median over `rounds` interleaved rounds of each runnable variant's median time, and its ratio to the first variant's."""
     runnable = [v for v in exp.variants if v.run is not None]
     medians: dict[str, list[float]] = {v.name: [] for v in runnable}
     graph = device.type == "cuda"
     for _ in range(rounds):
         for v in runnable:
-            t = time_closure(v.run, device, budget_s=budget_s, min_reps=5, max_reps=200, warmup=1,
-                             cuda_graph=graph)
+            try:
+                t = time_closure(v.run, device, budget_s=budget_s, min_reps=5, max_reps=200, warmup=1,
+                                 cuda_graph=graph)
+            except RuntimeError as exc:  # a call that cannot be captured: its eager time, said so
+                if not graph:
+                    raise
+                torch.cuda.synchronize(device)
+                graph, exp.shape = False, f"{exp.shape} (eager: not captured: {str(exc).splitlines()[0][:80]})"
+                t = time_closure(v.run, device, budget_s=budget_s, min_reps=5, max_reps=200, warmup=1)
             medians[v.name].append(t.median)
     base = statistics.median(medians[exp.variants[0].name])
     for v in exp.variants:
@@ -182,7 +232,7 @@ def measure(exp: Experiment, device: torch.device, rounds: int, budget_s: float)
 
 
 def table(experiments: list[Experiment], device: str) -> str:
-    lines = [f"device: {device}", "", "| experiment | variant | median | / today |", "|---|---|---:|---:|"]
+    lines = [f"device: {device}", "", "| experiment | variant | median | / first |", "|---|---|---:|---:|"]
     for exp in experiments:
         for row in exp.rows:
             if "skipped" in row:
@@ -202,7 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dim", type=int, default=128, help="head dim E of the dP GEMM (default 128)")
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
     p.add_argument("--budget", type=float, default=0.1, help="seconds of samples per variant and round")
-    p.add_argument("--only", action="append", choices=("band", "p", "ds", "dp"), help="run only these experiments")
+    p.add_argument("--only", action="append", choices=("band", "p", "ds", "dp", "calls"),
+                   help="run only these experiments")
     p.add_argument("--out", type=Path, help="write the rows, with every round's median, as JSON here")
     args = p.parse_args(argv)
     device = torch.device(args.device)
@@ -216,14 +267,16 @@ def main(argv: list[str] | None = None) -> int:
               "ds": lambda: ds_from_dp(device, dtype, args.length, args.heads, gen),
               "dp": lambda: dp(device, dtype, args.length, args.heads, args.dim, gen)}
     experiments, wrong = [], {}
-    for name in args.only or list(makers):
-        exp = makers[name]()
-        bad = check(exp)
-        wrong.update({f"{exp.name}: {k}": why for k, why in bad.items()})
-        exp.variants = [v for v in exp.variants if v.name not in bad]  # a wrong variant is reported, not timed
-        measure(exp, device, args.rounds, args.budget)
-        print(f"{exp.name}: {exp.shape}", file=sys.stderr)
-        experiments.append(exp)
+    for name in args.only or [*makers, "calls"]:
+        made = (cast_first_calls(device, args.dtype, args.length, args.heads, args.dim) if name == "calls"
+                else [makers[name]()])
+        for exp in made:
+            bad = check(exp)
+            wrong.update({f"{exp.name}: {k}": why for k, why in bad.items()})
+            exp.variants = [v for v in exp.variants if v.name not in bad]  # a wrong variant is reported, not timed
+            measure(exp, device, args.rounds, args.budget)
+            print(f"{exp.name}: {exp.shape}", file=sys.stderr)
+            experiments.append(exp)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(table(experiments, f"{name}, torch {torch.__version__}, {args.dtype}, L {args.length}, H {args.heads}"))
     for k, why in wrong.items():
