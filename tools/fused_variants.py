@@ -47,7 +47,7 @@ from sdpa_impls.bench.grid import Case  # noqa: E402
 from sdpa_impls.bench.inputs import make_inputs  # noqa: E402
 from sdpa_impls.bench.measure import mode_closure  # noqa: E402
 from sdpa_impls.bench.timing import same_context, time_closure  # noqa: E402
-from sdpa_impls.impls._tiled.budget import NOMINAL_FREE_BYTES, CpuTiling, CudaTiling, free_device_bytes  # noqa: E402
+from sdpa_impls.impls._tiled.budget import CpuTiling, CudaTiling, free_device_bytes  # noqa: E402
 from sdpa_impls.registry import get  # noqa: E402
 from sdpa_impls.impls._tiled.online_softmax import minus_into, times_into  # noqa: E402
 from sdpa_impls.impls._tiled.tiles import NEG_INF, TileMasker  # noqa: E402
@@ -77,7 +77,7 @@ class Experiment:
 
 def policy(device: torch.device) -> CudaTiling:
     """The CUDA plan's tiling for this device's free memory (a nominal large card on the CPU)."""
-    return CudaTiling(free_device_bytes(device) if device.type == "cuda" else NOMINAL_FREE_BYTES)
+    return CudaTiling(free_device_bytes(device))
 
 
 def band(device: torch.device, dtype: torch.dtype, length: int, heads: int, gen: torch.Generator) -> Experiment:
