@@ -12,8 +12,8 @@ Every structure is a rule over (batch row b, query row i, key j), top-left align
 | `alibi`      | every key, with the bias -slope_h · abs(i - j)                    | float (Hq, Lq, Lk)       |
 | `padding`    | j < n_b - Lq + i + 1 (key padding; bottom-right causal for Lq > 1) | bool (B, 1, Lq, Lk)      |
 
-Document lengths (mean N, default L/8) and KV lengths (L/32 to L, the longest = L) are seeded by the case's id,
-not by the run's seed, so a case always has the same structure and the same FLOP count.
+Document lengths (mean N, default L/8) and KV lengths (L/32 to L, the longest = L) are seeded by the structure, Lk
+and the batch (`resolve`), not by the run's seed, so a case always has the same structure and the same FLOP count.
 """
 from __future__ import annotations
 

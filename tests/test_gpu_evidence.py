@@ -100,3 +100,27 @@ def test_without_a_gpu_it_stops_with_one_message(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, str(ROOT / "tools" / "gpu_gate_evidence.py"), "--out", str(tmp_path)],
                           capture_output=True, text=True)
     assert done.returncode == 1 and "needs a CUDA device" in done.stderr
+
+
+@pytest.mark.parametrize("args, steps, message", [
+    (["12x"], "", "SECONDS must be a whole number of seconds, not '12x'"),
+    (["--impl", "fused"], "", "steps tests,serve,masks within 540 s"),  # SECONDS left out before --impl: default
+    (["60", "--impl", "fused"], "gate,variants", "steps gate,variants within 60 s"),
+    (["60"], "tests,varaints", "unknown step 'varaints'"),  # named before any step runs, not after the tests
+])
+def test_gpu_checks_reads_its_arguments_then_stops_without_a_gpu(tmp_path: Path, args: list[str], steps: str,
+                                                                 message: str) -> None:
+    """tools/gpu_checks.sh's usage, `OUTDIR [SECONDS] [--impl NAME ...]` and GPU_CHECKS_STEPS: a bad SECONDS or step
+    is named, and a SECONDS left out before --impl is the default, not an error of the shell; on this CPU the script
+    then stops with one message that says what it would have run."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device: the script would measure")
+    env = os.environ | {"PYTHON": sys.executable, "GPU_CHECKS_STEPS": steps}
+    if not steps:
+        del env["GPU_CHECKS_STEPS"]
+    done = subprocess.run(["bash", str(ROOT / "tools" / "gpu_checks.sh"), str(tmp_path / "out"), *args],
+                          capture_output=True, text=True, cwd=ROOT, env=env)
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr and "unbound variable" not in done.stderr

@@ -6,8 +6,8 @@
 #   tools/gpu_checks.sh OUTDIR [SECONDS] [--impl NAME ...]
 #
 # OUTDIR receives: env.txt (GPU, driver, versions), test_gpu.log and test_gpu.xml, and serve.tar / masks.tar (each
-# sweep's folder: results.json, report.md, CSV). SECONDS (default 540) goes 40 % to the tests, then 30 % of what is
-# left to serve, the rest to masks. --impl (repeatable) narrows the masks sweep; the serve sweep and the tests run every
+# sweep's folder: results.json, report.md, CSV). SECONDS (a whole number, default 540; may be left out before --impl)
+# goes 40 % to the tests, then half of what is left to serve, the rest to masks. --impl (repeatable) narrows the masks sweep; the serve sweep and the tests run every
 # implementation.
 #
 # GPU_CHECKS_STEPS picks other steps, in order (default tests,serve,masks); each gets an equal share of what is
@@ -22,8 +22,13 @@
 #          against their alternatives, then whole calls with CAST_FIRST off and on (variants.log, variants-*.json)
 set -u
 out=${1:?usage: tools/gpu_checks.sh OUTDIR [SECONDS] [--impl NAME ...]}
-total=${2:-540}
-shift $(( $# >= 2 ? 2 : 1 ))
+shift
+total=540
+case ${1:-} in
+  '' | --*) ;;
+  *[!0-9]*) echo "tools/gpu_checks.sh: SECONDS must be a whole number of seconds, not '$1'" >&2; exit 2 ;;
+  *) total=$1; shift ;;
+esac
 mkdir -p "$out"
 py=${PYTHON:-python3}
 start=$SECONDS
@@ -31,8 +36,18 @@ work=${GPU_CHECKS_WORK:-/tmp/sdpa-gpu-checks}
 mkdir -p "$work"
 export PYTHONUNBUFFERED=1
 
+steps=${GPU_CHECKS_STEPS:-tests,serve,masks}
+IFS=, read -r -a todo <<<"$steps"
+for step in "${todo[@]}"; do  # a misspelt step stops here, before any GPU time is spent on the others
+  case $step in
+    tests | serve | masks | llm | speed | asv | gate | variants) ;;
+    *) echo "tools/gpu_checks.sh: unknown step '$step' (tests, serve, masks, llm, speed, asv, gate, variants)" >&2
+       exit 2 ;;
+  esac
+done
+
 if ! "$py" -c "import torch, sys; sys.exit(not torch.cuda.is_available())" 2>/dev/null; then
-  echo "tools/gpu_checks.sh: $py's torch sees no CUDA device: nothing to check here" >&2
+  echo "tools/gpu_checks.sh: $py's torch sees no CUDA device: nothing to check here (steps $steps within ${total} s)" >&2
   exit 2
 fi
 
@@ -46,9 +61,6 @@ stamp() { echo "[$(date -u +%H:%M:%S) +$((SECONDS - start))s] $*"; }
   "$py" -c "import json; from sdpa_impls.bench.machine import machine_info; print(json.dumps(machine_info('cuda'), indent=1))"
 } >"$out/env.txt" 2>&1
 cat "$out/env.txt"
-
-steps=${GPU_CHECKS_STEPS:-tests,serve,masks}
-IFS=, read -r -a todo <<<"$steps"
 
 run_tests() {  # seconds
   stamp "tests/test_gpu.py (${1}s)"
@@ -125,8 +137,6 @@ for i in "${!todo[@]}"; do
     asv) asv_step "$share" ;;
     gate) gate "$share" ;;
     variants) variants "$share" ;;
-    *) echo "tools/gpu_checks.sh: unknown step ${todo[$i]} (tests, serve, masks, llm, speed, asv, gate, variants)" >&2
-       exit 2 ;;
   esac
 done
 stamp "done"

@@ -14,7 +14,7 @@ change committed on top of `base`:
           a call whose GPU work outlasts its launches hides it, as it would hide a real one.
 
 Each scenario runs as CI would on a GPU (`continuous` with this tree's defaults: the gpu-ci preset, `--impl fused`,
-the time reference) with its runs kept (--keep-runs), one after another, until `--budget` seconds are spent: one
+the time reference; extra rounds for undecided benchmarks capped at 30 s, `--continuous-args`) with its runs kept (--keep-runs), one after another, until `--budget` seconds are spent: one
 trial of each first, then more while time is left. Then each scenario is judged again on subsets of its kept runs
 (`--resamples`: for each resampled trial, `--subset` base and `--subset` head runs drawn without replacement from
 one real trial's, seeded): more trials than the budget affords to run, each on real runs. Resampled trials of
