@@ -124,3 +124,19 @@ def test_gpu_checks_reads_its_arguments_then_stops_without_a_gpu(tmp_path: Path,
                           capture_output=True, text=True, cwd=ROOT, env=env)
     assert done.returncode == 2, done.stderr
     assert message in done.stderr and "unbound variable" not in done.stderr
+
+
+@pytest.mark.parametrize("seconds, steps, plan", [
+    ("540", "", "tests 216s serve 162s masks 147s"),  # the tests 40 %, serve half the rest, masks the rest − 15 s
+    ("590", "gate:380,variants:100,llm", "gate 380s variants 100s llm 95s"),
+    ("590", "tests,gate:300,llm", "tests 116s gate 300s llm 159s"),  # gate's 300 s kept for it from the start
+    ("200", "gate:300,variants:100", "gate 185s variants 0s"),  # fixed seconds past the budget are cut
+])
+def test_gpu_checks_splits_its_seconds_between_the_steps(tmp_path: Path, seconds: str, steps: str, plan: str
+                                                         ) -> None:
+    """GPU_CHECKS_DRY_RUN=1 prints each step's seconds, every step taking all of its share, and runs nothing."""
+    env = os.environ | {"PYTHON": sys.executable, "GPU_CHECKS_STEPS": steps, "GPU_CHECKS_DRY_RUN": "1"}
+    done = subprocess.run(["bash", str(ROOT / "tools" / "gpu_checks.sh"), str(tmp_path / "out"), seconds],
+                          capture_output=True, text=True, cwd=ROOT, env=env, check=True)
+    assert " ".join(done.stdout.split()) == plan
+    assert not (tmp_path / "out").exists()

@@ -6,12 +6,15 @@
 #   tools/gpu_checks.sh OUTDIR [SECONDS] [--impl NAME ...]
 #
 # OUTDIR receives: env.txt (GPU, driver, versions), test_gpu.log and test_gpu.xml, and serve.tar / masks.tar (each
-# sweep's folder: results.json, report.md, CSV). SECONDS (a whole number, default 540; may be left out before --impl)
-# goes 40 % to the tests, then half of what is left to serve, the rest to masks. --impl (repeatable) narrows the masks sweep; the serve sweep and the tests run every
-# implementation.
+# sweep's folder: results.json, report.md, CSV). SECONDS (a whole number, default 540; may be left out before
+# --impl) goes 40 % to the tests, then half of what is left to serve, the rest to masks. --impl (repeatable) narrows
+# the masks sweep; the serve sweep and the tests run every implementation.
 #
-# GPU_CHECKS_STEPS picks other steps, in order (default tests,serve,masks); each gets an equal share of what is
-# left (the tests 40 %, the last step all of it):
+# GPU_CHECKS_STEPS picks other steps, in order (default tests,serve,masks). A step written NAME:S gets S seconds
+# (at most what is left); the others share the rest, each an equal share of what is left when it starts (the
+# tests 40 %, the last step all of it). E.g. GPU_CHECKS_STEPS=gate:380,variants:100,llm in 590 s: both open GPU
+# checks of fused and the gate in one call. GPU_CHECKS_DRY_RUN=1 prints each step's seconds (every step taking all
+# of its share) and stops, on any machine.
 #   llm    the llm preset with naive, chunked, fused, compiled, flex and torch_sdpa: device time and host overhead
 #          per point, and the plain-PyTorch implementations against compiled, flex and torch_sdpa (llm.tar)
 #   speed  the same but naive on llm-long: L = 8192 and 16384 (speed-long.tar)
@@ -29,38 +32,32 @@ case ${1:-} in
   *[!0-9]*) echo "tools/gpu_checks.sh: SECONDS must be a whole number of seconds, not '$1'" >&2; exit 2 ;;
   *) total=$1; shift ;;
 esac
-mkdir -p "$out"
 py=${PYTHON:-python3}
 start=$SECONDS
 work=${GPU_CHECKS_WORK:-/tmp/sdpa-gpu-checks}
-mkdir -p "$work"
 export PYTHONUNBUFFERED=1
 
 steps=${GPU_CHECKS_STEPS:-tests,serve,masks}
 IFS=, read -r -a todo <<<"$steps"
+names=() fixed=()  # each step's name, and its seconds where NAME:S fixes them (else 0)
 for step in "${todo[@]}"; do  # a misspelt step stops here, before any GPU time is spent on the others
-  case $step in
+  name=${step%%:*} secs=0
+  [ "$name" != "$step" ] && secs=${step#*:}
+  case $secs in
+    '' | *[!0-9]*) echo "tools/gpu_checks.sh: step '$step': the seconds after ':' must be a whole number" >&2
+                   exit 2 ;;
+  esac
+  case $name in
     tests | serve | masks | llm | speed | asv | gate | variants) ;;
-    *) echo "tools/gpu_checks.sh: unknown step '$step' (tests, serve, masks, llm, speed, asv, gate, variants)" >&2
+    *) echo "tools/gpu_checks.sh: unknown step '$name' (tests, serve, masks, llm, speed, asv, gate, variants)" >&2
        exit 2 ;;
   esac
+  names+=("$name") fixed+=("$secs")
 done
 
-if ! "$py" -c "import torch, sys; sys.exit(not torch.cuda.is_available())" 2>/dev/null; then
-  echo "tools/gpu_checks.sh: $py's torch sees no CUDA device: nothing to check here (steps $steps within ${total} s)" >&2
-  exit 2
-fi
-
-left() { echo $(( total - (SECONDS - start) )); }
+simulated=0  # the dry run's seconds of steps it did not run
+left() { echo $(( total - (SECONDS - start) - simulated )); }
 stamp() { echo "[$(date -u +%H:%M:%S) +$((SECONDS - start))s] $*"; }
-
-{
-  stamp "environment"
-  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.sm,temperature.gpu --format=csv
-  # the same record a sweep's report keeps (sdpa_impls.bench.machine); each peer's reasons are in the reports
-  "$py" -c "import json; from sdpa_impls.bench.machine import machine_info; print(json.dumps(machine_info('cuda'), indent=1))"
-} >"$out/env.txt" 2>&1
-cat "$out/env.txt"
 
 run_tests() {  # seconds
   stamp "tests/test_gpu.py (${1}s)"
@@ -121,12 +118,54 @@ variants() {  # seconds: half to each dtype
   tail -n 30 "$out/variants.log"
 }
 
-for i in "${!todo[@]}"; do
-  rest=$(( ${#todo[@]} - i ))
-  share=$(( $(left) / rest ))
-  [ "${todo[$i]}" = tests ] && [ "$rest" -gt 1 ] && share=$(( $(left) * 40 / 100 ))
-  [ "$rest" -eq 1 ] && share=$(( $(left) - 15 ))
-  case ${todo[$i]} in
+share_of() {  # step index -> its seconds, from what is left now
+  local i=$1 j reserved=0 rest=0 free
+  # what the steps after this one have fixed is kept for them; the unfixed ones share the rest
+  for (( j = i + 1; j < ${#names[@]}; j++ )); do
+    reserved=$(( reserved + fixed[j] )); [ "${fixed[$j]}" -eq 0 ] && rest=$(( rest + 1 ))
+  done
+  free=$(( $(left) - reserved ))
+  if [ "${fixed[$i]}" -gt 0 ]; then
+    echo $(( fixed[i] < $(left) - 15 ? fixed[i] : $(left) - 15 ))
+  elif [ "$rest" -eq 0 ]; then
+    echo $(( free - 15 ))
+  elif [ "${names[$i]}" = tests ]; then
+    echo $(( free * 40 / 100 ))
+  else
+    echo $(( free / (rest + 1) ))
+  fi
+}
+
+if [ "${GPU_CHECKS_DRY_RUN:-0}" = 1 ]; then
+  for i in "${!names[@]}"; do
+    share=$(share_of "$i"); [ "$share" -lt 1 ] && share=0
+    echo "${names[$i]} ${share}s"
+    simulated=$(( simulated + share ))
+  done
+  exit 0
+fi
+
+if ! "$py" -c "import torch, sys; sys.exit(not torch.cuda.is_available())" 2>/dev/null; then
+  echo "tools/gpu_checks.sh: $py's torch sees no CUDA device: nothing to check here (steps $steps within ${total} s)" >&2
+  exit 2
+fi
+
+mkdir -p "$out" "$work"
+{
+  stamp "environment"
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.sm,temperature.gpu --format=csv
+  # the same record a sweep's report keeps (sdpa_impls.bench.machine); each peer's reasons are in the reports
+  "$py" -c "import json; from sdpa_impls.bench.machine import machine_info; print(json.dumps(machine_info('cuda'), indent=1))"
+} >"$out/env.txt" 2>&1
+cat "$out/env.txt"
+
+for i in "${!names[@]}"; do
+  share=$(share_of "$i")
+  if [ "$share" -lt 1 ]; then
+    stamp "${names[$i]}: no time left, skipped"
+    continue
+  fi
+  case ${names[$i]} in
     tests) run_tests "$share" ;;
     serve) sweep serve "$share" --preset serve --budget 0.1 --max-reps 50 ;;
     masks) sweep masks "$share" --preset masks --budget 0.05 --max-reps 50 "$@" ;;
