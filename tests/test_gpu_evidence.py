@@ -140,3 +140,16 @@ def test_gpu_checks_splits_its_seconds_between_the_steps(tmp_path: Path, seconds
                           capture_output=True, text=True, cwd=ROOT, env=env, check=True)
     assert " ".join(done.stdout.split()) == plan
     assert not (tmp_path / "out").exists()
+
+
+def test_the_scenario_with_the_fewest_real_trials_runs_next() -> None:
+    """Every chosen scenario gets a real trial before any gets a second, counting trials an earlier run kept."""
+    order = ["aa", "dev2", "dev5", "host20"]
+    trials: list[dict] = []
+    for _ in range(6):
+        trials.append({"scenario": ev.next_scenario(order, trials), "kind": "real"})
+    assert [t["scenario"] for t in trials] == ["aa", "dev2", "dev5", "host20", "aa", "dev2"]
+    earlier = [{"scenario": "aa", "kind": "real"}, {"scenario": "dev2", "kind": "real"},
+               {"scenario": "dev2", "kind": "resampled"}]  # a resampled trial is not a real one
+    assert ev.next_scenario(order, earlier) == "dev5"
+    assert ev.next_scenario(["host20", "dev5"], earlier) == "host20"  # --scenarios sets the order

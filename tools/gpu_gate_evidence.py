@@ -14,8 +14,10 @@ change committed on top of `base`:
           a call whose GPU work outlasts its launches hides it, as it would hide a real one.
 
 Each scenario runs as CI would on a GPU (`continuous` with this tree's defaults: the gpu-ci preset, `--impl fused`,
-the time reference; extra rounds for undecided benchmarks capped at 30 s, `--continuous-args`) with its runs kept (--keep-runs), one after another, until `--budget` seconds are spent: one
-trial of each first, then more while time is left. Then each scenario is judged again on subsets of its kept runs
+the time reference; extra rounds for undecided benchmarks capped at 30 s, `--continuous-args`) with its runs kept
+(--keep-runs), one after another, until `--budget` seconds are spent: always the scenario with the fewest real
+trials so far (`--scenarios` picks them and their order; an OUT kept from an earlier run counts), so one trial of
+each comes first, then more while time is left; a scenario left without one is named at the end. Then each scenario is judged again on subsets of its kept runs
 (`--resamples`: for each resampled trial, `--subset` base and `--subset` head runs drawn without replacement from
 one real trial's, seeded): more trials than the budget affords to run, each on real runs. Resampled trials of
 one real trial share runs, so they are not independent: the table gives the real and the resampled counts apart,
@@ -125,6 +127,13 @@ def real_trial(repo: Path, scenario: str, out: Path, extra: list[str]) -> dict:
             "stderr_tail": done.stderr[-600:] if done.returncode not in (0, 1) else ""}
 
 
+def next_scenario(chosen: list[str], trials: list[dict]) -> str:
+    """The scenario to run next: of `chosen`, the first with the fewest real trials so far (`trials` holds those of
+    this run and of an earlier one kept in the same OUT), so that every scenario gets one before any gets two."""
+    real = [r["scenario"] for r in trials if r.get("kind", "real") == "real"]
+    return min(chosen, key=lambda s: (real.count(s), chosen.index(s)))
+
+
 def subsets(n_base: int, n_head: int, size: int, count: int, seed: int) -> list[tuple[tuple[int, ...], ...]]:
     """`count` distinct (base runs, head runs) index subsets of `size` each (fewer when fewer exist), seeded."""
     size_b, size_h = min(size, n_base), min(size, n_head)
@@ -189,6 +198,9 @@ def main() -> int:
     parser.add_argument("--resamples", default=RESAMPLES, help=f"trials judged on kept runs (default {RESAMPLES})")
     parser.add_argument("--subset", type=int, default=3, help="runs per side in a resampled trial (default 3)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS),
+                        help=f"the scenarios to run, in order (default {','.join(SCENARIOS)}); with OUT kept from an "
+                             "earlier run, the ones with the fewest real trials there go first")
     parser.add_argument("--continuous-args", default="--adaptive-budget 30",
                         help="more arguments for each real continuous (default: --adaptive-budget 30)")
     parser.add_argument("--rejudge", action="store_true",
@@ -196,6 +208,9 @@ def main() -> int:
                              "config, or this tree's where OUT holds the runs alone)")
     args = parser.parse_args()
     counts = counts_of(args.resamples, SCENARIOS)
+    chosen = [s.strip() for s in args.scenarios.split(",") if s.strip()]
+    if not chosen or set(chosen) - set(SCENARIOS):
+        parser.error(f"--scenarios: {args.scenarios!r}; each one of {', '.join(SCENARIOS)}")
     log = args.out / "results.jsonl"
     if not args.rejudge:
         import torch
@@ -206,21 +221,25 @@ def main() -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         repo = build_repo(args.out)
         deadline = time.perf_counter() + args.budget
+        kept = [json.loads(line) for line in log.read_text().splitlines()] if log.is_file() else []
         done: list[dict] = []
-        while time.perf_counter() < deadline:
-            for scenario in SCENARIOS:
-                took = max((r["wall_s"] for r in done), default=0.0)
-                if done and time.perf_counter() + took > deadline:
-                    break  # the next one would not finish within the budget
-                r = real_trial(repo, scenario, args.out, args.continuous_args.split())
-                done.append(r)
-                with log.open("a") as fh:
-                    fh.write(json.dumps(r) + "\n")
-                print(f"real {scenario}: exit {r['exit']} in {r['wall_s']:.0f} s, failed: {r['failed'][:4]}"
-                      + (f"\n{r['stderr_tail']}" if r["stderr_tail"] else ""), flush=True)
-            else:
-                continue
-            break
+        while True:
+            scenario = next_scenario(chosen, kept + done)
+            took = max((r["wall_s"] for r in done), default=0.0)
+            if time.perf_counter() + took > deadline:
+                break  # the next one would not finish within the budget
+            r = real_trial(repo, scenario, args.out, args.continuous_args.split())
+            done.append(r)
+            with log.open("a") as fh:
+                fh.write(json.dumps(r) + "\n")
+            print(f"real {scenario}: exit {r['exit']} in {r['wall_s']:.0f} s, failed: {r['failed'][:4]}"
+                  + (f"\n{r['stderr_tail']}" if r["stderr_tail"] else ""), flush=True)
+        missing = [s for s in chosen if not any(r["scenario"] == s for r in kept + done)]
+        if missing:
+            print(f"no real trial of {', '.join(missing)} within --budget {args.budget:.0f} s (one took up to "
+                  f"{max((r['wall_s'] for r in done), default=0):.0f} s): run again with the same --out and "
+                  f"--scenarios {','.join(missing)}, a longer --budget, or fewer rounds in --continuous-args",
+                  flush=True)
     results = [json.loads(line) for line in log.read_text().splitlines()] if log.is_file() else []
     for scenario, n in counts.items():
         results += resampled(args.out, scenario, n, args.subset, args.seed)
