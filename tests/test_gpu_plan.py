@@ -205,6 +205,33 @@ def test_the_cuda_plan_matches_fp64(name: str, combo: Combo, dtype: torch.dtype)
         assert err <= tol, f"{what}: max |error| {err:.3g} > {tol:.3g} (2 × naive's {naive_err:.3g} + floor)"
 
 
+class SoftmaxFromHalf(CudaTiling):
+    """The CUDA plan with fused's fp16 softmax reading the fp16 scores straight into fp32 P."""
+
+    SOFTMAX_FROM_HALF = True
+
+
+@pytest.mark.parametrize("combo", [COMBOS[0], COMBOS[2], COMBOS[4], COMBOS[6]], ids=lambda c: c.name)
+def test_fp16_softmax_from_the_half_tile_gives_the_same_answers(combo: Combo,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """fused's fp16 training forward with `SOFTMAX_FROM_HALF` (the causal band and the row max on the fp16 tile,
+    softmax into fp32 P) gives today's CUDA plan's output and gradients bit for bit: adding 0 or -inf and taking a
+    max round nothing, and the softmax sees the same values. fp16 on the CPU is always widened to fp32
+    (`fp16_in_fp32`), so that is switched off here to reach the fp16 path CUDA takes."""
+    monkeypatch.setattr(fused, "fp16_in_fp32", lambda inp, keys: False)
+    args, grad_out = inputs_of(combo, torch.float16)
+    with forced_tiling(CudaTiling(64 << 30)):
+        want = run("fused", args, grad_out)
+    with forced_tiling(SoftmaxFromHalf(64 << 30)):
+        got = run("fused", args, grad_out)
+    for what, g, w in zip(("out", "dq", "dk", "dv"), [got[0], *got[1]], [want[0], *want[1]]):
+        assert torch.equal(g, w), f"{what}: max |diff| {(g.float() - w.float()).abs().max().item():.3g}"
+    assert got[2]["aten::copy_"] < want[2]["aten::copy_"]  # the fp16 -> fp32 copy of each tile is gone
+    refs, naive_errors = expected(combo, torch.float16)  # and both are right
+    for what, g, r, naive_err in zip(("out", "dq", "dk", "dv"), [got[0], *got[1]], refs, naive_errors):
+        assert max_abs_error(g, r) <= tolerance(naive_err, torch.float16, r), what
+
+
 # --- memory of the CUDA plan ---------------------------------------------------------------------------------------
 def peak_of(name: str, case: Case, free_bytes: int) -> int:
     with cuda_tiling(free_bytes):

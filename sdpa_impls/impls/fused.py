@@ -10,7 +10,7 @@ from ._tiled.online_softmax import fp16_in_fp32, plan_tiles, take, tiled_attenti
 from ..protocol import Implementation, SDPAInputs, Support
 from ..registry import register
 from ._tiled.tilemap import MaskTiles, Plan, Tiling
-from ._tiled.budget import tiling_for
+from ._tiled.budget import softmax_from_half, tiling_for
 from ._tiled.tiles import NEG_INF, TileMasker, empty_attention, flat, forward_views, rows3, store_rows_
 
 KEY_BLOCK = 64  # keys per block of the tile map: how finely a mask's empty and full keys are told apart
@@ -45,7 +45,9 @@ def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: t
     Training (`with_lse`): when one score tile holds every head and row, that tile is P itself, and it is
     returned for the backward instead of the log-sum-exp (no recomputation, and no more memory than the tile
     the backward would allocate again); otherwise the log-sum-exp is returned. An fp32 copy of the tile is
-    made only when the log-sum-exp is needed or a float mask is added.
+    made only when the log-sum-exp is needed or a float mask is added; where the device's policy says
+    `SOFTMAX_FROM_HALF` (fp16 without a float mask), the softmax itself reads the fp16 tile and writes fp32 P, and
+    the mask and the row max work on the fp16 tile (exact: adding 0 or -inf, and a max, round nothing).
     """
     b, hkv, g, lq, e = q5.shape
     lk, ev, dtype, dev = k4.shape[-2], v4.shape[-1], q5.dtype, q5.device
@@ -57,6 +59,7 @@ def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: t
     keep_p = with_lse and rows >= lq and len(plan.groups) == 1 and len(first) == 1 and first[0].j0 == 0
     with_lse = with_lse and not keep_p
     need_f32 = half and (with_lse or float_mask)
+    from_half = need_f32 and not float_mask and dtype == torch.float16 and softmax_from_half(dev)
     out = torch.empty((b, hkv, g, lq, ev), dtype=dtype, device=dev)
     lse = torch.empty((b, hkv, g, lq), dtype=torch.float32, device=dev) if with_lse else None
     masker = TileMasker(mask5, is_causal, rows, dev, tiles.memo)
@@ -83,13 +86,17 @@ def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: t
             qt = rows3(q4, i0, i1)
             for kt, c in zip(key_tiles, cols):
                 _scores_into(sd, c, qt, kt3[..., kt.j0:kt.j1], scale, one)
-            s = take(fbuf, n, m, cols[-1]).copy_(sd) if need_f32 else sd
+            pf = take(fbuf, n, m, cols[-1]) if need_f32 else sd  # where P is written: fp32 when needed
+            s = sd if from_half or not need_f32 else pf.copy_(sd)
             for kt, c in zip(key_tiles, cols):
                 if kt.masked:
                     masker.apply_ranges_(s if one else s[..., c:c + kt.j1 - kt.j0], mask_g, i0, i1, kt.j0, kt.masked)
             dead_here = mask5 is not None and tiles.has_dead_rows(i0, i1)  # from the mask, before any call
             row_max = s.amax(dim=-1, keepdim=True) if (with_lse or dead_here) else None
-            p = torch.softmax(s, dim=-1, out=s)
+            if from_half:  # fp16 scores into fp32 P: one kernel on CUDA
+                p = torch.softmax(s, dim=-1, dtype=pf.dtype, out=pf)
+            else:
+                p = torch.softmax(s, dim=-1, out=s)
             if p.dtype != dtype:
                 p = sd.copy_(p)
             dead = row_max == NEG_INF if dead_here else None  # every key masked: softmax gave 0/0 = NaN there
@@ -104,7 +111,7 @@ def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: t
                     torch.bmm(*pv, out=o) if t == 0 else o.baddbmm_(*pv)
             if lse is not None:  # max P = 1 / Σ exp(s - max), so lse = max - log(max P), in fp32
                 assert row_max is not None
-                lse_t = row_max.float() - torch.log(s.amax(dim=-1, keepdim=True))
+                lse_t = row_max.float() - torch.log(pf.amax(dim=-1, keepdim=True))
                 if dead is not None:  # no key: -inf (the backward's P = exp(S - lse) is then 0)
                     lse_t = torch.where(dead, NEG_INF, lse_t)
                 store_rows_(flat(lse, bs, hs).unsqueeze(-1), i0, i1, lse_t)

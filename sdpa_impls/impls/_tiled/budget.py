@@ -61,6 +61,8 @@ class CpuTiling:
     # the input-dtype tile into the fp32 one first, then work in place. torch's CPU sub/mul of mixed dtypes casts
     # into a temporary first: slower and larger than the copy and the fp32 operation (docs/performance.md).
     CAST_FIRST = True
+    # fp16 on the CPU always computes in fp32 (`online_softmax.fp16_in_fp32`): no fp16 score tile to read from
+    SOFTMAX_FROM_HALF = False
 
     @property
     def score_tile_bytes(self) -> int:
@@ -112,6 +114,12 @@ class CudaTiling:
     # One mixed-dtype kernel per such tile, as the H200 profiles measured it; the copy-first alternative
     # (CpuTiling.CAST_FIRST) is timed on a GPU by tools/fused_variants.py before it is taken here.
     CAST_FIRST = False
+    # fused's fp16 training forward: softmax reading the fp16 scores and writing fp32 P in one kernel (CUDA's
+    # half-to-float softmax; torch has it for fp16, not bf16) instead of copying the tile into fp32 first, with the
+    # causal band and the row max on the fp16 tile: about 10 of the ~32 bytes that pass moves per score. The same
+    # answers (up to the order of a row's sums in the softmax kernel); off until tools/fused_variants.py (`softmax`,
+    # and `calls` in fp16) times it on a GPU.
+    SOFTMAX_FROM_HALF = False
 
     @property
     def score_tile_bytes(self) -> int:
@@ -158,10 +166,20 @@ def tiling_for(device: torch.device) -> TilePolicy:
     return CudaTiling(free_device_bytes(device))
 
 
-def cast_first(device: torch.device) -> bool:
-    """`CAST_FIRST` of `device`'s policy (or the forced one), without reading the free memory: cheap in a call."""
+def _choice(device: torch.device, name: str) -> bool:
+    """A class-level choice of `device`'s policy (or the forced one), without reading the free memory."""
     forced = _FORCED.get()
-    return (type(forced) if forced is not None else CpuTiling if device.type == "cpu" else CudaTiling).CAST_FIRST
+    return getattr(type(forced) if forced is not None else CpuTiling if device.type == "cpu" else CudaTiling, name)
+
+
+def cast_first(device: torch.device) -> bool:
+    """`CAST_FIRST` of `device`'s policy (or the forced one): cheap in a call."""
+    return _choice(device, "CAST_FIRST")
+
+
+def softmax_from_half(device: torch.device) -> bool:
+    """`SOFTMAX_FROM_HALF` of `device`'s policy (or the forced one): cheap in a call."""
+    return _choice(device, "SOFTMAX_FROM_HALF")
 
 
 @contextlib.contextmanager
