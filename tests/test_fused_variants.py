@@ -25,12 +25,12 @@ def test_a_small_run_checks_and_times_every_experiment(tmp_path: Path, capsys: p
     doc = json.loads(out.read_text())
     assert doc["device"] == "cpu" and doc["wrong"] == {}
     rows = {e["name"]: e["rows"] for e in doc["experiments"]}
-    assert list(rows) == ["band", "p", "ds", "dp", "chunked fwd", "chunked fwd+bwd", "fused fwd+bwd"]
+    assert list(rows) == ["band", "p", "ds", "dp", "softmax", "chunked fwd", "chunked fwd+bwd", "fused fwd+bwd"]
     for name in ("chunked fwd", "chunked fwd+bwd", "fused fwd+bwd"):  # whole calls, CAST_FIRST off then on
         assert [r["variant"].split(" (")[1] for r in rows[name]] == ["CAST_FIRST = False)", "CAST_FIRST = True)"]
         assert rows[name][0]["ratio"] == 1.0 and rows[name][1]["median_s"] > 0
     assert CpuTiling.CAST_FIRST is True  # restored after the calls
-    for name in ("band", "p", "ds"):
+    for name in ("band", "p", "ds", "softmax"):
         assert len(rows[name]) >= 2 and rows[name][0]["ratio"] == 1.0
         assert all(r["median_s"] > 0 and len(r["rounds"]) == 2 for r in rows[name])
     first, mixed = rows["dp"]
@@ -56,3 +56,17 @@ def test_cast_first_follows_the_policy_without_reading_memory() -> None:
     assert cast_first(torch.device("cpu")) is CpuTiling.CAST_FIRST is True
     with cuda_tiling():  # the CUDA plan forced on CPU tensors keeps the CUDA choice (and its op counts)
         assert cast_first(torch.device("cpu")) is CudaTiling.CAST_FIRST is False
+
+
+def test_fp16_adds_the_softmax_choice_of_fused_which_the_cpu_cannot_take(tmp_path: Path) -> None:
+    """In fp16 the whole calls add `fused` fwd+bwd with SOFTMAX_FROM_HALF off and on; on the CPU, where fp16 is
+    computed in fp32, the second is reported as skipped with that reason, and the flag is left as it was."""
+    out = tmp_path / "v.json"
+    assert fv.main(["--device", "cpu", "--dtype", "fp16", "--only", "softmax", "--only", "calls", "--length", "128",
+                    "--heads", "2", "--dim", "16", "--rounds", "1", "--budget", "0.002", "--out", str(out)]) == 0
+    rows = {e["name"]: e["rows"] for e in json.loads(out.read_text())["experiments"]}
+    assert list(rows) == ["softmax", "chunked fwd", "chunked fwd+bwd", "fused fwd+bwd", "fused fwd+bwd softmax"]
+    off, on = rows["fused fwd+bwd softmax"]
+    assert off["ratio"] == 1.0 and "computes in fp32" in on["skipped"]
+    assert rows["softmax"][1]["median_s"] > 0  # the tile-level pass runs anywhere: checked against today's first
+    assert CpuTiling.SOFTMAX_FROM_HALF is False and CudaTiling.SOFTMAX_FROM_HALF is False

@@ -3,7 +3,7 @@ would replace it, on the tiles the CUDA plan makes (docs/performance.md, "What t
 
     python tools/fused_variants.py --device cuda --out /tmp/variants.json
 
-Four experiments on one score tile of the llm preset's L 4096 causal case (B 1, H 32, E 128, bf16) as
+Five experiments on one score tile of the llm preset's L 4096 causal case (B 1, H 32, E 128, bf16) as
 `budget.CudaTiling` cuts it:
 
 - `band`: the causal bias added to the columns of the last query tile that cross the diagonal (`TileMasker`: a
@@ -17,9 +17,13 @@ Four experiments on one score tile of the llm preset's L 4096 causal case (B 1, 
 - `dp`: `chunked`'s dP = dO Vᵀ of one key tile as an fp32 GEMM of fp32 copies (the copies made beforehand, so
   today's way is timed at its cheapest), against the GEMM of the bf16 operands written in fp32 (`out_dtype`,
   which this torch has on CUDA only).
+- `softmax`: `fused`'s training forward, whose P is fp32: the score tile copied into fp32 and softmaxed in place,
+  against a softmax that reads the input-dtype tile and writes fp32 P (`SOFTMAX_FROM_HALF`; one kernel on CUDA
+  for fp16, a cast then the softmax for bf16 and on the CPU).
 
 Then `calls`: whole prepared calls of the same case (`chunked` fwd and fwd+bwd, `fused` fwd+bwd), each with the
-device's `CAST_FIRST` off and on, as the suite times them: what decides `CudaTiling.CAST_FIRST`.
+device's `CAST_FIRST` off and on, as the suite times them: what decides `CudaTiling.CAST_FIRST`; and in fp16,
+`fused` fwd+bwd with `SOFTMAX_FROM_HALF` off and on (on CUDA only: fp16 on the CPU computes in fp32).
 
 Every variant starts from the same inputs and is checked against the first one's result, the way the CUDA plan
 computes it today (bitwise where the arithmetic is the same, within bf16's tolerance for a GEMM that may sum in
@@ -153,38 +157,68 @@ def dp(device: torch.device, dtype: torch.dtype, length: int, heads: int, dim: i
                       False)
 
 
-def with_cast_first(fn: Callable[[], object], flag: bool, device: torch.device) -> Callable[[], object]:
-    """`fn` run with this device's `CAST_FIRST` set to `flag` (a captured graph keeps the path it captured)."""
+def with_choice(fn: Callable[[], object], name: str, flag: bool, device: torch.device) -> Callable[[], object]:
+    """`fn` run with this device's policy choice `name` (`CAST_FIRST`, ...) set to `flag` (a captured graph keeps
+    the path it captured)."""
     policy_cls = CudaTiling if device.type == "cuda" else CpuTiling
 
     def run() -> object:
-        old = policy_cls.CAST_FIRST
-        policy_cls.CAST_FIRST = flag
+        old = getattr(policy_cls, name)
+        setattr(policy_cls, name, flag)
         try:
             return fn()
         finally:
-            policy_cls.CAST_FIRST = old
+            setattr(policy_cls, name, old)
     return same_context(run, fn)
 
 
-def cast_first_calls(device: torch.device, dtype: str, length: int, heads: int, dim: int) -> list[Experiment]:
+def softmax_tile(device: torch.device, dtype: torch.dtype, length: int, heads: int, gen: torch.Generator
+                 ) -> Experiment:
+    rows, _ = policy(device).fused_tile(1, heads, 1, length, length, 4)  # the training forward's fp32 tile
+    start = (torch.randn((heads, rows, length), generator=gen) * 4).to(device=device, dtype=dtype)
+    s = start.clone()
+    pf = torch.empty((heads, rows, length), dtype=torch.float32, device=device)
+    today = lambda: torch.softmax(pf.copy_(s), dim=-1, out=pf)  # noqa: E731
+    direct = lambda: torch.softmax(s, dim=-1, dtype=torch.float32, out=pf)  # noqa: E731
+    variants = [Variant("today: copy into fp32, softmax in place", today, lambda: (today(), pf.clone())[1]),
+                Variant(f"softmax of the {dtype} tile into fp32 P", direct, lambda: (direct(), pf.clone())[1])]
+    return Experiment("softmax", f"S ({heads}, {rows}, {length}) {dtype} -> P fp32", variants, False)
+
+
+def answer_of(call: Callable[[], object]) -> Callable[[], torch.Tensor]:
+    """A whole call's output (and gradients) as one flat fp32 tensor, to compare variants by."""
+    def answer() -> torch.Tensor:
+        out = call()
+        parts = out if isinstance(out, tuple) else (out,)
+        return torch.cat([t.detach().flatten().float() for t in parts])
+    return answer
+
+
+def whole_calls(device: torch.device, dtype: str, length: int, heads: int, dim: int) -> list[Experiment]:
     """Whole calls, causal, B 1, both ways of `CAST_FIRST`: `chunked` fwd and fwd+bwd, `fused` fwd+bwd (its
-    forward has no mixed-dtype op). On CUDA this is what decides `CudaTiling.CAST_FIRST`."""
+    forward has no mixed-dtype op), and in fp16 `fused` fwd+bwd both ways of `SOFTMAX_FROM_HALF`. On CUDA this is
+    what decides `CudaTiling.CAST_FIRST` and `CudaTiling.SOFTMAX_FROM_HALF`."""
     experiments = []
     for name, mode in (("chunked", "fwd"), ("chunked", "fwd+bwd"), ("fused", "fwd+bwd")):
         case = Case(lq=length, lk=length, e=dim, dtype=dtype, causal=True, mode=mode, heads_q=heads, heads_kv=heads)
         fn = mode_closure(get(name), make_inputs(case, device), mode)
-        calls = {flag: with_cast_first(fn, flag, device) for flag in (False, True)}
-
-        def result(call: Callable[[], object]) -> Callable[[], torch.Tensor]:
-            def answer() -> torch.Tensor:
-                out = call()
-                parts = out if isinstance(out, tuple) else (out,)
-                return torch.cat([t.detach().flatten().float() for t in parts])
-            return answer
+        calls = {flag: with_choice(fn, "CAST_FIRST", flag, device) for flag in (False, True)}
         experiments.append(Experiment(f"{name} {mode}", case.id, [
-            Variant("one mixed-dtype op (CAST_FIRST = False)", calls[False], result(calls[False])),
-            Variant("copy into fp32 first (CAST_FIRST = True)", calls[True], result(calls[True]))], True))
+            Variant("one mixed-dtype op (CAST_FIRST = False)", calls[False], answer_of(calls[False])),
+            Variant("copy into fp32 first (CAST_FIRST = True)", calls[True], answer_of(calls[True]))], True))
+    if dtype == "fp16":
+        case = Case(lq=length, lk=length, e=dim, dtype=dtype, causal=True, mode="fwd+bwd", heads_q=heads,
+                    heads_kv=heads)
+        fn = mode_closure(get("fused"), make_inputs(case, device), "fwd+bwd")
+        off = with_choice(fn, "SOFTMAX_FROM_HALF", False, device)
+        variants = [Variant("copy into fp32, softmax (SOFTMAX_FROM_HALF = False)", off, answer_of(off))]
+        if device.type == "cuda":
+            on = with_choice(fn, "SOFTMAX_FROM_HALF", True, device)
+            variants.append(Variant("softmax of the fp16 tile (SOFTMAX_FROM_HALF = True)", on, answer_of(on)))
+        else:
+            variants.append(Variant("softmax of the fp16 tile (SOFTMAX_FROM_HALF = True)", None,
+                                    skipped="fp16 on the CPU computes in fp32: no fp16 tile to read"))
+        experiments.append(Experiment("fused fwd+bwd softmax", case.id, variants, False))
     return experiments
 
 
@@ -252,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dim", type=int, default=128, help="head dim E of the dP GEMM (default 128)")
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
     p.add_argument("--budget", type=float, default=0.1, help="seconds of samples per variant and round")
-    p.add_argument("--only", action="append", choices=("band", "p", "ds", "dp", "calls"),
+    p.add_argument("--only", action="append", choices=("band", "p", "ds", "dp", "softmax", "calls"),
                    help="run only these experiments")
     p.add_argument("--out", type=Path, help="write the rows, with every round's median, as JSON here")
     args = p.parse_args(argv)
@@ -265,10 +299,11 @@ def main(argv: list[str] | None = None) -> int:
     makers = {"band": lambda: band(device, dtype, args.length, args.heads, gen),
               "p": lambda: p_from_lse(device, dtype, args.length, args.heads, gen),
               "ds": lambda: ds_from_dp(device, dtype, args.length, args.heads, gen),
-              "dp": lambda: dp(device, dtype, args.length, args.heads, args.dim, gen)}
+              "dp": lambda: dp(device, dtype, args.length, args.heads, args.dim, gen),
+              "softmax": lambda: softmax_tile(device, dtype, args.length, args.heads, gen)}
     experiments, wrong = [], {}
     for name in args.only or [*makers, "calls"]:
-        made = (cast_first_calls(device, args.dtype, args.length, args.heads, args.dim) if name == "calls"
+        made = (whole_calls(device, args.dtype, args.length, args.heads, args.dim) if name == "calls"
                 else [makers[name]()])
         for exp in made:
             bad = check(exp)

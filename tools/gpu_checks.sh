@@ -22,7 +22,8 @@
 #          run` of the same points, each timed (asv.log); needs asv installed and a git checkout
 #   gate   tools/gpu_gate_evidence.py within the step's share (gate.log, gate-results.jsonl)
 #   variants  tools/fused_variants.py, bf16 then fp16: the elementwise passes of fused's and chunked's CUDA plan
-#          against their alternatives, then whole calls with CAST_FIRST off and on (variants.log, variants-*.json)
+#          against their alternatives, then whole calls with CAST_FIRST (and in fp16 SOFTMAX_FROM_HALF) off and on
+#          (variants.log, variants-*.json)
 set -u
 out=${1:?usage: tools/gpu_checks.sh OUTDIR [SECONDS] [--impl NAME ...]}
 shift
