@@ -232,6 +232,34 @@ def test_fp16_softmax_from_the_half_tile_gives_the_same_answers(combo: Combo,
         assert max_abs_error(g, r) <= tolerance(naive_err, torch.float16, r), what
 
 
+class OnePassDs(CudaTiling):
+    """The CUDA plan with fused's dS through torch's softmax-backward kernel, as the CPU's plan computes it."""
+
+    SOFTMAX_BACKWARD = True
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).removeprefix("torch."))
+@pytest.mark.parametrize("combo", [COMBOS[0], COMBOS[2], COMBOS[3], COMBOS[7]], ids=lambda c: c.name)
+def test_ds_in_one_softmax_backward_pass_agrees_with_three(combo: Combo, dtype: torch.dtype) -> None:
+    """`SOFTMAX_BACKWARD`: dS = P ⊙ (dP − rowsum(P ⊙ dP)) by torch's kernel, written over the fp32 dP, against the
+    product, row sum and addcmul: the same output, gradients that differ by fp32 rounding at most (then rounded to
+    the input dtype), both within the fp64 tolerance; and the kernel is what ran."""
+    args, grad_out = inputs_of(combo, dtype)
+    with forced_tiling(CudaTiling(64 << 30)):
+        want = run("fused", args, grad_out)
+    with forced_tiling(OnePassDs(64 << 30)):
+        got = run("fused", args, grad_out)
+    assert torch.equal(got[0], want[0])  # the forward does not change
+    for what, g, w in zip(("dq", "dk", "dv"), got[1], want[1]):
+        scale = w.float().abs().max().item()
+        assert (g.float() - w.float()).abs().max().item() <= scale * (1e-5 if dtype == torch.float32 else 2 ** -7), what
+    assert got[2]["aten::_softmax_backward_data.out"] > 0 and got[2]["aten::addcmul_"] == 0
+    assert want[2]["aten::_softmax_backward_data.out"] == 0 and want[2]["aten::addcmul_"] > 0
+    refs, naive_errors = expected(combo, dtype)
+    for what, g, r, naive_err in zip(("dq", "dk", "dv"), got[1], refs[1:], naive_errors[1:]):
+        assert max_abs_error(g, r) <= tolerance(naive_err, dtype, r), what
+
+
 # --- memory of the CUDA plan ---------------------------------------------------------------------------------------
 def peak_of(name: str, case: Case, free_bytes: int) -> int:
     with cuda_tiling(free_bytes):

@@ -63,6 +63,10 @@ class CpuTiling:
     CAST_FIRST = True
     # fp16 on the CPU always computes in fp32 (`online_softmax.fp16_in_fp32`): no fp16 score tile to read from
     SOFTMAX_FROM_HALF = False
+    # dS = P ⊙ (dP − rowsum(P ⊙ dP)) of a row whose keys fit one tile (fused's backward): torch's softmax-backward
+    # kernel in one pass over fp32 P and dP, instead of a product, a row sum and an addcmul (three passes); the
+    # formula naive's softmax backward computes (docs/performance.md, "Tile sizes")
+    SOFTMAX_BACKWARD = True
 
     @property
     def score_tile_bytes(self) -> int:
@@ -120,6 +124,9 @@ class CudaTiling:
     # answers (up to the order of a row's sums in the softmax kernel); off until tools/fused_variants.py (`softmax`,
     # and `calls` in fp16) times it on a GPU.
     SOFTMAX_FROM_HALF = False
+    # fused's dS through torch's softmax-backward kernel (CpuTiling.SOFTMAX_BACKWARD): two kernels (the bf16 dP
+    # copied into fp32, then the softmax backward) instead of three; off until tools/fused_variants.py times it
+    SOFTMAX_BACKWARD = False
 
     @property
     def score_tile_bytes(self) -> int:
@@ -180,6 +187,11 @@ def cast_first(device: torch.device) -> bool:
 def softmax_from_half(device: torch.device) -> bool:
     """`SOFTMAX_FROM_HALF` of `device`'s policy (or the forced one): cheap in a call."""
     return _choice(device, "SOFTMAX_FROM_HALF")
+
+
+def softmax_backward(device: torch.device) -> bool:
+    """`SOFTMAX_BACKWARD` of `device`'s policy (or the forced one): cheap in a call."""
+    return _choice(device, "SOFTMAX_BACKWARD")
 
 
 @contextlib.contextmanager

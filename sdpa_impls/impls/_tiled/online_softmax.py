@@ -17,7 +17,7 @@ import torch
 
 from ...protocol import SDPAInputs
 from .tilemap import KeyTile, MaskTiles, Plan, Tiling
-from .budget import cast_first, group_heads
+from .budget import cast_first, group_heads, softmax_backward
 from .tiles import NEG_INF, TileMasker, empty_attention, flat, forward_views, grouped, rows3, store_rows_
 
 # (q5, k4, v4, mask5, is_causal, scale, with_lse) -> (out5 (B, Hkv, G, Lq, Ev), lse (B, Hkv, G, Lq) fp32 or None,
@@ -168,7 +168,7 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
     pbuf = torch.empty(tile, dtype=torch.float32, device=dev) if half else sbuf  # fp32 P
     dsbuf = torch.empty(tile, dtype=torch.float32, device=dev) if half else dpbuf  # fp32 dS
     masker = TileMasker(mask5, is_causal, q_tile, dev, tiles.memo)
-    widen = cast_first(dev)
+    widen, one_pass_ds = cast_first(dev), softmax_backward(dev)
     for (bs, hs), key_rows in zip(plan.groups, plan.tiles):
         q4, do4, dq4 = flat(q5, bs, hs), flat(dout5, bs, hs), flat(dq, bs, hs)  # (heads, G, L, ·)
         k3, v3 = flat(k4, bs, hs), flat(v4, bs, hs)  # (heads, Lk, E), (heads, Lk, Ev)
@@ -208,8 +208,13 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
                     pd = sd.copy_(p) if half else p  # P in the input dtype for the GEMMs
                 _accumulate(dv3[:, j0:j1], pd.transpose(1, 2), dot, 1.0, half)  # dV += Pᵀ dO
                 if one_tile:  # dS = P ⊙ dP − P ⊙ rowsum(P ⊙ dP), dP = dO Vᵀ in the input dtype
-                    times_into(ds, p, torch.bmm(dot, v3[:, j0:j1].transpose(1, 2), out=dp), widen)
-                    ds.addcmul_(p, ds.sum(dim=-1, keepdim=True), value=-1.0)
+                    torch.bmm(dot, v3[:, j0:j1].transpose(1, 2), out=dp)
+                    if one_pass_ds:  # torch's softmax backward over fp32 dP (written over by dS) and fp32 P
+                        dp32 = ds.copy_(dp) if half else ds  # fp32: ds is dp's tile
+                        _SOFTMAX_BACKWARD_OUT(dp32, p, -1, torch.float32, grad_input=dp32)
+                    else:
+                        times_into(ds, p, dp, widen)
+                        ds.addcmul_(p, ds.sum(dim=-1, keepdim=True), value=-1.0)
                 else:  # dS = P ⊙ (dP − D), dP = dO Vᵀ in fp32
                     torch.bmm(dot32, v32_3[:, j0:j1].transpose(1, 2), out=ds).sub_(delta_t).mul_(p)
                 dsd = dp.copy_(ds) if half else ds  # dS in the input dtype
@@ -221,6 +226,11 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
             if dq_acc is not None:
                 store_rows_(dq4, i0, i1, dq_acc)
     return dq, dk, dv
+
+
+# dS = output ⊙ (grad − rowsum(grad ⊙ output)) into grad_input; grad_input may be grad (each element is read before
+# it is written, and the row sum is taken first), which `tests/test_gpu_plan.py` and the correctness suite check
+_SOFTMAX_BACKWARD_OUT = torch.ops.aten._softmax_backward_data.out
 
 
 def _matmul_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, half: bool) -> None:
