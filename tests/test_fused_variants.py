@@ -25,11 +25,14 @@ def test_a_small_run_checks_and_times_every_experiment(tmp_path: Path, capsys: p
     doc = json.loads(out.read_text())
     assert doc["device"] == "cpu" and doc["wrong"] == {}
     rows = {e["name"]: e["rows"] for e in doc["experiments"]}
-    assert list(rows) == ["band", "p", "ds", "dp", "softmax", "chunked fwd", "chunked fwd+bwd", "fused fwd+bwd"]
+    assert list(rows) == ["band", "p", "ds", "dp", "softmax", "chunked fwd", "chunked fwd+bwd", "fused fwd+bwd",
+                          "fused fwd+bwd dS"]
     for name in ("chunked fwd", "chunked fwd+bwd", "fused fwd+bwd"):  # whole calls, CAST_FIRST off then on
         assert [r["variant"].split(" (")[1] for r in rows[name]] == ["CAST_FIRST = False)", "CAST_FIRST = True)"]
         assert rows[name][0]["ratio"] == 1.0 and rows[name][1]["median_s"] > 0
-    assert CpuTiling.CAST_FIRST is True  # restored after the calls
+    assert [r["variant"].split(" (")[1] for r in rows["fused fwd+bwd dS"]] == ["SOFTMAX_BACKWARD = False)",
+                                                                             "SOFTMAX_BACKWARD = True)"]
+    assert CpuTiling.CAST_FIRST is True and CpuTiling.SOFTMAX_BACKWARD is True  # restored after the calls
     for name in ("band", "p", "ds", "softmax"):
         assert len(rows[name]) >= 2 and rows[name][0]["ratio"] == 1.0
         assert all(r["median_s"] > 0 and len(r["rounds"]) == 2 for r in rows[name])
@@ -65,7 +68,8 @@ def test_fp16_adds_the_softmax_choice_of_fused_which_the_cpu_cannot_take(tmp_pat
     assert fv.main(["--device", "cpu", "--dtype", "fp16", "--only", "softmax", "--only", "calls", "--length", "128",
                     "--heads", "2", "--dim", "16", "--rounds", "1", "--budget", "0.002", "--out", str(out)]) == 0
     rows = {e["name"]: e["rows"] for e in json.loads(out.read_text())["experiments"]}
-    assert list(rows) == ["softmax", "chunked fwd", "chunked fwd+bwd", "fused fwd+bwd", "fused fwd+bwd softmax"]
+    assert list(rows) == ["softmax", "chunked fwd", "chunked fwd+bwd", "fused fwd+bwd", "fused fwd+bwd dS",
+                          "fused fwd+bwd softmax"]
     off, on = rows["fused fwd+bwd softmax"]
     assert off["ratio"] == 1.0 and "computes in fp32" in on["skipped"]
     assert rows["softmax"][1]["median_s"] > 0  # the tile-level pass runs anywhere: checked against today's first

@@ -22,8 +22,9 @@ Five experiments on one score tile of the llm preset's L 4096 causal case (B 1, 
   for fp16, a cast then the softmax for bf16 and on the CPU).
 
 Then `calls`: whole prepared calls of the same case (`chunked` fwd and fwd+bwd, `fused` fwd+bwd), each with the
-device's `CAST_FIRST` off and on, as the suite times them: what decides `CudaTiling.CAST_FIRST`; and in fp16,
-`fused` fwd+bwd with `SOFTMAX_FROM_HALF` off and on (on CUDA only: fp16 on the CPU computes in fp32).
+device's `CAST_FIRST` off and on, as the suite times them: what decides `CudaTiling.CAST_FIRST`; `fused` fwd+bwd
+with `SOFTMAX_BACKWARD` off and on (dS through torch's softmax-backward kernel); and in fp16, `fused` fwd+bwd with
+`SOFTMAX_FROM_HALF` off and on (on CUDA only: fp16 on the CPU computes in fp32).
 
 Every variant starts from the same inputs and is checked against the first one's result, the way the CUDA plan
 computes it today (bitwise where the arithmetic is the same, within bf16's tolerance for a GEMM that may sum in
@@ -196,8 +197,8 @@ def answer_of(call: Callable[[], object]) -> Callable[[], torch.Tensor]:
 
 def whole_calls(device: torch.device, dtype: str, length: int, heads: int, dim: int) -> list[Experiment]:
     """Whole calls, causal, B 1, both ways of `CAST_FIRST`: `chunked` fwd and fwd+bwd, `fused` fwd+bwd (its
-    forward has no mixed-dtype op), and in fp16 `fused` fwd+bwd both ways of `SOFTMAX_FROM_HALF`. On CUDA this is
-    what decides `CudaTiling.CAST_FIRST` and `CudaTiling.SOFTMAX_FROM_HALF`."""
+    forward has no mixed-dtype op); `fused` fwd+bwd both ways of `SOFTMAX_BACKWARD`, and in fp16 of
+    `SOFTMAX_FROM_HALF`. On CUDA this is what decides those three choices of `CudaTiling`."""
     experiments = []
     for name, mode in (("chunked", "fwd"), ("chunked", "fwd+bwd"), ("fused", "fwd+bwd")):
         case = Case(lq=length, lk=length, e=dim, dtype=dtype, causal=True, mode=mode, heads_q=heads, heads_kv=heads)
@@ -206,10 +207,13 @@ def whole_calls(device: torch.device, dtype: str, length: int, heads: int, dim: 
         experiments.append(Experiment(f"{name} {mode}", case.id, [
             Variant("one mixed-dtype op (CAST_FIRST = False)", calls[False], answer_of(calls[False])),
             Variant("copy into fp32 first (CAST_FIRST = True)", calls[True], answer_of(calls[True]))], True))
+    case = Case(lq=length, lk=length, e=dim, dtype=dtype, causal=True, mode="fwd+bwd", heads_q=heads, heads_kv=heads)
+    fn = mode_closure(get("fused"), make_inputs(case, device), "fwd+bwd")
+    off, on = (with_choice(fn, "SOFTMAX_BACKWARD", flag, device) for flag in (False, True))
+    experiments.append(Experiment("fused fwd+bwd dS", case.id, [
+        Variant("product, row sum, addcmul (SOFTMAX_BACKWARD = False)", off, answer_of(off)),
+        Variant("one softmax backward (SOFTMAX_BACKWARD = True)", on, answer_of(on))], False))
     if dtype == "fp16":
-        case = Case(lq=length, lk=length, e=dim, dtype=dtype, causal=True, mode="fwd+bwd", heads_q=heads,
-                    heads_kv=heads)
-        fn = mode_closure(get("fused"), make_inputs(case, device), "fwd+bwd")
         off = with_choice(fn, "SOFTMAX_FROM_HALF", False, device)
         variants = [Variant("copy into fp32, softmax (SOFTMAX_FROM_HALF = False)", off, answer_of(off))]
         if device.type == "cuda":
