@@ -209,9 +209,9 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
                 _accumulate(dv3[:, j0:j1], pd.transpose(1, 2), dot, 1.0, half)  # dV += Pᵀ dO
                 if one_tile:  # dS = P ⊙ dP − P ⊙ rowsum(P ⊙ dP), dP = dO Vᵀ in the input dtype
                     torch.bmm(dot, v3[:, j0:j1].transpose(1, 2), out=dp)
-                    if one_pass_ds:  # torch's softmax backward over fp32 dP (written over by dS) and fp32 P
+                    if one_pass_ds:  # torch's softmax backward of fp32 dP and P; dS over dP (read before written)
                         dp32 = ds.copy_(dp) if half else ds  # fp32: ds is dp's tile
-                        _SOFTMAX_BACKWARD_OUT(dp32, p, -1, torch.float32, grad_input=dp32)
+                        torch.ops.aten._softmax_backward_data.out(dp32, p, -1, torch.float32, grad_input=dp32)
                     else:
                         times_into(ds, p, dp, widen)
                         ds.addcmul_(p, ds.sum(dim=-1, keepdim=True), value=-1.0)
@@ -226,11 +226,6 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
             if dq_acc is not None:
                 store_rows_(dq4, i0, i1, dq_acc)
     return dq, dk, dv
-
-
-# dS = output ⊙ (grad − rowsum(grad ⊙ output)) into grad_input; grad_input may be grad (each element is read before
-# it is written, and the row sum is taken first), which `tests/test_gpu_plan.py` and the correctness suite check
-_SOFTMAX_BACKWARD_OUT = torch.ops.aten._softmax_backward_data.out
 
 
 def _matmul_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, half: bool) -> None:
