@@ -216,8 +216,7 @@ def whole_calls(device: torch.device, dtype: str, length: int, heads: int, dim: 
         experiments.append(Experiment(f"{name} {mode}", case.id, [
             Variant("one mixed-dtype op (CAST_FIRST = False)", calls[False], answer_of(calls[False])),
             Variant("copy into fp32 first (CAST_FIRST = True)", calls[True], answer_of(calls[True]))], True))
-    case = Case(lq=length, lk=length, e=dim, dtype=dtype, causal=True, mode="fwd+bwd", heads_q=heads, heads_kv=heads)
-    fn = mode_closure(get("fused"), make_inputs(case, device), "fwd+bwd")
+    # `case` and `fn` are the loop's last: fused fwd+bwd, the call the two choices below change
     off, on = (with_choice(fn, "SOFTMAX_BACKWARD", flag, device) for flag in (False, True))
     experiments.append(Experiment("fused fwd+bwd dS", case.id, [
         Variant("product, row sum, addcmul (SOFTMAX_BACKWARD = False)", off, answer_of(off)),
