@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 
 import fused_variants as fv  # noqa: E402
-from sdpa_impls.impls._tiled.budget import CpuTiling, CudaTiling, cast_first, cuda_tiling  # noqa: E402
+from sdpa_impls.impls._tiled.budget import CpuTiling, CudaTiling, choice, cuda_tiling  # noqa: E402
 from sdpa_impls.impls._tiled.online_softmax import minus_into, times_into  # noqa: E402
 
 
@@ -56,9 +56,14 @@ def test_copy_first_gives_the_one_pass_answers_bit_for_bit(dtype: torch.dtype) -
 
 
 def test_cast_first_follows_the_policy_without_reading_memory() -> None:
-    assert cast_first(torch.device("cpu")) is CpuTiling.CAST_FIRST is True
+    assert choice(torch.device("cpu"), "CAST_FIRST") is CpuTiling.CAST_FIRST is True
     with cuda_tiling():  # the CUDA plan forced on CPU tensors keeps the CUDA choice (and its op counts)
-        assert cast_first(torch.device("cpu")) is CudaTiling.CAST_FIRST is False
+        assert choice(torch.device("cpu"), "CAST_FIRST") is CudaTiling.CAST_FIRST is False
+
+
+def test_an_unknown_choice_is_named() -> None:
+    with pytest.raises(ValueError, match="unknown tiling choice 'CAST_FRIST'.*CAST_FIRST"):
+        choice(torch.device("cpu"), "CAST_FRIST")  # type: ignore[arg-type]
 
 
 def test_fp16_adds_the_softmax_choice_of_fused_which_the_cpu_cannot_take(tmp_path: Path) -> None:

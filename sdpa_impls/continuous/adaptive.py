@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from ..gate.config import GateConfig
 from ..gate.points import Point
-from .verdict import UNDECIDED, SideBySide, judge
+from .verdict import SideBySide, judge
 
 Measure = Callable[[list[str], int], tuple[list[Point], list[Point], list[str]]]
 KEYWORD = re.compile(r"[\w:+\-.\[\]\\/]+")  # what a pytest -k identifier may hold

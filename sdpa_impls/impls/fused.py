@@ -10,7 +10,7 @@ from ._tiled.online_softmax import fp16_in_fp32, plan_tiles, take, tiled_attenti
 from ..protocol import Implementation, SDPAInputs, Support
 from ..registry import register
 from ._tiled.tilemap import MaskTiles, Plan, Tiling
-from ._tiled.budget import softmax_from_half, tiling_for
+from ._tiled.budget import choice, tiling_for
 from ._tiled.tiles import NEG_INF, TileMasker, empty_attention, flat, forward_views, rows3, store_rows_
 
 KEY_BLOCK = 64  # keys per block of the tile map: how finely a mask's empty and full keys are told apart
@@ -59,7 +59,7 @@ def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: t
     keep_p = with_lse and rows >= lq and len(plan.groups) == 1 and len(first) == 1 and first[0].j0 == 0
     with_lse = with_lse and not keep_p
     need_f32 = half and (with_lse or float_mask)
-    from_half = need_f32 and not float_mask and dtype == torch.float16 and softmax_from_half(dev)
+    from_half = need_f32 and not float_mask and dtype == torch.float16 and choice(dev, "SOFTMAX_FROM_HALF")
     out = torch.empty((b, hkv, g, lq, ev), dtype=dtype, device=dev)
     lse = torch.empty((b, hkv, g, lq), dtype=torch.float32, device=dev) if with_lse else None
     masker = TileMasker(mask5, is_causal, rows, dev, tiles.memo)

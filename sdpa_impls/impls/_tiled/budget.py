@@ -7,6 +7,7 @@ import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, get_args
 
 import torch
 
@@ -173,25 +174,16 @@ def tiling_for(device: torch.device) -> TilePolicy:
     return CudaTiling(free_device_bytes(device))
 
 
-def _choice(device: torch.device, name: str) -> bool:
-    """A class-level choice of `device`'s policy (or the forced one), without reading the free memory."""
+Choice = Literal["CAST_FIRST", "SOFTMAX_FROM_HALF", "SOFTMAX_BACKWARD"]
+
+
+def choice(device: torch.device, name: Choice) -> bool:
+    """A class-level choice of `device`'s policy (or the forced one), e.g. `CAST_FIRST`: cheap in a call, since
+    it does not read the free memory. ValueError for a name that is not one of `Choice`."""
+    if name not in get_args(Choice):
+        raise ValueError(f"unknown tiling choice {name!r} (one of {', '.join(get_args(Choice))})")
     forced = _FORCED.get()
     return getattr(type(forced) if forced is not None else CpuTiling if device.type == "cpu" else CudaTiling, name)
-
-
-def cast_first(device: torch.device) -> bool:
-    """`CAST_FIRST` of `device`'s policy (or the forced one): cheap in a call."""
-    return _choice(device, "CAST_FIRST")
-
-
-def softmax_from_half(device: torch.device) -> bool:
-    """`SOFTMAX_FROM_HALF` of `device`'s policy (or the forced one): cheap in a call."""
-    return _choice(device, "SOFTMAX_FROM_HALF")
-
-
-def softmax_backward(device: torch.device) -> bool:
-    """`SOFTMAX_BACKWARD` of `device`'s policy (or the forced one): cheap in a call."""
-    return _choice(device, "SOFTMAX_BACKWARD")
 
 
 @contextlib.contextmanager

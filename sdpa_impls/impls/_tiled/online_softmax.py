@@ -17,7 +17,7 @@ import torch
 
 from ...protocol import SDPAInputs
 from .tilemap import KeyTile, MaskTiles, Plan, Tiling
-from .budget import cast_first, group_heads, softmax_backward
+from .budget import choice, group_heads
 from .tiles import NEG_INF, TileMasker, empty_attention, flat, forward_views, grouped, rows3, store_rows_
 
 # (q5, k4, v4, mask5, is_causal, scale, with_lse) -> (out5 (B, Hkv, G, Lq, Ev), lse (B, Hkv, G, Lq) fp32 or None,
@@ -31,7 +31,8 @@ def finite_or_zero(x: torch.Tensor) -> torch.Tensor:
 
 def minus_into(p: torch.Tensor, s: torch.Tensor, x: torch.Tensor, widen: bool) -> torch.Tensor:
     """p = s − x into the fp32 tile `p`, from a score tile `s` of the input dtype (or fp32) and an fp32 column `x`;
-    `widen` (`budget.cast_first`): through a copy of `s` into `p`, then in place, instead of one mixed-dtype op."""
+    `widen` (the policy's `CAST_FIRST`): through a copy of `s` into `p`, then in place, instead of one mixed-dtype
+    op."""
     if widen and s.dtype != p.dtype:
         return p.copy_(s).sub_(x)
     return torch.sub(s, x, out=p)
@@ -87,7 +88,7 @@ def chunked_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5:
     pbuf = torch.empty_like(sbuf, dtype=torch.float32) if half else sbuf  # fp32 P
     abuf = torch.empty(heads * g * q_tile * ev, dtype=torch.float32, device=dev)  # output accumulator
     masker = TileMasker(mask5, is_causal, q_tile, dev, tiles.memo)
-    widen = cast_first(dev)
+    widen = choice(dev, "CAST_FIRST")
     for (bs, hs), key_rows in zip(plan.groups, plan.tiles):
         q4, out4, kt3, v3, mask_g = forward_views(q5, k4, v4, out, mask5, bs, hs)
         n = q4.shape[0]
@@ -168,7 +169,7 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
     pbuf = torch.empty(tile, dtype=torch.float32, device=dev) if half else sbuf  # fp32 P
     dsbuf = torch.empty(tile, dtype=torch.float32, device=dev) if half else dpbuf  # fp32 dS
     masker = TileMasker(mask5, is_causal, q_tile, dev, tiles.memo)
-    widen, one_pass_ds = cast_first(dev), softmax_backward(dev)
+    widen, one_pass_ds = choice(dev, "CAST_FIRST"), choice(dev, "SOFTMAX_BACKWARD")
     for (bs, hs), key_rows in zip(plan.groups, plan.tiles):
         q4, do4, dq4 = flat(q5, bs, hs), flat(dout5, bs, hs), flat(dq, bs, hs)  # (heads, G, L, ·)
         k3, v3 = flat(k4, bs, hs), flat(v4, bs, hs)  # (heads, Lk, E), (heads, Lk, Ev)
