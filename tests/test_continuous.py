@@ -10,6 +10,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -136,6 +137,11 @@ def test_unchanged_code_passes_against_the_working_tree(repo: dict, tmp_path: Pa
     assert run["seed"] == 7 and run["folders"] == list(Schedule(7).folders()) and "seed 7:" in err
     assert sorted(run["first_side"]) == ["base", "head"] and run["adaptive"]["stopped"] == "none"
     assert f"seed 7: first side of each round {', '.join(run['first_side'])}" in out
+    t = run["timing"]  # where the time went: what a CI budget or a shortened trial is sized from
+    assert t["setup_s"] > 0 and t["planned_s"] > 0 and t["adaptive_s"] == 0
+    assert t["per_round_s"] == pytest.approx(t["planned_s"] / 2, abs=0.1)
+    assert t["setup_s"] + t["planned_s"] <= t["total_s"] + 0.2
+    assert re.search(r"time: \S+ in all: \S+ to check out, install and import both sides, \S+ for 2 planned round", out)
     rows = {(r["impl"], r["case"]): r for r in verdict["rows"]}
     assert len(rows) == 10 and all(r["base_runs"] == 2 and r["head_runs"] == 2 for r in rows.values())
     assert git(repo["path"], "worktree", "list").count("\n") == 0  # the temporary worktrees are gone

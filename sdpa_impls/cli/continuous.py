@@ -114,8 +114,9 @@ def _sides(args: argparse.Namespace, root: Path, work: Path, folders: tuple[str,
     return base, head
 
 
-def _measure(args: argparse.Namespace, base: Side, head: Side, schedule: Schedule, work: Path, progress) -> Outcome:
-    """The planned rounds, then the adaptive ones; the verdict over all of them."""
+def _measure(args: argparse.Namespace, base: Side, head: Side, schedule: Schedule, work: Path, progress
+             ) -> tuple[Outcome, float]:
+    """The planned rounds, then the adaptive ones: the verdict over all of them, and the planned rounds' seconds."""
     cpu = default_device() == "cpu"
     config = load_config(args.config, start=head.tree)
     pytest_args = _pytest_args(args, config.time_reference, cpu)
@@ -123,7 +124,8 @@ def _measure(args: argparse.Namespace, base: Side, head: Side, schedule: Schedul
     runs.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     base_runs, head_runs, failed = interleaved(base, head, args.rounds, pytest_args, cpu, runs, schedule, progress)
-    per_round = (time.monotonic() - start) / args.rounds
+    planned_s = time.monotonic() - start
+    per_round = planned_s / args.rounds
 
     def extra(terms: list[str], index: int) -> tuple[list, list, list[str]]:
         try:
@@ -135,7 +137,16 @@ def _measure(args: argparse.Namespace, base: Side, head: Side, schedule: Schedul
     # the first extra round is expected to take as long as a planned one (it measures fewer benchmarks, but each
     # process still starts, imports torch and samples the ceilings): the budget is not overrun by guessing low
     return extend(base_runs, head_runs, failed, config, extra, args.adaptive_budget, first_estimate_s=per_round,
-                  progress=progress)
+                  progress=progress), planned_s
+
+
+def _timing(setup_s: float, planned_s: float, rounds: int, adaptive_s: float, total_s: float) -> tuple[dict, str]:
+    """Where the run's time went, for --json and as a note: a CI budget or a shortened trial is sized from it."""
+    timing = {"total_s": round(total_s, 1), "setup_s": round(setup_s, 1), "planned_s": round(planned_s, 1),
+              "per_round_s": round(planned_s / rounds, 1), "adaptive_s": round(adaptive_s, 1)}
+    return timing, (f"time: {fmt_duration(total_s)} in all: {fmt_duration(setup_s)} to check out, install and import "
+                    f"both sides, {fmt_duration(planned_s)} for {rounds} planned round(s) "
+                    f"({fmt_duration(planned_s / rounds)} a round), {fmt_duration(adaptive_s)} of adaptive rounds.")
 
 
 def _compare(args: argparse.Namespace, root: Path, work: Path, progress) -> int:
@@ -150,15 +161,18 @@ def _compare(args: argparse.Namespace, root: Path, work: Path, progress) -> int:
     progress(f"seed {schedule.seed}: order of sides, folder names and environment sizes drawn from it "
              f"(--seed {schedule.seed} repeats them)")
     folders = schedule.folders()
+    start = time.monotonic()
     base, head = _sides(args, root, work, folders, progress)
-    outcome = _measure(args, base, head, schedule, work, progress)
+    setup_s = time.monotonic() - start
+    outcome, planned_s = _measure(args, base, head, schedule, work, progress)
+    timing, timing_note = _timing(setup_s, planned_s, args.rounds, outcome.adaptive.spent_s, time.monotonic() - start)
     report = outcome.report
     first = ", ".join(schedule.orders)
     run_notes = [f"seed {schedule.seed}: first side of each round {first}; side folders {folders[0]} (base) and "
                  f"{folders[1]} (head); each process's environment padded to a random size.",
-                 outcome.adaptive.note()]
+                 outcome.adaptive.note(), timing_note]
     run_info = {"seed": schedule.seed, "first_side": list(schedule.orders), "folders": list(folders),
-                "planned_rounds": args.rounds, "adaptive": dataclasses.asdict(outcome.adaptive)}
+                "planned_rounds": args.rounds, "adaptive": dataclasses.asdict(outcome.adaptive), "timing": timing}
     sys.stdout.write(render(report, base.name, head.name, run_notes=run_notes))
     if args.markdown:
         _write(args.markdown, render(report, base.name, head.name, markdown=True, run_notes=run_notes))
