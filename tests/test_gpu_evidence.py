@@ -3,6 +3,7 @@ runs, and without a GPU it says so. What it measures needs a GPU; none of that i
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -88,8 +89,16 @@ def test_a_real_trial_is_kept_and_resampled_into_the_table(scratch: Path) -> Non
     assert [f.name for f in kept] == ["base-1.json", "base-2.json", "head-1.json", "head-2.json"]
     again = ev.resampled(scratch, "aa", 3, 2, seed=0)
     assert len(again) == 1 and again[0]["kind"] == "resampled"  # two runs a side: one subset of two
+    by_default = ev.resampled(scratch, "aa", 3, None, seed=0)  # one fewer than the 2 runs a side: 1 of 2, 4 pairs
+    assert len(by_default) == 3 and all(t["trial"].count(",)") == 2 for t in by_default), by_default
     text = ev.table([r, *again])
     assert "| aa | real | 1 |" in text and "| aa | resampled | 1 |" in text and "≤" in text
+    # the trial's own timing, and from it the wall time of a continuous at the defaults (4 rounds), marked estimated
+    assert r["rounds"] == 2 and r["timing"]["setup_s"] > 0 and r["timing"]["per_round_s"] > 0
+    assert r["timing"]["total_s"] <= r["wall_s"]
+    wall = ev.estimated_wall([r, *again])
+    low = r["timing"]["setup_s"] + 4 * r["timing"]["per_round_s"]
+    assert f"takes about {low:.0f}–{low + 30:.0f} s (estimated from these, not measured)" in wall, wall
 
 
 def test_without_a_gpu_it_stops_with_one_message(tmp_path: Path) -> None:
@@ -138,8 +147,32 @@ def test_gpu_checks_splits_its_seconds_between_the_steps(tmp_path: Path, seconds
     env = os.environ | {"PYTHON": sys.executable, "GPU_CHECKS_STEPS": steps, "GPU_CHECKS_DRY_RUN": "1"}
     done = subprocess.run(["bash", str(ROOT / "tools" / "gpu_checks.sh"), str(tmp_path / "out"), seconds],
                           capture_output=True, text=True, cwd=ROOT, env=env, check=True)
-    assert " ".join(done.stdout.split()) == plan
+    shares = [line for line in done.stdout.splitlines() if not line.startswith(" ")]  # indented: a step's command
+    assert " ".join(" ".join(shares).split()) == plan
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("gate_args", ["", "--rounds 3 --adaptive-budget 0"])
+def test_the_gate_step_passes_its_continuous_arguments_on(tmp_path: Path, gate_args: str) -> None:
+    """The dry run prints the gate step's command: the evidence script with the step's budget less a minute and,
+    from GPU_CHECKS_GATE_ARGS, each real continuous's arguments as one --continuous-args; that command line is one
+    the script accepts (on this CPU it then stops for want of a GPU, not with a usage error)."""
+    import torch
+
+    env = os.environ | {"PYTHON": sys.executable, "GPU_CHECKS_STEPS": "variants:150,gate", "GPU_CHECKS_DRY_RUN": "1",
+                        "GPU_CHECKS_GATE_ARGS": gate_args, "GPU_CHECKS_WORK": str(tmp_path / "work")}
+    done = subprocess.run(["bash", str(ROOT / "tools" / "gpu_checks.sh"), str(tmp_path / "out"), "590"],
+                          capture_output=True, text=True, cwd=ROOT, env=env, check=True)
+    lines = done.stdout.splitlines()
+    assert lines[:2] == ["variants 150s", "gate 425s"] and len(lines) == 3, done.stdout
+    cmd = shlex.split(lines[2])
+    tail = ["--continuous-args", gate_args] if gate_args else []
+    assert cmd == [sys.executable, "tools/gpu_gate_evidence.py", "--out", str(tmp_path / "work" / "gate"),
+                   "--budget", "365", *tail]
+    if torch.cuda.is_available():
+        return
+    ran = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    assert ran.returncode == 1 and "needs a CUDA device" in ran.stderr, ran.stderr
 
 
 def test_the_scenario_with_the_fewest_real_trials_runs_next() -> None:

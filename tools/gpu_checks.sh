@@ -14,13 +14,15 @@
 # (at most what is left); the others share the rest, each an equal share of what is left when it starts (the
 # tests 40 %, the last step all of it). E.g. GPU_CHECKS_STEPS=gate:380,variants:100,llm in 590 s: both open GPU
 # checks of fused and the gate in one call. GPU_CHECKS_DRY_RUN=1 prints each step's seconds (every step taking all
-# of its share) and stops, on any machine.
+# of its share), and the gate step's command, and stops, on any machine.
 #   llm    the llm preset with naive, chunked, fused, compiled, flex and torch_sdpa: device time and host overhead
 #          per point, and the plain-PyTorch implementations against compiled, flex and torch_sdpa (llm.tar)
 #   speed  the same but naive on llm-long: L = 8192 and 16384 (speed-long.tar)
 #   asv    the asv suite on the llm preset (fused, torch_sdpa) through the existing interpreter, then `sdpa-bench
 #          run` of the same points, each timed (asv.log); needs asv installed and a git checkout
-#   gate   tools/gpu_gate_evidence.py within the step's share (gate.log, gate-results.jsonl)
+#   gate   tools/gpu_gate_evidence.py within the step's share (gate.log, gate-results.jsonl); its trials are kept in
+#          $GPU_CHECKS_WORK/gate, so a second call on the same machine adds to them. GPU_CHECKS_GATE_ARGS replaces
+#          the arguments of each real continuous (e.g. "--rounds 3 --adaptive-budget 0": shorter trials)
 #   variants  tools/fused_variants.py, bf16 then fp16: the elementwise passes of fused's and chunked's CUDA plan
 #          against their alternatives, then whole calls with CAST_FIRST (and in fp16 SOFTMAX_FROM_HALF) off and on
 #          (variants.log, variants-*.json)
@@ -99,10 +101,16 @@ asv_step() {  # seconds: half to asv, half to sdpa-bench run of the same points,
   tail -n 4 "$out/asv.log"
 }
 
+gate_args() {  # seconds -> gate_cmd: the evidence script's command line (GPU_CHECKS_GATE_ARGS: each real
+  # continuous's arguments, its --continuous-args)
+  gate_cmd=("$py" tools/gpu_gate_evidence.py --out "$work/gate" --budget $(( $1 - 60 )))
+  if [ -n "${GPU_CHECKS_GATE_ARGS:-}" ]; then gate_cmd+=(--continuous-args "$GPU_CHECKS_GATE_ARGS"); fi
+}
+
 gate() {  # seconds
   stamp "tools/gpu_gate_evidence.py (${1}s)"
-  timeout -k 30 $(( $1 + 60 )) "$py" tools/gpu_gate_evidence.py --out "$work/gate" --budget $(( $1 - 60 )) \
-    >"$out/gate.log" 2>&1
+  gate_args "$1"
+  timeout -k 30 $(( $1 + 60 )) "${gate_cmd[@]}" >"$out/gate.log" 2>&1
   echo "exit $?" >>"$out/gate.log"
   cp "$work/gate/results.jsonl" "$out/gate-results.jsonl" 2>/dev/null
   tail -n 30 "$out/gate.log"
@@ -141,6 +149,7 @@ if [ "${GPU_CHECKS_DRY_RUN:-0}" = 1 ]; then
   for i in "${!names[@]}"; do
     share=$(share_of "$i"); [ "$share" -lt 1 ] && share=0
     echo "${names[$i]} ${share}s"
+    if [ "${names[$i]}" = gate ]; then gate_args "$share"; echo "  $(printf '%q ' "${gate_cmd[@]}")"; fi
     simulated=$(( simulated + share ))
   done
   exit 0

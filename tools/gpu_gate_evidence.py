@@ -17,11 +17,21 @@ Each scenario runs as CI would on a GPU (`continuous` with this tree's defaults:
 the time reference; extra rounds for undecided benchmarks capped at 30 s, `--continuous-args`) with its runs kept
 (--keep-runs), one after another, until `--budget` seconds are spent: always the scenario with the fewest real
 trials so far (`--scenarios` picks them and their order; an OUT kept from an earlier run counts), so one trial of
-each comes first, then more while time is left; a scenario left without one is named at the end. Then each scenario is judged again on subsets of its kept runs
-(`--resamples`: for each resampled trial, `--subset` base and `--subset` head runs drawn without replacement from
-one real trial's, seeded): more trials than the budget affords to run, each on real runs. Resampled trials of
-one real trial share runs, so they are not independent: the table gives the real and the resampled counts apart,
-the bounds for both (one-sided Clopper–Pearson, 95 %), and the wall time of each real `continuous`.
+each comes first, then more while time is left; a scenario left without one is named at the end.
+
+Then each scenario is judged again on subsets of its kept runs (`--resamples`; each resampled trial draws
+`--subset` base and `--subset` head runs without replacement from one real trial's, seeded; by default one fewer
+than the real trial kept): more trials than the budget affords to run, each on real runs. Resampled trials of one
+real trial share runs, so they are not independent: the table gives the real and the resampled counts apart, the
+bounds for both (one-sided Clopper–Pearson, 95 %), and the wall time of each real `continuous`; below it, the
+setup and per-round seconds the real trials recorded, and from them the wall time of a continuous at the defaults.
+
+Shortened trials: at 2 rounds a side a trial took 90–93 s on an H200, so one at the default 4 rounds should take
+about twice that (the estimate under the table says how much, from the trials' own timing), and 9 minutes hold two
+or three. `--continuous-args "--rounds 3 --adaptive-budget 0"` makes each trial shorter while a resampled one still
+draws 2 runs of 3 a side (9 subset pairs per real trial; with 2 rounds a resampled trial would have 1 run a side,
+and no run to leave out); a scenario that did not fit gets its trial from a second call with the same
+`--out` (its kept trials count). The wall time of a default continuous is then the printed estimate, which says so.
 
 A catch counts only on what the scenario changed: a `time fused[...]` failure for dev2/dev5, a `host fused[...]`
 failure for host20 (and host20's `time` checks must not fail: the device time did not change).
@@ -44,6 +54,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
 from continuous_evidence import base_and_aa, bounds, branch, counts_of, git  # noqa: E402
+from sdpa_impls.cli.continuous import ROUNDS as DEFAULT_ROUNDS  # noqa: E402
 
 FUSED = "sdpa_impls/impls/fused.py"
 RETURN = "        return lambda: tiled_attention(inp, forward, tiling, tiles, widen)\n"  # fused's prepared closure
@@ -124,6 +135,7 @@ def real_trial(repo: Path, scenario: str, out: Path, extra: list[str]) -> dict:
     return {"scenario": scenario, "trial": k, "kind": "real", "exit": done.returncode,
             "wall_s": round(time.perf_counter() - start, 1),
             "failed": [f"{f['kind']} {f['subject']}" for f in verdict.get("failures", [])],
+            "rounds": verdict.get("run", {}).get("planned_rounds"), "timing": verdict.get("run", {}).get("timing", {}),
             "stderr_tail": done.stderr[-600:] if done.returncode not in (0, 1) else ""}
 
 
@@ -143,8 +155,9 @@ def subsets(n_base: int, n_head: int, size: int, count: int, seed: int) -> list[
     return every[:count]
 
 
-def resampled(out: Path, scenario: str, count: int, size: int, seed: int) -> list[dict]:
-    """`count` trials of `scenario` judged again on subsets of the runs its real trials kept (spread over them)."""
+def resampled(out: Path, scenario: str, count: int, size: int | None, seed: int) -> list[dict]:
+    """`count` trials of `scenario` judged again on subsets of the runs its real trials kept (spread over them):
+    `size` runs a side, or (None) one fewer than a real trial kept (at least 1), so that there are subsets to draw."""
     from sdpa_impls.continuous.verdict import judge
     from sdpa_impls.gate.config import load_config
     from sdpa_impls.gate.points import load_points
@@ -155,7 +168,8 @@ def resampled(out: Path, scenario: str, count: int, size: int, seed: int) -> lis
     for t, runs in enumerate(trials):
         sides = {s: [load_points(f)[1] for f in sorted(runs.glob(f"{s}-[0-9]*.json"))] for s in ("base", "head")}
         share = count // len(trials) + (t < count % len(trials))
-        for b, h in subsets(len(sides["base"]), len(sides["head"]), size, share, seed + t):
+        k = size or max(1, min(len(sides["base"]), len(sides["head"])) - 1)
+        for b, h in subsets(len(sides["base"]), len(sides["head"]), k, share, seed + t):
             report = judge([sides["base"][i] for i in b], [sides["head"][i] for i in h], config)
             results.append({"scenario": scenario, "trial": f"{runs.name}:{b}/{h}", "kind": "resampled",
                             "exit": report.exit_code, "wall_s": 0.0,
@@ -191,12 +205,31 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def estimated_wall(results: list[dict], rounds: int = DEFAULT_ROUNDS, adaptive_s: float = 30.0) -> str:
+    """What one `continuous` of `rounds` planned rounds and at most `adaptive_s` of extra ones takes, estimated
+    from the real trials' own timing (setup, then the same time per round): how a shortened trial's wall time
+    answers the goal table's "one continuous" row. Empty when no real trial recorded its timing."""
+    timed = [r for r in results if r.get("kind") == "real" and r.get("timing")]
+    if not timed:
+        return ""
+    setup = [r["timing"]["setup_s"] for r in timed]
+    per_round = [r["timing"]["per_round_s"] for r in timed]
+    low, high = (min(setup) + rounds * min(per_round), max(setup) + rounds * max(per_round) + adaptive_s)
+    planned = sorted({r.get("rounds") for r in timed if r.get("rounds")})
+    return (f"real trials ({'/'.join(map(str, planned))} planned rounds a side): setup {min(setup):.0f}–"
+            f"{max(setup):.0f} s, a round {min(per_round):.0f}–{max(per_round):.0f} s; so a continuous of {rounds} "
+            f"rounds with at most {adaptive_s:.0f} s of extra rounds takes about {low:.0f}–{high:.0f} s "
+            "(estimated from these, not measured)")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("gpu-evidence"))
     parser.add_argument("--budget", type=float, default=540, help="seconds of real trials (default 540: 9 minutes)")
     parser.add_argument("--resamples", default=RESAMPLES, help=f"trials judged on kept runs (default {RESAMPLES})")
-    parser.add_argument("--subset", type=int, default=3, help="runs per side in a resampled trial (default 3)")
+    parser.add_argument("--subset", type=int, default=None,
+                        help="runs per side in a resampled trial (default: one fewer than a real trial's planned "
+                             "runs a side, at least 1: 3 at continuous's default 4 rounds, 2 with --rounds 3)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--scenarios", default=",".join(SCENARIOS),
                         help=f"the scenarios to run, in order (default {','.join(SCENARIOS)}); with OUT kept from an "
@@ -244,6 +277,9 @@ def main() -> int:
     for scenario, n in counts.items():
         results += resampled(args.out, scenario, n, args.subset, args.seed)
     print(table(results))
+    wall = estimated_wall(results)
+    if wall:
+        print(wall)
     return 0
 
 
