@@ -12,8 +12,8 @@
 #
 # GPU_CHECKS_STEPS picks other steps, in order (default tests,serve,masks). A step written NAME:S gets S seconds
 # (at most what is left); the others share the rest, each an equal share of what is left when it starts (the
-# tests 40 %, the last step all of it). E.g. GPU_CHECKS_STEPS=gate:380,variants:100,llm in 590 s: both open GPU
-# checks of fused and the gate in one call. GPU_CHECKS_DRY_RUN=1 prints each step's seconds (every step taking all
+# tests 40 %, the last step all of it less 15 s). E.g. GPU_CHECKS_STEPS=variants:150,gate in 590 s: the
+# variants 150 s, then the gate's evidence 425 s (365 s of trials). GPU_CHECKS_DRY_RUN=1 prints each step's seconds (every step taking all
 # of its share), and the gate step's command, and stops, on any machine.
 #   llm    the llm preset with naive, chunked, fused, compiled, flex and torch_sdpa: device time and host overhead
 #          per point, and the plain-PyTorch implementations against compiled, flex and torch_sdpa (llm.tar)
@@ -22,7 +22,8 @@
 #          run` of the same points, each timed (asv.log); needs asv installed and a git checkout
 #   gate   tools/gpu_gate_evidence.py within the step's share (gate.log, gate-results.jsonl); its trials are kept in
 #          $GPU_CHECKS_WORK/gate, so a second call on the same machine adds to them. GPU_CHECKS_GATE_ARGS replaces
-#          the arguments of each real continuous (e.g. "--rounds 3 --adaptive-budget 0": shorter trials)
+#          the evidence script's --continuous-args (default "--adaptive-budget 30", so name an --adaptive-budget
+#          too), e.g. "--rounds 3 --adaptive-budget 0": shorter trials; give a second call the same
 #   variants  tools/fused_variants.py, bf16 then fp16: the elementwise passes of fused's and chunked's CUDA plan
 #          against their alternatives, then whole calls with CAST_FIRST (and in fp16 SOFTMAX_FROM_HALF) off and on
 #          (variants.log, variants-*.json)

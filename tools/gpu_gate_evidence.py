@@ -24,14 +24,16 @@ Then each scenario is judged again on subsets of its kept runs (`--resamples`; e
 than the real trial kept): more trials than the budget affords to run, each on real runs. Resampled trials of one
 real trial share runs, so they are not independent: the table gives the real and the resampled counts apart, the
 bounds for both (one-sided Clopper–Pearson, 95 %), and the wall time of each real `continuous`; below it, the
-setup and per-round seconds the real trials recorded, and from them the wall time of a continuous at the defaults.
+setup and per-round seconds the real trials recorded, and from them the wall time of a default trial (4 rounds, at
+most 30 s of extra rounds), estimated.
 
 Shortened trials: at 2 rounds a side a trial took 90–93 s on an H200, so one at the default 4 rounds should take
 about twice that (the estimate under the table says how much, from the trials' own timing), and 9 minutes hold two
 or three. `--continuous-args "--rounds 3 --adaptive-budget 0"` makes each trial shorter while a resampled one still
 draws 2 runs of 3 a side (9 subset pairs per real trial; with 2 rounds a resampled trial would have 1 run a side,
-and no run to leave out); a scenario that did not fit gets its trial from a second call with the same
-`--out` (its kept trials count). The wall time of a default continuous is then the printed estimate, which says so.
+and no run to leave out; so `aa`'s 20 need three real trials); a scenario that did not fit gets its trial from a second
+call with the same `--out` and `--continuous-args` (its kept trials count). The wall time of a default trial is then
+the printed estimate, which says so.
 
 A catch counts only on what the scenario changed: a `time fused[...]` failure for dev2/dev5, a `host fused[...]`
 failure for host20 (and host20's `time` checks must not fail: the device time did not change).
@@ -228,8 +230,8 @@ def main() -> int:
     parser.add_argument("--budget", type=float, default=540, help="seconds of real trials (default 540: 9 minutes)")
     parser.add_argument("--resamples", default=RESAMPLES, help=f"trials judged on kept runs (default {RESAMPLES})")
     parser.add_argument("--subset", type=int, default=None,
-                        help="runs per side in a resampled trial (default: one fewer than a real trial's planned "
-                             "runs a side, at least 1: 3 at continuous's default 4 rounds, 2 with --rounds 3)")
+                        help="runs per side in a resampled trial (default: one fewer than the runs a side a real "
+                             "trial kept, at least 1: 3 at continuous's default 4 rounds, 2 with --rounds 3)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--scenarios", default=",".join(SCENARIOS),
                         help=f"the scenarios to run, in order (default {','.join(SCENARIOS)}); with OUT kept from an "
