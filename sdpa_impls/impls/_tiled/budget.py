@@ -68,6 +68,11 @@ class CpuTiling:
     # kernel in one pass over fp32 P and dP, instead of a product, a row sum and an addcmul (three passes); the
     # formula naive's softmax backward computes (docs/performance.md, "Tile sizes")
     SOFTMAX_BACKWARD = True
+    # Kᵀ and Vᵀ of a key range short of L (a causal tile's keys, a key tile), bf16: the rows copied into a compact
+    # block first (`tiles.columns_t`). oneDNN's bf16 GEMM takes a transposed batch only when it is compact, and
+    # torch's own copy of the strided view is element by element: the score GEMM with its copy took 0.45-0.76 of
+    # the time on the AMX Xeon (docs/performance.md, "Tile sizes"). fp32 GEMMs take the strided view as it is.
+    COMPACT_TRANSPOSED = True
 
     @property
     def score_tile_bytes(self) -> int:
@@ -128,6 +133,8 @@ class CudaTiling:
     # fused's dS through torch's softmax-backward kernel (CpuTiling.SOFTMAX_BACKWARD): two kernels (the bf16 dP
     # copied into fp32, then the softmax backward) instead of three; off until tools/fused_variants.py times it
     SOFTMAX_BACKWARD = False
+    # cuBLAS takes any batch stride: the strided Kᵀ and Vᵀ go to the GEMM as they are, no copy
+    COMPACT_TRANSPOSED = False
 
     @property
     def score_tile_bytes(self) -> int:
@@ -174,7 +181,7 @@ def tiling_for(device: torch.device) -> TilePolicy:
     return CudaTiling(free_device_bytes(device))
 
 
-Choice = Literal["CAST_FIRST", "SOFTMAX_FROM_HALF", "SOFTMAX_BACKWARD"]
+Choice = Literal["CAST_FIRST", "SOFTMAX_FROM_HALF", "SOFTMAX_BACKWARD", "COMPACT_TRANSPOSED"]
 
 
 def choice(device: torch.device, name: Choice) -> bool:

@@ -156,6 +156,18 @@ def forward_views(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, out: tor
             None if mask5 is None else mask5[bs, hs])
 
 
+def columns_t(x3: torch.Tensor, j0: int, j1: int, compact: bool) -> torch.Tensor:
+    """Rows j0:j1 of a (heads, L, D) tensor, transposed: (heads, D, keys), a GEMM's right operand (Kᵀ, Vᵀ).
+
+    `compact` (the policy's `COMPACT_TRANSPOSED`; the caller passes False for fp32): where those rows are not one
+    compact block per head (a key range short of L), they are copied first, row by row, and the copy is
+    transposed. oneDNN's bf16 GEMM on the CPU takes a batch of transposed matrices only when the batch is
+    compact, and torch otherwise copies the transposed view itself, element by element: the same memory, more
+    time (docs/performance.md, "Tile sizes")."""
+    rows = x3[:, j0:j1]
+    return (rows.contiguous() if compact else rows).transpose(1, 2)
+
+
 def rows3(x4: torch.Tensor, i0: int, i1: int) -> torch.Tensor:
     """Rows i0:i1 of a (heads, G, L, D) tensor as (heads, G·rows, D); a copy only when G > 1."""
     t = x4[:, :, i0:i1]
