@@ -60,7 +60,6 @@ def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: t
     with_lse = with_lse and not keep_p
     need_f32 = half and (with_lse or float_mask)
     from_half = need_f32 and not float_mask and dtype == torch.float16 and choice(dev, "SOFTMAX_FROM_HALF")
-    compact = half and choice(dev, "COMPACT_TRANSPOSED")
     out = torch.empty((b, hkv, g, lq, ev), dtype=dtype, device=dev)
     lse = torch.empty((b, hkv, g, lq), dtype=torch.float32, device=dev) if with_lse else None
     masker = TileMasker(mask5, is_causal, rows, dev, tiles.memo)
@@ -86,7 +85,7 @@ def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: t
             sd = take(sbuf, n, m, cols[-1])  # (heads, G·rows, keys of the plan)
             qt = rows3(q4, i0, i1)
             for kt, c in zip(key_tiles, cols):
-                _scores_into(sd, c, qt, columns_t(kt3.transpose(1, 2), kt.j0, kt.j1, compact), scale, one)
+                _scores_into(sd, c, qt, columns_t(kt3.transpose(1, 2), kt.j0, kt.j1), scale, one)
             pf = take(fbuf, n, m, cols[-1]) if need_f32 else sd  # where P is written: fp32 when needed
             s = sd if from_half or not need_f32 else pf.copy_(sd)
             for kt, c in zip(key_tiles, cols):

@@ -68,8 +68,8 @@ class CpuTiling:
     # kernel in one pass over fp32 P and dP, instead of a product, a row sum and an addcmul (three passes); the
     # formula naive's softmax backward computes (docs/performance.md, "Tile sizes")
     SOFTMAX_BACKWARD = True
-    # Kᵀ and Vᵀ of a key range short of L (a causal tile's keys, a key tile), bf16: the rows copied into a compact
-    # block first (`tiles.columns_t`). oneDNN's bf16 GEMM takes a transposed batch only when it is compact, and
+    # Kᵀ and Vᵀ of a key range short of L (a causal tile's keys, a key tile), not fp32: the rows copied into a
+    # compact block first (`tiles.columns_t`). oneDNN's bf16 GEMM takes a transposed batch only when it is compact, and
     # torch's own copy of the strided view is element by element: the score GEMM with its copy took 0.45-0.76 of
     # the time on the AMX Xeon (docs/performance.md, "Tile sizes"). fp32 GEMMs take the strided view as it is.
     COMPACT_TRANSPOSED = True

@@ -89,7 +89,7 @@ def chunked_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5:
     pbuf = torch.empty_like(sbuf, dtype=torch.float32) if half else sbuf  # fp32 P
     abuf = torch.empty(heads * g * q_tile * ev, dtype=torch.float32, device=dev)  # output accumulator
     masker = TileMasker(mask5, is_causal, q_tile, dev, tiles.memo)
-    widen, compact = choice(dev, "CAST_FIRST"), half and choice(dev, "COMPACT_TRANSPOSED")
+    widen = choice(dev, "CAST_FIRST")
     for (bs, hs), key_rows in zip(plan.groups, plan.tiles):
         q4, out4, kt3, v3, mask_g = forward_views(q5, k4, v4, out, mask5, bs, hs)
         n = q4.shape[0]
@@ -107,7 +107,7 @@ def chunked_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5:
             for kt in key_tiles:
                 j0, j1 = kt.j0, kt.j1
                 sd, p = take(sbuf, n, m, j1 - j0), take(pbuf, n, m, j1 - j0)  # (heads, G·rows, keys)
-                torch.baddbmm(sd, qt, columns_t(kt3.transpose(1, 2), j0, j1, compact), beta=0, alpha=scale, out=sd)
+                torch.baddbmm(sd, qt, columns_t(kt3.transpose(1, 2), j0, j1), beta=0, alpha=scale, out=sd)
                 s = p.copy_(sd) if masker.float_mask and half else sd  # a float mask is added in fp32, as naive does
                 if kt.masked:
                     masker.apply_ranges_(s, mask_g, i0, i1, j0, kt.masked)
@@ -171,7 +171,6 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
     dsbuf = torch.empty(tile, dtype=torch.float32, device=dev) if half else dpbuf  # fp32 dS
     masker = TileMasker(mask5, is_causal, q_tile, dev, tiles.memo)
     widen, one_pass_ds = choice(dev, "CAST_FIRST"), choice(dev, "SOFTMAX_BACKWARD")
-    compact = half and choice(dev, "COMPACT_TRANSPOSED")
     for (bs, hs), key_rows in zip(plan.groups, plan.tiles):
         q4, do4, dq4 = flat(q5, bs, hs), flat(dout5, bs, hs), flat(dq, bs, hs)  # (heads, G, L, ·)
         k3, v3 = flat(k4, bs, hs), flat(v4, bs, hs)  # (heads, Lk, E), (heads, Lk, Ev)
@@ -203,7 +202,7 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
                     p = take(pbuf, n, m, j1 - j0).copy_(pd) if half else pd
                 else:
                     sd, p = take(sbuf, n, m, j1 - j0), take(pbuf, n, m, j1 - j0)
-                    torch.baddbmm(sd, qt, columns_t(k3, j0, j1, compact), beta=0, alpha=scale, out=sd)
+                    torch.baddbmm(sd, qt, columns_t(k3, j0, j1), beta=0, alpha=scale, out=sd)
                     s = p.copy_(sd) if masker.float_mask and half else sd
                     if kt.masked:
                         masker.apply_ranges_(s, mask_g, i0, i1, j0, kt.masked)
@@ -211,7 +210,7 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
                     pd = sd.copy_(p) if half else p  # P in the input dtype for the GEMMs
                 _accumulate(dv3[:, j0:j1], pd.transpose(1, 2), dot, 1.0, half)  # dV += Pᵀ dO
                 if one_tile:  # dS = P ⊙ dP − P ⊙ rowsum(P ⊙ dP), dP = dO Vᵀ in the input dtype
-                    torch.bmm(dot, columns_t(v3, j0, j1, compact), out=dp)
+                    torch.bmm(dot, columns_t(v3, j0, j1), out=dp)
                     if one_pass_ds:  # torch's softmax backward of fp32 dP and P; dS over dP (read before written)
                         dp32 = ds.copy_(dp) if half else ds  # fp32: ds is dp's tile
                         torch.ops.aten._softmax_backward_data.out(dp32, p, -1, torch.float32, grad_input=dp32)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 
 from ...protocol import SDPAInputs
+from .budget import choice
 
 NEG_INF = float("-inf")
 
@@ -156,16 +157,18 @@ def forward_views(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, out: tor
             None if mask5 is None else mask5[bs, hs])
 
 
-def columns_t(x3: torch.Tensor, j0: int, j1: int, compact: bool) -> torch.Tensor:
+def columns_t(x3: torch.Tensor, j0: int, j1: int) -> torch.Tensor:
     """Rows j0:j1 of a (heads, L, D) tensor, transposed: (heads, D, keys), a GEMM's right operand (Kᵀ, Vᵀ).
 
-    `compact` (the policy's `COMPACT_TRANSPOSED`; the caller passes False for fp32): where those rows are not one
-    compact block per head (a key range short of L), they are copied first, row by row, and the copy is
-    transposed. oneDNN's bf16 GEMM on the CPU takes a batch of transposed matrices only when the batch is
-    compact, and torch otherwise copies the transposed view itself, element by element: the same memory, more
-    time (docs/performance.md, "Tile sizes")."""
+    Where the device's policy says `COMPACT_TRANSPOSED` and the dtype is not fp32, rows that are not one compact
+    block per head (a key range short of L) are copied first, row by row, and the copy is transposed. oneDNN's
+    bf16 GEMM on the CPU takes a batch of transposed matrices only when the batch is compact, and torch otherwise
+    copies the transposed view itself, element by element: the same memory, more time (docs/performance.md,
+    "Tile sizes"). fp32 GEMMs and cuBLAS take the strided view as it is."""
     rows = x3[:, j0:j1]
-    return (rows.contiguous() if compact else rows).transpose(1, 2)
+    if x3.dtype != torch.float32 and choice(x3.device, "COMPACT_TRANSPOSED"):
+        rows = rows.contiguous()
+    return rows.transpose(1, 2)
 
 
 def rows3(x4: torch.Tensor, i0: int, i1: int) -> torch.Tensor:
