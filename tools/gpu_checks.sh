@@ -13,8 +13,8 @@
 # GPU_CHECKS_STEPS picks other steps, in order (default tests,serve,masks). A step written NAME:S gets S seconds
 # (at most what is left); the others share the rest, each an equal share of what is left when it starts (the
 # tests 40 %, the last step all of it less 15 s). E.g. GPU_CHECKS_STEPS=variants:150,gate in 590 s: the
-# variants 150 s, then the gate's evidence 425 s (365 s of trials). GPU_CHECKS_DRY_RUN=1 prints each step's seconds (every step taking all
-# of its share), and the gate step's command, and stops, on any machine.
+# variants 150 s, then the gate's evidence 425 s (365 s of trials). GPU_CHECKS_DRY_RUN=1 prints each step's
+# seconds (every step taking all of its share) and the gate step's command, and stops, on any machine.
 #   llm    the llm preset with naive, chunked, fused, compiled, flex and torch_sdpa: device time and host overhead
 #          per point, and the plain-PyTorch implementations against compiled, flex and torch_sdpa (llm.tar)
 #   speed  the same but naive on llm-long: L = 8192 and 16384 (speed-long.tar)
