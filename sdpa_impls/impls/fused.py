@@ -11,7 +11,8 @@ from ..protocol import Implementation, SDPAInputs, Support
 from ..registry import register
 from ._tiled.tilemap import MaskTiles, Plan, Tiling
 from ._tiled.budget import choice, tiling_for
-from ._tiled.tiles import NEG_INF, TileMasker, columns_t, empty_attention, flat, forward_views, rows3, store_rows_
+from ._tiled.tiles import (NEG_INF, TileMasker, columns_t, compact_transposed, empty_attention, flat, forward_views,
+                           rows3, store_rows_)
 
 KEY_BLOCK = 64  # keys per block of the tile map: how finely a mask's empty and full keys are told apart
 
@@ -60,6 +61,7 @@ def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: t
     with_lse = with_lse and not keep_p
     need_f32 = half and (with_lse or float_mask)
     from_half = need_f32 and not float_mask and dtype == torch.float16 and choice(dev, "SOFTMAX_FROM_HALF")
+    compact = compact_transposed(q5)
     out = torch.empty((b, hkv, g, lq, ev), dtype=dtype, device=dev)
     lse = torch.empty((b, hkv, g, lq), dtype=torch.float32, device=dev) if with_lse else None
     masker = TileMasker(mask5, is_causal, rows, dev, tiles.memo)
@@ -85,7 +87,7 @@ def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: t
             sd = take(sbuf, n, m, cols[-1])  # (heads, G·rows, keys of the plan)
             qt = rows3(q4, i0, i1)
             for kt, c in zip(key_tiles, cols):
-                _scores_into(sd, c, qt, columns_t(kt3.transpose(1, 2), kt.j0, kt.j1), scale, one)
+                _scores_into(sd, c, qt, columns_t(kt3, kt.j0, kt.j1, compact), scale, one)
             pf = take(fbuf, n, m, cols[-1]) if need_f32 else sd  # where P is written: fp32 when needed
             s = sd if from_half or not need_f32 else pf.copy_(sd)
             for kt, c in zip(key_tiles, cols):

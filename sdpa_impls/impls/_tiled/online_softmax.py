@@ -18,8 +18,8 @@ import torch
 from ...protocol import SDPAInputs
 from .tilemap import KeyTile, MaskTiles, Plan, Tiling
 from .budget import choice, group_heads
-from .tiles import (NEG_INF, TileMasker, columns_t, empty_attention, flat, forward_views, grouped, rows3,
-                    store_rows_)
+from .tiles import (NEG_INF, TileMasker, columns_t, compact_transposed, empty_attention, flat, forward_views,
+                    grouped, rows3, store_rows_)
 
 # (q5, k4, v4, mask5, is_causal, scale, with_lse) -> (out5 (B, Hkv, G, Lq, Ev), lse (B, Hkv, G, Lq) fp32 or None,
 # P (B, Hkv, G, Lq, keys) in the input dtype or None); with_lse asks for one of lse and P, for the backward
@@ -89,7 +89,7 @@ def chunked_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5:
     pbuf = torch.empty_like(sbuf, dtype=torch.float32) if half else sbuf  # fp32 P
     abuf = torch.empty(heads * g * q_tile * ev, dtype=torch.float32, device=dev)  # output accumulator
     masker = TileMasker(mask5, is_causal, q_tile, dev, tiles.memo)
-    widen = choice(dev, "CAST_FIRST")
+    widen, compact = choice(dev, "CAST_FIRST"), compact_transposed(q5)
     for (bs, hs), key_rows in zip(plan.groups, plan.tiles):
         q4, out4, kt3, v3, mask_g = forward_views(q5, k4, v4, out, mask5, bs, hs)
         n = q4.shape[0]
@@ -107,7 +107,7 @@ def chunked_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5:
             for kt in key_tiles:
                 j0, j1 = kt.j0, kt.j1
                 sd, p = take(sbuf, n, m, j1 - j0), take(pbuf, n, m, j1 - j0)  # (heads, G·rows, keys)
-                torch.baddbmm(sd, qt, columns_t(kt3.transpose(1, 2), j0, j1), beta=0, alpha=scale, out=sd)
+                torch.baddbmm(sd, qt, columns_t(kt3, j0, j1, compact), beta=0, alpha=scale, out=sd)
                 s = p.copy_(sd) if masker.float_mask and half else sd  # a float mask is added in fp32, as naive does
                 if kt.masked:
                     masker.apply_ranges_(s, mask_g, i0, i1, j0, kt.masked)
@@ -170,10 +170,11 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
     pbuf = torch.empty(tile, dtype=torch.float32, device=dev) if half else sbuf  # fp32 P
     dsbuf = torch.empty(tile, dtype=torch.float32, device=dev) if half else dpbuf  # fp32 dS
     masker = TileMasker(mask5, is_causal, q_tile, dev, tiles.memo)
-    widen, one_pass_ds = choice(dev, "CAST_FIRST"), choice(dev, "SOFTMAX_BACKWARD")
+    widen, one_pass_ds, compact = choice(dev, "CAST_FIRST"), choice(dev, "SOFTMAX_BACKWARD"), compact_transposed(q5)
     for (bs, hs), key_rows in zip(plan.groups, plan.tiles):
         q4, do4, dq4 = flat(q5, bs, hs), flat(dout5, bs, hs), flat(dq, bs, hs)  # (heads, G, L, ·)
         k3, v3 = flat(k4, bs, hs), flat(v4, bs, hs)  # (heads, Lk, E), (heads, Lk, Ev)
+        kt3, vt3 = k3.transpose(1, 2), v3.transpose(1, 2)  # Kᵀ, Vᵀ: each tile's operand is one slice of them
         dk3, dv3 = flat(dk, bs, hs), flat(dv, bs, hs)
         lse4 = None if lse5 is None else flat(lse5, bs, hs)  # (heads, G, Lq, 1)
         p4 = None if p5 is None else flat(p5, bs, hs)  # (heads, G, Lq, keys)
@@ -202,7 +203,7 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
                     p = take(pbuf, n, m, j1 - j0).copy_(pd) if half else pd
                 else:
                     sd, p = take(sbuf, n, m, j1 - j0), take(pbuf, n, m, j1 - j0)
-                    torch.baddbmm(sd, qt, columns_t(k3, j0, j1), beta=0, alpha=scale, out=sd)
+                    torch.baddbmm(sd, qt, columns_t(kt3, j0, j1, compact), beta=0, alpha=scale, out=sd)
                     s = p.copy_(sd) if masker.float_mask and half else sd
                     if kt.masked:
                         masker.apply_ranges_(s, mask_g, i0, i1, j0, kt.masked)
@@ -210,7 +211,7 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
                     pd = sd.copy_(p) if half else p  # P in the input dtype for the GEMMs
                 _accumulate(dv3[:, j0:j1], pd.transpose(1, 2), dot, 1.0, half)  # dV += Pᵀ dO
                 if one_tile:  # dS = P ⊙ dP − P ⊙ rowsum(P ⊙ dP), dP = dO Vᵀ in the input dtype
-                    torch.bmm(dot, columns_t(v3, j0, j1), out=dp)
+                    torch.bmm(dot, columns_t(vt3, j0, j1, compact), out=dp)
                     if one_pass_ds:  # torch's softmax backward of fp32 dP and P; dS over dP (read before written)
                         dp32 = ds.copy_(dp) if half else ds  # fp32: ds is dp's tile
                         torch.ops.aten._softmax_backward_data.out(dp32, p, -1, torch.float32, grad_input=dp32)

@@ -157,18 +157,24 @@ def forward_views(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, out: tor
             None if mask5 is None else mask5[bs, hs])
 
 
-def columns_t(x3: torch.Tensor, j0: int, j1: int) -> torch.Tensor:
-    """Rows j0:j1 of a (heads, L, D) tensor, transposed: (heads, D, keys), a GEMM's right operand (Kᵀ, Vᵀ).
+def compact_transposed(x: torch.Tensor) -> bool:
+    """Whether `columns_t` copies a key range of `x`'s dtype on its device (the policy's `COMPACT_TRANSPOSED`, never
+    for fp32): decided once per call, so that a tile pays nothing for it."""
+    return x.dtype != torch.float32 and choice(x.device, "COMPACT_TRANSPOSED")
 
-    Where the device's policy says `COMPACT_TRANSPOSED` and the dtype is not fp32, rows that are not one compact
-    block per head (a key range short of L) are copied first, row by row, and the copy is transposed. oneDNN's
-    bf16 GEMM on the CPU takes a batch of transposed matrices only when the batch is compact, and torch otherwise
-    copies the transposed view itself, element by element: the same memory, more time (docs/performance.md,
-    "Tile sizes"). fp32 GEMMs and cuBLAS take the strided view as it is."""
-    rows = x3[:, j0:j1]
-    if x3.dtype != torch.float32 and choice(x3.device, "COMPACT_TRANSPOSED"):
-        rows = rows.contiguous()
-    return rows.transpose(1, 2)
+
+def columns_t(xt3: torch.Tensor, j0: int, j1: int, compact: bool) -> torch.Tensor:
+    """Columns j0:j1 of a transposed (heads, D, L) view of K or V (a GEMM's right operand, Kᵀ or Vᵀ), as a view.
+
+    `compact` (`compact_transposed`), and a key range short of L: the keys' rows are copied first into a compact
+    block (a plain copy), and the copy is passed transposed. oneDNN's bf16 GEMM on the CPU takes a batch of
+    transposed matrices only when the batch is compact, and torch otherwise copies the transposed view itself,
+    element by element: the same memory, more time (docs/performance.md, "Tile sizes"). fp32 GEMMs and cuBLAS take
+    the strided view as it is."""
+    cols = xt3[..., j0:j1]
+    if compact and j1 - j0 < xt3.shape[-1]:
+        cols = cols.transpose(1, 2).contiguous().transpose(1, 2)
+    return cols
 
 
 def rows3(x4: torch.Tensor, i0: int, i1: int) -> torch.Tensor:
