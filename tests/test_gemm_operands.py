@@ -88,3 +88,4 @@ def test_the_cuda_plan_hands_the_strided_view_over() -> None:
     with cuda_tiling(1 << 20):  # a 1 MiB free card: its 64-row tiles slice the keys
         _, seen = call("chunked", inp, torch.ones(1, 2, 300, 16, dtype=torch.bfloat16))
     assert any(not onednn_layout(t) for t in seen)
+

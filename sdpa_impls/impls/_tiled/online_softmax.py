@@ -174,7 +174,7 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
     for (bs, hs), key_rows in zip(plan.groups, plan.tiles):
         q4, do4, dq4 = flat(q5, bs, hs), flat(dout5, bs, hs), flat(dq, bs, hs)  # (heads, G, L, ·)
         k3, v3 = flat(k4, bs, hs), flat(v4, bs, hs)  # (heads, Lk, E), (heads, Lk, Ev)
-        kt3, vt3 = k3.transpose(1, 2), v3.transpose(1, 2)  # Kᵀ, Vᵀ: each tile's operand is one slice of them
+        kt3, vt3 = k3.transpose(1, 2) if p5 is None else None, v3.transpose(1, 2)  # sliced per tile (Kᵀ: P not saved)
         dk3, dv3 = flat(dk, bs, hs), flat(dv, bs, hs)
         lse4 = None if lse5 is None else flat(lse5, bs, hs)  # (heads, G, Lq, 1)
         p4 = None if p5 is None else flat(p5, bs, hs)  # (heads, G, Lq, keys)
