@@ -164,7 +164,8 @@ def compact_transposed(x: torch.Tensor) -> bool:
 
 
 def columns_t(xt3: torch.Tensor, j0: int, j1: int, compact: bool) -> torch.Tensor:
-    """Columns j0:j1 of a transposed (heads, D, L) view of K or V (a GEMM's right operand, Kᵀ or Vᵀ), as a view.
+    """Columns j0:j1 of a transposed (heads, D, L) view of K or V (a GEMM's right operand, Kᵀ or Vᵀ): a view, or
+    the transposed view of a compact copy.
 
     `compact` (`compact_transposed`), and a key range short of L: the keys' rows are copied first into a compact
     block (a plain copy), and the copy is passed transposed. oneDNN's bf16 GEMM on the CPU takes a batch of
