@@ -27,6 +27,11 @@
 #   variants  tools/fused_variants.py, bf16 then fp16: the elementwise passes of fused's and chunked's CUDA plan
 #          against their alternatives, then whole calls with CAST_FIRST (and in fp16 SOFTMAX_FROM_HALF) off and on
 #          (variants.log, variants-*.json)
+#   peers  the peer libraries from carried wheels (tools/gpu_wheels.py): joins the cut ones, installs each
+#          requirement of GPU_CHECKS_WHEELS/call-*/requirements.txt (default .whl) with pip --no-index from those
+#          folders, then a fifth of the step to the peer tests of tests/test_gpu.py and the rest to the llm preset
+#          with xformers, cudnn_frontend, flash_attn, flash_attn4, flashinfer and torch_sdpa (peers.log, peers-llm.tar)
+# The dry run also prints what each call carries: the working tree plus one wheel folder, in MiB.
 set -u
 out=${1:?usage: tools/gpu_checks.sh OUTDIR [SECONDS] [--impl NAME ...]}
 shift
@@ -39,6 +44,7 @@ esac
 py=${PYTHON:-python3}
 start=$SECONDS
 work=${GPU_CHECKS_WORK:-/tmp/sdpa-gpu-checks}
+wheels=${GPU_CHECKS_WHEELS:-.whl}
 export PYTHONUNBUFFERED=1
 
 steps=${GPU_CHECKS_STEPS:-tests,serve,masks}
@@ -52,8 +58,9 @@ for step in "${todo[@]}"; do  # a misspelt step stops here, before any GPU time 
                    exit 2 ;;
   esac
   case $name in
-    tests | serve | masks | llm | speed | asv | gate | variants) ;;
-    *) echo "tools/gpu_checks.sh: unknown step '$name' (tests, serve, masks, llm, speed, asv, gate, variants)" >&2
+    tests | serve | masks | llm | speed | asv | gate | variants | peers) ;;
+    *) echo "tools/gpu_checks.sh: unknown step '$name' (tests, serve, masks, llm, speed, asv, gate, variants," \
+            "peers)" >&2
        exit 2 ;;
   esac
   names+=("$name") fixed+=("$secs")
@@ -128,6 +135,28 @@ variants() {  # seconds: half to each dtype
   tail -n 30 "$out/variants.log"
 }
 
+peers() {  # seconds: install the carried wheels, then a fifth to the peer tests, the rest to the llm preset
+  local links=() reqs r t0=$SECONDS secs
+  stamp "peers: wheels carried in $wheels, the peer tests, the llm preset with the peers (${1}s)"
+  "$py" tools/gpu_wheels.py join --dest "$wheels" >"$out/peers.log" 2>&1
+  echo "join: exit $?" >>"$out/peers.log"
+  for d in "$wheels"/joined "$wheels"/call-*; do [ -d "$d" ] && links+=(--find-links "$d"); done
+  reqs=$(cat "$wheels"/call-*/requirements.txt 2>/dev/null | sort -u)
+  for r in $reqs; do  # one at a time: a wheel still missing a part stops its own set, not the others
+    "$py" -m pip install --no-index --quiet "${links[@]}" "$r" >>"$out/peers.log" 2>&1
+    echo "pip install $r: exit $?" >>"$out/peers.log"
+  done
+  "$py" -m sdpa_impls list >>"$out/peers.log" 2>&1  # each peer's reason where it still cannot run
+  secs=$(( $1 - (SECONDS - t0) ))
+  timeout -k 10 $(( secs / 5 )) "$py" -m pytest tests/test_gpu.py -q -rfEs -p no:cacheprovider \
+    -k "xformers or flash or cudnn or flashinfer or peer" >>"$out/peers.log" 2>&1
+  echo "peer tests: exit $?" >>"$out/peers.log"
+  tail -n 30 "$out/peers.log"
+  secs=$(( $1 - (SECONDS - t0) - 5 ))
+  [ "$secs" -gt 20 ] && sweep peers-llm "$secs" --preset llm --budget 0.1 --max-reps 50 \
+    --impl xformers,cudnn_frontend,flash_attn,flash_attn4,flashinfer,torch_sdpa
+}
+
 share_of() {  # step index -> its seconds, from what is left now
   local i=$1 j reserved=0 rest=0 free
   # what the steps after this one have fixed is kept for them; the unfixed ones share the rest
@@ -153,6 +182,7 @@ if [ "${GPU_CHECKS_DRY_RUN:-0}" = 1 ]; then
     if [ "${names[$i]}" = gate ]; then gate_args "$share"; echo "  $(printf '%q ' "${gate_cmd[@]}")"; fi
     simulated=$(( simulated + share ))
   done
+  "$py" tools/gpu_wheels.py sizes --dest "$wheels" | sed 's/^/  /'  # what each call carries: tree + one folder
   exit 0
 fi
 
@@ -187,6 +217,7 @@ for i in "${!names[@]}"; do
     asv) asv_step "$share" ;;
     gate) gate "$share" ;;
     variants) variants "$share" ;;
+    peers) peers "$share" ;;
   esac
 done
 stamp "done"
