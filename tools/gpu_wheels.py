@@ -38,7 +38,8 @@ REQUIREMENTS = "requirements.txt"
 
 SETS: dict[str, tuple[str, ...]] = {
     "xformers": ("xformers==0.0.35",),
-    "cudnn-frontend": ("nvidia-cudnn-frontend",),
+    # 1.29 and later require nvidia-cutlass-dsl with its CUDA 12 and 13 libraries (about 170 MiB); 1.28 is 6 MiB
+    "cudnn-frontend": ("nvidia-cudnn-frontend==1.28.*",),
     "flash-attn-4": ("flash-attn-4>=4.0.0b1",),  # only pre-releases exist; a pre-release bound lets pip take them
     "flashinfer": ("flashinfer-python",),
     "asv": ("asv", "asv-runner", "json5", "pympler", "virtualenv", "distlib", "platformdirs", "python-discovery",
