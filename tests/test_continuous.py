@@ -133,6 +133,8 @@ def test_unchanged_code_passes_against_the_working_tree(repo: dict, tmp_path: Pa
     assert code == 0, out + err
     verdict = json.loads((tmp_path / "v.json").read_text())
     assert verdict["head"].startswith("working tree of ")
+    assert "both revisions declare the same dependencies, both sides run with this interpreter" in err
+    assert "Environments:" not in out  # one environment: nothing built, nothing to name
     run = verdict["run"]  # the seed, and what was drawn from it, is recorded and printed
     assert run["seed"] == 7 and run["folders"] == list(Schedule(7).folders()) and "seed 7:" in err
     assert sorted(run["first_side"]) == ["base", "head"] and run["adaptive"]["stopped"] == "none"

@@ -1,17 +1,23 @@
 """`sdpa-bench continuous BASE [HEAD]`: benchmark two revisions side by side in one run and judge HEAD by the gate.
 
-    sdpa-bench continuous [BASE [HEAD]] [--preset NAME] [--impl NAME ...] [--rounds N] [--max-time S]
-                          [--adaptive-budget S] [--seed N] [--config FILE] [--markdown FILE] [--json FILE]
-                          [--keep-runs DIR]
+    sdpa-bench continuous [BASE [HEAD]] [--base-env SPEC] [--head-env SPEC] [--env-cache DIR] [--preset NAME]
+                          [--impl NAME ...] [--rounds N] [--max-time S] [--adaptive-budget S] [--seed N]
+                          [--config FILE] [--markdown FILE] [--json FILE] [--keep-runs DIR]
 
 asv's name and argument order. BASE and HEAD are git revisions; HEAD defaults to the working tree (uncommitted
 and untracked files included). Without BASE: $SDPA_CONTINUOUS_BASE, else the fork point of HEAD from main, else
 HEAD~1 (what CI compares; continuous.revisions.ci_base). Each side is checked out into a temporary worktree, pip-installed
-into its own folder for this interpreter (no dependencies, no network), and its own tests/test_benchmarks.py
-runs in alternating processes (which side starts each round drawn from a recorded seed, continuous.schedule)
+into its own folder (no dependencies, no network) for the interpreter of its environment, and its own
+tests/test_benchmarks.py runs in alternating processes (which side starts each round drawn from a recorded seed, continuous.schedule)
 with identical settings: one thread and CPU time of the process on CPU, CUDA events on GPU. Benchmarks still
 undecided after the planned rounds get more rounds of their own within --adaptive-budget (continuous.adaptive).
-The verdict (continuous.verdict) is printed as a table; exit 0 pass, 1 regression, 2 unusable input (a revision
+Environments (continuous.envs): both sides run with this interpreter when the revisions declare the same
+dependencies; when they differ, a side whose declaration this environment does not satisfy gets an environment
+built for it (cached). --base-env / --head-env name a side's environment outright (an interpreter, or requirements
+to install on top of this environment); with neither revision given, both sides are then the working tree. Where
+the sides' interpreters differ, the header names the versions that differ, times are compared as measured
+(the time reference came from a dependency that may have changed, so it is judged like the rest), and a row
+whose profiled kernels differ says so. The verdict (continuous.verdict) is printed as a table; exit 0 pass, 1 regression, 2 unusable input (a revision
 that does not exist, install, import or run: one message).
 """
 from __future__ import annotations
@@ -27,10 +33,12 @@ from pathlib import Path
 
 from ..bench.grid import PRESETS, default_device
 from ..continuous.adaptive import Outcome, extend, keyword
+from ..continuous.envs import Env, EnvSpec, declared, parse_spec, prepare, unmet
 from ..continuous.render import as_dict, render
 from ..continuous.revisions import checkout, ci_base, describe, remove_checkout, repo_root, resolve, snapshot_working_tree
 from ..continuous.schedule import Schedule
-from ..continuous.sides import Side, check_import, install, interleaved, run_pair
+from ..continuous.sides import Side, check_import, install, interleaved, run_pair, side_env
+from ..continuous.versions import differences, probe, summary
 from ..errors import GateInputError, UsageError
 from ..fmt import fmt_duration
 from ..gate.config import load_config
@@ -45,6 +53,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the revision to compare with (e.g. main); default: $SDPA_CONTINUOUS_BASE, else the "
                              "fork point of HEAD from main, else HEAD~1")
     parser.add_argument("head", nargs="?", metavar="HEAD", help="the revision under test; default: the working tree")
+    parser.add_argument("--base-env", metavar="SPEC",
+                        help="base's environment: an interpreter (or a virtual environment's folder), or requirements "
+                             "installed on top of this environment, e.g. 'torch==2.14.1' or './my-plugin' (built "
+                             "once, cached); with no BASE, both sides run the working tree")
+    parser.add_argument("--head-env", metavar="SPEC", help="head's environment, as --base-env")
+    parser.add_argument("--env-cache", metavar="DIR",
+                        help="where built environments are kept (default: $SDPA_BENCH_ENV_CACHE, else "
+                             "~/.cache/sdpa-bench/envs)")
     parser.add_argument("--preset", choices=list(PRESETS), default=None,
                         help="grid preset to measure; default: ci on CPU, gpu-ci on CUDA")
     parser.add_argument("--impl", action="append", metavar="NAME",
@@ -91,15 +107,50 @@ def _name(root: Path, rev: str, commit: str) -> str:
     return described if commit.startswith(rev) else f"{rev} ({described})"
 
 
-def _sides(args: argparse.Namespace, root: Path, work: Path, folders: tuple[str, str], progress) -> tuple[Side, Side]:
-    """Both sides checked out (or the working tree copied) into `work/<folder>/tree`, installed and imported."""
-    base_rev, why = (args.base, "") if args.base else ci_base(root)
-    base_commit = resolve(root, base_rev)
+def _environments(args: argparse.Namespace, trees: dict[str, Path], progress) -> tuple[dict[str, Env], list[str]]:
+    """Each side's environment (see the module docstring) and notes on how they were chosen."""
+    here = Env(sys.executable, "this interpreter")
+    specs = {role: parse_spec(text) for role, text in (("base", args.base_env), ("head", args.head_env)) if text}
+    notes = []
+    if not specs:
+        cpu = default_device() == "cpu"
+        dec = {role: declared(tree, cpu) for role, tree in trees.items()}
+        if dec["base"] == dec["head"]:
+            progress("environment: both revisions declare the same dependencies, both sides run with this interpreter")
+            return {"base": here, "head": here}, []
+        every = {role: set(d.requirements) | {f"{c} (constraint)" for c in d.constraints} for role, d in dec.items()}
+        notes.append(f"the revisions declare different dependencies (base only: "
+                     f"{', '.join(sorted(every['base'] - every['head'])) or '-'}; head only: "
+                     f"{', '.join(sorted(every['head'] - every['base'])) or '-'}).")
+        for role, d in dec.items():
+            missing = unmet(d)
+            if missing:
+                specs[role] = EnvSpec(f"what {role} declares, for {'; '.join(missing)}", requirements=d.requirements,
+                                      constraints="".join(f"{c}\n" for c in d.constraints))
+            else:
+                notes.append(f"{role}: this environment satisfies its declared dependencies and runs it.")
+    cache = Path(args.env_cache) if args.env_cache else None
+    chosen = {role: prepare(specs[role], cache, progress) if role in specs else here for role in ("base", "head")}
+    for role, env in chosen.items():
+        progress(f"{role}: environment {env.spec or 'of this interpreter'}: {env.how}")
+    return chosen, notes
+
+
+def _sides(args: argparse.Namespace, root: Path, work: Path, folders: tuple[str, str], progress
+           ) -> tuple[Side, Side, list[str]]:
+    """Both sides checked out (or the working tree copied) into `work/<folder>/tree`, given their environments,
+    installed and imported; and the notes on their environments (the versions that differ among them)."""
     base_dir, head_dir = (work / f for f in folders)
-    base = Side("base", _name(root, base_rev, base_commit), base_dir / "tree", base_dir / "site", sys.executable)
-    if why:
-        progress(f"base: {base.name}, chosen as {why}")
-    checkout(root, base_commit, base.tree)
+    if args.base or not (args.base_env or args.head_env):
+        base_rev, why = (args.base, "") if args.base else ci_base(root)
+        base_commit = resolve(root, base_rev)
+        base = Side("base", _name(root, base_rev, base_commit), base_dir / "tree", base_dir / "site", sys.executable)
+        if why:
+            progress(f"base: {base.name}, chosen as {why}")
+        checkout(root, base_commit, base.tree)
+    else:  # an environment against another: the same code on both sides
+        base = Side("base", f"working tree of {root}", base_dir / "tree", base_dir / "site", sys.executable)
+        snapshot_working_tree(root, base.tree)
     if args.head:
         head_commit = resolve(root, args.head)
         head = Side("head", _name(root, args.head, head_commit), head_dir / "tree", head_dir / "site", sys.executable)
@@ -107,11 +158,20 @@ def _sides(args: argparse.Namespace, root: Path, work: Path, folders: tuple[str,
     else:
         head = Side("head", f"working tree of {root}", head_dir / "tree", head_dir / "site", sys.executable)
         snapshot_working_tree(root, head.tree)
+    envs, notes = _environments(args, {"base": base.tree, "head": head.tree}, progress)
+    base, head = (dataclasses.replace(s, python=envs[s.role].python) for s in (base, head))
+    cpu = default_device() == "cpu"
     for side in (base, head):
         install(side)
-        check_import(side, default_device() == "cpu")
+        check_import(side, cpu)
         progress(f"{side.role}: {side.name} installed into its own folder")
-    return base, head
+    if base.python != head.python:
+        seen = {s.role: probe(s.python, side_env(s, cpu)) for s in (base, head)}
+        diff = differences(seen["base"], seen["head"])
+        notes += [f"{s.role}: {envs[s.role].spec or 'this interpreter'}: {summary(seen[s.role])}." for s in (base, head)]
+        notes.append("versions that differ: " + ("; ".join(diff) if diff else "none (two environments of the same "
+                                                                               "versions)") + ".")
+    return base, head, notes
 
 
 def _measure(args: argparse.Namespace, base: Side, head: Side, schedule: Schedule, work: Path, progress
@@ -120,6 +180,8 @@ def _measure(args: argparse.Namespace, base: Side, head: Side, schedule: Schedul
     cpu = default_device() == "cpu"
     config = load_config(args.config, start=head.tree)
     pytest_args = _pytest_args(args, config.time_reference, cpu)
+    if base.python != head.python:  # the reference's code is a dependency's, which may differ: measure it, judge it
+        config = dataclasses.replace(config, time_reference="")
     runs = Path(args.keep_runs) if args.keep_runs else work / "runs"
     runs.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
@@ -162,21 +224,29 @@ def _compare(args: argparse.Namespace, root: Path, work: Path, progress) -> int:
              f"(--seed {schedule.seed} repeats them)")
     folders = schedule.folders()
     start = time.monotonic()
-    base, head = _sides(args, root, work, folders, progress)
+    base, head, env_notes = _sides(args, root, work, folders, progress)
     setup_s = time.monotonic() - start
     outcome, planned_s = _measure(args, base, head, schedule, work, progress)
     timing, timing_note = _timing(setup_s, planned_s, args.rounds, outcome.adaptive.spent_s, time.monotonic() - start)
     report = outcome.report
     first = ", ".join(schedule.orders)
+    if base.python != head.python:
+        reference = load_config(args.config, start=head.tree).time_reference
+        env_notes.append(f"times compared as measured{f', not in units of {reference}' if reference else ''}: the "
+                         "sides run in different environments, so every implementation is judged, the time "
+                         "reference included.")
     run_notes = [f"seed {schedule.seed}: first side of each round {first}; side folders {folders[0]} (base) and "
                  f"{folders[1]} (head); each process's environment padded to a random size.",
                  outcome.adaptive.note(), timing_note]
     run_info = {"seed": schedule.seed, "first_side": list(schedule.orders), "folders": list(folders),
-                "planned_rounds": args.rounds, "adaptive": dataclasses.asdict(outcome.adaptive), "timing": timing}
-    sys.stdout.write(render(report, base.name, head.name, run_notes=run_notes))
+                "planned_rounds": args.rounds,
+                "environments": {s.role: s.python for s in (base, head)}, "adaptive": dataclasses.asdict(outcome.adaptive), "timing": timing}
+    sys.stdout.write(render(report, base.name, head.name, run_notes=run_notes, header=env_notes))
     if args.markdown:
-        _write(args.markdown, render(report, base.name, head.name, markdown=True, run_notes=run_notes))
+        _write(args.markdown, render(report, base.name, head.name, markdown=True, run_notes=run_notes,
+                                     header=env_notes))
     if args.json:
+        run_info["environment_notes"] = env_notes
         _write(args.json, json.dumps(as_dict(report, base.name, head.name, run_info), indent=1) + "\n")
     return report.exit_code
 

@@ -28,13 +28,18 @@ def _memory_cell(row: Row) -> str:
     return f"{fmt_bytes(max(b))} → {fmt_bytes(min(h))} ({min(h) - max(b):+d} B)"
 
 
-def render(report: SideBySide, base: str, head: str, markdown: bool = False, run_notes: Sequence[str] = ()) -> str:
+def render(report: SideBySide, base: str, head: str, markdown: bool = False, run_notes: Sequence[str] = (),
+           header: Sequence[str] = ()) -> str:
     """One row per benchmark (head/base ratio, interval, adjusted p, memory, verdict), the in-run rules, failures,
-    the undecided benchmarks, notes (`run_notes`, how the runs were made, come last)."""
+    the undecided benchmarks, the rows whose kernels differ, notes (`run_notes`, how the runs were made, come
+    last); `header`, what the sides' environments were and how they differ, comes under the title."""
     verdict = "FAIL" if report.exit_code else "PASS"
     undecided = report.undecided
+    bullet = "- " if markdown else "  "
     out = [f"{'## ' if markdown else ''}sdpa-bench continuous: {verdict} "
            f"({len(report.failures)} failed check(s), {len(undecided)} undecided) — head {head} vs base {base}", ""]
+    if header:
+        out += ["Environments:"] + [f"{bullet}{line}" for line in header] + [""]
     if markdown:
         out += [f"Config: {report.config_source or 'built-in defaults'}. Time: head/base ratio of medians, "
                 f"a regression above ×{report.factor:.2f} at false discovery rate {report.fdr:g} "
@@ -44,7 +49,6 @@ def render(report: SideBySide, base: str, head: str, markdown: bool = False, run
                   for r in report.rows],
                  markdown).splitlines()
     out += rules_and_failures(report.ratios, report.failures, markdown, "in-run rule (head)")
-    bullet = "- " if markdown else "  "
     one_side = [r for r in report.rows if not r.base or not r.head]
     if one_side:
         out += ["", "On one side only:"] + [f"{bullet}{r.label}: {r.verdict}" for r in one_side]
@@ -54,6 +58,10 @@ def render(report: SideBySide, base: str, head: str, markdown: bool = False, run
         out += [f"{bullet}{r.label}: ×{r.ratio:.3f}, 95% CI {r.interval[0]:.3f}–{r.interval[1]:.3f}"
                 + (f" (low end {r.without_one:.3f} with one run left out)" if r.without_one is not None else "")
                 + f", {len(r.base)} base and {len(r.head)} head runs" for r in undecided]
+    kernels = [c for r in report.rows for c in r.checks if c.kind == "kernels"]
+    if kernels:
+        out += ["", f"Kernels that differ between the sides ({len(kernels)}, from one profiled call per run):"]
+        out += [f"{bullet}{c.subject}: {c.message}" for c in kernels]
     skipped = [c for r in report.rows for c in r.checks if c.status == NA]
     if skipped:
         out += ["", "Not checked:"] + [f"{bullet}{c.kind} {c.subject}: {c.message}" for c in skipped]

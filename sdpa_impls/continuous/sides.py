@@ -7,10 +7,11 @@ its own benchmark suite run in a separate process.
     run_pair(base, head, schedule, ...)  -> (base points, head points, head's failed tests)   # one round
     interleaved(base, head, rounds, ...) -> (base runs, head runs, head's failed tests)
 
-Each side runs with the interpreter (and so torch and every other package) of the environment that runs the
-comparison: `site` holds only that side's `sdpa-bench` (code and metadata, its entry points included) and comes
-first on PYTHONPATH. A user's plug-ins installed in the environment stay visible to both sides through the
-`sdpa_impls` entry-point group and import whichever side's `sdpa_impls` is running. The benchmarks are that
+Each side runs with its `python`, the interpreter of its environment (continuous.envs: the one running the
+comparison, unless the revisions declare different dependencies or an environment was named), and so with that
+environment's torch and every other package: `site` holds only that side's `sdpa-bench` (code and metadata, its
+entry points included) and comes first on PYTHONPATH. Plug-ins installed in a side's environment are that side's
+(the `sdpa_impls` entry-point group) and import whichever side's `sdpa_impls` is running. The benchmarks are that
 side's own tests/test_benchmarks.py, run from its tree, so an older revision is measured with its own suite.
 """
 from __future__ import annotations

@@ -27,6 +27,7 @@
 - memory: exact (peak memory is deterministic): head's smallest peak above base's largest fails;
 - correctness: every head run's point must be ok and within tolerance; a failed head test fails;
 - in-run ratio rules: on the head runs, as the gate checks them (a time rule must fail in every run);
+- kernels: what only one side's profiled calls ran (information: a torch upgrade that switched backends shows);
 - a benchmark on one side only is listed: base-only fails unless allow_missing, head-only is new.
 """
 from __future__ import annotations
@@ -217,6 +218,16 @@ def _host_check(base: Sequence[Point], head: Sequence[Point], factor: float) -> 
     return Check("host", head[0].label, PASS, numbers)
 
 
+def _kernels_check(base: Sequence[Point], head: Sequence[Point]) -> Check | None:
+    """What only one side's profiled calls ran (all its runs, longest first); None when the same or unrecorded."""
+    ran = [list(dict.fromkeys(k for p in side for k in p.kernels)) for side in (base, head)]
+    if not ran[0] or not ran[1] or set(ran[0]) == set(ran[1]):
+        return None
+    only = [[k for k in ran[i] if k not in ran[1 - i]][:5] for i in (0, 1)]
+    return Check("kernels", head[0].label, INFO, f"base only: {', '.join(only[0]) or '-'}; head only: "
+                                                 f"{', '.join(only[1]) or '-'}")
+
+
 def _time_check(row: Row, factor: float, fdr: float, family: int) -> Check:
     unit = f"scaled by {row.unit}'s run speed" if row.unit else "as measured"
     lo, hi = row.interval
@@ -270,8 +281,8 @@ def judge(base_runs: Sequence[Sequence[Point]], head_runs: Sequence[Sequence[Poi
         if b and h and th.memory is not None:
             checks.append(_memory_check(b, h))
         host = _host_check(b, h, config.host_rule().factor) if b and h else None
-        if host is not None:
-            checks.append(host)
+        kernels = _kernels_check(b, h) if b and h else None
+        checks += [c for c in (host, kernels) if c is not None]
         rows.append(replace(row, checks=tuple(checks)))
     judged = [i for i, r in enumerate(rows) if r.p is not None and r.impl != reference
               and config.thresholds(r.impl, r.case_id).time is not None]

@@ -41,6 +41,7 @@ class Point:
     name: str = ""  # the benchmark's own name, e.g. test_sdpa[naive-L128-E64-fp32-fwd]
     ceiling_fraction: float | None = None  # achieved FLOP/s / the same run's GEMM ceiling of its dtype
     host_overhead_s: float | None = None  # CUDA: eager − device time per call (bench.devicetime), else None
+    kernels: tuple[str, ...] = field(default=(), compare=False)  # one profiled call's kernels (aten ops on CPU)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -87,6 +88,7 @@ def _point_from_benchmark(bench: object, index: int, source: str) -> Point:
         name=name,
         ceiling_fraction=ceiling_fraction(extra.get("tflops"), extra.get("roofline_gemm"), extra.get("ceilings")),
         host_overhead_s=_number(extra.get("host_overhead_s"), "host_overhead_s", where),
+        kernels=tuple(str(k) for k in extra.get("kernels") or () if isinstance(extra.get("kernels"), list)),
     )
 
 

@@ -1,0 +1,179 @@
+"""`sdpa-bench continuous` across environments: each side runs in the environment its revision declares, or the
+one named with --base-env / --head-env. Real pip, real virtual environments layered on the test environment (no
+download: pip finds the plug-in's wheels in a folder made here), real pytest-benchmark runs.
+
+The plug-in package of tests/plugins at two versions stands for any dependency: 0.2.0's test_tunable does three
+times the work of 0.1.0's. The real runs measure time: run this file under `flock /tmp/sdpa-measure.lock` on a
+shared machine.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sdpa_impls.continuous.envs import READY, Declared, EnvSpec, declared, parse_spec, prepare, unmet
+from sdpa_impls.continuous.revisions import snapshot_working_tree
+from sdpa_impls.continuous.verdict import judge
+from sdpa_impls.continuous.render import render
+from sdpa_impls.errors import GateInputError, UsageError
+from sdpa_impls.gate.config import config_from_dict
+from sdpa_impls.gate.points import Point
+from test_continuous import commit, continuous, git
+
+ROOT = Path(__file__).resolve().parents[1]
+PLUGIN = ROOT / "tests" / "plugins" / "sdpa_test_plugins"
+FAST = ["--preset", "smoke", "--impl", "test_tunable", "--rounds", "2", "--max-time", "0.05", "--adaptive-budget",
+        "0"]
+
+
+def plugin_at(dest: Path, version: str, repeats: int) -> Path:
+    """The test plug-in package as version `version`, its test_tunable doing `repeats` units of work."""
+    shutil.copytree(PLUGIN, dest, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    meta = dest / "pyproject.toml"
+    meta.write_text(meta.read_text().replace('version = "0.1.0"', f'version = "{version}"'))
+    module = dest / "src" / "sdpa_test_plugins" / "__init__.py"
+    text = module.read_text()
+    assert "BASE_REPEATS = 4 " in text
+    module.write_text(text.replace("BASE_REPEATS = 4 ", f"BASE_REPEATS = {repeats} "))
+    return dest
+
+
+@pytest.fixture(scope="module")
+def plugins(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The plug-in at 0.1.0 and 0.2.0 as folders and as wheels in `house` (pip's only source in these tests)."""
+    root = tmp_path_factory.mktemp("plugins")
+    out = {"v1": plugin_at(root / "v1", "0.1.0", 4), "v2": plugin_at(root / "v2", "0.2.0", 12), "house": root / "house"}
+    for v in ("v1", "v2"):
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-index",
+                        "--no-build-isolation", "-w", str(out["house"]), str(out[v])], check=True, timeout=300)
+    return out
+
+
+@pytest.fixture()
+def offline(plugins: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    """pip sees no index, only the plug-in's wheels."""
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(plugins["house"]))
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    """This project as a fresh repository whose revisions pin the plug-in: `old` at 0.1.0 (its test extra requires
+    it, constraints-cpu.txt pins it), `new` only changing the pin to 0.2.0. Judged at a 25 % floor."""
+    path = tmp_path_factory.mktemp("envs") / "repo"
+    snapshot_working_tree(ROOT, path)
+    meta = path / "pyproject.toml"
+    text = meta.read_text()
+    for old, new in (('continuous_time = "median:3%"', 'continuous_time = "median:25%"'),
+                     ('test = ["pytest>=8",', 'test = ["sdpa-test-plugins", "pytest>=8",')):
+        assert old in text
+        text = text.replace(old, new)
+    meta.write_text(text)
+    pins = path / "constraints-cpu.txt"
+    pins.write_text(pins.read_text() + "sdpa-test-plugins==0.1.0\n")
+    git(path, "init", "-q", "-b", "main")
+    old = commit(path, "pin the plug-in at 0.1.0")
+    pins.write_text(pins.read_text().replace("sdpa-test-plugins==0.1.0", "sdpa-test-plugins==0.2.0"))
+    new = commit(path, "upgrade the plug-in to 0.2.0")
+    return {"path": path, "old": old, "new": new}
+
+
+def test_a_pin_change_is_measured_in_both_environments(repo: dict, offline: None, tmp_path: Path) -> None:
+    """A commit that changes only a pin: each side gets its own environment, the header names the versions, and
+    the dependency's slower implementation fails by name. torch_sdpa is judged too: the unit is gone."""
+    code, out, err = continuous(repo["path"], repo["old"], repo["new"], *FAST, "--env-cache", str(tmp_path / "c"),
+                                "--json", str(tmp_path / "v.json"))
+    assert code == 1, out + err
+    verdict = json.loads((tmp_path / "v.json").read_text())
+    failed = {f["subject"] for f in verdict["failures"]}
+    assert failed and all(s.startswith("test_tunable[") for s in failed), out
+    assert "Environments:" in out and "sdpa-test-plugins (plug-ins) 0.1.0 → 0.2.0" in out
+    assert "base only: sdpa-test-plugins==0.1.0 (constraint); head only: sdpa-test-plugins==0.2.0 (constraint)" in out
+    assert len(list((tmp_path / "c").glob(f"*/{READY}"))) == 2 and "building" in err
+    reference = [r for r in verdict["rows"] if r["impl"] == "torch_sdpa"]
+    assert reference and all(r["unit"] == "" for r in verdict["rows"])
+    assert all(any(c["kind"] == "time" and c["status"] != "n/a" for c in r["checks"]) for r in reference)
+    assert "times compared as measured, not in units of torch_sdpa" in out
+
+
+def test_an_environment_is_built_once_and_never_trusted_half_built(plugins: dict, offline: None,
+                                                                   tmp_path: Path) -> None:
+    spec = parse_spec(str(plugins["v1"]))
+    first = prepare(spec, tmp_path)
+    assert first.how.startswith("built in ")
+    probe = "import sdpa_test_plugins, torch, importlib.metadata as m; print(m.version('sdpa-test-plugins'), torch.__file__)"
+    seen = subprocess.run([first.python, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+    import torch
+
+    assert seen == ["0.1.0", torch.__file__]  # the plug-in on top of this environment's own torch, not a copy
+    assert prepare(spec, tmp_path).how.startswith("cached in ")
+    folder = Path(first.python).parents[1]
+    (folder / READY).unlink()  # as a build killed before its end leaves it
+    assert prepare(spec, tmp_path).how.startswith("built in ")
+    (plugins["v1"] / "README.txt").write_text("a local package that changed is another environment\n")
+    try:
+        assert Path(prepare(spec, tmp_path).python).parents[1] != folder
+    finally:
+        (plugins["v1"] / "README.txt").unlink()
+
+
+def test_a_requirement_pip_cannot_satisfy_is_unusable(repo: dict, offline: None, tmp_path: Path) -> None:
+    code, out, err = continuous(repo["path"], "--head-env", "sdpa-no-such-package==1.0", *FAST,
+                                "--env-cache", str(tmp_path))
+    assert code == 2 and out == "" and "Traceback" not in err
+    assert "environment 'sdpa-no-such-package==1.0': pip could not install it" in err
+    assert "No matching distribution found for sdpa-no-such-package==1.0" in err
+    assert not [p for p in tmp_path.iterdir() if p.is_dir()]  # nothing half-built left for a later run
+
+
+def test_specs_name_an_interpreter_or_requirements(tmp_path: Path) -> None:
+    assert parse_spec(sys.executable).python == str(Path(sys.executable).absolute())
+    assert parse_spec(str(Path(sys.prefix))).python  # a virtual environment's folder
+    assert parse_spec("torch==2.14.1  xformers==0.0.35").requirements == ("torch==2.14.1", "xformers==0.0.35")
+    with pytest.raises(UsageError, match="no such interpreter, environment or package folder"):
+        parse_spec(str(tmp_path / "missing" / "python"))
+    with pytest.raises(UsageError, match="empty"):
+        parse_spec("  ")
+    with pytest.raises(UsageError, match="does not run as a Python interpreter"):
+        script = tmp_path / "python"
+        script.write_text("#!/bin/sh\nexit 3\n")
+        script.chmod(0o755)
+        prepare(parse_spec(str(script)))
+
+
+def test_declared_dependencies_and_what_this_environment_lacks(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    shutil.copy(ROOT / "pyproject.toml", tree)
+    (tree / "constraints-cpu.txt").write_text("# a comment\ntorch==1.0.0\nsdpa-not-installed==1.0\n")
+    dec = declared(tree, cpu=True)
+    assert "torch==1.0.0" in dec.constraints and any(r.startswith("pytest") for r in dec.requirements)
+    assert declared(tree, cpu=False).constraints == ()  # CPU pins are no declaration on a GPU
+    import torch
+
+    assert unmet(dec) == [f"torch==1.0.0 (this environment has {torch.__version__})"]  # an unused pin is no need
+    assert unmet(Declared(("sdpa-not-installed>=1",), ())) == ["sdpa-not-installed>=1 (not installed)"]
+    with pytest.raises(GateInputError, match="not a requirement"):
+        unmet(Declared(("torch===",), ()))
+
+
+def test_kernels_that_differ_are_named_on_their_row() -> None:
+    def run(kernels: tuple[str, ...]) -> list[Point]:
+        return [Point(impl, "L8-E8-fp32-fwd", 1.0, (1.0,) * 10, 100, 0.0, 1e-3, kernels=kernels)
+                for impl in ("torch_sdpa", "naive")]
+
+    flash = ("aten::_scaled_dot_product_flash_attention_for_cpu", "aten::empty")
+    math = ("aten::_scaled_dot_product_attention_math", "aten::bmm", "aten::empty")
+    report = judge([run(flash)] * 2, [run(math)] * 2, config_from_dict({}, "test"))
+    assert report.exit_code == 0
+    text = render(report, "b", "h", header=["versions that differ: torch 2.13.0 → 2.14.1."])
+    assert "Environments:\n  versions that differ: torch 2.13.0 → 2.14.1." in text
+    assert ("torch_sdpa[L8-E8-fp32-fwd]: base only: aten::_scaled_dot_product_flash_attention_for_cpu; head only: "
+            "aten::_scaled_dot_product_attention_math, aten::bmm") in text
+    assert "Kernels that differ" not in render(judge([run(flash)] * 2, [run(flash)] * 2, config_from_dict({}, "t")),
+                                               "b", "h")
