@@ -4,6 +4,11 @@ Their layout is (B, L, H, E) and their causal mask is aligned to the bottom-righ
 this suite's (B, H, L, E) top-left contract are the pure functions `to_blhe`, `from_blhe` and `causal_window`. They
 take no mask tensor: a `window-W` structure (both) and `alibi` (FlashAttention-2) are stated by their own arguments,
 `structure_kwargs`.
+
+flash-attn-4 (flash_attn4.py) installs `flash_attn` as a namespace package holding only `cute`. Where
+FlashAttention-2 is not installed beside it, `flash_attn` imports but is not FlashAttention-2: `fa4_namespace_only`
+says so, flash_attn's reason names it, and xformers (whose fmha imports `flash_attn.flash_attn_interface` whenever
+`flash_attn` can be found) imports with it hidden.
 """
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ import torch
 
 from ..protocol import Implementation, SDPAInputs, Support
 from ..registry import register
+from .flash_attn_package import FA4_NAMESPACE, fa4_namespace_only
 
 HALF = frozenset({torch.float16, torch.bfloat16})
 
@@ -72,7 +78,7 @@ def call_kwargs(inp: SDPAInputs, alibi: bool = True) -> dict:
     return {"softmax_scale": inp.softmax_scale, "causal": causal, "window_size": window}
 
 
-def mapping_reasons(inp: SDPAInputs, alibi: bool = True) -> list[str]:
+def mapping_reasons(inp: SDPAInputs, alibi: bool = True, one_head_dim: bool = True) -> list[str]:
     """What this call asks that flash_attn_func cannot express (pure argument checks, no GPU needed)."""
     q, k, v = inp.query, inp.key, inp.value
     out = []
@@ -83,14 +89,17 @@ def mapping_reasons(inp: SDPAInputs, alibi: bool = True) -> list[str]:
     elif causal_window(inp.is_causal, q.shape[2], k.shape[2]) is None:
         out.append(f"top-left causal with Lq={q.shape[2]}, Lk={k.shape[2]}: flash-attn's causal mask is aligned "
                    "bottom-right and its window_size reaches top-left only for Lk <= Lq < 2·Lk")
-    if v.shape[-1] != q.shape[-1]:
+    if one_head_dim and v.shape[-1] != q.shape[-1]:
         out.append(f"Ev={v.shape[-1]} != E={q.shape[-1]} (flash_attn_func takes one head dim for q, k and v)")
     return out
 
 
 @functools.lru_cache(maxsize=None)
 def _load(module: str, install: str) -> tuple[Callable | None, str]:
-    """`module.flash_attn_func`, or None and why (not installed, or an import error of a build for another torch)."""
+    """`module.flash_attn_func`, or None and why (not installed, FlashAttention-4's namespace where FlashAttention-2
+    is asked for, or an import error of a build for another torch)."""
+    if module == "flash_attn" and fa4_namespace_only():
+        return None, f"{FA4_NAMESPACE}; it spans {fa4_namespace_only()}"
     try:
         return importlib.import_module(module).flash_attn_func, ""
     except Exception as exc:
@@ -107,6 +116,11 @@ class FlashAttn(Implementation):
     min_capability: tuple[int, int] = (8, 0)
     max_capability: tuple[int, int] | None = None
     alibi = True  # flash_attn_func has alibi_slopes
+    one_head_dim = True  # one head dim for q, k and v
+
+    def arguments(self, inp: SDPAInputs) -> dict:
+        """flash_attn_func's keyword arguments for this call (what does not depend on the device)."""
+        return call_kwargs(inp, self.alibi)
 
     def not_supported_reasons(self, inp: SDPAInputs) -> list[str]:
         reasons = super().not_supported_reasons(inp)
@@ -116,7 +130,7 @@ class FlashAttn(Implementation):
         return reasons if fn is not None else [missing, *reasons]  # "not installed" first, wherever it runs
 
     def library_reasons(self, inp: SDPAInputs) -> list[str]:
-        out = mapping_reasons(inp, self.alibi)
+        out = mapping_reasons(inp, self.alibi, self.one_head_dim)
         if inp.query.device.type == "cuda":
             cap = torch.cuda.get_device_capability(inp.query.device)
             top = self.max_capability
@@ -128,7 +142,7 @@ class FlashAttn(Implementation):
     def prepare_inputs(self, inp: SDPAInputs) -> Callable[[], torch.Tensor]:
         fn, _ = _load(self.module, self.install)
         q, k, v = (to_blhe(t) for t in (inp.query, inp.key, inp.value))
-        kwargs = call_kwargs(inp, self.alibi)
+        kwargs = self.arguments(inp)
         if "alibi_slopes" in kwargs:
             kwargs["alibi_slopes"] = torch.tensor(kwargs["alibi_slopes"], dtype=torch.float32, device=q.device)
         if inp.dropout_p:
@@ -163,3 +177,4 @@ class FlashAttn3(FlashAttn):
     # head_dim_multiple: hopper/flash_api.cpp checks head_size % 8 == 0 and does not pad (FlashAttention-2 pads)
     support = Support(devices=frozenset({"cuda"}), dtypes=HALF, max_head_dim=256, head_dim_multiple=8,
                       masks=frozenset({"none", "bool"}))  # a mask only as a window structure
+

@@ -1,7 +1,15 @@
-"""xformers: xformers.ops.memory_efficient_attention (BMHK layout); an optional dependency, CUDA only."""
+"""xformers: xformers.ops.memory_efficient_attention (BMHK layout); an optional dependency, CUDA only.
+
+xformers' fmha/flash.py imports `flash_attn.flash_attn_interface` (FlashAttention-2) whenever `flash_attn` can be
+found. flash-attn-4 installs `flash_attn` as a namespace package holding only `cute`, so with it alone that import
+fails and so would xformers'. There xformers is imported with `flash_attn` hidden (`hidden_module`), as where
+FlashAttention-2 is not installed: its flash op then calls torch's own flash kernel. Any other failure is its reason.
+"""
 from __future__ import annotations
 
+import contextlib
 import functools
+import sys
 from collections.abc import Callable
 from types import ModuleType
 
@@ -9,22 +17,35 @@ import torch
 
 from ..protocol import Implementation, SDPAInputs, Support
 from ..registry import register
+from .flash_attn_package import fa4_namespace_only, hidden_module
 from .xformers_bias import NativeBias, native_bias
 
 
 @functools.lru_cache(maxsize=None)
 def _fmha() -> tuple[ModuleType | None, str]:
     """Import xformers' fmha lazily (it is slow and noisy); the error text when it is missing."""
+    namespace = fa4_namespace_only()
     try:
-        from xformers.ops import fmha
+        with hidden_module("flash_attn") if namespace else contextlib.nullcontext():
+            from xformers.ops import fmha
     except Exception as exc:  # ImportError, or a build that does not match this torch
         if isinstance(exc, ModuleNotFoundError) and exc.name and exc.name.startswith("xformers"):
             return None, "xformers is not installed (pip install xformers)"
-        return None, f"xformers failed to import: {type(exc).__name__}: {exc}"
+        return None, f"xformers failed to import: {type(exc).__name__}: {exc}{_flash_attn_note(exc)}"
     if not hasattr(fmha, "memory_efficient_attention"):  # an incomplete install: a reason, not an AttributeError
         return None, "xformers.ops.fmha imports without memory_efficient_attention (an incomplete xformers install)"
     unloaded = _kernels_not_loaded()
     return (None, unloaded) if unloaded else (fmha, "")
+
+
+def _flash_attn_note(exc: BaseException) -> str:
+    """Where the import failed in the installed flash_attn package, which one that is."""
+    text = f"{getattr(exc, 'name', '') or ''} {exc}"
+    if "flash_attn" not in text and "Flash-Attention" not in text:
+        return ""
+    flash = sys.modules.get("flash_attn")
+    where = getattr(flash, "__file__", None) or ", ".join(getattr(flash, "__path__", [])) or "not imported"
+    return f" (xformers' fmha/flash.py imports FlashAttention-2 from the installed flash_attn package: {where})"
 
 
 def _kernels_not_loaded() -> str:
