@@ -1,5 +1,6 @@
-"""flash-attn's and flashinfer's layouts and argument mapping, checked on CPU: plain torch in, and the attention their
-documented semantics give on those arguments (emulated in float64) equal to the fp64 reference. No kernel runs."""
+"""flash-attn's (2 and 4), flashinfer's and the cuDNN frontend's layouts and argument mapping, checked on CPU: plain
+torch in, and the attention their documented semantics give on those arguments (emulated in float64) equal to the fp64
+reference. No kernel runs."""
 from __future__ import annotations
 
 import pytest
@@ -10,6 +11,8 @@ from sdpa_impls.impls.flash_attn import (call_kwargs, causal_window, from_blhe, 
                                          to_blhe)
 from sdpa_impls.impls.flashinfer import from_nhd, prefill_kwargs, ragged_batch, to_hnd, to_nhd, uses_decode, uses_ragged
 from sdpa_impls.impls.flashinfer import mapping_reasons as flashinfer_reasons
+from sdpa_impls.impls.cudnn_frontend import ALIGNMENTS, bias_of, diagonal_band, rows_without_keys
+from sdpa_impls.impls.flash_attn4 import fa4_kwargs
 from sdpa_impls.masks import MaskSpec, Structure, parse, resolve
 from sdpa_impls.protocol import SDPAInputs
 
@@ -229,3 +232,90 @@ def test_flashinfer_runs_a_padded_decode_batch_as_ragged_keys(lq: int) -> None:
     for refused in (causal, SDPAInputs(q, k, v, short.dense(b, hq, torch.float32, "cpu"), enable_gqa=True,
                                        structure=short)):
         assert not uses_ragged(refused) and "a batch runs as a `padding` decode batch" in flashinfer_reasons(refused)[0]
+
+
+# --- FlashAttention-4 and the cuDNN frontend: their arguments and the attention they mean, on CPU tensors -----------
+def fa4_emulated(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, causal: bool,
+                 window_size: tuple[int | None, int | None]) -> torch.Tensor:
+    """FlashAttention-4's flash_attn_func on (B, L, H, E): as FlashAttention-2's, with None for a side without limit
+    (flash_attn/cute/mask.py: key j <= i + Lk - Lq + right, j >= i + Lk - Lq - left)."""
+    assert all(w is None or w >= 0 for w in window_size), window_size  # -1 is not "no limit" there
+    left, right = (-1 if w is None else w for w in window_size)
+    return flash_attn_emulated(q, k, v, softmax_scale, causal, (left, right))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("name", ["square", "gqa", "lq>lk"])
+def test_flash_attn4_arguments_mean_our_attention(name: str, causal: bool) -> None:
+    inp = inputs(name, causal, scale=0.3)
+    kwargs = fa4_kwargs(call_kwargs(inp, alibi=False))
+    assert all(w is None or w >= 0 for w in kwargs["window_size"])
+    q, k, v = (to_blhe(t) for t in (inp.query, inp.key, inp.value))
+    torch.testing.assert_close(from_blhe(fa4_emulated(q, k, v, **kwargs)), reference(inp), rtol=1e-6, atol=1e-6)
+
+
+def test_flash_attn4_says_why_not_and_takes_its_own_head_dims() -> None:
+    q, v6 = torch.randn(1, 2, 4, 8), torch.randn(1, 2, 4, 16)
+    fa4 = sdpa_impls.get("flash_attn4")
+    reasons = fa4.unsupported_reasons(q, q, q)
+    assert reasons[0] in ("flash_attn.cute is not installed (pip install --pre flash-attn-4)",
+                          "device=cpu (supported: cuda)")
+    assert "device=cpu (supported: cuda)" in reasons and "dtype=fp32 (supported: bf16, fp16)" in reasons
+    odd = torch.randn(1, 2, 4, 12)
+    assert "head dim E=12, Ev=12 (supported: multiples of 8)" in fa4.unsupported_reasons(odd, odd, odd)
+    assert mapping_reasons(SDPAInputs(q, q, v6), alibi=False, one_head_dim=False) == []  # E != Ev: its own check
+    assert fa4.alibi is False and fa4.support.dropout is False
+
+
+@pytest.mark.parametrize("lq, lk", [(9, 9), (13, 9), (5, 11), (1, 21), (20, 7)])
+def test_cudnn_diagonal_bands_are_our_top_left_causal(lq: int, lk: int) -> None:
+    """cuDNN keeps key j for query i where j <= i + right (TOP_LEFT) or j <= i + Lk - Lq + right (BOTTOM_RIGHT)."""
+    i, j = torch.arange(lq)[:, None], torch.arange(lk)[None, :]
+    ours = torch.ones(lq, lk, dtype=torch.bool).tril()
+    for alignment in ALIGNMENTS:
+        band = diagonal_band(True, lq, lk, alignment)
+        if band is None:
+            assert alignment == "BOTTOM_RIGHT" and lq < lk
+            continue
+        offset = 0 if band[0] == "TOP_LEFT" else lk - lq
+        assert band[0] == alignment and torch.equal(j <= i + offset + band[1], ours), band
+    assert diagonal_band(False, lq, lk, "TOP_LEFT") == ("", 0)
+
+
+@pytest.mark.parametrize("mask_shape", [(9, 9), (1, 9), (2, 1, 9, 9), (1, 4, 1, 9)])
+@pytest.mark.parametrize("kind", ["bool", "float"])
+def test_cudnn_bias_is_the_mask_added_to_the_scores(kind: str, mask_shape: tuple[int, ...]) -> None:
+    inp0 = inputs("square", causal=True)
+    gen = torch.Generator().manual_seed(3)
+    keep = torch.rand(mask_shape, generator=gen) < 0.6
+    keep[..., 0] = True  # every row keeps a key
+    mask = keep if kind == "bool" else torch.randn(mask_shape, generator=gen).masked_fill(~keep, float("-inf"))
+    inp = SDPAInputs(inp0.query, inp0.key, inp0.value, mask, is_causal=True)
+    bias = bias_of(inp)
+    m4 = (1,) * (4 - len(mask_shape)) + mask_shape
+    assert bias.shape == (m4[0], m4[1], 9, 9) and bias.is_contiguous() and bias.dtype == inp.query.dtype
+    keep_all = torch.ones(9, 9, dtype=torch.bool).tril()  # the band, as cuDNN applies it beside the bias
+    out = attend(inp.query, inp.key, inp.value, keep_all, inp.softmax_scale, bias.double())
+    torch.testing.assert_close(out, reference(inp), rtol=1e-6, atol=1e-6)
+    assert not rows_without_keys(inp)
+    assert bias_of(inputs("square", causal=False)) is None
+
+
+def test_cudnn_says_where_a_row_has_no_key_and_why_it_cannot_run_here() -> None:
+    inp = inputs("lq>lk", causal=False)
+    keep = torch.ones(13, 9, dtype=torch.bool)
+    keep[4] = False
+    assert rows_without_keys(SDPAInputs(inp.query, inp.key, inp.value, keep, enable_gqa=True))
+    float_mask = torch.zeros(13, 9).masked_fill(~keep, float("-inf"))
+    assert rows_without_keys(SDPAInputs(inp.query, inp.key, inp.value, float_mask, enable_gqa=True))
+    keep[4, 5] = True  # row 4 keeps key 5 only, which top-left causal then masks: still no key
+    assert rows_without_keys(SDPAInputs(inp.query, inp.key, inp.value, keep, is_causal=True, enable_gqa=True))
+    assert not rows_without_keys(SDPAInputs(inp.query, inp.key, inp.value, None, is_causal=True, enable_gqa=True))
+    q = torch.randn(1, 2, 4, 8, dtype=torch.bfloat16)
+    reasons = sdpa_impls.get("cudnn_frontend").unsupported_reasons(q, q, q)
+    assert reasons[0] in ("cudnn frontend is not installed (pip install nvidia-cudnn-frontend)",
+                          "device=cpu (supported: cuda)")
+    assert "device=cpu (supported: cuda)" in reasons
+    odd = torch.randn(1, 2, 4, 12)
+    assert {"dtype=fp32 (supported: bf16, fp16)", "head dim E=12, Ev=12 (supported: multiples of 8)"} <= set(
+        sdpa_impls.get("cudnn_frontend").unsupported_reasons(odd, odd, odd))

@@ -9,3 +9,5 @@ from . import flex  # noqa: F401
 from . import compiled  # noqa: F401
 from . import flash_attn  # noqa: F401
 from . import flashinfer  # noqa: F401
+from . import flash_attn4  # noqa: F401
+from . import cudnn_frontend  # noqa: F401
