@@ -26,6 +26,49 @@ def test_xformers_gqa_runs_or_skips_with_a_reason_never_fails(mode: str, mask: s
         assert r.max_error <= r.error_tolerance
 
 
+@pytest.mark.parametrize("case", [
+    Case(lq=256, lk=256, e=64, dtype="bf16", mode="fwd+bwd", causal=True, heads_q=8, heads_kv=2),
+    Case(lq=300, lk=256, e=128, dtype="fp16", mode="fwd+bwd", causal=True),  # top-left causal with Lq > Lk
+    Case(lq=128, lk=384, e=64, dtype="bf16", mode="fwd", causal=True),  # Lq < Lk: top-left only
+    Case(lq=256, lk=256, e=64, dtype="bf16", mode="fwd+bwd", mask="bool", heads_q=8, heads_kv=2),
+    Case(lq=256, lk=256, e=64, dtype="bf16", mode="fwd", mask="float"),
+    Case(lq=1, lk=1024, e=128, dtype="bf16", heads_q=32, heads_kv=8),  # decode
+], ids=lambda c: c.id)
+def test_cudnn_frontend_forward_and_backward_against_fp64(case: Case) -> None:
+    pytest.importorskip("cudnn", reason="cudnn frontend is not installed (pip install nvidia-cudnn-frontend)")
+    r = run_point("cudnn_frontend", CaseContext(case, "cuda"), FAST)
+    assert r.status == "ok", f"{r.status}: {r.reason}"
+    assert r.max_error <= r.error_tolerance and r.median_s > 0
+
+
+def test_cudnn_frontend_builds_its_graphs_once_per_case() -> None:
+    """The graphs are built when the first closure of a case is prepared, and the next closure of it reuses them."""
+    pytest.importorskip("cudnn", reason="cudnn frontend is not installed (pip install nvidia-cudnn-frontend)")
+    from sdpa_impls.bench.inputs import make_inputs
+    from sdpa_impls.impls import cudnn_frontend
+
+    inputs = make_inputs(Case(lq=264, lk=264, e=64, dtype="bf16", causal=True, mode="fwd+bwd"), "cuda")
+    impl, before = sdpa_impls.get("cudnn_frontend"), set(cudnn_frontend._PLANS)
+    first = inputs.prepare(impl)
+    built = set(cudnn_frontend._PLANS) - before
+    assert len(built) == 1 and not isinstance(cudnn_frontend._PLANS[next(iter(built))], str)
+    second = inputs.prepare(impl)
+    assert set(cudnn_frontend._PLANS) - before == built
+    torch.testing.assert_close(first(), second(), rtol=0, atol=0)  # the same graphs on the same inputs
+
+
+@pytest.mark.parametrize("mode", ["fwd", "fwd+bwd"])
+def test_flash_attn4_compiles_on_its_first_call_and_then_only_runs(mode: str) -> None:
+    if not _imports("flash_attn.cute"):
+        pytest.skip("flash_attn.cute is not installed (pip install --pre flash-attn-4)")
+    case = Case(lq=512, lk=512, e=128, dtype="bf16", causal=True, mode=mode, heads_q=8, heads_kv=2)
+    r = run_point("flash_attn4", CaseContext(case, "cuda"), FAST)
+    if r.status == "skipped" and "compute capability" in r.reason:
+        pytest.skip(r.reason)
+    assert r.status == "ok", f"{r.status}: {r.reason}"
+    assert r.max_error <= r.error_tolerance and r.compile_s is not None and r.compile_s > 0
+
+
 @pytest.mark.parametrize("impl", ["fused", "torch_sdpa", "torch_sdpa_flash"])
 @pytest.mark.parametrize("mode", ["fwd", "bwd", "fwd+bwd"])
 def test_cuda_graph_replay_times_every_mode(impl: str, mode: str) -> None:
@@ -93,7 +136,10 @@ STRUCTURED = (
 
 
 def _imports(module: str) -> bool:
-    return importlib.util.find_spec(module) is not None
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ImportError:  # a parent package that fails to import (a flash_attn built for another torch)
+        return False
 
 
 def _xformers_kernels_load() -> bool:
@@ -119,6 +165,10 @@ def meant_to_run(impl: str, case: Case) -> bool:
         return _imports("flashinfer") and fwd and (mask == "padding" or (mask == "none" and case.batch == 1))
     if impl == "xformers":  # its bias classes (the padded-keys one forward), where its CUDA kernels load
         return _xformers_kernels_load() and (mask.startswith(("window", "documents")) or (mask == "padding" and fwd))
+    if impl == "flash_attn4":  # window_size, and no mask at all
+        return _imports("flash_attn.cute") and mask.startswith(("window", "none"))
+    if impl == "cudnn_frontend":  # every structure as a dense bias but the padded decode batches, causal as its band
+        return _imports("cudnn") and mask != "padding"
     return False
 
 
