@@ -5,6 +5,7 @@ requirement list on top of this environment and cached by what it holds.
     unmet(declared)                  -> [str]       # which of them this interpreter does not satisfy
     parse_spec(text)                 -> EnvSpec     # --base-env / --head-env: an interpreter or requirements
     prepare(spec, cache, progress)   -> Env         # the interpreter of that environment, built once and cached
+    build(folder, requirements)      -> seconds     # a layered environment in `folder`, uncached
 
 What a revision declares (`declared`): `[project].dependencies` and the `test` extra of its pyproject.toml (the
 suite runs its benchmarks with pytest-benchmark), every other extra whose package this environment has installed,
@@ -32,7 +33,7 @@ import sysconfig
 import time
 import tomllib
 import venv
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -161,13 +162,14 @@ def _fingerprint(word: str) -> str:
 
 
 def _underlay_dirs() -> list[str]:
-    """This environment's site-packages folders, in search order."""
+    """This environment's site-packages folders in search order: its own, those it layers on (a `.pth` underlay
+    adds them to sys.path), and the user's."""
     import site
 
-    dirs = list(site.getsitepackages())
-    if site.ENABLE_USER_SITE and os.path.isdir(site.getusersitepackages()):
+    dirs = [*site.getsitepackages(), *(p for p in sys.path if Path(p).name in ("site-packages", "dist-packages"))]
+    if site.ENABLE_USER_SITE:
         dirs.append(site.getusersitepackages())
-    return [d for d in dirs if os.path.isdir(d)]
+    return [d for d in dict.fromkeys(dirs) if os.path.isdir(d)]
 
 
 def cache_key(spec: EnvSpec) -> str:
@@ -185,38 +187,42 @@ def default_cache() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sdpa-bench" / "envs"
 
 
-def _python_of(folder: Path) -> Path:
+def python_of(folder: Path) -> Path:
     return folder / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
 
 
-def _pip_failure(spec: EnvSpec, done: subprocess.CompletedProcess) -> GateInputError:
+def _pip_failure(what: str, done: subprocess.CompletedProcess) -> GateInputError:
     lines = [line.rstrip() for line in (done.stderr or done.stdout or "").splitlines() if line.strip()]
     errors = [line for line in lines if line.startswith("ERROR")] or lines[-6:] or ["(pip printed nothing)"]
-    return GateInputError(f"environment {spec.text!r}: pip could not install it (exit {done.returncode}):\n  "
+    return GateInputError(f"environment {what!r}: pip could not install it (exit {done.returncode}):\n  "
                           + "\n  ".join(errors[-6:]))
 
 
-def _build(spec: EnvSpec, folder: Path) -> float:
-    """Create the layered environment in `folder` and pip-install the requirements into it; seconds taken."""
+def build(folder: Path, requirements: Sequence[str], constraints: str = "", what: str = "") -> float:
+    """Create a virtual environment in `folder` layered on this one (module docstring) and pip-install
+    `requirements` (pip's arguments; local paths made absolute) into it with `constraints` (a file's text); the
+    seconds taken. GateInputError with pip's error lines, naming `what`, when pip fails."""
     start = time.monotonic()
     venv.EnvBuilder(with_pip=False, symlinks=os.name != "nt").create(folder)
     purelib = Path(sysconfig.get_path("purelib", vars={"base": str(folder), "platbase": str(folder)}))
     purelib.mkdir(parents=True, exist_ok=True)
-    # `import site; site.addsitedir(...)`, not a bare path: it also runs the .pth files there (editable installs)
+    # `import site; site.addsitedir(...)`, not a bare path: it also runs the .pth files there (editable installs).
+    # Not --system-site-packages: a venv made from inside another (tox's) would see the base interpreter's packages.
     (purelib / LINK_FILE).write_text("".join(f"import site; site.addsitedir({d!r})\n" for d in _underlay_dirs()),
                                      encoding="utf-8")
-    cmd = [str(_python_of(folder)), "-m", "pip", "install", "--disable-pip-version-check", "--no-input",
+    cmd = [str(python_of(folder)), "-m", "pip", "install", "--disable-pip-version-check", "--no-input",
            "--no-build-isolation"]
-    if spec.constraints:
-        (folder / "constraints.txt").write_text(spec.constraints, encoding="utf-8")
+    if constraints:
+        (folder / "constraints.txt").write_text(constraints, encoding="utf-8")
         cmd += ["-c", str(folder / "constraints.txt")]
-    cmd += [str(Path(w).resolve()) if not w.startswith("-") and Path(w).exists() else w for w in spec.requirements]
+    cmd += [str(Path(w).resolve()) if not w.startswith("-") and Path(w).exists() else w for w in requirements]
+    what = what or " ".join(requirements)
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        raise GateInputError(f"environment {spec.text!r}: pip took more than {PIP_TIMEOUT_S:.0f} s") from None
+        raise GateInputError(f"environment {what!r}: pip took more than {PIP_TIMEOUT_S:.0f} s") from None
     if done.returncode != 0:
-        raise _pip_failure(spec, done)
+        raise _pip_failure(what, done)
     return time.monotonic() - start
 
 
@@ -237,15 +243,15 @@ def prepare(spec: EnvSpec, cache: Path | None = None, progress: Callable[[str], 
     with open(cache / f"{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (folder / READY).is_file():
-            return Env(str(_python_of(folder)), f"cached in {folder}", spec.text)
+            return Env(str(python_of(folder)), f"cached in {folder}", spec.text)
         shutil.rmtree(folder, ignore_errors=True)  # a build that failed or was killed
         if progress:
             progress(f"environment {spec.text!r}: building {folder} (pip install on top of this environment)")
         try:
-            seconds = _build(spec, folder)
+            seconds = build(folder, spec.requirements, spec.constraints, spec.text)
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)
             raise
         (folder / READY).write_text(json.dumps({"spec": spec.text, "requirements": list(spec.requirements),
                                                 "build_s": round(seconds, 1)}) + "\n", encoding="utf-8")
-    return Env(str(_python_of(folder)), f"built in {seconds:.0f} s into {folder}", spec.text)
+    return Env(str(python_of(folder)), f"built in {seconds:.0f} s into {folder}", spec.text)
