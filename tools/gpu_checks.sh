@@ -136,16 +136,19 @@ variants() {  # seconds: half to each dtype
 }
 
 peers() {  # seconds: install the carried wheels, then a fifth to the peer tests, the rest to the llm preset
-  local links=() reqs r t0=$SECONDS secs
+  local links=() r t0=$SECONDS secs
   stamp "peers: wheels carried in $wheels, the peer tests, the llm preset with the peers (${1}s)"
   "$py" tools/gpu_wheels.py join --dest "$wheels" >"$out/peers.log" 2>&1
   echo "join: exit $?" >>"$out/peers.log"
   for d in "$wheels"/joined "$wheels"/call-*; do [ -d "$d" ] && links+=(--find-links "$d"); done
-  reqs=$(cat "$wheels"/call-*/requirements.txt 2>/dev/null | sort -u)
-  for r in $reqs; do  # one at a time: a wheel still missing a part stops its own set, not the others
-    "$py" -m pip install --no-index --quiet "${links[@]}" "$r" >>"$out/peers.log" 2>&1
+  # one requirement at a time: a wheel still missing a part stops its own set, not the others. PIP_BREAK_SYSTEM_PACKAGES
+  # (default 1; 0 refuses) lets pip install into a system Python that its distribution manages (PEP 668)
+  while IFS= read -r r; do
+    [ -n "$r" ] || continue
+    PIP_BREAK_SYSTEM_PACKAGES=${PIP_BREAK_SYSTEM_PACKAGES:-1} "$py" -m pip install --no-index --quiet "${links[@]}" \
+      "$r" >>"$out/peers.log" 2>&1
     echo "pip install $r: exit $?" >>"$out/peers.log"
-  done
+  done < <(cat "$wheels"/call-*/requirements.txt 2>/dev/null | sort -u)
   "$py" -m sdpa_impls list >>"$out/peers.log" 2>&1  # each peer's reason where it still cannot run
   secs=$(( $1 - (SECONDS - t0) ))
   timeout -k 10 $(( secs / 5 )) "$py" -m pytest tests/test_gpu.py -q -rfEs -p no:cacheprovider \
