@@ -84,13 +84,14 @@ def on_gpu_machine(name: str) -> bool:
 
 
 def _packaging():
+    """`packaging` with its requirements (and so its markers and specifiers) loaded; pip's own copy where it is not
+    installed."""
     try:
-        from packaging import markers, requirements, specifiers  # noqa: F401
-        import packaging
-    except ImportError:  # pip carries its own copy
-        from pip._vendor import packaging
-        from pip._vendor.packaging import markers, requirements, specifiers  # noqa: F401
-    return packaging
+        import packaging.requirements
+        return packaging
+    except ImportError:
+        import pip._vendor.packaging.requirements
+        return pip._vendor.packaging
 
 
 def dependencies(wheel: Path, extras: frozenset[str] = frozenset()) -> list[str]:
