@@ -71,7 +71,8 @@ def test_download_follows_dependencies_and_leaves_out_what_the_gpu_machine_has(t
 @pytest.fixture
 def wheels(tmp_path: Path) -> list[Path]:
     sizes = {"small": 20, "mid": 45, "mid2": 40, "big": 230, "tiny": 3}
-    return [make_wheel(tmp_path / "src", name, payload=kib * KiB, seed=i) for i, (name, kib) in enumerate(sizes.items())]
+    return [make_wheel(tmp_path / "src", name, payload=kib * KiB, seed=i)
+            for i, (name, kib) in enumerate(sizes.items())]
 
 
 def test_packing_respects_the_limit_and_a_cut_wheel_joins_byte_for_byte(tmp_path: Path, wheels: list[Path]) -> None:
