@@ -153,3 +153,21 @@ def test_the_dry_run_prints_the_peers_step_and_what_each_call_carries(tmp_path: 
         assert line == f"carried by {folder.name}: {tree + mib:.1f} MiB (the tree {tree:.1f} + .whl/{folder.name} " \
                        f"{mib:.1f})"
     assert not (tmp_path / "out").exists()
+
+
+def test_a_copy_of_the_tree_without_git_says_the_tree_is_not_measured(tmp_path: Path, wheels: list[Path]) -> None:
+    """Where the tree travels without .git (the GPU machine's copy) the sizes name only the wheel folders, and
+    packing asks for an explicit limit."""
+    (tmp_path / "copy" / "tools").mkdir(parents=True)
+    script = tmp_path / "copy" / "tools" / "gpu_wheels.py"
+    script.write_bytes((ROOT / "tools" / "gpu_wheels.py").read_bytes())
+    env = os.environ | {"GIT_CEILING_DIRECTORIES": str(tmp_path)}  # no repository above the copy either
+    dest = tmp_path / ".whl"
+    gw.pack(wheels, dest, 100 * KiB, ["big"])
+    done = subprocess.run([sys.executable, str(script), "sizes", "--dest", str(dest)], capture_output=True, text=True,
+                          env=env, check=True)
+    assert done.stdout.splitlines()[0] == (f"carried by call-1: the tree (not measured: no git checkout here) + "
+                                           f".whl/call-1 {gw.folder_bytes(dest / 'call-1') / gw.MiB:.1f} MiB")
+    bad = subprocess.run([sys.executable, str(script), "pack", str(tmp_path / "src"), "--dest", str(dest)],
+                         capture_output=True, text=True, env=env)
+    assert bad.returncode == 1 and "give --limit-mib" in bad.stderr

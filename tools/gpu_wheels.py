@@ -148,10 +148,14 @@ def download(requirements: list[str], into: Path, pip_args: list[str] = ()) -> t
     return sorted(got.values()), notes
 
 
-def tree_bytes(root: Path = ROOT) -> int:
-    """Bytes of what a call carries of the working tree: tracked files and untracked ones git does not ignore."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=root,
-                            capture_output=True, check=True).stdout.decode().split("\0")
+def tree_bytes(root: Path = ROOT) -> int | None:
+    """Bytes of what a call carries of the working tree: tracked files and untracked ones git does not ignore; None
+    where this is no git checkout (a copy of the tree without .git, as on the GPU machine)."""
+    try:
+        listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=root,
+                                capture_output=True, check=True).stdout.decode().split("\0")
+    except (OSError, subprocess.CalledProcessError):
+        return None
     return sum((root / p).stat().st_size for p in listed if p and (root / p).is_file())
 
 
@@ -254,16 +258,22 @@ def folder_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
 
-def sizes(dest: Path, tree: int) -> list[str]:
+def sizes(dest: Path, tree: int | None) -> list[str]:
     """One line per call: what it carries, the tree and its wheel folder, in MiB."""
     calls = sorted(dest.glob("call-*"), key=lambda p: int(p.name.split("-")[1]) if p.name[5:].isdigit() else 0)
+    if tree is None:
+        head = "the tree (not measured: no git checkout here)"
+        return [f"carried by {c.name}: {head} + {dest.name}/{c.name} {folder_bytes(c) / MiB:.1f} MiB"
+                for c in calls] or [f"carried: {head}; no wheel folders under {dest.name}/"]
     if not calls:
         return [f"carried: the tree {tree / MiB:.1f} MiB (no wheel folders under {dest.name}/)"]
     return [f"carried by {c.name}: {(tree + folder_bytes(c)) / MiB:.1f} MiB (the tree {tree / MiB:.1f} + "
             f"{dest.name}/{c.name} {folder_bytes(c) / MiB:.1f})" for c in calls]
 
 
-def _limit(args: argparse.Namespace, tree: int) -> int:
+def _limit(args: argparse.Namespace, tree: int | None) -> int:
+    if args.limit_mib is None and tree is None:
+        raise SystemExit("gpu_wheels: no git checkout here to measure the tree: give --limit-mib")
     limit = int(args.limit_mib * MiB) if args.limit_mib is not None else CALL_MIB * MiB - tree
     if limit <= 0:
         raise SystemExit(f"gpu_wheels: the working tree is {tree / MiB:.1f} MiB, over the {CALL_MIB} MiB a call "
@@ -271,12 +281,12 @@ def _limit(args: argparse.Namespace, tree: int) -> int:
     return limit
 
 
-def _report(folders: list[Path], dest: Path, tree: int) -> None:
+def _report(dest: Path, tree: int | None) -> None:
     print("\n".join(sizes(dest, tree)))
-    print(f"carry each call folder in its own call, one call after another on one machine "
-          f"(run's carry: [\"{dest.name}/call-N\"]); there, `python3 tools/gpu_wheels.py join --dest {dest.name}` "
-          f"reassembles the cut wheels and checks their sha256, and GPU_CHECKS_STEPS=peers tools/gpu_checks.sh "
-          f"installs them")
+    print(f"carry each call folder with the working tree, one call after another on one machine (it keeps the "
+          f"folders of earlier calls while it stays up); there, `python3 tools/gpu_wheels.py join --dest "
+          f"{dest.name}` reassembles the cut wheels and checks their sha256, and GPU_CHECKS_STEPS=peers "
+          f"tools/gpu_checks.sh installs them")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -308,14 +318,14 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory() as tmp:
             wheels, notes = download(reqs, Path(tmp), args.pip_arg)
             print("\n".join(f"note: {n}" for n in notes) or "", end="\n" if notes else "")
-            folders = pack(wheels, dest, limit, reqs)
+            pack(wheels, dest, limit, reqs)
     else:
         wheels = sorted(args.wheels.glob("*.whl"))
         if not wheels:
             raise SystemExit(f"gpu_wheels: no .whl files in {args.wheels}")
         reqs = args.requirement or [f"{wheel_project(w.name)[0]}=={wheel_project(w.name)[1]}" for w in wheels]
-        folders = pack(wheels, dest, limit, reqs)
-    _report(folders, dest, tree)
+        pack(wheels, dest, limit, reqs)
+    _report(dest, tree)
     return 0
 
 
