@@ -74,7 +74,17 @@ def _cudnn() -> tuple[ModuleType | None, str]:
         if isinstance(exc, ModuleNotFoundError) and exc.name and exc.name.split(".")[0] == "cudnn":
             return None, "cudnn frontend is not installed (pip install nvidia-cudnn-frontend)"
         return None, f"cudnn frontend failed to import: {type(exc).__name__}: {exc}"
+    try:  # the frontend loads libcudnn itself (site-packages' nvidia/cudnn, LD_LIBRARY_PATH or the loaded one)
+        version = cudnn.backend_version()
+    except RuntimeError as exc:
+        return None, f"cudnn frontend {_version(cudnn)} found no cuDNN library to load ({exc})"
+    if version < 8903:  # the fused attention graphs (sdpa, sdpa_backward) arrived in cuDNN 8.9.3
+        return None, f"cuDNN {version} is older than 8.9.3, the first with fused attention graphs"
     return cudnn, ""
+
+
+def _version(lib: ModuleType) -> str:
+    return str(getattr(lib, "__version__", "?"))
 
 
 @functools.lru_cache(maxsize=None)
