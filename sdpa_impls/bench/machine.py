@@ -100,7 +100,8 @@ def default_timer(device: torch.device | str) -> str:
 
 
 def _sdpa_dispatch() -> dict:
-    """torch's SDPA dispatch settings: backend priority order, and the flash-attention version it was built with."""
+    """torch's SDPA dispatch settings: backend priority order (None where this torch does not expose it: before 2.6
+    the order is fixed in its code), and the flash-attention version it was built with."""
     from torch.nn.attention import SDPBackend
 
     names = {int(b): b.name for b in SDPBackend.__members__.values()}
@@ -109,7 +110,8 @@ def _sdpa_dispatch() -> dict:
         flash = _get_flash_version()
     except (ImportError, RuntimeError):
         flash = None
-    return {"priority": [names.get(int(i), str(i)) for i in torch._C._get_sdp_priority_order()], "flash": flash}
+    order = getattr(torch._C, "_get_sdp_priority_order", None)
+    return {"priority": [names.get(int(i), str(i)) for i in order()] if order else None, "flash": flash}
 
 
 def machine_info(device: str | torch.device | None = None, timer: str | None = None) -> dict:

@@ -9,6 +9,7 @@ import torch
 from ..compilation import declare_compiles
 from ..protocol import Implementation, SDPAInputs, Support
 from ..registry import register
+from ..torchver import COMPILATION, needs_torch
 from ._tiled.tiles import empty_attention
 from .naive import Naive
 
@@ -34,6 +35,9 @@ class Compiled(Implementation):
     description = "torch.compile(naive's math), inductor's default mode; compiled before the first sample"
     support = Support()  # no dropout: random numbers under compilation are not naive's
     compiles = True  # its prepared closures compile on their first call (sdpa_impls.compilation)
+
+    def library_reasons(self, inp: SDPAInputs) -> list[str]:
+        return [] if inp.is_empty else needs_torch(*COMPILATION)  # an empty call compiles nothing
 
     def prepare_inputs(self, inp: SDPAInputs) -> Callable[[], torch.Tensor]:
         if inp.is_empty:

@@ -10,6 +10,7 @@ from ..compilation import declare_compiles
 from ..masks import Structure
 from ..protocol import Implementation, SDPAInputs, Support
 from ..registry import register
+from ..torchver import COMPILATION, needs_torch
 from ._tiled.tiles import empty_attention
 from .torch_sdpa import mask4
 
@@ -117,7 +118,10 @@ def torch_reasons(inp: SDPAInputs) -> list[str]:
     except (NotImplementedError, ValueError) as exc:
         out.append(f"{exc} (torch {torch.__version__})")
     if inp.query.device.type == "cpu":
-        from torch._inductor.kernel.flex.flex_cpu import check_cpu_supported
+        try:
+            from torch._inductor.kernel.flex.flex_cpu import check_cpu_supported
+        except ImportError:  # where torch keeps it before its flex kernels had a package of their own
+            from torch._inductor.kernel.flex_attention import check_cpu_supported
 
         if not check_cpu_supported():
             out.append(f"torch.compile on current platform is not supported for CPU (torch {torch.__version__}: "
@@ -137,6 +141,9 @@ class Flex(Implementation):
     def library_reasons(self, inp: SDPAInputs) -> list[str]:
         if inp.is_empty:
             return []  # answered without flex, as torch answers it
+        too_old = needs_torch(*COMPILATION)  # the suite's compile step; flex's own checks are as new (2.6)
+        if too_old:
+            return too_old
         out = torch_reasons(inp)
         if inp.query.shape[-1] == 0:
             out.append("E=0 (flex_attention's kernels take a head dim of at least 1)")

@@ -12,7 +12,11 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..protocol import Implementation, SDPAInputs, Support
 from ..registry import register
+from ..torchver import needs_torch
 
+# Before this release torch's math kernel divides the query heads by the key/value heads under enable_gqa, and with
+# none the process dies of SIGFPE (seen with 2.5.1, 2.6.0, 2.7.0, 2.8.0, 2.9.0 and 2.11.0 on a CPU; 2.12.0 answers zeros)
+EMPTY_GQA = "2.12"
 _TRIGGERED = re.compile(r"\s*\(Triggered internally at .*\)\s*$", re.S)
 _probe_cache: dict[tuple, list[str]] = {}
 _CUDA_CHECKS = {
@@ -106,6 +110,10 @@ class TorchSDPA(Implementation):
     support = Support(devices=frozenset({"cpu", "cuda"}), dropout=True)
 
     def library_reasons(self, inp: SDPAInputs) -> list[str]:
+        if inp.enable_gqa and inp.key.shape[1] == 0:  # asked before any probe: the probe would be the crash
+            too_old = needs_torch(EMPTY_GQA, "enable_gqa with no key/value heads")
+            if too_old:
+                return too_old
         if inp.query.device.type == "cuda" and self.backend in _CUDA_CHECKS:
             return _cuda_reasons(self.backend, inp)
         return _probe_reasons(self.backend, inp)
