@@ -29,7 +29,7 @@ from sdpa_impls.continuous.verdict import judge
 ROOT = Path(__file__).resolve().parents[1]
 # Tiny and quick: the smoke preset, naive against the time reference, two processes per side. These tests check
 # the mechanics on a CI machine shared with other jobs, so the change under test triples naive's work and the
-# threshold is 25 %; the false-alarm and catch rates of the project's 3 % floor are measured in docs/gate.md.
+# threshold is 25 %; the false-alarm and catch rates of the project's 3 % floor are measured in docs/records/2026-11-25-epyc-continuous-leave-one-out.md.
 FAST = ["--preset", "smoke", "--impl", "naive", "--rounds", "2", "--max-time", "0.05", "--adaptive-budget", "0"]
 NAIVE = "sdpa_impls/impls/naive.py"
 SLOWER = """    def forward(self, inp: SDPAInputs) -> torch.Tensor:
@@ -117,7 +117,7 @@ def test_unchanged_code_passes_against_the_working_tree(repo: dict, tmp_path: Pa
     shared CI machine can land on both runs of one side (once seen: naive's L96 forward+backward ×1.49 in 4 of 4
     pairs, every other benchmark within 10 %). The test checks the mechanics of an unchanged tree (the same
     benchmarks paired, the seed, the worktrees removed); the false-alarm rate of the 3 % floor is measured in
-    docs/gate.md."""
+    docs/records/2026-11-25-epyc-continuous-leave-one-out.md."""
     readme = repo["path"] / "README.md"
     before = readme.read_text()
     readme.write_text(before + "\nAn edit that changes no code.\n")

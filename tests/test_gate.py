@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # test_tunable is naive repeated: in units of naive's time on the same case and run, a busier machine during one
 # run (other work on these 2 cores) cancels out, and the comparison is about the injected work. These tests check
 # the gate's mechanics on a CI machine shared with other jobs, so they inject +100 % work and judge at 25 %;
-# the false-alarm and catch rates of the 15 % default are measured in docs/gate.md, not asserted here.
+# the false-alarm and catch rates of the 15 % default are measured in docs/records/2026-11-21-epyc-gate-false-alarms.md, not asserted here.
 REF_NAIVE = 'time_reference = "naive"\ntime = "median:25%"\n'
 SLOWDOWN = "2.0"
 
@@ -94,7 +94,7 @@ def test_same_tree_passes(runs: dict[str, Path], tmp_path: Path) -> None:
 
     Judged at 60 %, not 25 %: a shared CI machine has slowed one case of one run 1.9x, and the same slow period can
     land on both runs of one side. This checks the mechanics on four real runs; the false-alarm rate of the 15 %
-    default is measured in docs/gate.md."""
+    default is measured in docs/records/2026-11-21-epyc-gate-false-alarms.md."""
     code, out, err = gate(tmp_path, "--baseline", runs["base"], "--baseline", runs["base2"],
                           "--candidate", runs["same"], "--candidate", runs["again"],
                           config=REF_NAIVE.replace("median:25%", "median:60%"))

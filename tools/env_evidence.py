@@ -1,5 +1,5 @@
 """Count how often `sdpa-bench continuous` across two environments fails when nothing changed, and how often it
-catches a dependency made 5 % slower (docs/gate.md, "Environments").
+catches a dependency made 5 % slower (docs/explanation/gate-statistics.md, "The environments").
 
     python tools/env_evidence.py --out /tmp/env-evidence [--trials aa=3,plugin5=3] [--resamples aa=20,plugin5=10]
 

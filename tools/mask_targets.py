@@ -5,7 +5,7 @@ the same slow periods of a shared machine as a ratio between two implementations
     flock /tmp/sdpa-measure.lock python tools/mask_targets.py --out /tmp/mask-targets
 
 Each point is checked against fp64 before it is timed (bench.measure.prepare_point); flex compiles before its
-first sample. Prints the targets table (docs/performance.md, "Mask structures") and the fused/chunked vs flex
+first sample. Prints the targets table (docs/records/2026-11-24-epyc-mask-structures.md) and the fused/chunked vs flex
 table, and writes both with the raw medians to --out/mask-targets.json.
 """
 from __future__ import annotations

@@ -24,7 +24,8 @@ class RatioTarget:
     denominator: str
     limit: float
     where: str
-    ci_limit: float | None  # the gate's limit on the ci preset, the target plus a margin (docs/performance.md);
+    # the gate's limit on the ci preset, the target plus a margin (docs/records/2026-11-21-epyc-ci-rule-margins.md);
+    ci_limit: float | None
     ci_where: str           # None: the ci preset has no case it applies to, the targets report alone judges it
     metric: str = "time"
     op: str = "<="
@@ -65,8 +66,9 @@ def _ceiling(what: str, impl: str, limit: float, where: str, ci_limit: float | N
 BIG = "L >= 2048 and causal == false"
 # Fractions of the GEMM ceiling measured in the same run (a square GEMM of the case's dtype, bench.ceilings);
 # causal cases count only the unmasked pairs, a backward 2.5x the forward's FLOPs. Comments: the ci-preset
-# fractions (L = 1024, one thread) over three runs of the benchmark suite (docs/performance.md); the gate's limit
-# sits about 20 % below the lowest, where a ratio to torch_sdpa needed 50 % (1.75 for a 1.15 target).
+# fractions (L = 1024, one thread) over three runs of the benchmark suite
+# (docs/records/2026-11-21-epyc-ci-rule-margins.md); the gate's limit sits about 20 % below the lowest, where a
+# ratio to torch_sdpa needed 50 % (1.75 for a 1.15 target).
 CEILING_TARGETS = (
     _ceiling("fused fwd, fp32 and bf16, L ≥ 2048, E 64/128, causal off: of the GEMM ceiling", "fused", 0.85,
              f"mode == fwd and {BIG}", 0.55, "mode == fwd and L >= 1024"),  # fp32 79-81 %, bf16 68-71 %

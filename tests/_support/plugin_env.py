@@ -10,7 +10,7 @@ from sdpa_impls.continuous.envs import build, python_of
 
 PLUGIN_SRC = Path(__file__).resolve().parents[1] / "plugins" / "sdpa_test_plugins"
 # How the gate tests and tools/gate_evidence.py measure: the smoke preset, naive and the test_tunable plug-in,
-# as docs/gate.md recommends for a shared CPU machine (one thread, CPU time of the process), with short runs
+# as docs/guide/gate-your-ci.md recommends for a shared CPU machine (one thread, CPU time of the process), with short runs
 GATE_BENCH_ARGS = ("--sdpa-device", "cpu", "--sdpa-preset", "smoke", "--sdpa-impl", "naive", "--sdpa-impl", "test_tunable",
                    "--benchmark-timer=time.process_time", "--benchmark-max-time=0.25", "--benchmark-min-rounds=20")
 
