@@ -14,6 +14,7 @@ initializes CUDA at import (the forkserver forks from this module's importer).
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import sys
@@ -99,6 +100,16 @@ def point(points: dict, mode: str, impl: str, case_id: str):
     return result
 
 
+def _cell_only(benchmark: Callable[..., object]) -> Callable[..., object]:
+    """`benchmark` for a mode without cases, called with the cell's (impl, case) and no points. `asv check` counts
+    each benchmark's arguments against its setup's; at run time `setup_without_cases` skips the cell first."""
+    @functools.wraps(benchmark)  # keeps the name, unit and version (asv keeps a series by its version)
+    def cell(self, impl: str, case_id: str) -> object:
+        return benchmark(self, {}, impl, case_id)
+
+    return cell
+
+
 class _Mode:
     """One mode of the grid: `setup_cache` (in each subclass) measures it; the benchmarks report one point each."""
 
@@ -113,6 +124,12 @@ class _Mode:
         # a mode the preset has no case for has no setup_cache (no interpreter, import or device start measures
         # nothing), so asv passes no points: each of its placeholder cells is skipped, saying why
         point({}, self.mode, impl, case_id)
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if "setup_cache" not in vars(cls):  # asv passes only the cell's parameters: every benchmark takes those
+            for name in [n for n in dir(cls) if n.startswith(("time_", "track_"))]:
+                setattr(cls, name, _cell_only(getattr(cls, name)))
 
     def track_time_sdpa(self, points: dict, impl: str, case_id: str) -> dict:
         # asv's runner reads a {"samples", "number"} result as a time_ benchmark's: it stores the median as the
