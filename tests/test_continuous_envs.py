@@ -19,6 +19,7 @@ import pytest
 from sdpa_impls.continuous.envs import READY, Declared, EnvSpec, declared, parse_spec, prepare, unmet
 from sdpa_impls.continuous.revisions import snapshot_working_tree
 from sdpa_impls.continuous.verdict import judge
+from sdpa_impls.continuous.versions import differences, torch_differs
 from sdpa_impls.continuous.render import render
 from sdpa_impls.errors import GateInputError, UsageError
 from sdpa_impls.gate.config import config_from_dict
@@ -85,7 +86,8 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
 
 def test_a_pin_change_is_measured_in_both_environments(repo: dict, offline: None, tmp_path: Path) -> None:
     """A commit that changes only a pin: each side gets its own environment, the header names the versions, and
-    the dependency's slower implementation fails by name. torch_sdpa is judged too: the unit is gone."""
+    the dependency's slower implementation fails by name. torch is the same on both sides, so torch_sdpa stays the
+    time unit (a torch upgrade is compared as measured: `test_torch_differs_where_its_kernels_may`)."""
     code, out, err = continuous(repo["path"], repo["old"], repo["new"], *FAST, "--env-cache", str(tmp_path / "c"),
                                 "--json", str(tmp_path / "v.json"))
     assert code == 1, out + err
@@ -95,10 +97,9 @@ def test_a_pin_change_is_measured_in_both_environments(repo: dict, offline: None
     assert "Environments:" in out and "sdpa-test-plugins (plug-ins) 0.1.0 → 0.2.0" in out
     assert "base only: sdpa-test-plugins==0.1.0 (constraint); head only: sdpa-test-plugins==0.2.0 (constraint)" in out
     assert len(list((tmp_path / "c").glob(f"*/{READY}"))) == 2 and "building" in err
-    reference = [r for r in verdict["rows"] if r["impl"] == "torch_sdpa"]
-    assert reference and all(r["unit"] == "" for r in verdict["rows"])
-    assert all(any(c["kind"] == "time" and c["status"] != "n/a" for c in r["checks"]) for r in reference)
-    assert "times compared as measured, not in units of torch_sdpa" in out
+    assert all(r["unit"] == "torch_sdpa" for r in verdict["rows"])
+    assert "times in units of torch_sdpa, as with one environment: torch and the libraries it calls (Python, torch" \
+        in out
 
 
 def test_an_environment_is_built_once_and_never_trusted_half_built(plugins: dict, offline: None,
@@ -177,3 +178,14 @@ def test_kernels_that_differ_are_named_on_their_row() -> None:
             "aten::_scaled_dot_product_attention_math, aten::bmm") in text
     assert "Kernels that differ" not in render(judge([run(flash)] * 2, [run(flash)] * 2, config_from_dict({}, "t")),
                                                "b", "h")
+
+
+def test_torch_differs_where_its_kernels_may() -> None:
+    """torch_sdpa stays the time unit across environments only where torch and what its kernels call agree."""
+    base = {"Python": "3.11.7", "torch": "2.13.0+cpu", "CUDA": None, "oneDNN": "3.12.0", "xformers": None,
+            "sdpa-test-plugins (plug-ins)": "0.1.0"}
+    assert not torch_differs(base, base | {"sdpa-test-plugins (plug-ins)": "0.2.0", "xformers": "0.0.35"})
+    for name, other in (("torch", "2.14.1"), ("oneDNN", "3.13.0"), ("CUDA", "13.0"), ("Python", "3.12.3")):
+        assert torch_differs(base, base | {name: other}), name
+    assert differences(base, base | {"torch": "2.14.1+cu130", "CUDA": "13.0"}) == [
+        "torch 2.13.0+cpu → 2.14.1+cu130", "CUDA - → 13.0"]

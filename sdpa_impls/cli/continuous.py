@@ -15,8 +15,8 @@ Environments (continuous.envs): both sides run with this interpreter when the re
 dependencies; when they differ, a side whose declaration this environment does not satisfy gets an environment
 built for it (cached). --base-env / --head-env name a side's environment outright (an interpreter, or requirements
 to install on top of this environment); with neither revision given, both sides are then the working tree. Where
-the sides' interpreters differ, the header names the versions that differ, times are compared as measured
-(the time reference came from a dependency that may have changed, so it is judged like the rest), and a row
+the sides' interpreters differ, the header names the versions that differ; where torch differs (or a library its
+kernels call), times are compared as measured, the time reference (torch's SDPA) judged like the rest. A row
 whose profiled kernels differ says so. The verdict (continuous.verdict) is printed as a table; exit 0 pass, 1 regression, 2 unusable input (a revision
 that does not exist, install, import or run: one message).
 """
@@ -37,8 +37,8 @@ from ..continuous.envs import Env, EnvSpec, declared, parse_spec, prepare, unmet
 from ..continuous.render import as_dict, render
 from ..continuous.revisions import checkout, ci_base, describe, remove_checkout, repo_root, resolve, snapshot_working_tree
 from ..continuous.schedule import Schedule
-from ..continuous.sides import Side, check_import, install, interleaved, run_pair, side_env
-from ..continuous.versions import differences, probe, summary
+from ..continuous.sides import Side, check_import, install, interleaved, run_pair
+from ..continuous.versions import TORCH_STACK, differences, summary, torch_differs
 from ..errors import GateInputError, UsageError
 from ..fmt import fmt_duration
 from ..gate.config import load_config
@@ -137,9 +137,10 @@ def _environments(args: argparse.Namespace, trees: dict[str, Path], progress) ->
 
 
 def _sides(args: argparse.Namespace, root: Path, work: Path, folders: tuple[str, str], progress
-           ) -> tuple[Side, Side, list[str]]:
+           ) -> tuple[Side, Side, list[str], bool]:
     """Both sides checked out (or the working tree copied) into `work/<folder>/tree`, given their environments,
-    installed and imported; and the notes on their environments (the versions that differ among them)."""
+    installed and imported; the notes on their environments (the versions that differ among them); and whether
+    times must be compared as measured (torch differs, so the time reference is no unit)."""
     base_dir, head_dir = (work / f for f in folders)
     if args.base or not (args.base_env or args.head_env):
         base_rev, why = (args.base, "") if args.base else ci_base(root)
@@ -161,26 +162,35 @@ def _sides(args: argparse.Namespace, root: Path, work: Path, folders: tuple[str,
     envs, notes = _environments(args, {"base": base.tree, "head": head.tree}, progress)
     base, head = (dataclasses.replace(s, python=envs[s.role].python) for s in (base, head))
     cpu = default_device() == "cpu"
+    seen = {}
     for side in (base, head):
         install(side)
-        check_import(side, cpu)
+        seen[side.role] = check_import(side, cpu)
         progress(f"{side.role}: {side.name} installed into its own folder")
     if base.python != head.python:
-        seen = {s.role: probe(s.python, side_env(s, cpu)) for s in (base, head)}
         diff = differences(seen["base"], seen["head"])
+        reference = load_config(args.config, start=head.tree).time_reference
         notes += [f"{s.role}: {envs[s.role].spec or 'this interpreter'}: {summary(seen[s.role])}." for s in (base, head)]
         notes.append("versions that differ: " + ("; ".join(diff) if diff else "none (two environments of the same "
                                                                                "versions)") + ".")
-    return base, head, notes
+        if torch_differs(seen["base"], seen["head"]):  # the unit's code is a dependency's, which changed
+            notes.append(f"times compared as measured{f', not in units of {reference}' if reference else ''}: "
+                         "torch differs between the sides, so every implementation is judged, the time reference "
+                         "included.")
+            return base, head, notes, True
+        if reference:
+            notes.append(f"times in units of {reference}, as with one environment: torch and the libraries it calls "
+                         f"({', '.join(n for n in TORCH_STACK if seen['base'].get(n))}) are the same on both sides.")
+    return base, head, notes, False
 
 
-def _measure(args: argparse.Namespace, base: Side, head: Side, schedule: Schedule, work: Path, progress
-             ) -> tuple[Outcome, float]:
+def _measure(args: argparse.Namespace, base: Side, head: Side, schedule: Schedule, work: Path, progress,
+             as_measured: bool = False) -> tuple[Outcome, float]:
     """The planned rounds, then the adaptive ones: the verdict over all of them, and the planned rounds' seconds."""
     cpu = default_device() == "cpu"
     config = load_config(args.config, start=head.tree)
     pytest_args = _pytest_args(args, config.time_reference, cpu)
-    if base.python != head.python:  # the reference's code is a dependency's, which may differ: measure it, judge it
+    if as_measured:  # the reference's code changed with torch: it is measured and judged like the rest
         config = dataclasses.replace(config, time_reference="")
     runs = Path(args.keep_runs) if args.keep_runs else work / "runs"
     runs.mkdir(parents=True, exist_ok=True)
@@ -224,17 +234,12 @@ def _compare(args: argparse.Namespace, root: Path, work: Path, progress) -> int:
              f"(--seed {schedule.seed} repeats them)")
     folders = schedule.folders()
     start = time.monotonic()
-    base, head, env_notes = _sides(args, root, work, folders, progress)
+    base, head, env_notes, as_measured = _sides(args, root, work, folders, progress)
     setup_s = time.monotonic() - start
-    outcome, planned_s = _measure(args, base, head, schedule, work, progress)
+    outcome, planned_s = _measure(args, base, head, schedule, work, progress, as_measured)
     timing, timing_note = _timing(setup_s, planned_s, args.rounds, outcome.adaptive.spent_s, time.monotonic() - start)
     report = outcome.report
     first = ", ".join(schedule.orders)
-    if base.python != head.python:
-        reference = load_config(args.config, start=head.tree).time_reference
-        env_notes.append(f"times compared as measured{f', not in units of {reference}' if reference else ''}: the "
-                         "sides run in different environments, so every implementation is judged, the time "
-                         "reference included.")
     run_notes = [f"seed {schedule.seed}: first side of each round {first}; side folders {folders[0]} (base) and "
                  f"{folders[1]} (head); each process's environment padded to a random size.",
                  outcome.adaptive.note(), timing_note]

@@ -2,7 +2,7 @@
 its own benchmark suite run in a separate process.
 
     install(tree, site, python)  -> None     # pip --target, no dependencies, no network, no build isolation
-    check_import(side)           -> None     # the installed package imports and lists its implementations
+    check_import(side)           -> versions # the installed package imports and lists its implementations
     run_round(side, out, options) -> RoundRun
     run_pair(base, head, schedule, ...)  -> (base points, head points, head's failed tests)   # one round
     interleaved(base, head, rounds, ...) -> (base runs, head runs, head's failed tests)
@@ -16,6 +16,7 @@ side's own tests/test_benchmarks.py, run from its tree, so an older revision is 
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from pathlib import Path
 from ..errors import GateInputError
 from ..gate.points import Point, load_points
 from .schedule import PAD_ENV, Schedule
+from .versions import PROBE
 
 SUITE = Path("tests") / "test_benchmarks.py"
 
@@ -79,16 +81,18 @@ def install(side: Side) -> None:
         raise GateInputError(f"{side.role} {side.name}: does not install: {_last_line(done.stderr or done.stdout)}")
 
 
-def check_import(side: Side, cpu: bool) -> None:
+def check_import(side: Side, cpu: bool) -> dict[str, str | None]:
     """The installed package imports and lists its implementations, and the side has its benchmark suite;
-    GateInputError with the error's last line otherwise."""
-    probe = "import sdpa_impls; sdpa_impls.names()"
+    GateInputError with the error's last line otherwise. Returns the versions the side runs with (versions.PROBE,
+    in the same process: no extra start-up)."""
+    probe = "import sdpa_impls; sdpa_impls.names()\n" + PROBE
     done = subprocess.run([side.python, "-c", probe], cwd=side.site, env=side_env(side, cpu), capture_output=True,
                           text=True, timeout=300)
     if done.returncode != 0:
         raise GateInputError(f"{side.role} {side.name}: does not import: {_last_line(done.stderr)}")
     if not (side.tree / SUITE).is_file():
         raise GateInputError(f"{side.role} {side.name}: has no benchmark suite ({SUITE})")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def run_round(side: Side, out: Path, pytest_args: list[str], cpu: bool, timeout: float,

@@ -2,15 +2,11 @@
 reports them, the kernel libraries, numpy, and the packages that bring `sdpa_impls` plug-ins; and which of these
 differ between the two sides of a comparison.
 
-    probe(python, env) -> {"torch": "2.13.0+cpu", "oneDNN": "3.7.1", ...}   # in a process of that environment
+    PROBE: code that prints {"torch": "2.13.0+cpu", "oneDNN": "3.12.0", ...} as JSON (sides.check_import runs it)
     differences(base, head) -> ["torch 2.13.0+cpu → 2.14.1+cu130", ...]
+    torch_differs(base, head) -> bool     # whether torch's own kernels may differ (torch_sdpa's code)
 """
 from __future__ import annotations
-
-import json
-import subprocess
-
-from ..errors import GateInputError
 
 # Runs in the side's interpreter (any Python >= 3.10, any torch): prints one JSON object.
 PROBE = r"""
@@ -44,15 +40,6 @@ print(json.dumps(out))
 """
 
 
-def probe(python: str, env: dict[str, str]) -> dict[str, str | None]:
-    """The versions seen by `python` with the process environment `env` (a side's, its install folder first)."""
-    done = subprocess.run([python, "-c", PROBE], env=env, capture_output=True, text=True, timeout=300)
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["(no message)"])[-1]
-        raise GateInputError(f"{python}: cannot report its versions: {last}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 def differences(base: dict[str, str | None], head: dict[str, str | None]) -> list[str]:
     """`name base → head` for every entry that differs ("-" where one side lacks it), in probe order."""
     names = list(dict.fromkeys([*base, *head]))
@@ -62,3 +49,13 @@ def differences(base: dict[str, str | None], head: dict[str, str | None]) -> lis
 def summary(versions: dict[str, str | None]) -> str:
     """The entries worth naming for one side: Python, torch, and whatever else it has."""
     return ", ".join(f"{n} {v}" for n, v in versions.items() if v)
+
+
+# What torch_sdpa's code is: torch's own kernels, with the libraries they call, run by this Python.
+TORCH_STACK = ("Python", "torch", "CUDA", "cuDNN", "oneDNN", "MKL")
+
+
+def torch_differs(base: dict[str, str | None], head: dict[str, str | None]) -> bool:
+    """Whether torch or a library its kernels call differs between the sides, so that torch's SDPA may have
+    changed and cannot be the time unit."""
+    return any(base.get(n) != head.get(n) for n in TORCH_STACK)
