@@ -12,15 +12,15 @@ Scenarios, each a real `continuous` of the working tree against itself (no revis
 interpreters:
   aa       --base-env a --head-env b: must pass;
   plugin5  --base-env a --head-env c: caught when a `time test_tunable[...]` check fails.
-Each trial runs with continuous's defaults but --preset (default smoke) and --impl test_tunable (torch_sdpa is
-added and, the environments differing, judged too), its runs kept. Then each scenario is judged again on subsets
-of its kept runs (one fewer run a side than a real trial kept), as tools/gpu_gate_evidence.py does; the table
-gives real and resampled counts apart with their 95 % bounds (Clopper–Pearson). Takes minutes per trial.
+Each trial runs with continuous's defaults but --preset (default smoke), --impl test_tunable and CI's 75 s of
+extra rounds, its runs kept; torch is the same on both sides, so times are in units of torch_sdpa as with one
+environment. Then each scenario is judged again on subsets of its kept runs (one fewer run a side than a real
+trial kept), as tools/gpu_gate_evidence.py does; the table gives real and resampled counts apart with their 95 %
+bounds (Clopper–Pearson). Takes minutes per trial.
 """
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import shutil
 import subprocess
@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
-from continuous_evidence import bounds, counts_of  # noqa: E402
+from continuous_evidence import CI_BUDGET, bounds, counts_of  # noqa: E402
 from gpu_gate_evidence import subsets  # noqa: E402
 from sdpa_impls.continuous.envs import build, python_of  # noqa: E402
 
@@ -72,7 +72,7 @@ def real_trial(scenario: str, pythons: dict[str, str], out: Path, preset: str) -
     base, head = SCENARIOS[scenario]
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "sdpa_impls", "continuous", "--base-env", pythons[base],
-                           "--head-env", pythons[head], "--preset", preset, "--impl", "test_tunable",
+                           "--head-env", pythons[head], "--preset", preset, "--impl", "test_tunable", "--adaptive-budget", CI_BUDGET,
                            "--json", str(verdict_file), "--keep-runs", str(verdict_file.with_suffix(""))],
                           cwd=ROOT, capture_output=True, text=True)
     verdict = json.loads(verdict_file.read_text()) if verdict_file.is_file() else {}
@@ -83,13 +83,13 @@ def real_trial(scenario: str, pythons: dict[str, str], out: Path, preset: str) -
 
 
 def resampled(out: Path, scenario: str, count: int, seed: int) -> list[dict]:
-    """`count` trials judged again on subsets of the real trials' kept runs, times as measured (as continuous
-    compares two environments)."""
+    """`count` trials judged again on subsets of the real trials' kept runs, by this tree's gate settings (torch
+    the same on both sides: in units of the time reference, as continuous judges them)."""
     from sdpa_impls.continuous.verdict import judge
     from sdpa_impls.gate.config import load_config
     from sdpa_impls.gate.points import load_points
 
-    config = dataclasses.replace(load_config(start=ROOT), time_reference="")
+    config = load_config(start=ROOT)
     trials = sorted(p for p in out.glob(f"{scenario}-[0-9][0-9]") if p.is_dir())
     results = []
     for t, runs in enumerate(trials):
