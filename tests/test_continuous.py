@@ -29,7 +29,8 @@ from sdpa_impls.continuous.verdict import judge
 ROOT = Path(__file__).resolve().parents[1]
 # Tiny and quick: the smoke preset, naive against the time reference, two processes per side. These tests check
 # the mechanics on a CI machine shared with other jobs, so the change under test triples naive's work and the
-# threshold is 25 %; the false-alarm and catch rates of the project's 3 % floor are measured in docs/records/2026-11-25-epyc-continuous-leave-one-out.md.
+# threshold is 25 %; the false-alarm and catch rates of the project's 3 % floor are measured in
+# docs/records/2026-11-25-epyc-continuous-leave-one-out.md.
 FAST = ["--preset", "smoke", "--impl", "naive", "--rounds", "2", "--max-time", "0.05", "--adaptive-budget", "0"]
 NAIVE = "sdpa_impls/impls/naive.py"
 SLOWER = """    def forward(self, inp: SDPAInputs) -> torch.Tensor:

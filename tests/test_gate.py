@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # test_tunable is naive repeated: in units of naive's time on the same case and run, a busier machine during one
 # run (other work on these 2 cores) cancels out, and the comparison is about the injected work. These tests check
 # the gate's mechanics on a CI machine shared with other jobs, so they inject +100 % work and judge at 25 %;
-# the false-alarm and catch rates of the 15 % default are measured in docs/records/2026-11-21-epyc-gate-false-alarms.md, not asserted here.
+# the false-alarm and catch rates of the 15 % default are measured in
+# docs/records/2026-11-21-epyc-gate-false-alarms.md, not asserted here.
 REF_NAIVE = 'time_reference = "naive"\ntime = "median:25%"\n'
 SLOWDOWN = "2.0"
 

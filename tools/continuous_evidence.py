@@ -1,4 +1,6 @@
-"""Count how often `sdpa-bench continuous` fails an unchanged tree and catches real regressions (docs/records/2026-11-25-epyc-continuous-leave-one-out.md).
+"""Count how often `sdpa-bench continuous` fails an unchanged tree and catches real regressions.
+
+Its measurements: docs/records/2026-11-25-epyc-continuous-leave-one-out.md and the records it cites.
 
     python tools/continuous_evidence.py --table --out /tmp/continuous-evidence --lock /tmp/sdpa-measure.lock
     python tools/continuous_evidence.py --calibrate --out /tmp/continuous-evidence --lock /tmp/sdpa-measure.lock
@@ -17,8 +19,8 @@ real code or docs change committed on top of `base`:
   fused25    the same for 10/16 of the rows: ~+25 % (between +18 % at 8/16 and +30 % at 12/16 on the fp32 cases);
   chunkedmem `chunked` holds an extra buffer of 1/50 of the query's elements during the call: ~+1 % peak memory.
 --trials N runs every scenario N times; --trials aa=40,fused5=10 names a count per scenario; --table is the goal
-table of docs/records/2026-11-25-epyc-continuous-leave-one-out.md (A/A 40, +5 %, +10 % and +1 % memory 10 each). Trials interleave the scenarios (trial t of
-each, then t + 1), and a run resumes where results.jsonl in OUT stops, with the scratch repository of its first
+table of docs/records/2026-11-25-epyc-continuous-leave-one-out.md (A/A 40, +5 %, +10 % and +1 % memory 10 each).
+Trials interleave the scenarios (trial t of each, then t + 1), and a run resumes where results.jsonl in OUT stops, with the scratch repository of its first
 start: the code measured stays that tree's (a new OUT measures a new tree). Each runs exactly what CI runs
 (`tox -e continuous`'s command: the ci preset, naive/chunked/fused + the time reference, default rounds, the same
 adaptive budget), from the scratch repository:
@@ -58,7 +60,8 @@ CI_ARGS = ["--impl", "naive", "--impl", "chunked", "--impl", "fused"]
 CI_BUDGET = "75"  # tox.ini's --adaptive-budget for `tox -e continuous`
 SCENARIOS = ("aa", "fused5", "fused10", "fused25", "chunkedmem")
 SIXTEENTHS = {"fused5": 2, "fused10": 4, "fused25": 10}  # of each query tile's rows GEMMed again
-TABLE = "aa=40,fused5=10,fused10=10,chunkedmem=10"  # the goal table of docs/records/2026-11-25-epyc-continuous-leave-one-out.md
+# the goal table of docs/records/2026-11-25-epyc-continuous-leave-one-out.md
+TABLE = "aa=40,fused5=10,fused10=10,chunkedmem=10"
 
 
 def git(repo: Path, *args: str) -> str:

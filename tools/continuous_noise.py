@@ -1,5 +1,6 @@
 """Where an A/A difference of `sdpa-bench continuous` comes from: one tree, many benchmark processes, the candidate
-causes varied at random per process, and how much of the spread between processes each one explains (docs/records/2026-11-24-epyc-continuous-noise.md).
+causes varied at random per process, and how much of the spread between processes each one explains
+(docs/records/2026-11-24-epyc-continuous-noise.md).
 
     python tools/continuous_noise.py --out /tmp/continuous-noise --processes 64 --lock /tmp/sdpa-measure.lock
     python tools/continuous_noise.py --out /tmp/continuous-noise --analyze      # the stored processes only

@@ -1,4 +1,6 @@
-"""Which interval rule should `sdpa-bench continuous` use, and how many processes per side (docs/records/2026-11-24-epyc-continuous-interval-rules.md)?
+"""Which interval rule should `sdpa-bench continuous` use, and how many processes per side?
+
+Its measurements: docs/records/2026-11-24-epyc-continuous-interval-rules.md.
 
     python tools/continuous_rules.py --noise /work/runs/noise --per-side 4,5,6 --trials 600
     python tools/continuous_rules.py --kept /work/runs/ev4 /work/runs/ev6
@@ -20,8 +22,8 @@ does:
 where that tool's own simulated A/A takes the ASLR-on ones only): N processes as base and N others as head,
 planned rounds only (no adaptive rounds). It prints two tables: A/A, where a trial fails when any benchmark is
 slower, and a synthetic copy of the `fused5` scenario on a third as many trials, where every head process's `fused`
-times are multiplied by that scenario's calibration of docs/records/2026-11-24-epyc-continuous-trials.md per case and a trial counts when a `fused`
-benchmark is slower. The trials share processes, so the counts are a resampling estimate, not independent trials.
+times are multiplied by that scenario's calibration of docs/records/2026-11-24-epyc-continuous-trials.md per case and
+a trial counts when a `fused` benchmark is slower. The trials share processes, so the counts are a resampling estimate, not independent trials.
 `--kept` judges the finished runs of `tools/continuous_evidence.py` again (all their rounds, the extra ones
 included) under each rule. Not a test.
 """
@@ -47,8 +49,8 @@ from sdpa_impls.gate.config import load_config  # noqa: E402
 from sdpa_impls.gate.points import load_points  # noqa: E402
 
 FLOOR = 1.03
-# fused5 measured alone, fused time of the scenario / base per ci case (docs/records/2026-11-24-epyc-continuous-trials.md, "Calibration"); the decode
-# case is untouched by construction.
+# fused5 measured alone, fused time of the scenario / base per ci case
+# (docs/records/2026-11-24-epyc-continuous-trials.md, "Calibration"); the decode case is untouched by construction.
 FUSED5 = {"L128-E64-fp32-fwd": 1.081, "L128-E64-bf16-causal-fwd": 1.104, "L96-E32-fp32-fwd+bwd": 1.024,
           "L128-E64-fp32-boolmask-fwd": 1.054, "L1024-E64-fp32-fwd": 1.048, "L1024-E64-fp32-fwd+bwd": 1.020,
           "L1024-E128-bf16-fwd": 1.037}

@@ -1,4 +1,6 @@
-"""How `fused`'s query rows per tile move its time on the mask structures (docs/records/2026-11-24-epyc-mask-structures.md).
+"""How `fused`'s query rows per tile move its time on the mask structures.
+
+Its measurements: docs/records/2026-11-24-epyc-mask-structures.md.
 
     python tools/fused_rows.py --length 8192 [--rounds 7] [--profile]
 

@@ -1,5 +1,6 @@
 """The elementwise passes that lead `fused`'s and `chunked`'s GPU profiles, each timed against the alternatives that
-would replace it, on the tiles the CUDA plan makes (docs/records/2026-11-26-h200-llm-speed.md, "What the H200 profiles say").
+would replace it, on the tiles the CUDA plan makes
+(docs/records/2026-11-26-h200-llm-speed.md, "What the H200 profiles say").
 
     python tools/fused_variants.py --device cuda --out /tmp/variants.json
 

@@ -1,4 +1,6 @@
-"""Count the gate's false alarms and catches over repeated real runs (the numbers in docs/records/2026-11-21-epyc-gate-false-alarms.md).
+"""Count the gate's false alarms and catches over repeated real runs.
+
+Its numbers: docs/records/2026-11-21-epyc-gate-false-alarms.md.
 
     flock /tmp/sdpa-measure.lock python tools/gate_evidence.py --trials 10 --out /tmp/gate-evidence
 

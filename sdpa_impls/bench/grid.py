@@ -198,8 +198,9 @@ _SMOKE = (
 
 PRESETS: dict[str, tuple[Case, ...]] = {
     "smoke": _SMOKE,
-    # smoke plus the cases of the CPU performance targets of docs/explanation/cpu-performance.md at a size CI affords (L=1024):
-    # `tox -e gate` measures it; its in-run rules check the memory ratios, and the targets with `cpu_targets = true`
+    # smoke plus the cases of the CPU performance targets of docs/explanation/cpu-performance.md at a size CI affords
+    # (L=1024): `tox -e gate` measures it; its in-run rules check the memory ratios, and the targets with
+    # `cpu_targets = true`
     "ci": _SMOKE + (
         Case(lq=1024, lk=1024, e=64),
         Case(lq=1024, lk=1024, e=64, mode="fwd+bwd"),
