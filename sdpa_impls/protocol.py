@@ -237,7 +237,9 @@ class Implementation:
                 scale: float | None = None, enable_gqa: bool = False, *,
                 structure: Structure | None = None) -> Callable[[], torch.Tensor]:
         """Validate and check support once; return a zero-argument closure that only computes. `structure`
-        (keyword only) names what the dense `attn_mask` is, for implementations with a native form of it."""
+        (keyword only) names what the dense `attn_mask` is, for implementations with a native form of it. The
+        closure may carry an `op` string, the library's own name for what it runs (xformers: "cutlassF-pt"),
+        which a benchmark records with the point."""
         inp = SDPAInputs(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, structure)
         reasons = self.not_supported_reasons(inp)
         if reasons:

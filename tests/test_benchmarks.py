@@ -92,7 +92,8 @@ def test_sdpa(benchmark, request: pytest.FixtureRequest, sdpa_point: tuple[str, 
             rounds = min(max(int(config.getoption("benchmark_min_rounds")), int(max_time / sample_s)), MAX_ROUNDS)
             benchmark.pedantic(target, iterations=calls, rounds=rounds, warmup_rounds=1)
     result = Result(impl_name, case, sdpa_device, "ok", peak_memory_bytes=memory, max_error=point.max_error,
-                    error_tolerance=point.error_tolerance, kernels=point.kernels, compile_s=point.compile_s)
+                    error_tolerance=point.error_tolerance, kernels=point.kernels, compile_s=point.compile_s,
+                    op=point.op)
     if benchmark.stats is not None:  # None when benchmarks are disabled (smoke mode)
         timed = summarize(list(benchmark.stats.stats.data), calls)
         if how.method == GRAPH:  # the eager time, and so the host overhead, goes to extra_info

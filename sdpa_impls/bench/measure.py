@@ -54,6 +54,7 @@ class PreparedPoint:
     error_tolerance: float
     kernels: tuple[str, ...] = ()  # what one profiled call ran: CUDA kernels, or aten ops on CPU; longest first
     compile_s: float | None = None  # the first call of a closure that compiles (compilation.compile_once)
+    op: str = ""  # the library's own name for what the closure runs, where it says (its `op` attribute)
 
 
 class BackwardOnly:
@@ -84,14 +85,18 @@ class BackwardOnly:
 
 def mode_closure(impl, inputs: Inputs, mode: str) -> Callable[[], object]:
     """The zero-argument closure to time: forward, backward only (forward done outside), or both. It declares
-    the implementation's call context (see `timing.call_context`) as its own."""
+    the implementation's call context (see `timing.call_context`) and the `op` it runs as its own."""
     fwd = inputs.prepare(impl)
     if mode == "fwd":
         return fwd
     leaves = (inputs.query, inputs.key, inputs.value)
     if mode == "fwd+bwd":
-        return same_context(lambda: torch.autograd.grad(fwd(), leaves, inputs.grad_out), fwd)
-    return BackwardOnly(fwd, leaves, inputs.grad_out)
+        fn = same_context(lambda: torch.autograd.grad(fwd(), leaves, inputs.grad_out), fwd)
+    else:
+        fn = BackwardOnly(fwd, leaves, inputs.grad_out)
+    if getattr(fwd, "op", ""):
+        fn.op = fwd.op  # type: ignore[attr-defined]
+    return fn
 
 
 def prepare_point(impl_name: str, ctx: CaseContext) -> PreparedPoint:
@@ -110,7 +115,7 @@ def prepare_point(impl_name: str, ctx: CaseContext) -> PreparedPoint:
     err, tol = ctx.check(impl)
     prof = profile_call(fn, ctx.device)  # a closure that compiles runs here where a recompile raises Recompiled
     check_pinned(impl, prof)  # DispatchMismatch: a pinned backend that ran another backend's kernel
-    return PreparedPoint(fn, err, tol, prof.kernels, compile_s)
+    return PreparedPoint(fn, err, tol, prof.kernels, compile_s, str(getattr(fn, "op", "") or ""))
 
 
 def failed(base: Result, exc: BaseException) -> Result:
@@ -137,7 +142,7 @@ def _prepared(impl_name: str, ctx: CaseContext) -> tuple[Result, Callable[[], ob
     except Exception as exc:
         return failed(base, exc), None
     return replace(base, max_error=point.max_error, error_tolerance=point.error_tolerance,
-                   kernels=point.kernels, compile_s=point.compile_s), point.fn
+                   kernels=point.kernels, compile_s=point.compile_s, op=point.op), point.fn
 
 
 def _finished(base: Result, fn: Callable[[], object], timing: Timing, device: DeviceTiming, log: ClockLog,

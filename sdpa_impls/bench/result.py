@@ -35,6 +35,7 @@ class Result:
     speedup_vs_torch_sdpa: float | None = None
     kernels: tuple[str, ...] = ()  # what one profiled call ran: CUDA kernels, or aten ops on CPU; longest first
     compile_s: float | None = None  # compiled implementations: the first call (compilation + one call), once
+    op: str = ""  # the library's own name for what ran, where the implementation says (xformers: "cutlassF-pt")
     # Device time (bench.devicetime): `median_s` above is the eager time, a loop of calls as a user makes them. On
     # CUDA the call is also captured in a CUDA graph and its replays timed: the GPU's own time. method "cuda-graph",
     # "eager" (not capturable: `device_time_reason` says why, and the device time is the eager time) or "cpu" (one
