@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 
 import pytest
 import torch
@@ -24,6 +25,23 @@ def test_xformers_gqa_runs_or_skips_with_a_reason_never_fails(mode: str, mask: s
     assert r.status in ("ok", "skipped"), r.reason
     if r.status == "ok":
         assert r.max_error <= r.error_tolerance
+
+
+XFORMERS_FW = r"(fa3F@\S+|fa2F@\S+|cutlassF-pt)"  # the forward ops of xformers' CUDA dispatch, by their NAME
+XFORMERS_BW = r"(fa3B@\S+|fa2B@\S+|cutlassB-pt)"
+
+
+@pytest.mark.parametrize("mode", ["fwd", "fwd+bwd"])
+def test_xformers_records_the_ops_that_ran_by_their_names(mode: str) -> None:
+    """Where its own `_C` loads or not (a wheel built for another torch): xformers' dispatch picks an op that calls
+    torch's kernels (or FlashAttention's), the point runs, and its record names the op as xformers does; the
+    profiled kernels agree with it."""
+    pytest.importorskip("xformers", reason="xformers is not installed")
+    r = run_point("xformers", CaseContext(Case(lq=256, lk=256, e=64, dtype="fp16", mode=mode), "cuda"), FAST)
+    assert r.status == "ok", f"{r.status}: {r.reason}"
+    assert re.fullmatch(XFORMERS_FW + (f" \\+ {XFORMERS_BW}" if mode != "fwd" else ""), r.op), r.op
+    family = "cutlass" if r.op.startswith("cutlass") else "flash"
+    assert any(family in k.lower() for k in r.kernels), (r.op, r.kernels[:5])
 
 
 @pytest.mark.parametrize("case", [
@@ -142,9 +160,9 @@ def _imports(module: str) -> bool:
         return False
 
 
-def _xformers_kernels_load() -> bool:
-    """xformers imports and its compiled kernels load: a wheel built for another torch imports, yet runs nothing,
-    and says so as the implementation's reason."""
+def _xformers_imports() -> bool:
+    """xformers imports. Its own compiled kernels need not load (a wheel built for another torch): its attention ops
+    call torch's kernels, FlashAttention's or Triton's."""
     from sdpa_impls.impls.xformers import _fmha
 
     return _fmha()[0] is not None
@@ -163,8 +181,8 @@ def meant_to_run(impl: str, case: Case) -> bool:
             mask.startswith("window")
     if impl == "flashinfer":  # the ragged decode batch, and a one-request decode
         return _imports("flashinfer") and fwd and (mask == "padding" or (mask == "none" and case.batch == 1))
-    if impl == "xformers":  # its bias classes (the padded-keys one forward), where its CUDA kernels load
-        return _xformers_kernels_load() and (mask.startswith(("window", "documents")) or (mask == "padding" and fwd))
+    if impl == "xformers":  # its bias classes (the padded-keys one forward)
+        return _xformers_imports() and (mask.startswith(("window", "documents")) or (mask == "padding" and fwd))
     if impl == "flash_attn4":  # window_size, and no mask at all
         return _imports("flash_attn.cute") and mask.startswith(("window", "none"))
     if impl == "cudnn_frontend":  # every structure as a dense bias but the padded decode batches, causal as its band

@@ -1,13 +1,20 @@
 """xformers' layouts and bias, checked on CPU: plain torch in, shapes by xformers' own rules, and the attention
-they describe (emulated in float64 in xformers' layout) equal to the fp64 reference."""
+they describe (emulated in float64 in xformers' layout) equal to the fp64 reference. Then its reasons (xformers'
+dispatch's words, one note where its `_C` did not load) and the record of the op that ran."""
 from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import sdpa_impls
-from sdpa_impls.impls.xformers import _bias_tensor, _layout
-from sdpa_impls.protocol import SDPAInputs
+from sdpa_impls import registry
+from sdpa_impls.bench.check import CaseContext
+from sdpa_impls.bench.grid import Case
+from sdpa_impls.bench.measure import Options, run_point
+from sdpa_impls.bench.result import Result
+from sdpa_impls.impls.xformers import _bias_tensor, _cuda_build_unread, _layout, _op_names, _with_note
+from sdpa_impls.protocol import Implementation, SDPAInputs
 
 CASES = {  # (B, Hq, Hkv, Lq, Lk, E); Lk not a multiple of 8 so the row padding matters
     "mha": (2, 4, 4, 5, 13, 8),
@@ -91,3 +98,74 @@ def test_packed_layout_concatenates_the_batch_and_keeps_gqa_grouped(name: str, g
         k = _layout(inp, packed=True)[1]
         assert k.stride(3) == 0
         assert k.untyped_storage().nbytes() == inp.key.numel() * inp.key.element_size()
+
+
+NOTE = "(xformers' compiled kernels did not load: built for torch 2.10.0+cu128 with CUDA 12.8, this is torch 2.11.0)"
+
+
+def test_xformers_refusals_are_its_own_words_with_one_note_and_acceptance_is_never_refused() -> None:
+    refused = ["`cutlassF-pt` is not supported because:", "dtype=torch.float64 (supported: {...})",
+               "`fa2F@2.5.7-pt` is not supported because:", "dtype=torch.float64 (supported: {...})"]
+    assert _with_note(refused, NOTE) == [*refused, NOTE]
+    assert _with_note(refused, "") == refused  # `_C` loaded: nothing to add
+    assert _with_note([], NOTE) == []  # an op accepts the case: it runs, `_C` or not
+
+
+def test_xformers_takes_its_cuda_build_as_such_only_where_it_would_misread_it() -> None:
+    assert _cuda_build_unread(loaded=False, built_cuda=1208, torch_cuda="13.0")  # torch 2.11+cu130: _C fails
+    assert not _cuda_build_unread(loaded=True, built_cuda=1208, torch_cuda="12.8")  # loaded: xformers knows
+    assert not _cuda_build_unread(loaded=False, built_cuda=None, torch_cuda="13.0")  # a build without CUDA
+    assert not _cuda_build_unread(loaded=False, built_cuda=1208, torch_cuda=None)  # a CPU torch
+
+
+def test_the_ops_that_ran_are_named_as_xformers_names_them() -> None:
+    class CutlassF:
+        NAME = "cutlassF-pt"
+
+    class CutlassB:
+        NAME = "cutlassB-pt"
+
+    assert _op_names((CutlassF, None)) == "cutlassF-pt"
+    assert _op_names((CutlassF, CutlassB)) == "cutlassF-pt + cutlassB-pt"
+
+
+class NamesItsOp(Implementation):
+    """torch's math SDPA whose closure says what it runs, as xformers' closure does."""
+
+    name = "test_names_its_op"
+
+    def prepare_inputs(self, inp: SDPAInputs):
+        def call() -> torch.Tensor:
+            return F.scaled_dot_product_attention(inp.query, inp.key, inp.value, inp.attn_mask,
+                                                  is_causal=inp.is_causal, enable_gqa=inp.enable_gqa)
+
+        call.op = "sdpa-math"
+        return call
+
+
+@pytest.mark.parametrize("mode", ["fwd", "fwd+bwd", "bwd"])
+def test_the_op_a_closure_names_is_recorded_in_results_and_extra_info(mode: str, monkeypatch) -> None:
+    monkeypatch.setitem(registry._REGISTRY, NamesItsOp.name, NamesItsOp())
+    ctx = CaseContext(Case(lq=16, lk=16, e=8, mode=mode), "cpu")
+    fast = Options(budget_s=0.0, min_reps=1, max_reps=1, warmup=0, memory=False)
+    r = run_point(NamesItsOp.name, ctx, fast)
+    assert r.status == "ok" and r.op == "sdpa-math", r.reason
+    assert r.extra_info()["op"] == "sdpa-math" and r.as_dict()["op"] == "sdpa-math"
+    assert Result.from_dict(r.as_dict()).op == "sdpa-math"
+    assert run_point("naive", ctx, fast).op == ""  # an implementation that says nothing records nothing
+
+
+def test_xformers_on_cpu_gives_reasons_not_a_kernel_load_failure() -> None:
+    """With xformers installed whose `_C` does not load (a CPU torch): the device, never "cannot load"."""
+    pytest.importorskip("xformers", reason="xformers is not installed")
+    from sdpa_impls.impls.xformers import _chosen, _fmha, _kernels_note
+
+    fmha, missing = _fmha()
+    assert fmha is not None, missing
+    q = torch.randn(1, 2, 16, 64, dtype=torch.float16)
+    reasons = sdpa_impls.get("xformers").unsupported_reasons(q, q, q)
+    assert reasons == ["device=cpu (supported: cuda)"]
+    own = _chosen(SDPAInputs(q, q, q), fmha)[3]  # xformers' own dispatch, asked about CPU tensors
+    assert own and any("device=cpu" in r for r in own), own
+    note = _kernels_note()
+    assert _with_note(own, note).count(note) == (1 if note else 0)

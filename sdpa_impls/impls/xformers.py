@@ -4,6 +4,16 @@ xformers' fmha/flash.py imports `flash_attn.flash_attn_interface` (FlashAttentio
 found. flash-attn-4 installs `flash_attn` as a namespace package holding only `cute`, so with it alone that import
 fails and so would xformers'. There xformers is imported with `flash_attn` hidden (`hidden_module`), as where
 FlashAttention-2 is not installed: its flash op then calls torch's own flash kernel. Any other failure is its reason.
+
+xformers' own compiled extension (`_C`) loads only with the torch and CUDA it was built for; elsewhere xformers
+warns and imports. Its attention ops do not need `_C`: cutlass (`cutlassF-pt`/`cutlassB-pt`) calls torch's
+`aten._efficient_attention_forward/backward`, flash without FlashAttention-2 (`fa2F@<version>-pt`) calls
+`aten._flash_attention_forward/backward`, and `triton_splitKF` is Triton; each op's own `is_available` says whether
+its kernel exists. Which op runs is xformers' dispatch's choice (`fmha._dispatch_fw`/`_dispatch_bw`), passed to the
+call and reported as the closure's `op`; where it refuses a case its words are the reasons, with one note that `_C`
+did not load. xformers 0.0.35 keeps its build metadata only when `_C` loads, so it then takes a CUDA build for one
+without CUDA and refuses every op on CUDA ("xFormers wasn't build with CUDA support"): where the wheel's own
+metadata says it was built with CUDA and this torch is a CUDA build, that flag is set to what the metadata says.
 """
 from __future__ import annotations
 
@@ -23,7 +33,8 @@ from .xformers_bias import NativeBias, native_bias
 
 @functools.lru_cache(maxsize=None)
 def _fmha() -> tuple[ModuleType | None, str]:
-    """Import xformers' fmha lazily (it is slow and noisy); the error text when it is missing."""
+    """Import xformers' fmha lazily (it is slow and noisy); the error text when it is missing. Where xformers takes
+    its CUDA build for one without CUDA (`_cuda_build_unread`), its flag is set to what its build metadata says."""
     namespace = fa4_namespace_only()
     try:
         with hidden_module("flash_attn") if namespace else contextlib.nullcontext():
@@ -34,8 +45,14 @@ def _fmha() -> tuple[ModuleType | None, str]:
         return None, f"xformers failed to import: {type(exc).__name__}: {exc}{_flash_attn_note(exc)}"
     if not hasattr(fmha, "memory_efficient_attention"):  # an incomplete install: a reason, not an AttributeError
         return None, "xformers.ops.fmha imports without memory_efficient_attention (an incomplete xformers install)"
-    unloaded = _kernels_not_loaded()
-    return (None, unloaded) if unloaded else (fmha, "")
+    import xformers
+
+    built = _build_info(xformers)
+    common = getattr(fmha, "common", None)
+    if hasattr(common, "_built_with_cuda") and _cuda_build_unread(
+            getattr(xformers, "_has_cpp_library", True), built[1] if built else None, torch.version.cuda):
+        common._built_with_cuda = True  # what its own build metadata says (see the module docstring)
+    return fmha, ""
 
 
 def _flash_attn_note(exc: BaseException) -> str:
@@ -48,24 +65,53 @@ def _flash_attn_note(exc: BaseException) -> str:
     return f" (xformers' fmha/flash.py imports FlashAttention-2 from the installed flash_attn package: {where})"
 
 
-def _kernels_not_loaded() -> str:
-    """Why xformers' compiled kernels did not load, or "" when they did. A wheel built for another torch or CUDA
-    imports, warns once, and then refuses every call with a long per-operator list; this says it once."""
+def _build_info(xformers: ModuleType) -> tuple[str, int | None] | None:
+    """(torch version, CUDA version) xformers' `_C` was built for, from the error of its failed load; None when it
+    loaded or the error carries no build metadata."""
+    exc = getattr(getattr(xformers, "_cpp_lib", None), "_cpp_library_load_exception", None)
+    built = getattr(exc, "build_info", None)
+    if built is None:
+        return None
+    try:
+        return str(built.torch_version), built.cuda_version
+    except (KeyError, TypeError, AttributeError):  # build metadata of another shape
+        return None
+
+
+def _cuda_build_unread(loaded: bool, built_cuda: int | None, torch_cuda: str | None) -> bool:
+    """Whether xformers takes its CUDA build for one without CUDA: `_C` did not load (so xformers 0.0.35 kept no
+    build metadata and `fmha.common._built_with_cuda` is False), its metadata says CUDA `built_cuda`, and this torch
+    is a CUDA build (`torch_cuda`, torch.version.cuda). Then every op would refuse every CUDA case for that alone."""
+    return not loaded and built_cuda is not None and torch_cuda is not None
+
+
+def _kernels_note() -> str:
+    """One note for xformers' refusals where its compiled extension `_C` did not load, or "" where it loaded.
+    Never a reason by itself: xformers' attention ops do not need `_C` (the module docstring)."""
     import xformers
 
     if getattr(xformers, "_has_cpp_library", True):
         return ""
-    exc = getattr(getattr(xformers, "_cpp_lib", None), "_cpp_library_load_exception", None)
-    built = getattr(exc, "build_info", None)
-    version = getattr(xformers, "__version__", "?")
+    built = _build_info(xformers)
     if built is not None:
-        try:
-            return (f"xformers {version} cannot load its CUDA kernels: built for torch {built.torch_version}, "
-                    f"this is torch {torch.__version__} (install the xformers build for this torch)")
-        except (KeyError, TypeError):  # build metadata of another shape: the generic reason below
-            pass
-    first = str(exc).strip().splitlines()[0] if exc is not None else "no compiled extension"
-    return f"xformers {version} cannot load its CUDA kernels ({first})"
+        cuda = f" with CUDA {built[1] // 100}.{built[1] % 100}" if isinstance(built[1], int) else ""  # 1208: 12.8
+        return (f"(xformers' compiled kernels did not load: built for torch {built[0]}{cuda}, "
+                f"this is torch {torch.__version__})")
+    exc = getattr(getattr(xformers, "_cpp_lib", None), "_cpp_library_load_exception", None)
+    first = str(exc).strip().splitlines()[0] if exc is not None and str(exc).strip() else "no compiled extension"
+    return f"(xformers' compiled kernels did not load: {first})"
+
+
+def _with_note(reasons: list[str], note: str) -> list[str]:
+    """xformers' reasons for refusing a case, with `note` added once; no reasons stay none (a case an op accepts
+    runs, whatever the note)."""
+    return [*reasons, note] if reasons and note else list(reasons)
+
+
+def _op_names(ops: tuple[object, ...]) -> str:
+    """The xformers ops that run a call, by xformers' own names (`NAME`): "cutlassF-pt", or with gradients
+    "fa2F@2.5.7-pt + fa2B@2.5.7-pt"."""
+    return " + ".join(str(getattr(op, "NAME", op)) for op in ops if op is not None)
 
 
 def _grouped(inp: SDPAInputs) -> bool:
@@ -135,28 +181,31 @@ def _bias(inp: SDPAInputs, fmha: ModuleType, native: bool = True) -> tuple[objec
     return _bias_tensor(inp), False
 
 
-def _dispatch_reasons(inp: SDPAInputs, fmha: ModuleType, bias: object | None, packed: bool) -> list[str]:
-    """xformers' own reasons for refusing (forward, and backward with gradients), empty when an op takes it."""
+def _dispatch(inp: SDPAInputs, fmha: ModuleType, bias: object | None, packed: bool
+              ) -> tuple[tuple[object, object | None] | None, list[str]]:
+    """xformers' own choice, (forward op, backward op with gradients), or None and its reasons for refusing."""
     q, k, v = _layout(inp, packed)
     x_inp = fmha.Inputs(query=q, key=k, value=v, attn_bias=bias, p=inp.dropout_p, scale=inp.scale)
     x_inp.validate_inputs()  # a ValueError here is a bug in our layout: it fails the point, never skips it
     try:
-        op = fmha._dispatch_fw(x_inp, inp.needs_grad)
+        fw = fmha._dispatch_fw(x_inp, inp.needs_grad)
+        bw = None
         if inp.needs_grad:  # a variable-length bias's log-sum-exp comes in the forward op's format
-            fmha._dispatch_bw(x_inp, varlen_lse_packed=getattr(op, "VARLEN_LSE_PACKED", None))
+            bw = fmha._dispatch_bw(x_inp, varlen_lse_packed=getattr(fw, "VARLEN_LSE_PACKED", None))
     except NotImplementedError as exc:
-        return [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return []
+        return None, [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return (fw, bw), []
 
 
-def _chosen(inp: SDPAInputs, fmha: ModuleType) -> tuple[object | None, bool, list[str]]:
-    """The structure's native bias where xformers runs it, else the dense one: (bias, packed, reasons)."""
+def _chosen(inp: SDPAInputs, fmha: ModuleType
+            ) -> tuple[object | None, bool, tuple[object, object | None] | None, list[str]]:
+    """The structure's native bias where xformers runs it, else the dense one: (bias, packed, ops, reasons)."""
     bias, packed = _bias(inp, fmha)
-    reasons = _dispatch_reasons(inp, fmha, bias, packed)
+    ops, reasons = _dispatch(inp, fmha, bias, packed)
     if reasons and _native(inp) is not None and inp.attn_mask is not None:
         bias, packed = _bias(inp, fmha, native=False)
-        reasons = _dispatch_reasons(inp, fmha, bias, packed)
-    return bias, packed, reasons
+        ops, reasons = _dispatch(inp, fmha, bias, packed)
+    return bias, packed, ops, reasons
 
 
 @register
@@ -176,26 +225,30 @@ class XFormers(Implementation):
         fmha, _ = _fmha()
         if fmha is None or inp.is_empty:
             return []  # both said by not_supported_reasons
-        return _chosen(inp, fmha)[2]
+        return _with_note(_chosen(inp, fmha)[3], _kernels_note())
 
     def prepare_inputs(self, inp: SDPAInputs) -> Callable[[], torch.Tensor]:
+        """The call with the ops xformers' dispatch chose, passed explicitly, so the closure's `op` names what runs."""
         fmha, _ = _fmha()
-        bias, packed, _ = _chosen(inp, fmha)  # the structure's own bias is built here, outside the timed call
+        bias, packed, ops, _ = _chosen(inp, fmha)  # the structure's own bias is built here, outside the timed call
         b, hq, lq, ev = inp.query.shape[0], inp.query.shape[1], inp.query.shape[2], inp.value.shape[-1]
         p, scale = inp.dropout_p, inp.scale
         attention = fmha.memory_efficient_attention
         if inp.needs_grad:  # views (and the GQA repeat) inside the call: autograd builds a fresh graph each call
             def call() -> torch.Tensor:
                 q, k, v = _layout(inp, packed)
-                return attention(q, k, v, attn_bias=bias, p=p, scale=scale).reshape(b, lq, hq, ev).transpose(1, 2)
+                out = attention(q, k, v, attn_bias=bias, p=p, scale=scale, op=ops)
+                return out.reshape(b, lq, hq, ev).transpose(1, 2)
 
+            call.op = _op_names(ops or ())  # type: ignore[attr-defined]
             return call
         q, k, v = _layout(inp, packed)
 
         def call_fwd() -> torch.Tensor:
-            out = attention(q, k, v, attn_bias=bias, p=p, scale=scale)
+            out = attention(q, k, v, attn_bias=bias, p=p, scale=scale, op=ops)
             return out.reshape(b, lq, hq, ev).transpose(1, 2)  # (B or 1, B·L, ...) back to (B, H, L, Ev)
 
+        call_fwd.op = _op_names(ops or ())  # type: ignore[attr-defined]
         return call_fwd
 
     def forward(self, inp: SDPAInputs) -> torch.Tensor:
