@@ -46,6 +46,8 @@ from ..gate.config import load_config
 EXIT_UNUSABLE = 2
 ROUNDS, MAX_TIME, MIN_ROUNDS = 4, 0.1, 8  # per side: 4 processes of the ci preset fit CI's 5 minutes on 2 cores
 ADAPTIVE_BUDGET = 300.0  # seconds of extra rounds for undecided benchmarks, after the planned rounds
+ROUND_TIMEOUT = 1800.0  # one process of one side: the ci preset takes ~25 s, the quick preset with six implementations
+                        # more than 600 s on a 2-core CPU
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -73,6 +75,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--adaptive-budget", type=float, default=ADAPTIVE_BUDGET, metavar="S",
                         help=f"seconds of extra rounds (base and head again, undecided benchmarks only) after the "
                              f"planned ones, until each benchmark is decided (default {ADAPTIVE_BUDGET:g}; 0: none)")
+    parser.add_argument("--round-timeout", type=float, default=ROUND_TIMEOUT, metavar="S",
+                        help=f"the longest one side's benchmark process may run before the comparison stops with exit "
+                             f"2 (default {ROUND_TIMEOUT:g}; a large preset on a slow CPU needs more)")
     parser.add_argument("--seed", type=int, default=None, metavar="N",
                         help="seed of the random order of sides, folder names and environment sizes (default: a "
                              "fresh one, printed and written to --json)")
@@ -195,7 +200,8 @@ def _measure(args: argparse.Namespace, base: Side, head: Side, schedule: Schedul
     runs = Path(args.keep_runs) if args.keep_runs else work / "runs"
     runs.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
-    base_runs, head_runs, failed = interleaved(base, head, args.rounds, pytest_args, cpu, runs, schedule, progress)
+    base_runs, head_runs, failed = interleaved(base, head, args.rounds, pytest_args, cpu, runs, schedule, progress,
+                                               args.round_timeout)
     planned_s = time.monotonic() - start
     per_round = planned_s / args.rounds
 
@@ -204,7 +210,8 @@ def _measure(args: argparse.Namespace, base: Side, head: Side, schedule: Schedul
             selected = ["-k", keyword(terms)]
         except ValueError as exc:
             raise GateInputError(f"adaptive round {index}: {exc}") from None
-        return run_pair(base, head, schedule, pytest_args + selected, cpu, runs, f"a{index}", progress=progress)
+        return run_pair(base, head, schedule, pytest_args + selected, cpu, runs, f"a{index}", args.round_timeout,
+                        progress)
 
     # the first extra round is expected to take as long as a planned one (it measures fewer benchmarks, but each
     # process still starts, imports torch and samples the ceilings): the budget is not overrun by guessing low
@@ -226,6 +233,8 @@ def _compare(args: argparse.Namespace, root: Path, work: Path, progress) -> int:
         raise UsageError("--rounds should be at least 1")
     if args.adaptive_budget < 0:
         raise UsageError("--adaptive-budget should be at least 0 seconds")
+    if args.round_timeout <= 0:
+        raise UsageError("--round-timeout should be more than 0 seconds")
     try:
         schedule = Schedule(args.seed) if args.seed is not None else Schedule.fresh()
     except ValueError as exc:

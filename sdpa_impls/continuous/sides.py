@@ -105,7 +105,8 @@ def run_round(side: Side, out: Path, pytest_args: list[str], cpu: bool, timeout:
         done = subprocess.run(cmd, cwd=side.tree, env=side_env(side, cpu, padding), capture_output=True, text=True,
                               timeout=timeout)
     except subprocess.TimeoutExpired:
-        raise GateInputError(f"{side.role} {side.name}: its benchmark run took more than {timeout:.0f} s") from None
+        raise GateInputError(f"{side.role} {side.name}: its benchmark run took more than {timeout:.0f} s "
+                             "(--round-timeout)") from None
     text = done.stdout + done.stderr
     failed = tuple(line.strip() for line in text.splitlines() if line.startswith(("FAILED ", "ERROR ")))
     return RoundRun(out, done.returncode, failed, text[-3000:])
