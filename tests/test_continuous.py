@@ -193,7 +193,8 @@ def test_an_unknown_revision_is_unusable(repo: dict) -> None:
 
 
 @pytest.mark.parametrize("flag, value, message", [("--seed", "-1", "--seed: the seed should be a non-negative"),
-                                                  ("--adaptive-budget", "-5", "--adaptive-budget should be at least")])
+                                                  ("--adaptive-budget", "-5", "--adaptive-budget should be at least"),
+                                                  ("--round-timeout", "0", "--round-timeout should be more than 0")])
 def test_a_bad_seed_or_budget_is_one_message(repo: dict, flag: str, value: str, message: str) -> None:
     code, out, err = continuous(repo["path"], repo["good"], *FAST, flag, value)
     assert code == 2 and out == "" and err.count("\n") == 1 and message in err
