@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,6 +35,10 @@ MEASURE_LOCK = Path("/tmp/sdpa-measure.lock")  # measurements on a shared machin
 LOCK_WAIT_S = 1800  # the longest wait for it before the test fails
 BRANCH = "asv-history"
 IMPLS = ("naive", "xformers", "torch_sdpa")  # xformers never runs on CPU: its cells must be skipped, not failed
+HISTORY_ENV = "virtualenv"  # asv's environment of the history (the matrix's pinned torch), by its name's start
+# a second environment for the same commits, as a user with another torch adds one (docs/asv.md): asv records an
+# `existing:` interpreter under its path, so its results are a series of their own
+SECOND_PYTHON = sys.executable
 SCREENSHOT_ENV = "SDPA_ASV_SCREENSHOT"  # where to copy the graph screenshot (docs/asv-site.png)
 APT_PACKAGES = ("chromium", "libjs-jquery", "libjs-jquery-flot", "libjs-bootstrap", "libjs-jquery-stupidtable",
                 "node-blueimp-md5")
@@ -108,28 +113,27 @@ def write_config(tmp: Path, repo: Path, branch: str, benchmark_dir: Path = ROOT 
     return path
 
 
-def values(results_dir: Path, machine: str, benchmark: str) -> dict[str, dict[tuple[str, ...], float | None]]:
+def results_of(results_dir: Path, machine: str, benchmark: str, env: str) -> Iterator[tuple[object, list, list]]:
+    """asv's result files of one machine that hold `benchmark` (a commit measured by another suite has none), from
+    the environments whose name starts with `env`; with each, the benchmark's parameters and its (impl, case) keys."""
+    for res in asv_results.iter_results_for_machine(str(results_dir), machine):
+        if benchmark in res.get_all_result_keys() and res.env_name.startswith(env):
+            params = res.get_result_params(benchmark)  # asv stores each parameter value as its repr()
+            yield res, params, [tuple(ast.literal_eval(p) for p in combo) for combo in itertools.product(*params)]
+
+
+def values(results_dir: Path, machine: str, benchmark: str,
+           env: str = "") -> dict[str, dict[tuple[str, ...], float | None]]:
     """{commit: {(impl, case): value}} from asv's own result files (NaN: skipped, None: failed)."""
-    out = {}
-    for res in asv_results.iter_results_for_machine(str(results_dir), machine):
-        if benchmark not in res.get_all_result_keys():  # a commit measured by another suite
-            continue
-        params = res.get_result_params(benchmark)  # asv stores each parameter value as its repr()
-        keys = [tuple(ast.literal_eval(p) for p in combo) for combo in itertools.product(*params)]
-        out[res.commit_hash] = dict(zip(keys, res.get_result_value(benchmark, params)))
-    return out
+    return {res.commit_hash: dict(zip(keys, res.get_result_value(benchmark, params)))
+            for res, params, keys in results_of(results_dir, machine, benchmark, env)}
 
 
-def stats_of(results_dir: Path, machine: str, benchmark: str) -> dict[str, dict[tuple[str, ...], dict | None]]:
+def stats_of(results_dir: Path, machine: str, benchmark: str,
+             env: str = "") -> dict[str, dict[tuple[str, ...], dict | None]]:
     """{commit: {(impl, case): asv's statistics of the samples}} (None: skipped or failed)."""
-    out = {}
-    for res in asv_results.iter_results_for_machine(str(results_dir), machine):
-        if benchmark not in res.get_all_result_keys():
-            continue
-        params = res.get_result_params(benchmark)
-        keys = [tuple(ast.literal_eval(p) for p in combo) for combo in itertools.product(*params)]
-        out[res.commit_hash] = dict(zip(keys, res.get_result_stats(benchmark, params)))
-    return out
+    return {res.commit_hash: dict(zip(keys, res.get_result_stats(benchmark, params)))
+            for res, params, keys in results_of(results_dir, machine, benchmark, env)}
 
 
 def clone(tmp: Path) -> Path:
@@ -191,10 +195,17 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> dict:
             r"^bench_sdpa\.Forward\.", f"{BRANCH}~2^!", env=asv_env(tmp, ("naive",)), cwd=tmp, measure=True)
     out = asv("run", "--config", str(config), "--show-stderr", f"{BRANCH}~2..{BRANCH}", env=env, cwd=tmp,
               measure=True)
+    commits = run(["git", "-C", str(repo), "rev-list", "--max-count=3", BRANCH]).split()[::-1]
+    clock = time.monotonic()
+    for commit in commits[1:]:  # the same two commits in a second environment: this interpreter, as it is
+        asv("run", "--config", str(config), "--quick", "--environment", f"existing:{SECOND_PYTHON}",
+            "--set-commit-hash", commit, "--bench", r"^bench_sdpa\.Forward\.", env=asv_env(tmp, IMPLS), cwd=tmp,
+            measure=True)
+    second_s = time.monotonic() - clock
     clock = time.monotonic()
     asv("publish", "--config", str(config), env=env, cwd=tmp)
-    print(f"asv setup: {setup_s:.0f} s, asv publish: {time.monotonic() - clock:.0f} s")
-    commits = run(["git", "-C", str(repo), "rev-list", "--max-count=3", BRANCH]).split()[::-1]
+    print(f"asv setup: {setup_s:.0f} s, second environment: {second_s:.0f} s, "
+          f"asv publish: {time.monotonic() - clock:.0f} s")
     return {"tmp": tmp, "machine": machine, "run_output": out, "html": tmp / "html", "commits": commits,
             "old_suite": old_suite is not None, "starts": interpreter_starts(starts)}
 
@@ -228,9 +239,9 @@ def test_history_has_times_memory_statistics_and_visible_skips(history: dict) ->
     new_commits = set(history["commits"][1:])
     skipped_cells = 0
     for mode in ("Forward", "ForwardBackward"):
-        times = values(results, machine, f"bench_sdpa.{mode}.track_time_sdpa")
-        memory = values(results, machine, f"bench_sdpa.{mode}.track_peak_memory")
-        stats = stats_of(results, machine, f"bench_sdpa.{mode}.track_time_sdpa")
+        times = values(results, machine, f"bench_sdpa.{mode}.track_time_sdpa", HISTORY_ENV)
+        memory = values(results, machine, f"bench_sdpa.{mode}.track_peak_memory", HISTORY_ENV)
+        stats = stats_of(results, machine, f"bench_sdpa.{mode}.track_time_sdpa", HISTORY_ENV)
         assert new_commits <= times.keys() and new_commits <= memory.keys()
         for commit in new_commits:
             for (impl, case), seconds in times[commit].items():
@@ -263,7 +274,8 @@ def test_one_interpreter_per_mode_not_per_cell(history: dict) -> None:
     assert len(starts) == 1 + commits * (1 + modes), starts
     new_commits = set(history["commits"][1:])
     cells = sum(len(cells) for b in ("Forward", "Backward", "ForwardBackward") for t in ("track_time_sdpa", "track_peak_memory")
-                for commit, cells in values(history["tmp"] / "results", history["machine"], f"bench_sdpa.{b}.{t}").items()
+                for commit, cells in values(history["tmp"] / "results", history["machine"], f"bench_sdpa.{b}.{t}",
+                                              HISTORY_ENV).items()
                 if commit in new_commits)
     assert cells == commits * 2 * 3 * (4 + 1 + 1)  # (naive, xformers, torch_sdpa) x (4 fwd, 1 bwd placeholder, 1 fwd+bwd)
     assert len(starts) < cells / 6  # a process per cell would have started one interpreter per cell
@@ -303,6 +315,40 @@ def test_wrong_result_fails_and_extra_bytes_are_counted(tmp_path: Path) -> None:
         assert (seconds is None) == (impl == "test_perturbed"), (impl, case, seconds)
     case = ("L128-E64-fp32-fwd",)
     assert memory[("test_tunable", *case)] >= memory[("naive", *case)] + (8 << 20)
+
+
+def test_a_second_environment_is_a_second_series_for_the_same_commits(history: dict, tmp_path: Path) -> None:
+    """The two new commits measured in asv's virtualenv (the matrix's torch) and again by an `existing:` interpreter:
+    two series of the same commits in the published graphs, and two lines in the browser, labelled by environment."""
+    html, new = history["html"], history["commits"][1:]
+    cell = ("naive", "L128-E64-fp32-fwd")
+    for commit in new:  # a value per environment at each commit
+        times = graph_points(html, "bench_sdpa.Forward.track_time_sdpa", commit, cell)
+        assert len(times) == 2 and all(t is not None and 0 < t < 10 for t in times), (commit, times)
+    pythons = json.loads((html / "index.json").read_text())["params"]["python"]
+    assert SECOND_PYTHON in pythons and len(pythons) == 2, pythons
+    index = json.loads((html / "index.json").read_text())
+    revisions = sorted(int(r) for r, h in index["revision_to_hash"].items() if h in new)
+    query = "&".join(f"p-{name}={urllib.parse.quote(repr(value))}" for name, value in zip(("impl", "case"), cell))
+    with serve(html) as url:
+        browser = Chromium(chromium_binary(), tmp_path / "profile")
+        try:
+            target = browser.call("Target.createTarget", url="about:blank")["targetId"]
+            page = browser.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+            for domain in ("Page", "Runtime", "Log"):
+                browser.call(f"{domain}.enable", page)
+            browser.call("Page.navigate", page, url=f"{url}#bench_sdpa.Forward.track_time_sdpa?{query}")
+            series = browser.wait_for(page, "(() => { const p = $('#main-graph').data('plot');"
+                                            " const s = p ? p.getData() : []; return s.length >= 2 &&"
+                                            " s.map(x => [String(x.label), x.data.map(d => d[0])]); })()")
+            assert browser.errors() == [], browser.errors()
+        finally:
+            browser.close()
+    assert len(series) == 2, series  # one line per environment for the one cell
+    assert all(sorted(revs) == revisions for _, revs in series), (series, revisions)
+    labels = sorted(label for label, _ in series)
+    assert any(f"python-{SECOND_PYTHON}" in label for label in labels), labels
+    assert any("torch-" in label and SECOND_PYTHON not in label for label in labels), labels
 
 
 def chromium_binary() -> str:
