@@ -23,7 +23,8 @@ try:
     out["torch"] = torch.__version__
     out["CUDA"] = torch.version.cuda
     cudnn = getattr(torch.backends, "cudnn", None)
-    out["cuDNN"] = str(cudnn.version()) if cudnn is not None and cudnn.is_available() else None
+    v = cudnn.version() if cudnn is not None and cudnn.is_available() else None  # 92400 for 9.24.0
+    out["cuDNN"] = f"{v // 10000}.{v % 10000 // 100}.{v % 100}" if isinstance(v, int) and v >= 90000 else v and str(v)
     config = torch.__config__.show()
     for label, pattern in (("oneDNN", r"(?:MKL-DNN|oneDNN) v([\w.]+)"), ("MKL", r"Math Kernel Library Version ([\w.]+)")):
         m = re.search(pattern, config)
