@@ -29,5 +29,6 @@ def needs_torch(minimum: str, feature: str, running: str | None = None) -> list[
 
 # What the suite's own compile step (sdpa_impls.compilation) takes from torch.compile: dynamo's recompile_limit, raised
 # while a point compiles (2.7; cache_size_limit before it), and torch.compiler.set_stance("fail_on_recompile") around
-# every later call (2.6). An implementation that compiles gives this reason on an older torch.
+# every later call (2.6). An implementation that compiles gives this reason (or a later one of its own) on an
+# older torch.
 COMPILATION = ("2.7", "torch.compile with dynamo's recompile_limit and set_stance")

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import sdpa_impls
+from sdpa_impls.impls.flex import FLEX
 from sdpa_impls.impls.torch_sdpa import EMPTY_GQA
 from sdpa_impls.torchver import COMPILATION, needs_torch, release
 
@@ -58,19 +59,21 @@ def test_needs_torch_names_the_feature_the_minimum_and_the_running_release() -> 
 def test_every_gate_is_above_the_declared_floor() -> None:
     """A gate at or below the floor would be dead code; the floor itself runs every eager implementation."""
     floor = release(declared_floor())
-    for minimum in (COMPILATION[0], EMPTY_GQA):
+    for minimum in (COMPILATION[0], FLEX, EMPTY_GQA):
         assert release(minimum) > floor, (minimum, declared_floor())
     assert release(torch.__version__) >= floor
 
 
 def test_the_compiled_implementations_say_what_they_need_on_an_older_torch() -> None:
-    """What flex and compiled answer on a torch before COMPILATION's release (the same helper, told an older torch);
-    on this torch, the gate's answer and nothing else, or no gate at all. An empty call compiles nothing: answered."""
+    """What flex and compiled answer on a torch before their release (the same helper, told an older torch); on this
+    torch, the gate's answer and nothing else, or no gate at all. An empty call compiles nothing: answered."""
     q, no_keys = torch.randn(1, 2, 16, 8), torch.randn(1, 2, 0, 8)
     old = needs_torch(*COMPILATION, running="2.5.1")
     assert old == ["torch.compile with dynamo's recompile_limit and set_stance needs torch ≥ 2.7 (this is 2.5.1)"]
-    gate = needs_torch(*COMPILATION)
-    for name in ("flex", "compiled"):
+    assert needs_torch(FLEX, "flex_attention compiled for this suite", running="2.8.0") == [
+        "flex_attention compiled for this suite needs torch ≥ 2.9 (this is 2.8.0)"]
+    for name, gate in (("flex", needs_torch(FLEX, "flex_attention compiled for this suite")),
+                       ("compiled", needs_torch(*COMPILATION))):
         impl = sdpa_impls.get(name)
         reasons = impl.unsupported_reasons(q, q, q)
         assert reasons == gate if gate else not any("needs torch" in r for r in reasons), (name, reasons)
@@ -119,7 +122,8 @@ def test_smoke_preset_and_list_run_on_the_other_torch(other_torch: tuple[str, st
     points = json.loads((tmp_path / "results.json").read_text())["results"]
     assert not [p for p in points if p["status"] == "failed"], [p["reason"] for p in points if p["status"] == "failed"]
     assert any(p["status"] == "ok" and p["impl"] == "naive" for p in points)
-    gated = [p for p in points if p["impl"] in ("flex", "compiled")]
-    if needs_torch(*COMPILATION, running=version):
-        assert gated and all(p["status"] == "skipped" and f"needs torch ≥ {COMPILATION[0]} (this is {version})"
-                             in p["reason"] for p in gated), gated
+    for impl, minimum in (("flex", FLEX), ("compiled", COMPILATION[0])):
+        gated = [p for p in points if p["impl"] == impl]
+        if needs_torch(minimum, impl, running=version):
+            assert gated and all(p["status"] == "skipped" and f"needs torch ≥ {minimum} (this is {version})"
+                                 in p["reason"] for p in gated), gated

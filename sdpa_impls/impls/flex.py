@@ -10,11 +10,15 @@ from ..compilation import declare_compiles
 from ..masks import Structure
 from ..protocol import Implementation, SDPAInputs, Support
 from ..registry import register
-from ..torchver import COMPILATION, needs_torch
+from ..torchver import needs_torch
 from ._tiled.tiles import empty_attention
 from .torch_sdpa import mask4
 
 ModFn = Callable[..., torch.Tensor]
+# The first release this file runs on: its CPU check (torch._inductor.kernel.flex.flex_cpu) is there from 2.9 on, and
+# on a CPU 2.7.0 and 2.8.0 did not compile flex's forward ("flex_attention is not an OpOverload"); 2.9.0 did. Newer
+# than the suite's compile step needs (torchver.COMPILATION).
+FLEX = "2.9"
 
 
 @functools.lru_cache(maxsize=None)
@@ -118,10 +122,7 @@ def torch_reasons(inp: SDPAInputs) -> list[str]:
     except (NotImplementedError, ValueError) as exc:
         out.append(f"{exc} (torch {torch.__version__})")
     if inp.query.device.type == "cpu":
-        try:
-            from torch._inductor.kernel.flex.flex_cpu import check_cpu_supported
-        except ImportError:  # where torch keeps it before its flex kernels had a package of their own
-            from torch._inductor.kernel.flex_attention import check_cpu_supported
+        from torch._inductor.kernel.flex.flex_cpu import check_cpu_supported
 
         if not check_cpu_supported():
             out.append(f"torch.compile on current platform is not supported for CPU (torch {torch.__version__}: "
@@ -141,7 +142,7 @@ class Flex(Implementation):
     def library_reasons(self, inp: SDPAInputs) -> list[str]:
         if inp.is_empty:
             return []  # answered without flex, as torch answers it
-        too_old = needs_torch(*COMPILATION)  # the suite's compile step; flex's own checks are as new (2.6)
+        too_old = needs_torch(FLEX, "flex_attention compiled for this suite")
         if too_old:
             return too_old
         out = torch_reasons(inp)
