@@ -32,8 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
-from continuous_evidence import CI_BUDGET, bounds, counts_of  # noqa: E402
-from gpu_gate_evidence import subsets  # noqa: E402
+from continuous_evidence import CI_BUDGET, counts_of  # noqa: E402
+from gpu_gate_evidence import resampled, table  # noqa: E402
 from sdpa_impls.continuous.envs import build, python_of  # noqa: E402
 
 PLUGIN = ROOT / "tests" / "plugins" / "sdpa_test_plugins"
@@ -82,50 +82,11 @@ def real_trial(scenario: str, pythons: dict[str, str], out: Path, preset: str) -
             "stderr_tail": done.stderr[-600:] if done.returncode not in (0, 1) else ""}
 
 
-def resampled(out: Path, scenario: str, count: int, seed: int) -> list[dict]:
-    """`count` trials judged again on subsets of the real trials' kept runs, by this tree's gate settings (torch
-    the same on both sides: in units of the time reference, as continuous judges them)."""
-    from sdpa_impls.continuous.verdict import judge
-    from sdpa_impls.gate.config import load_config
-    from sdpa_impls.gate.points import load_points
-
-    config = load_config(start=ROOT)
-    trials = sorted(p for p in out.glob(f"{scenario}-[0-9][0-9]") if p.is_dir())
-    results = []
-    for t, runs in enumerate(trials):
-        sides = {s: [load_points(f)[1] for f in sorted(runs.glob(f"{s}-[0-9]*.json"))] for s in ("base", "head")}
-        share = count // len(trials) + (t < count % len(trials))
-        size = max(1, min(len(sides["base"]), len(sides["head"])) - 1)
-        for b, h in subsets(len(sides["base"]), len(sides["head"]), size, share, seed + t):
-            report = judge([sides["base"][i] for i in b], [sides["head"][i] for i in h], config)
-            results.append({"scenario": scenario, "trial": f"{runs.name}:{b}/{h}", "kind": "resampled",
-                            "exit": report.exit_code, "failed": [f"{c.kind} {c.subject}" for c in report.failures]})
-    return results
-
-
-def outcome(scenario: str, r: dict) -> bool:
+def outcome(scenario: str, failed: list[str], exit_code: int) -> bool:
     """A/A: a false alarm (exit 1). plugin5: caught where it changed (a time check of test_tunable failed)."""
     if scenario == "aa":
-        return r["exit"] == 1
-    return any(f.startswith("time test_tunable[") for f in r["failed"])
-
-
-def table(results: list[dict]) -> str:
-    lines = ["| scenario | kind | trials | outcome | rate (95 % bound) | wall of a real continuous |",
-             "|---|---|---|---|---|---|"]
-    for s in SCENARIOS:
-        for kind in ("real", "resampled"):
-            rs = [r for r in results if r["scenario"] == s and r["kind"] == kind]
-            if not rs:
-                continue
-            k, n = sum(outcome(s, r) for r in rs), len(rs)
-            lower, upper = bounds(k, n)
-            what, rate = ("failed", f"{k / n:.0%} (≤ {upper:.1%})") if s == "aa" else ("caught", f"{k / n:.0%} "
-                                                                                                 f"(≥ {lower:.1%})")
-            walls = [r["wall_s"] for r in rs if kind == "real"]
-            wall = f"{min(walls):.0f}–{max(walls):.0f} s" if walls else "–"
-            lines.append(f"| {s} | {kind} | {n} | {what} {k} of {n} | {rate} | {wall} |")
-    return "\n".join(lines)
+        return exit_code == 1
+    return any(f.startswith("time test_tunable[") for f in failed)
 
 
 def main() -> int:
@@ -151,8 +112,10 @@ def main() -> int:
                 fh.write(json.dumps(r) + "\n")
             print(f"real {scenario}: exit {r['exit']} in {r['wall_s']:.0f} s, failed: {r['failed'][:4]}"
                   + (f"\n{r['stderr_tail']}" if r["stderr_tail"] else ""), flush=True)
-    results = kept + [r for s, n in resamples.items() for r in resampled(args.out, s, n, args.seed)]
-    print(table(results))
+    # resampled as tools/gpu_gate_evidence.py does: this tree's gate settings, so times in torch_sdpa's units, as
+    # continuous judges two environments that share torch
+    results = kept + [r for s, n in resamples.items() for r in resampled(args.out, s, n, None, args.seed)]
+    print(table(results, tuple(SCENARIOS), outcome))
     return 0
 
 

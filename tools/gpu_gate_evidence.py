@@ -49,6 +49,7 @@ import random
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -188,16 +189,19 @@ def outcome(scenario: str, failed: list[str], exit_code: int) -> bool:
     return hit and not (scenario == "host20" and any(f.startswith("time fused[") for f in failed))
 
 
-def table(results: list[dict]) -> str:
-    """The goal table: per scenario and kind (real, resampled), the count with its 95 % bound and wall times."""
+def table(results: list[dict], scenarios: tuple[str, ...] = SCENARIOS,
+          judged: Callable[[str, list[str], int], bool] | None = None) -> str:
+    """The goal table: per scenario and kind (real, resampled), the count with its 95 % bound and wall times;
+    `judged(scenario, failed, exit)` says whether a trial counts (default `outcome`); "aa" counts false alarms."""
+    judged = judged or outcome
     lines = ["| scenario | kind | trials | outcome | rate (95 % bound) | wall of a real continuous |",
              "|---|---|---|---|---|---|"]
-    for s in SCENARIOS:
+    for s in scenarios:
         for kind in ("real", "resampled"):
             rs = [r for r in results if r["scenario"] == s and r["kind"] == kind]
             if not rs:
                 continue
-            k, n = sum(outcome(s, r["failed"], r["exit"]) for r in rs), len(rs)
+            k, n = sum(judged(s, r["failed"], r["exit"]) for r in rs), len(rs)
             lower, upper = bounds(k, n)
             what, rate = (("failed", f"{k / n:.0%} (≤ {upper:.1%})") if s == "aa" else
                           ("caught", f"{k / n:.0%} (≥ {lower:.1%})"))
