@@ -1,4 +1,5 @@
-"""pytest options and hooks: which preset and implementations the benchmarks sweep, and honest timing on CUDA."""
+"""pytest options and hooks: which preset and implementations the benchmarks sweep, honest timing on CUDA, and
+tests that need a newer torch than the oldest one the project runs on."""
 from __future__ import annotations
 
 import os
@@ -10,6 +11,7 @@ import sdpa_impls
 from sdpa_impls.bench.grid import PRESET_ENV, PRESETS, default_device, default_preset_name, preset
 from sdpa_impls.bench.machine import machine_info as describe_machine
 from sdpa_impls.bench.result import SPEED_BASELINE
+from sdpa_impls.torchver import needs_torch
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -31,6 +33,8 @@ def pytest_configure(config: pytest.Config) -> None:
     timer_default = "time.perf_counter"
     if torch.device(device).type == "cuda" and str(config.getoption("benchmark_timer", timer_default)) == timer_default:
         config.option.benchmark_timer = "sdpa_impls.bench.timing.cuda_event_clock"  # GPU time, not async launch time
+    config.addinivalue_line("markers", "needs_torch(minimum, feature): skip on a torch older than `minimum` with "
+                                       "torchver's reason, '<feature> needs torch ≥ <minimum> (this is <running>)'")
 
 
 def selected_preset(config: pytest.Config) -> str:
@@ -49,6 +53,12 @@ def selected_impls(config: pytest.Config) -> list[str]:
         sdpa_impls.get(name)  # unknown names fail the run with the list of known ones
     # the speed baseline runs first in each case, so the others can report a speedup against it
     return sorted(wanted, key=lambda n: n != SPEED_BASELINE)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    reasons = [r for mark in item.iter_markers("needs_torch") for r in needs_torch(*mark.args)]
+    if reasons:
+        pytest.skip("; ".join(reasons))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

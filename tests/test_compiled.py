@@ -15,10 +15,12 @@ from sdpa_impls.bench.result import Result
 from sdpa_impls.bench.timing import time_closure
 from sdpa_impls.compilation import Recompiled, compile_once, declare_compiles
 from sdpa_impls.impls.compiled import compiled_textbook
+from sdpa_impls.impls.flex import FLEX
 from sdpa_impls.report.csvfile import write_csv
 from sdpa_impls.report.markdown import write_markdown
 from sdpa_impls.report.results import Sweep
 from sdpa_impls.report.tables import SweepTable
+from sdpa_impls.torchver import COMPILATION
 from test_correctness import SPECS, check_against_fp64, one_intra_op_thread  # noqa: F401 (fixture)
 
 COMPILED = [sdpa_impls.get(n) for n in sdpa_impls.names() if getattr(sdpa_impls.get(n), "compiles", False)]
@@ -29,6 +31,9 @@ CHECKED = [s for s in SPECS if s.name in ("causal", "gqa-causal-mask", "float-br
 TORCH = f"torch {torch.__version__}"
 SMALL = Case(lq=64, lk=64, e=16, heads_q=2, heads_kv=2)  # one shape every test below shares: compiled once
 pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
+# what each implementation compiles with: on an older torch the tests below that compile skip with this reason
+NEEDS = {"flex": pytest.mark.needs_torch(FLEX, "flex_attention compiled for this suite"),
+         "compiled": pytest.mark.needs_torch(*COMPILATION)}
 
 
 def test_flex_and_compiled_are_registered_and_compile() -> None:
@@ -49,6 +54,8 @@ def test_matches_fp64_reference(impl, spec, dtype: torch.dtype) -> None:
             assert (grads[0][..., ::7, :] == 0).all()
 
 
+@NEEDS["flex"]
+@NEEDS["compiled"]
 def test_flex_backward_on_cpu_is_refused_in_torchs_words() -> None:
     q = torch.randn(1, 2, 8, 16, requires_grad=True)
     reasons = sdpa_impls.get("flex").unsupported_reasons(q, q, q)
@@ -68,7 +75,7 @@ def test_bad_and_empty_inputs_answer_like_every_implementation(impl) -> None:
         impl(q, q, q, dropout_p=1.5)
 
 
-@pytest.mark.parametrize("impl", ["flex", "compiled"])
+@pytest.mark.parametrize("impl", [pytest.param(n, marks=NEEDS[n]) for n in ("flex", "compiled")])
 def test_compile_time_is_reported_apart_from_the_samples(impl: str, tmp_path) -> None:
     """compile_s: the first call, once, before the fp64 check and any sample; in JSON, CSV and the report."""
     ctx = CaseContext(replace(SMALL, causal=True), "cpu")
@@ -85,6 +92,7 @@ def test_compile_time_is_reported_apart_from_the_samples(impl: str, tmp_path) ->
     assert naive.status == "ok" and naive.compile_s is None  # eager implementations compile nothing
 
 
+@NEEDS["compiled"]
 def test_backward_only_points_compile_their_forward_before_the_recompile_guard() -> None:
     """`bwd` mode builds the forward output when its closure is built; a forward that compiles must be compiled
     there, not refused by the guard that forbids compiling while timed (it refuses a first compile too), and
@@ -95,6 +103,7 @@ def test_backward_only_points_compile_their_forward_before_the_recompile_guard()
     assert r.compile_s is not None and r.compile_s > 0 and len(r.samples) >= 2
 
 
+@NEEDS["compiled"]
 def test_a_recompile_during_timing_fails_the_point_with_torchs_reason() -> None:
     """A real recompile: a closure that compiled one shape in its compile step asks for another while timed."""
     fn = compiled_textbook()
