@@ -1,5 +1,5 @@
 """asv benchmarks: every registered implementation × every case of the preset, one class per mode, measured in one
-process per mode and reported by thin parametrized `track_` benchmarks (see docs/asv.md).
+process per mode and reported by thin parametrized `track_` benchmarks (see docs/explanation/asv-design.md).
 
 Each class's `setup_cache` measures every (implementation, case) of its mode with the sequence `sdpa-bench run` uses
 (sdpa_impls.bench.batch over measure.run_case: reasons → fp64 check → closure → timing → peak memory); asv pickles

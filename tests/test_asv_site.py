@@ -36,8 +36,8 @@ LOCK_WAIT_S = 1800  # the longest wait for it before the test fails
 BRANCH = "asv-history"
 IMPLS = ("naive", "xformers", "torch_sdpa")  # xformers never runs on CPU: its cells must be skipped, not failed
 HISTORY_ENV = "virtualenv"  # asv's environment of the history (the matrix's pinned torch), by its name's start
-# a second environment for the same commits, as a user with another torch adds one (docs/asv.md): asv records an
-# `existing:` interpreter under its path, so its results are a series of their own
+# a second environment for the same commits, as a user with another torch adds one (docs/explanation/asv-design.md):
+# asv records an `existing:` interpreter under its path, so its results are a series of their own
 SECOND_PYTHON = sys.executable
 SCREENSHOT_ENV = "SDPA_ASV_SCREENSHOT"  # where to copy the graph screenshot (docs/asv-site.png)
 APT_PACKAGES = ("chromium", "libjs-jquery", "libjs-jquery-flot", "libjs-bootstrap", "libjs-jquery-stupidtable",

@@ -46,8 +46,8 @@ SETS: dict[str, tuple[str, ...]] = {
             "importlib-metadata==8.7.*"),
 }
 
-# What the GPU machine has installed (docs/gpu-h200*/env.txt: torch 2.11.0+cu130, triton 3.6.0, Python 3.12.3), and
-# what those bring with them; None: installed, version not recorded. Never downloaded.
+# What the GPU machine has installed (docs/records/data/2026-11-26-h200-*/env.txt: torch 2.11.0+cu130, triton 3.6.0,
+# Python 3.12.3), and what those bring with them; None: installed, version not recorded. Never downloaded.
 GPU_MACHINE: dict[str, str | None] = {
     "torch": "2.11.0", "triton": "3.6.0", "numpy": None, "pytest": None, "pytest-benchmark": None,
     "pytest-xdist": None, "execnet": None, "iniconfig": None, "pluggy": None, "pygments": None, "py-cpuinfo": None,

@@ -245,8 +245,8 @@ PRESETS: dict[str, tuple[Case, ...]] = {
 # One asv run of the gpu preset would take about 1 h 45 min on one GPU (376 cases x 15 implementations at about 1.1 s
 # a point: an estimate from `sdpa-bench run --preset llm` on an H200, not a measurement), too long for every commit.
 # `gpu-history` is the part of it a history per commit affords, 44 cases, about 12 minutes by the same estimate
-# (docs/asv.md): bf16 at L in {1024, 4096, 16384}, E in {64, 128}, causal on/off, every mode; two mask structures
-# at L = 8192; the serve batches. Its cases are the gpu preset's own, so their ids (and graphs) are the same.
+# (docs/explanation/asv-design.md): bf16 at L in {1024, 4096, 16384}, E in {64, 128}, causal on/off, every mode; two
+# mask structures at L = 8192; the serve batches. Its cases are the gpu preset's own, so their ids (and graphs) are the same.
 PRESETS["gpu-history"] = tuple(
     c for c in PRESETS["gpu"]
     if (c.mask == "none" and c.dtype == "bf16" and c.lq in (1024, 4096, 16384) and c.e in (64, 128))

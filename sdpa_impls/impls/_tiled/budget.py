@@ -52,7 +52,8 @@ class CpuTiling:
     l2_bytes: int
 
     # fused: query rows per tile in steps of 32 from 32 to 256: below 32 rows the GEMMs lose speed, above 256
-    # they gain nothing (docs/performance.md's sweep of 32-512 rows found these within 1-2 % of the best)
+    # they gain nothing (the sweep of 32-512 rows in docs/records/2026-11-23-epyc-cpu-targets.md found these within
+    # 1-2 % of the best)
     FUSED_ROWS = (32, 256, 32)
     # chunked: 128 query rows keep the GEMMs efficient while a causal row of tiles wastes at most half a tile on
     # the diagonal; the key tile (128 to 1024, a bound independent of L) then fills the budget
@@ -60,18 +61,18 @@ class CpuTiling:
     CHUNKED_K_TILE = (128, 1024, 128)
     # An fp32 tile made from a tile of the input dtype and an fp32 operand (P = exp(S − max), dS = P ⊙ dP): copy
     # the input-dtype tile into the fp32 one first, then work in place. torch's CPU sub/mul of mixed dtypes casts
-    # into a temporary first: slower and larger than the copy and the fp32 operation (docs/performance.md).
+    # into a temporary first: slower and larger than the copy and the fp32 operation (docs/explanation/tiling.md).
     CAST_FIRST = True
     # fp16 on the CPU always computes in fp32 (`online_softmax.fp16_in_fp32`): no fp16 score tile to read from
     SOFTMAX_FROM_HALF = False
     # dS = P ⊙ (dP − rowsum(P ⊙ dP)) of a row whose keys fit one tile (fused's backward): torch's softmax-backward
     # kernel in one pass over fp32 P and dP, instead of a product, a row sum and an addcmul (three passes); the
-    # formula naive's softmax backward computes (docs/performance.md, "Tile sizes")
+    # formula naive's softmax backward computes (docs/explanation/tiling.md)
     SOFTMAX_BACKWARD = True
     # Kᵀ and Vᵀ of a key range short of L (a causal tile's keys, a key tile), not fp32: the rows copied into a
     # compact block first (`tiles.columns_t`). oneDNN's bf16 GEMM takes a transposed batch only when it is compact, and
     # torch's own copy of the strided view is element by element: the score GEMM with its copy took 0.45-0.76 of
-    # the time on the AMX Xeon (docs/performance.md, "Tile sizes"). fp32 GEMMs take the strided view as it is.
+    # the time on the AMX Xeon (docs/explanation/tiling.md). fp32 GEMMs take the strided view as it is.
     COMPACT_TRANSPOSED = True
 
     @property

@@ -170,7 +170,7 @@ def columns_t(xt3: torch.Tensor, j0: int, j1: int, compact: bool) -> torch.Tenso
     `compact` (`compact_transposed`), and a key range short of L: the keys' rows are copied first into a compact
     block (a plain copy), and the copy is passed transposed. oneDNN's bf16 GEMM on the CPU takes a batch of
     transposed matrices only when the batch is compact, and torch otherwise copies the transposed view itself,
-    element by element: the same memory, more time (docs/performance.md, "Tile sizes"). fp32 GEMMs and cuBLAS take
+    element by element: the same memory, more time (docs/explanation/tiling.md). fp32 GEMMs and cuBLAS take
     the strided view as it is."""
     cols = xt3[..., j0:j1]
     if compact and j1 - j0 < xt3.shape[-1]:
