@@ -3,13 +3,16 @@ torch in, and the attention their documented semantics give on those arguments (
 reference. No kernel runs."""
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
 import sdpa_impls
 from sdpa_impls.impls.flash_attn import (call_kwargs, causal_window, from_blhe, mapping_reasons, structure_kwargs,
                                          to_blhe)
-from sdpa_impls.impls.flashinfer import from_nhd, prefill_kwargs, ragged_batch, to_hnd, to_nhd, uses_decode, uses_ragged
+from sdpa_impls.impls.flashinfer import (from_nhd, jit_toolchain, prefill_kwargs, ragged_batch, to_hnd, to_nhd,
+                                         uses_decode, uses_ragged)
 from sdpa_impls.impls.flashinfer import mapping_reasons as flashinfer_reasons
 from sdpa_impls.impls.cudnn_frontend import ALIGNMENTS, bias_of, diagonal_band, rows_without_keys
 from sdpa_impls.impls.flash_attn4 import fa4_kwargs
@@ -319,3 +322,25 @@ def test_cudnn_says_where_a_row_has_no_key_and_why_it_cannot_run_here() -> None:
     odd = torch.randn(1, 2, 4, 12)
     assert {"dtype=fp32 (supported: bf16, fp16)", "head dim E=12, Ev=12 (supported: multiples of 8)"} <= set(
         sdpa_impls.get("cudnn_frontend").unsupported_reasons(odd, odd, odd))
+
+
+def test_flashinfer_finds_its_jit_toolchain_or_names_what_is_missing(tmp_path) -> None:
+    """nvcc under CUDA_HOME and ninja on PATH, as real executables in folders made here; each missing one is named."""
+    def executable(folder, name):
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text("#!/bin/sh\nexit 0\n")
+        (folder / name).chmod(0o755)
+
+    cuda, tools = tmp_path / "cuda", tmp_path / "tools"
+    executable(cuda / "bin", "nvcc")
+    executable(tools, "ninja")
+    assert jit_toolchain({"CUDA_HOME": str(cuda), "PATH": str(tools)}) == ({}, [])
+    settings, reasons = jit_toolchain({"CUDA_HOME": str(tmp_path / "empty"), "PATH": str(tmp_path / "none")})
+    missing_nvcc = f"CUDA_HOME={tmp_path / 'empty'} has no bin/nvcc"
+    assert reasons[0] == f"flashinfer builds its kernels on first use with nvcc: {missing_nvcc}"
+    try:
+        import ninja  # noqa: F401
+    except ImportError:
+        assert reasons[1:] == ["flashinfer builds its kernels on first use with ninja: not on PATH (pip install ninja)"]
+    else:  # the ninja package's own binary goes first on PATH
+        assert len(reasons) == 1 and settings["PATH"].split(os.pathsep)[0].endswith("bin")

@@ -6,15 +6,25 @@ The single-request kernels take the query as (Lq, H, E), keys and values as (H, 
 queries of every row one after another, and only the first n_b keys of row b, with flashinfer's causal mask, which
 is aligned bottom-right as the structure is. The conversions and the mask mapping are the pure functions `to_nhd`,
 `to_hnd`, `from_nhd`, `prefill_kwargs`, `uses_decode` and `ragged_batch`.
+
+flashinfer builds a kernel the first time a configuration is used (its JIT: nvcc, driven by ninja), unless a
+prebuilt one covers it. `jit_toolchain` finds both on this machine (CUDA_HOME, else torch's own search for the CUDA
+toolkit; ninja on PATH, else the `ninja` package's binary) and sets them up before flashinfer is imported; where
+one is missing, that is the reason flashinfer does not run. The first call of a prepared closure is therefore its
+compile step (`sdpa_impls.compilation`: reported as compile_s, never a sample).
 """
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+import os
+import shutil
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from types import ModuleType
 
 import torch
 
+from ..compilation import declare_compiles
 from ..protocol import Implementation, SDPAInputs, Support
 from ..registry import register
 from .torch_sdpa import mask4
@@ -110,8 +120,44 @@ def mapping_reasons(inp: SDPAInputs) -> list[str]:
     return out
 
 
+def jit_toolchain(environ: Mapping[str, str] = os.environ) -> tuple[dict[str, str], list[str]]:
+    """What flashinfer's JIT build needs here: (environment settings to add, reasons it cannot build). CUDA_HOME
+    (or CUDA_PATH) must hold bin/nvcc, else torch's search for the toolkit (nvcc on PATH, /usr/local/cuda) is
+    used; ninja must be on PATH, else the `ninja` package's BIN_DIR is put first on it."""
+    settings, reasons = {}, []
+    home = environ.get("CUDA_HOME") or environ.get("CUDA_PATH")
+    if not home:
+        from torch.utils import cpp_extension
+
+        home = cpp_extension.CUDA_HOME or ""
+        if home:
+            settings["CUDA_HOME"] = home
+    if not home or not os.access(Path(home) / "bin" / "nvcc", os.X_OK):
+        where = f"CUDA_HOME={home} has no bin/nvcc" if home else "no CUDA toolkit found (CUDA_HOME, nvcc on PATH)"
+        reasons.append(f"flashinfer builds its kernels on first use with nvcc: {where}")
+    path = environ.get("PATH", "")
+    if shutil.which("ninja", path=path) is None:
+        try:
+            import ninja  # the PyPI package ships the binary
+        except ImportError:
+            reasons.append("flashinfer builds its kernels on first use with ninja: not on PATH (pip install ninja)")
+        else:
+            settings["PATH"] = os.pathsep.join([ninja.BIN_DIR, *([path] if path else [])])
+    return settings, reasons
+
+
+@functools.lru_cache(maxsize=None)
+def _toolchain_reasons() -> tuple[str, ...]:
+    """jit_toolchain's reasons, its settings made in this process (once, before flashinfer is imported)."""
+    settings, reasons = jit_toolchain()
+    os.environ.update(settings)
+    return tuple(reasons)
+
+
 @functools.lru_cache(maxsize=None)
 def _flashinfer() -> tuple[ModuleType | None, str]:
+    if torch.cuda.is_available():
+        _toolchain_reasons()  # flashinfer reads CUDA_HOME when it is imported
     try:
         import flashinfer
     except Exception as exc:
@@ -138,9 +184,12 @@ class FlashInfer(Implementation):
         return reasons if lib is not None else [missing, *reasons]  # "not installed" first, wherever it runs
 
     def library_reasons(self, inp: SDPAInputs) -> list[str]:
-        return mapping_reasons(inp)
+        return [*_toolchain_reasons(), *mapping_reasons(inp)]
 
     def prepare_inputs(self, inp: SDPAInputs) -> Callable[[], torch.Tensor]:
+        return declare_compiles(self._closure(inp))  # the first call builds (or loads) its kernel: set-up
+
+    def _closure(self, inp: SDPAInputs) -> Callable[[], torch.Tensor]:
         lib, _ = _flashinfer()
         if uses_ragged(inp):
             return self._ragged(inp, lib)
