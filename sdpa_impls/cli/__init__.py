@@ -41,7 +41,8 @@ def _load(name: str) -> object:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
+    # not list(argv): once the `list` command's module is imported, `list` in this package's namespace is that module
+    argv = sys.argv[1:] if argv is None else [*argv]
     parser = argparse.ArgumentParser(prog="sdpa-bench", description="Benchmark scaled dot-product attention.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     chosen = _command_in(argv)
