@@ -1,4 +1,4 @@
-"""What one call actually ran, from torch.profiler: the CUDA kernels (on a GPU) or aten ops (on CPU), and whether a
+"""What one call actually ran, from torch's profiler: the CUDA kernels (on a GPU) or aten ops (on CPU), and whether a
 pinned torch SDPA backend really ran its own kernel and not another backend's."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .memory import quiet_stderr
+from .memory import CpuProfile, quiet_stderr
 from .timing import call_context, synchronize
 
 # The aten ops that identify each SDPA backend (forward and backward, CPU and CUDA; prefixes of torch 2.13's op
@@ -46,16 +46,22 @@ def _by_time(pairs: list[tuple[str, float]]) -> tuple[str, ...]:
     return tuple(sorted(total, key=lambda n: (-total[n], order[n])))
 
 
-def profile_call(fn: Callable[[], object], device: torch.device | str) -> Profile:
-    """Profile one call of `fn` (after one warm-up call), inside its call context and outside any timed region."""
+def _profiler(device: torch.device) -> object:
+    """A profiler of the aten ops, and on a GPU of the CUDA kernels too."""
+    if device.type != "cuda":
+        return CpuProfile(use_cpu=True)
     from torch.profiler import ProfilerActivity, profile
 
+    return profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+
+
+def profile_call(fn: Callable[[], object], device: torch.device | str) -> Profile:
+    """Profile one call of `fn` (after one warm-up call), inside its call context and outside any timed region."""
     device = torch.device(device)
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with call_context(fn):
         fn()
         synchronize(device)
-        prof = profile(activities=activities)
+        prof = _profiler(device)
         with quiet_stderr():  # kineto prints a line to fd 2 on every start and stop
             prof.start()
         try:
