@@ -42,6 +42,7 @@ SECOND_PYTHON = sys.executable
 SCREENSHOT_ENV = "SDPA_ASV_SCREENSHOT"  # where to copy the graph screenshot (docs/asv-site.png)
 APT_PACKAGES = ("chromium", "libjs-jquery", "libjs-jquery-flot", "libjs-bootstrap", "libjs-jquery-stupidtable",
                 "node-blueimp-md5")
+START_TIMEOUT_S = 120  # the first DevTools reply of a freshly started Chromium
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
                   "--hide-scrollbars", "--window-size=1280,860")
@@ -425,15 +426,26 @@ class Chromium:
         # Chromium reads commands on fd 3 and writes replies and events on fd 4, each message ending in NUL;
         # bash (unlike dash) moves descriptors above 9
         shell = f'exec "$0" "$@" 3<&{cmd_r} 4>&{out_w} {cmd_r}<&- {out_w}>&-'
-        self.proc = subprocess.Popen([shutil.which("bash") or "bash", "-c", shell, binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
-                                      "--remote-debugging-pipe", "about:blank"], pass_fds=(cmd_r, out_w),
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        profile.mkdir(parents=True, exist_ok=True)
+        self.log = profile.parent / "chromium.log"  # its own messages, quoted when it does not answer
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen([shutil.which("bash") or "bash", "-c", shell, binary, *CHROMIUM_FLAGS,
+                                          f"--user-data-dir={profile}", "--remote-debugging-pipe", "about:blank"],
+                                         pass_fds=(cmd_r, out_w), stdout=log, stderr=subprocess.STDOUT)
         os.close(cmd_r)
         os.close(out_w)
         self.inbox: queue.Queue[dict | None] = queue.Queue()
         self.events: list[dict] = []
         self._ids = itertools.count(1)
         threading.Thread(target=self._read, daemon=True).start()
+        # A cold start on a loaded machine (profile, font cache) has taken over 30 s: the first command waits longer
+        try:
+            self.call("Browser.getVersion", timeout=START_TIMEOUT_S)
+        except BaseException:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+            os.close(self._cmd_w)
+            raise
 
     def _read(self) -> None:
         pending = b""
@@ -451,7 +463,13 @@ class Chromium:
         os.write(self._cmd_w, json.dumps(message).encode() + b"\0")
         deadline = time.monotonic() + timeout
         while True:
-            item = self.inbox.get(timeout=max(0.01, deadline - time.monotonic()))
+            try:
+                item = self.inbox.get(timeout=max(0.01, deadline - time.monotonic()))
+            except queue.Empty:
+                state = "running" if self.proc.poll() is None else f"exited {self.proc.returncode}"
+                tail = self.log.read_text(errors="replace")[-1500:]
+                raise AssertionError(f"Chromium ({state}) did not answer {method} within {timeout} s; "
+                                     f"its last output:\n{tail}") from None
             if item is None:
                 raise RuntimeError(f"Chromium closed its DevTools pipe during {method}")
             if item.get("id") != ident:
