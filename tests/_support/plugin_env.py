@@ -30,5 +30,5 @@ def run_gate_benchmarks(python: Path, out: Path, extra_env: dict[str, str]) -> s
     tests = Path(__file__).resolve().parents[1]
     env = {k: v for k, v in os.environ.items() if not k.startswith("SDPA_TUNABLE")} | {"OMP_NUM_THREADS": "1"}
     return subprocess.run([str(python), "-m", "pytest", str(tests / "test_benchmarks.py"), "-q", "-p", "no:cacheprovider",
-                           "--benchmark-only", *GATE_BENCH_ARGS, f"--benchmark-json={out}", "--benchmark-save-data"],
+                           "-p", "no:hypothesispytest", "--benchmark-only", *GATE_BENCH_ARGS, f"--benchmark-json={out}", "--benchmark-save-data"],
                           cwd=tests.parent, env=env | extra_env, capture_output=True, text=True, timeout=300)
