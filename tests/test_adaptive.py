@@ -126,6 +126,20 @@ def test_no_budget_no_extra_round_and_a_first_round_that_does_not_fit() -> None:
         extend(base, head, [], CONFIG, machine.measure, budget_s=-1)
 
 
+def test_a_number_of_rounds_stops_them_within_a_budget_that_has_room_for_more() -> None:
+    rounds = {}
+    for cap in (None, 1):
+        machine = Machine(1.05, run_spread=0.03)
+        base, head = machine.planned((1.0, 1.3))
+        rounds[cap] = extend(base, head, [], CONFIG, machine.measure, budget_s=1e6, first_estimate_s=30,
+                             clock=machine.clock, max_rounds=cap).adaptive
+    assert rounds[None].rounds >= 2  # one more round leaves it undecided, and the budget has room for more
+    assert rounds[1].rounds == 1 and rounds[1].stopped == "rounds"
+    assert "stopped because 1 round(s) were allowed" in rounds[1].note()
+    with pytest.raises(ValueError, match="at least 1"):
+        extend(base, head, [], CONFIG, machine.measure, budget_s=10, max_rounds=0)
+
+
 def test_decide_reads_the_interval_against_the_floor() -> None:
     assert decide((1.06, 1.20), 0.001, 1.05, 0.01) == SLOWER
     assert decide((1.06, 1.20), 0.05, 1.05, 0.01) == UNDECIDED  # above the floor but not significant

@@ -1,7 +1,8 @@
 """`sdpa-bench continuous BASE [HEAD]`: benchmark two revisions side by side in one run and judge HEAD by the gate.
 
     sdpa-bench continuous [BASE [HEAD]] [--base-env SPEC] [--head-env SPEC] [--env-cache DIR] [--preset NAME]
-                          [--impl NAME ...] [--rounds N] [--max-time S] [--adaptive-budget S] [--seed N]
+                          [--impl NAME ...] [--rounds N] [--max-time S] [--adaptive-budget S]
+                          [--adaptive-rounds N] [--seed N]
                           [--config FILE] [--markdown FILE] [--json FILE] [--keep-runs DIR]
 
 asv's name and argument order. BASE and HEAD are git revisions; HEAD defaults to the working tree (uncommitted
@@ -75,6 +76,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--adaptive-budget", type=float, default=ADAPTIVE_BUDGET, metavar="S",
                         help=f"seconds of extra rounds (base and head again, undecided benchmarks only) after the "
                              f"planned ones, until each benchmark is decided (default {ADAPTIVE_BUDGET:g}; 0: none)")
+    parser.add_argument("--adaptive-rounds", type=int, default=None, metavar="N",
+                        help="at most N extra rounds within the budget (default: as many as fit; a number of rounds "
+                             "is the same on any machine, a budget in seconds is not)")
     parser.add_argument("--round-timeout", type=float, default=ROUND_TIMEOUT, metavar="S",
                         help=f"the longest one side's benchmark process may run before the comparison stops with exit "
                              f"2 (default {ROUND_TIMEOUT:g}; a large preset on a slow CPU needs more)")
@@ -216,7 +220,7 @@ def _measure(args: argparse.Namespace, base: Side, head: Side, schedule: Schedul
     # the first extra round is expected to take as long as a planned one (it measures fewer benchmarks, but each
     # process still starts, imports torch and samples the ceilings): the budget is not overrun by guessing low
     return extend(base_runs, head_runs, failed, config, extra, args.adaptive_budget, first_estimate_s=per_round,
-                  progress=progress), planned_s
+                  progress=progress, max_rounds=args.adaptive_rounds), planned_s
 
 
 def _timing(setup_s: float, planned_s: float, rounds: int, adaptive_s: float, total_s: float) -> tuple[dict, str]:
@@ -235,6 +239,8 @@ def _compare(args: argparse.Namespace, root: Path, work: Path, progress) -> int:
         raise UsageError("--adaptive-budget should be at least 0 seconds")
     if args.round_timeout <= 0:
         raise UsageError("--round-timeout should be more than 0 seconds")
+    if args.adaptive_rounds is not None and args.adaptive_rounds < 1:
+        raise UsageError("--adaptive-rounds should be at least 1")
     try:
         schedule = Schedule(args.seed) if args.seed is not None else Schedule.fresh()
     except ValueError as exc:

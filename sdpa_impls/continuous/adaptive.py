@@ -1,5 +1,5 @@
 """Adaptive rounds: after the planned rounds, more runs of base and head for the still undecided benchmarks only,
-until every benchmark is decided or the time budget is spent.
+until every benchmark is decided, the time budget is spent or the number of rounds allowed is reached.
 
     extend(base_runs, head_runs, failed, config, measure, budget_s, ...) -> Outcome
 
@@ -31,12 +31,14 @@ KEYWORD = re.compile(r"[\w:+\-.\[\]\\/]+")  # what a pytest -k identifier may ho
 @dataclass(frozen=True)
 class Adaptive:
     """What the extra rounds did: the budget, the time they took, how many benchmarks each measured, why they
-    stopped ("decided": nothing left undecided; "budget": the next round would not fit; "none": no budget)."""
+    stopped ("decided": nothing left undecided; "budget": the next round would not fit; "rounds": as many rounds as
+    allowed; "none": no budget)."""
 
     budget_s: float
     spent_s: float
     selected: tuple[int, ...]
     stopped: str
+    max_rounds: int | None = None
 
     @property
     def rounds(self) -> int:
@@ -48,8 +50,9 @@ class Adaptive:
                     "none": "adaptive rounds: off (no budget)."}.get(
                         self.stopped, f"adaptive rounds: none, the first would not fit the {self.budget_s:.0f} s "
                                       "budget.")
-        why = ("every benchmark was decided" if self.stopped == "decided"
-               else f"the next would not fit the {self.budget_s:.0f} s budget")
+        why = {"decided": "every benchmark was decided",
+               "rounds": f"{self.max_rounds} round(s) were allowed"}.get(
+                   self.stopped, f"the next would not fit the {self.budget_s:.0f} s budget")
         return (f"adaptive rounds: {self.rounds} more of base and head for the undecided benchmarks only ("
                 + ", ".join(map(str, self.selected)) + f" benchmarks), {self.spent_s:.0f} s; stopped because {why}.")
 
@@ -88,20 +91,27 @@ def keyword(terms: Sequence[str]) -> str:
 
 def extend(base_runs: Sequence[Sequence[Point]], head_runs: Sequence[Sequence[Point]], failed: Sequence[str],
            config: GateConfig, measure: Measure, budget_s: float, first_estimate_s: float = 0.0,
-           clock: Callable[[], float] = time.monotonic, progress: Callable[[str], None] | None = None) -> Outcome:
+           clock: Callable[[], float] = time.monotonic, progress: Callable[[str], None] | None = None,
+           max_rounds: int | None = None) -> Outcome:
     """Judge the planned runs, then run extra rounds on the undecided benchmarks while the budget allows.
 
     `budget_s` is the time the extra rounds may take in all (0: none); `first_estimate_s` what the first extra
-    round is expected to take; `clock` reads seconds (time.monotonic). Failed head tests of every round count.
+    round is expected to take; `clock` reads seconds (time.monotonic); `max_rounds` the most extra rounds within the
+    budget (None: as many as fit). Failed head tests of every round count.
     """
     if budget_s < 0:
         raise ValueError(f"the adaptive budget should be at least 0 seconds, got {budget_s!r}")
+    if max_rounds is not None and max_rounds < 1:
+        raise ValueError(f"the most adaptive rounds should be at least 1, got {max_rounds!r}")
     base, head, fails = [list(r) for r in base_runs], [list(r) for r in head_runs], list(failed)
     planned = len(head)
     report = judge(base, head, config, fails, planned)
     spent, estimate, selected = 0.0, first_estimate_s, []
     stopped = "none" if budget_s == 0 else "decided"
     while report.undecided and budget_s > 0:
+        if len(selected) == max_rounds:
+            stopped = "rounds"
+            break
         if spent + estimate > budget_s:
             stopped = "budget"
             break
@@ -118,4 +128,4 @@ def extend(base_runs: Sequence[Sequence[Point]], head_runs: Sequence[Sequence[Po
         head.append(h)
         fails += [x for x in f if x not in fails]
         report = judge(base, head, config, fails, planned)
-    return Outcome(report, base, head, Adaptive(budget_s, spent, tuple(selected), stopped))
+    return Outcome(report, base, head, Adaptive(budget_s, spent, tuple(selected), stopped, max_rounds))
