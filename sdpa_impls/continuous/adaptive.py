@@ -38,7 +38,6 @@ class Adaptive:
     spent_s: float
     selected: tuple[int, ...]
     stopped: str
-    max_rounds: int | None = None
 
     @property
     def rounds(self) -> int:
@@ -51,7 +50,7 @@ class Adaptive:
                         self.stopped, f"adaptive rounds: none, the first would not fit the {self.budget_s:.0f} s "
                                       "budget.")
         why = {"decided": "every benchmark was decided",
-               "rounds": f"{self.max_rounds} round(s) were allowed"}.get(
+               "rounds": f"{self.rounds} round(s) were allowed"}.get(
                    self.stopped, f"the next would not fit the {self.budget_s:.0f} s budget")
         return (f"adaptive rounds: {self.rounds} more of base and head for the undecided benchmarks only ("
                 + ", ".join(map(str, self.selected)) + f" benchmarks), {self.spent_s:.0f} s; stopped because {why}.")
@@ -128,4 +127,4 @@ def extend(base_runs: Sequence[Sequence[Point]], head_runs: Sequence[Sequence[Po
         head.append(h)
         fails += [x for x in f if x not in fails]
         report = judge(base, head, config, fails, planned)
-    return Outcome(report, base, head, Adaptive(budget_s, spent, tuple(selected), stopped, max_rounds))
+    return Outcome(report, base, head, Adaptive(budget_s, spent, tuple(selected), stopped))
