@@ -1,4 +1,8 @@
-"""The catalogue of implementations: built-ins register with a decorator, plug-ins through entry points."""
+"""The catalogue of implementations: built-ins register with a decorator, plug-ins through entry points.
+
+The built-ins are imported (and so registered) the first time the catalogue is used, before any plug-in, so they
+come first in `names()` whatever imported what.
+"""
 from __future__ import annotations
 
 from importlib.metadata import entry_points
@@ -14,8 +18,16 @@ _plugins_loaded = False
 T = TypeVar("T", bound=type)
 
 
+def _load_builtins() -> None:
+    from . import impls  # noqa: F401  (each module registers its implementation; a no-op once imported)
+
+
 def register(cls: T) -> T:
-    """Class decorator: instantiate `cls` and add it to the catalogue under `cls.name`."""
+    """Class decorator: instantiate `cls` and add it to the catalogue under `cls.name`.
+
+    In a plug-in package it is optional: the package's entry point finds the class already registered under its
+    own name and keeps it (no second instance)."""
+    _load_builtins()
     _add(cls())
     return cls
 
@@ -46,12 +58,20 @@ def _load_plugins() -> None:
     global _plugins_loaded
     if _plugins_loaded:
         return
+    _load_builtins()
     _plugins_loaded = True
     for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
         if ep.name in _REGISTRY:
             continue
         try:
             obj = ep.load()
+            done = _REGISTRY.get(ep.name)
+            if done is not None and (done is obj or type(done) is obj):
+                continue  # its module registered it with @register when the entry point imported it
+            if done is not None:
+                raise ValueError(f"importing {ep.value} registered another implementation named {ep.name!r} "
+                                 f"({type(done).__module__}.{type(done).__qualname__}); the entry point and "
+                                 "the class it names must be the same one")
             impl = obj() if isinstance(obj, type) else obj
             if getattr(impl, "name", "") != ep.name:
                 raise ValueError(f"entry point {ep.name!r} loads an implementation named "

@@ -7,10 +7,9 @@ from collections.abc import Callable
 import torch
 
 from ..compilation import declare_compiles
-from ..protocol import Implementation, SDPAInputs, Support
+from ..protocol import Implementation, SDPAInputs, Support, empty_attention
 from ..registry import register
 from ..torchver import COMPILATION, needs_torch
-from ._tiled.tiles import empty_attention
 from .naive import Naive
 
 _NAIVE = Naive()  # the same code naive runs eagerly (not a second registration)

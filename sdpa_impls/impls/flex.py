@@ -8,10 +8,9 @@ import torch
 
 from ..compilation import declare_compiles
 from ..masks import Structure
-from ..protocol import Implementation, SDPAInputs, Support
+from ..protocol import Implementation, SDPAInputs, Support, empty_attention
 from ..registry import register
 from ..torchver import needs_torch
-from ._tiled.tiles import empty_attention
 from .torch_sdpa import mask4
 
 ModFn = Callable[..., torch.Tensor]

@@ -7,11 +7,11 @@ from collections.abc import Callable
 import torch
 
 from ._tiled.online_softmax import fp16_in_fp32, plan_tiles, take, tiled_attention
-from ..protocol import Implementation, SDPAInputs, Support
+from ..protocol import Implementation, SDPAInputs, Support, empty_attention
 from ..registry import register
 from ._tiled.tilemap import MaskTiles, Plan, Tiling
 from ._tiled.budget import choice, tiling_for
-from ._tiled.tiles import (NEG_INF, TileMasker, columns_t, compact_transposed, empty_attention, flat, forward_views,
+from ._tiled.tiles import (NEG_INF, TileMasker, columns_t, compact_transposed, flat, forward_views,
                            rows3, store_rows_)
 
 KEY_BLOCK = 64  # keys per block of the tile map: how finely a mask's empty and full keys are told apart

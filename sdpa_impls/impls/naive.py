@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import torch
 
-from ..protocol import Implementation, SDPAInputs, Support
+from ..protocol import Implementation, SDPAInputs, Support, empty_attention
 from ..registry import register
-from ._tiled.tiles import empty_attention, gmm, grouped, mask_scores_
+from ._tiled.tiles import gmm, grouped, mask_scores_
 
 
 @register

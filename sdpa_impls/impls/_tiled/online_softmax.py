@@ -15,10 +15,10 @@ from dataclasses import replace
 
 import torch
 
-from ...protocol import SDPAInputs
+from ...protocol import SDPAInputs, empty_attention
 from .tilemap import KeyTile, MaskTiles, Plan, Tiling
 from .budget import choice, group_heads
-from .tiles import (NEG_INF, TileMasker, columns_t, compact_transposed, empty_attention, flat, forward_views,
+from .tiles import (NEG_INF, TileMasker, columns_t, compact_transposed, flat, forward_views,
                     grouped, rows3, store_rows_)
 
 # (q5, k4, v4, mask5, is_causal, scale, with_lse) -> (out5 (B, Hkv, G, Lq, Ev), lse (B, Hkv, G, Lq) fp32 or None,

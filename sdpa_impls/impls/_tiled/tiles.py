@@ -26,26 +26,6 @@ def grouped(inp: SDPAInputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, 
     return q5, k, v, mask5
 
 
-class _NoAttention(torch.autograd.Function):
-    """Zeros of the output shape, with zero gradients for query, key and value."""
-
-    @staticmethod
-    def forward(ctx, query, key, value, shape):  # type: ignore[override]
-        ctx.inputs = [(t.shape, t.dtype, t.device) for t in (query, key, value)]
-        return query.new_zeros(shape)
-
-    @staticmethod
-    def backward(ctx, grad):  # type: ignore[override]
-        return (*(torch.zeros(shape, dtype=dtype, device=dev) for shape, dtype, dev in ctx.inputs), None)
-
-
-def empty_attention(inp: SDPAInputs) -> torch.Tensor:
-    """The answer to a call with nothing to compute (`inp.is_empty`), as torch gives it: (B, Hq, Lq, Ev) zeros,
-    empty or not (no keys means no attention), and zero gradients of the input shapes."""
-    b, hq, lq, _ = inp.query.shape
-    return _NoAttention.apply(inp.query, inp.key, inp.value, (b, hq, lq, inp.value.shape[-1]))
-
-
 def gmm(a5: torch.Tensor, b4: torch.Tensor) -> torch.Tensor:
     """(B, Hkv, G, m, n) @ (B, Hkv, n, p) -> (B, Hkv, G, m, p), folding G into the rows of one GEMM."""
     b, hkv, g, m, n = a5.shape
