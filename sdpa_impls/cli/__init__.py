@@ -1,6 +1,7 @@
 """Command line: `python -m sdpa_impls <command>` / `sdpa-bench <command>`; each command lives in its own module.
 
 The one place a UsageError becomes a one-line message and exit status 2; nothing below imports this package.
+Option defaults may come from the project's pyproject.toml, [tool.sdpa_bench.<command>] (sdpa_impls.settings).
 """
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import argparse
 import importlib
 import sys
 
+from .. import settings
 from ..errors import USAGE_EXIT, UsageError
 
 # command -> (module exposing add_arguments(parser) and run(args) -> int, one-line help).
@@ -47,13 +49,15 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     chosen = _command_in(argv)
     try:
-        module = None
+        module = command = None
         for name, (_, help_text) in COMMANDS.items():
             p = sub.add_parser(name, help=help_text, description=help_text)
             if name == chosen:
-                module = _load(name)
+                module, command = _load(name), p
                 module.add_arguments(p)
         args = parser.parse_args(argv)
+        # defaults of the project's [tool.sdpa_bench.<command>] for what the command line leaves unset
+        settings.apply(parser, command, argv, args, args.command, COMMANDS)
         return int(module.run(args))
     except UsageError as exc:
         print(f"sdpa-bench: error: {exc}", file=sys.stderr)

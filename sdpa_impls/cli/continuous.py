@@ -36,13 +36,14 @@ from ..bench.grid import PRESETS, default_device
 from ..continuous.adaptive import Outcome, extend, keyword
 from ..continuous.envs import Env, EnvSpec, declared, parse_spec, prepare, unmet
 from ..continuous.render import as_dict, render
-from ..continuous.revisions import checkout, ci_base, describe, remove_checkout, repo_root, resolve, snapshot_working_tree
+from ..continuous.project import NONE, PLUGIN, SELF, Project, declared_impls, find
+from ..continuous.revisions import checkout, ci_base, describe, remove_checkout, resolve, snapshot_working_tree
 from ..continuous.schedule import Schedule
 from ..continuous.sides import Side, check_import, install, interleaved, run_pair
 from ..continuous.versions import TORCH_STACK, differences, summary, torch_differs
 from ..errors import GateInputError, UsageError
 from ..fmt import fmt_duration
-from ..gate.config import load_config
+from ..gate.config import GateConfig, load_config
 
 EXIT_UNUSABLE = 2
 ROUNDS, MAX_TIME, MIN_ROUNDS = 4, 0.1, 8  # per side: 4 processes of the ci preset fit CI's 5 minutes on 2 cores
@@ -92,19 +93,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keep-runs", metavar="DIR", help="keep the pytest-benchmark JSON of every run in DIR")
 
 
-def _pytest_args(args: argparse.Namespace, reference: str, cpu: bool) -> list[str]:
+def _pytest_args(args: argparse.Namespace, cpu: bool) -> list[str]:
     preset = args.preset or ("ci" if cpu else "gpu-ci")  # gpu-ci: calls long enough to time kernels, not launches
     out = ["--sdpa-preset", preset, f"--benchmark-max-time={args.max_time:g}", f"--benchmark-min-rounds={MIN_ROUNDS}"]
-    impls = list(dict.fromkeys((args.impl or []) + ([reference] if args.impl and reference else [])))
-    for name in impls:
-        out += ["--sdpa-impl", name]
     if cpu:  # CPU time of the one-thread process: time spent waiting for the other core's work does not count
         out.append("--benchmark-timer=time.process_time")
     return out
 
 
+def _impls(args: argparse.Namespace, project: Project, tree: Path | None, reference: str) -> tuple[str, ...]:
+    """What one side measures: --impl, else a plug-in's own implementations at that revision, else every one
+    (empty); the time reference beside a chosen few."""
+    chosen = list(args.impl or (declared_impls(tree) if project.kind == PLUGIN and tree is not None else ()))
+    return tuple(dict.fromkeys(chosen + ([reference] if chosen and reference else [])))
+
+
+def sdpa_bench_version() -> str:
+    import sdpa_impls
+
+    return sdpa_impls.__version__
+
+
 def _write(path: str, text: str) -> None:
     try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(text, encoding="utf-8")
     except OSError as exc:
         raise GateInputError(f"{path}: cannot write ({exc.strerror or exc})") from None
@@ -116,15 +128,18 @@ def _name(root: Path, rev: str, commit: str) -> str:
     return described if commit.startswith(rev) else f"{rev} ({described})"
 
 
-def _environments(args: argparse.Namespace, trees: dict[str, Path], progress) -> tuple[dict[str, Env], list[str]]:
+def _environments(args: argparse.Namespace, trees: dict[str, Path | None], progress
+                  ) -> tuple[dict[str, Env], list[str]]:
     """Each side's environment (see the module docstring) and notes on how they were chosen."""
     here = Env(sys.executable, "this interpreter")
-    specs = {role: parse_spec(text) for role, text in (("base", args.base_env), ("head", args.head_env)) if text}
+    # an empty SPEC is an error (parse_spec), never "no SPEC": `--head-env "$UNSET"` must not compare one environment
+    specs = {role: parse_spec(text) for role, text in (("base", args.base_env), ("head", args.head_env))
+             if text is not None}
     notes = []
     if not specs:
         cpu = default_device() == "cpu"
-        dec = {role: declared(tree, cpu) for role, tree in trees.items()}
-        if dec["base"] == dec["head"]:
+        dec = {role: declared(tree, cpu) for role, tree in trees.items() if tree is not None}
+        if len(dec) < 2 or dec["base"] == dec["head"]:
             progress("environment: both revisions declare the same dependencies, both sides run with this interpreter")
             return {"base": here, "head": here}, []
         every = {role: set(d.requirements) | {f"{c} (constraint)" for c in d.constraints} for role, d in dec.items()}
@@ -145,40 +160,87 @@ def _environments(args: argparse.Namespace, trees: dict[str, Path], progress) ->
     return chosen, notes
 
 
-def _sides(args: argparse.Namespace, root: Path, work: Path, folders: tuple[str, str], progress
-           ) -> tuple[Side, Side, list[str], bool]:
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    """Both sides installed and imported; the notes on their environments (the versions that differ among them);
+    whether times must be compared as measured (torch differs, so the time reference is no unit); the gate config
+    (HEAD's, or the folder's where no revision is compared); what was compared, in a line."""
+
+    base: Side
+    head: Side
+    notes: list[str]
+    as_measured: bool
+    config: GateConfig
+    about: str
+
+
+def _revisions(args: argparse.Namespace) -> bool:
+    """Whether the comparison is of git revisions: BASE or HEAD named, or no environment named."""
+    return bool(args.base or args.head) or (args.base_env is None and args.head_env is None)
+
+
+def _about(project: Project, base: Side, head: Side) -> str:
+    import sdpa_impls
+
+    running = f"sdpa-bench {sdpa_impls.__version__} ({Path(sdpa_impls.__file__).parent})"
+    if project.kind == SELF:
+        return f"sdpa-bench's repository {project.root}: each side is that revision, measured with its own suite."
+    if project.kind == PLUGIN:
+        impls = ", ".join(dict.fromkeys(base.impls + head.impls)) or "every one"
+        return (f"plug-in {project.package} ({project.root}) at each revision, installed over {running}, whose suite "
+                f"measures {impls}.")
+    return f"{running} on both sides, which differ only in their environments."
+
+
+def _sides(args: argparse.Namespace, project: Project, work: Path, folders: tuple[str, str], progress) -> Prepared:
     """Both sides checked out (or the working tree copied) into `work/<folder>/tree`, given their environments,
-    installed and imported; the notes on their environments (the versions that differ among them); and whether
-    times must be compared as measured (torch differs, so the time reference is no unit)."""
+    installed and imported."""
     base_dir, head_dir = (work / f for f in folders)
-    if args.base or not (args.base_env or args.head_env):
-        base_rev, why = (args.base, "") if args.base else ci_base(root)
-        base_commit = resolve(root, base_rev)
-        base = Side("base", _name(root, base_rev, base_commit), base_dir / "tree", base_dir / "site", sys.executable)
-        if why:
-            progress(f"base: {base.name}, chosen as {why}")
-        checkout(root, base_commit, base.tree)
-    else:  # an environment against another: the same code on both sides
-        base = Side("base", f"working tree of {root}", base_dir / "tree", base_dir / "site", sys.executable)
-        snapshot_working_tree(root, base.tree)
-    if args.head:
-        head_commit = resolve(root, args.head)
-        head = Side("head", _name(root, args.head, head_commit), head_dir / "tree", head_dir / "site", sys.executable)
-        checkout(root, head_commit, head.tree)
+    root, bundled = project.root, project.kind != SELF
+
+    def side(role: str, folder: Path, name: str, tree: Path | None) -> Side:
+        return Side(role, name, tree, folder / "site", sys.executable, bundled)
+
+    if project.kind == NONE:  # two environments, nothing checked out
+        import sdpa_impls
+
+        name = f"sdpa-bench {sdpa_impls.__version__}"
+        base, head = side("base", base_dir, name, None), side("head", head_dir, name, None)
     else:
-        head = Side("head", f"working tree of {root}", head_dir / "tree", head_dir / "site", sys.executable)
-        snapshot_working_tree(root, head.tree)
+        assert root is not None
+        if args.base or _revisions(args):
+            base_rev, why = (args.base, "") if args.base else ci_base(root)
+            base_commit = resolve(root, base_rev)
+            base = side("base", base_dir, _name(root, base_rev, base_commit), base_dir / "tree")
+            if why:
+                progress(f"base: {base.name}, chosen as {why}")
+            checkout(root, base_commit, base.tree)
+        else:  # an environment against another: the same code on both sides
+            base = side("base", base_dir, f"working tree of {root}", base_dir / "tree")
+            snapshot_working_tree(root, base.tree)
+        if args.head:
+            head_commit = resolve(root, args.head)
+            head = side("head", head_dir, _name(root, args.head, head_commit), head_dir / "tree")
+            checkout(root, head_commit, head.tree)
+        else:
+            head = side("head", head_dir, f"working tree of {root}", head_dir / "tree")
+            snapshot_working_tree(root, head.tree)
     envs, notes = _environments(args, {"base": base.tree, "head": head.tree}, progress)
-    base, head = (dataclasses.replace(s, python=envs[s.role].python) for s in (base, head))
+    config = load_config(args.config, start=head.tree or Path.cwd())
+    reference = config.time_reference
+    base, head = (dataclasses.replace(s, python=envs[s.role].python, impls=_impls(args, project, s.tree, reference))
+                  for s in (base, head))
     cpu = default_device() == "cpu"
     seen = {}
-    for side in (base, head):
-        install(side)
-        seen[side.role] = check_import(side, cpu)
-        progress(f"{side.role}: {side.name} installed into its own folder")
+    sides = {}
+    for s in (base, head):
+        install(s)
+        sides[s.role], seen[s.role] = check_import(s, cpu)
+        progress(f"{s.role}: {s.name} installed into its own folder")
+    base, head = sides["base"], sides["head"]
+    about = _about(project, base, head)
     if base.python != head.python:
         diff = differences(seen["base"], seen["head"])
-        reference = load_config(args.config, start=head.tree).time_reference
         notes += [f"{s.role}: {envs[s.role].spec or 'this interpreter'}: {summary(seen[s.role])}." for s in (base, head)]
         notes.append("versions that differ: " + ("; ".join(diff) if diff else "none (two environments of the same "
                                                                                "versions)") + ".")
@@ -186,20 +248,20 @@ def _sides(args: argparse.Namespace, root: Path, work: Path, folders: tuple[str,
             notes.append(f"times compared as measured{f', not in units of {reference}' if reference else ''}: "
                          "torch differs between the sides, so every implementation is judged, the time reference "
                          "included.")
-            return base, head, notes, True
+            return Prepared(base, head, notes, True, config, about)
         if reference:
             notes.append(f"times in units of {reference}, as with one environment: torch and the libraries it calls "
                          f"({', '.join(n for n in TORCH_STACK if seen['base'].get(n))}) are the same on both sides.")
-    return base, head, notes, False
+    return Prepared(base, head, notes, False, config, about)
 
 
-def _measure(args: argparse.Namespace, base: Side, head: Side, schedule: Schedule, work: Path, progress,
-             as_measured: bool = False) -> tuple[Outcome, float]:
+def _measure(args: argparse.Namespace, sides: Prepared, schedule: Schedule, work: Path, progress
+             ) -> tuple[Outcome, float]:
     """The planned rounds, then the adaptive ones: the verdict over all of them, and the planned rounds' seconds."""
     cpu = default_device() == "cpu"
-    config = load_config(args.config, start=head.tree)
-    pytest_args = _pytest_args(args, config.time_reference, cpu)
-    if as_measured:  # the reference's code changed with torch: it is measured and judged like the rest
+    base, head, config = sides.base, sides.head, sides.config
+    pytest_args = _pytest_args(args, cpu)
+    if sides.as_measured:  # the reference's code changed with torch: it is measured and judged like the rest
         config = dataclasses.replace(config, time_reference="")
     runs = Path(args.keep_runs) if args.keep_runs else work / "runs"
     runs.mkdir(parents=True, exist_ok=True)
@@ -232,7 +294,7 @@ def _timing(setup_s: float, planned_s: float, rounds: int, adaptive_s: float, to
                     f"({fmt_duration(planned_s / rounds)} a round), {fmt_duration(adaptive_s)} of adaptive rounds.")
 
 
-def _compare(args: argparse.Namespace, root: Path, work: Path, progress) -> int:
+def _compare(args: argparse.Namespace, project: Project, work: Path, progress) -> int:
     if args.rounds < 1:
         raise UsageError("--rounds should be at least 1")
     if args.adaptive_budget < 0:
@@ -249,9 +311,10 @@ def _compare(args: argparse.Namespace, root: Path, work: Path, progress) -> int:
              f"(--seed {schedule.seed} repeats them)")
     folders = schedule.folders()
     start = time.monotonic()
-    base, head, env_notes, as_measured = _sides(args, root, work, folders, progress)
+    sides = _sides(args, project, work, folders, progress)
+    base, head, env_notes = sides.base, sides.head, sides.notes
     setup_s = time.monotonic() - start
-    outcome, planned_s = _measure(args, base, head, schedule, work, progress, as_measured)
+    outcome, planned_s = _measure(args, sides, schedule, work, progress)
     timing, timing_note = _timing(setup_s, planned_s, args.rounds, outcome.adaptive.spent_s, time.monotonic() - start)
     report = outcome.report
     first = ", ".join(schedule.orders)
@@ -260,11 +323,14 @@ def _compare(args: argparse.Namespace, root: Path, work: Path, progress) -> int:
                  outcome.adaptive.note(), timing_note]
     run_info = {"seed": schedule.seed, "first_side": list(schedule.orders), "folders": list(folders),
                 "planned_rounds": args.rounds,
-                "environments": {s.role: s.python for s in (base, head)}, "adaptive": dataclasses.asdict(outcome.adaptive), "timing": timing}
-    sys.stdout.write(render(report, base.name, head.name, run_notes=run_notes, header=env_notes))
+                "environments": {s.role: s.python for s in (base, head)},
+                "project": {"kind": project.kind, "root": str(project.root or ""), "package": project.package,
+                            "sdpa_bench": sdpa_bench_version(), "impls": {s.role: list(s.impls) for s in (base, head)}},
+                "adaptive": dataclasses.asdict(outcome.adaptive), "timing": timing}
+    sys.stdout.write(render(report, base.name, head.name, run_notes=run_notes, header=env_notes, about=sides.about))
     if args.markdown:
         _write(args.markdown, render(report, base.name, head.name, markdown=True, run_notes=run_notes,
-                                     header=env_notes))
+                                     header=env_notes, about=sides.about))
     if args.json:
         run_info["environment_notes"] = env_notes
         _write(args.json, json.dumps(as_dict(report, base.name, head.name, run_info), indent=1) + "\n")
@@ -278,10 +344,11 @@ def run(args: argparse.Namespace) -> int:
     def progress(text: str) -> None:
         print(f"[{fmt_duration(time.perf_counter() - start):>5}] {text}", file=sys.stderr, flush=True)
 
-    root = repo_root(Path.cwd())
     work = Path(tempfile.mkdtemp(prefix="sdpa-continuous-"))
+    project = None
     try:
-        code = _compare(args, root, work, progress)
+        project = find(Path.cwd(), _revisions(args))
+        code = _compare(args, project, work, progress)
         progress(f"done: exit {code}")
         return code
     except UsageError as exc:  # GateInputError included: a side that does not install, import or run
@@ -289,6 +356,6 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_UNUSABLE
     finally:
         for tree in work.glob("*/tree"):
-            if (tree / ".git").is_file():  # a git worktree, not a copy
-                remove_checkout(root, tree)
+            if project is not None and project.root is not None and (tree / ".git").is_file():  # a git worktree
+                remove_checkout(project.root, tree)
         shutil.rmtree(work, ignore_errors=True)

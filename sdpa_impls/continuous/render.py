@@ -29,15 +29,18 @@ def _memory_cell(row: Row) -> str:
 
 
 def render(report: SideBySide, base: str, head: str, markdown: bool = False, run_notes: Sequence[str] = (),
-           header: Sequence[str] = ()) -> str:
+           header: Sequence[str] = (), about: str = "") -> str:
     """One row per benchmark (head/base ratio, interval, adjusted p, memory, verdict), the in-run rules, failures,
     the undecided benchmarks, the rows whose kernels differ, notes (`run_notes`, how the runs were made, come
-    last); `header`, what the sides' environments were and how they differ, comes under the title."""
+    last); `about`, what was compared (the repository, or the sdpa-bench on both sides), then `header`, what the
+    sides' environments were and how they differ, come under the title."""
     verdict = "FAIL" if report.exit_code else "PASS"
     undecided = report.undecided
     bullet = "- " if markdown else "  "
     out = [f"{'## ' if markdown else ''}sdpa-bench continuous: {verdict} "
            f"({len(report.failures)} failed check(s), {len(undecided)} undecided) — head {head} vs base {base}", ""]
+    if about:
+        out += [f"Compared: {about}", ""]
     if header:
         out += ["Environments:"] + [f"{bullet}{line}" for line in header] + [""]
     if markdown:

@@ -1,25 +1,33 @@
-"""One side of a side-by-side comparison: a source tree installed into its own folder for this interpreter, and
-its own benchmark suite run in a separate process.
+"""One side of a side-by-side comparison: a source tree and the sdpa-bench it runs with, installed into its own
+folder for the side's interpreter, and the benchmark suite run in a separate process.
 
-    install(tree, site, python)  -> None     # pip --target, no dependencies, no network, no build isolation
-    check_import(side)           -> versions # the installed package imports and lists its implementations
+    install(side)                 -> None     # pip --target, no dependencies, no network, no build isolation
+    check_import(side, cpu)       -> (side, versions)  # the package imports and lists its implementations
     run_round(side, out, options) -> RoundRun
     run_pair(base, head, schedule, ...)  -> (base points, head points, head's failed tests)   # one round
     interleaved(base, head, rounds, ...) -> (base runs, head runs, head's failed tests)
 
 Each side runs with its `python`, the interpreter of its environment (continuous.envs: the one running the
 comparison, unless the revisions declare different dependencies or an environment was named), and so with that
-environment's torch and every other package: `site` holds only that side's `sdpa-bench` (code and metadata, its
-entry points included) and comes first on PYTHONPATH. Plug-ins installed in a side's environment are that side's
-(the `sdpa_impls` entry-point group) and import whichever side's `sdpa_impls` is running. The benchmarks are that
-side's own tests/test_benchmarks.py, run from its tree, so an older revision is measured with its own suite.
+environment's torch and every other package; `site` comes first on PYTHONPATH and holds the side's own code:
+- a revision of sdpa-bench itself: that revision installed (code and metadata), measured with its own suite;
+- a revision of a plug-in package: the plug-in installed (its entry points included), beside a copy of the
+  sdpa-bench that runs the command (`bundle_running`), whose suite measures it;
+- no revision (two environments compared): the copy of the running sdpa-bench alone.
+The suite is sdpa_impls.suite.test_sdpa of the installed package, run from `site` with no conftest, no pytest
+configuration of the caller (PYTEST_ADDOPTS, ini files) and only the plug-ins it needs (pytest-benchmark and the
+suite's own), so what a user's environment or repository sets for its own tests cannot change it. A revision of
+sdpa-bench from before the suite shipped in the package runs its tests/test_benchmarks.py from its tree, as then.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import shutil
 import subprocess
 from dataclasses import dataclass
+from importlib import metadata
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -28,18 +36,28 @@ from ..gate.points import Point, load_points
 from .schedule import PAD_ENV, Schedule
 from .versions import PROBE
 
-SUITE = Path("tests") / "test_benchmarks.py"
+SUITE_MODULE = "sdpa_impls.suite.test_sdpa"
+SUITE_PLUGIN = "sdpa_impls.suite.plugin"
+LEGACY_SUITE = Path("tests") / "test_benchmarks.py"  # sdpa-bench's revisions from before the suite was packaged
+CALLER_PYTEST = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTHONHOME")  # settings of the caller's own test sessions
+DIST = "sdpa-bench"
 
 
 @dataclass(frozen=True)
 class Side:
-    """`role` (base, head) of the comparison: `name` for people, its source `tree` and its install folder `site`."""
+    """`role` (base, head) of the comparison: `name` for people, its source `tree` (None: only the running
+    sdpa-bench), its install folder `site`, its interpreter; `bundled`: sdpa-bench is a copy of the running one
+    (a plug-in's revision, or no revision), not the tree; `impls`: the implementations it measures (empty: every
+    one); `packaged`: its suite is the installed package's (check_import finds out)."""
 
     role: str
     name: str
-    tree: Path
+    tree: Path | None
     site: Path
     python: str
+    bundled: bool = False
+    impls: tuple[str, ...] = ()
+    packaged: bool = True
 
 
 @dataclass(frozen=True)
@@ -60,51 +78,115 @@ def _last_line(text: str) -> str:
 def side_env(side: Side, cpu: bool, padding: str = "") -> dict[str, str]:
     """The environment of a side's processes: its install folder first on PYTHONPATH; one thread on CPU; `padding`
     (schedule.Schedule.padding) as the value of SDPA_CONTINUOUS_PAD, so the environment's size varies per process."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME",)}
+    env = {k: v for k, v in os.environ.items() if k not in CALLER_PYTEST}
     env["PYTHONPATH"] = os.pathsep.join([str(side.site)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # the plug-ins the suite needs are named on its command line
     env[PAD_ENV] = padding
     if cpu:
         env["OMP_NUM_THREADS"] = "1"  # a shared CPU runner: one other process stalls a multi-thread barrier
     return env
 
 
+def bundle_running(site: Path) -> None:
+    """Copy the sdpa-bench that runs this command into `site`: its package folder, and a dist-info folder with its
+    name, version and entry points, so the side imports exactly this sdpa-bench whatever its environment holds (an
+    editable install is copied from its source folder)."""
+    import sdpa_impls
+
+    shutil.copytree(Path(sdpa_impls.__file__).parent, site / "sdpa_impls",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"), dirs_exist_ok=True)
+    version = sdpa_impls.__version__
+    info = site / f"sdpa_bench-{version}.dist-info"
+    info.mkdir(parents=True, exist_ok=True)
+    texts = {"METADATA": f"Metadata-Version: 2.1\nName: {DIST}\nVersion: {version}\n"}
+    try:
+        dist = metadata.distribution(DIST)
+        if dist.version == version:  # the installed metadata describes the running code
+            texts["entry_points.txt"] = dist.read_text("entry_points.txt") or ""
+    except metadata.PackageNotFoundError:  # run from a source folder on PYTHONPATH
+        pass
+    for name, text in texts.items():
+        (info / name).write_text(text, encoding="utf-8")
+
+
 def install(side: Side) -> None:
-    """pip-install the side's tree into `side.site` with this interpreter: no dependencies (torch and the rest are
-    the environment's), no index, no build isolation. GateInputError with pip's last line when it fails."""
-    if not (side.tree / "pyproject.toml").is_file() and not (side.tree / "setup.py").is_file():
-        raise GateInputError(f"{side.role} {side.name}: does not install (no pyproject.toml or setup.py)")
-    done = subprocess.run([side.python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
-                           "--no-build-isolation", "--disable-pip-version-check", "--target", str(side.site),
-                           str(side.tree)], capture_output=True, text=True, timeout=600)
-    if done.returncode != 0:
-        raise GateInputError(f"{side.role} {side.name}: does not install: {_last_line(done.stderr or done.stdout)}")
+    """pip-install the side's tree into `side.site` with its interpreter: no dependencies (torch and the rest are
+    the environment's), no index, no build isolation; then, for a bundled side, the running sdpa-bench beside it.
+    GateInputError with pip's last line when it fails."""
+    side.site.mkdir(parents=True, exist_ok=True)
+    (side.site.parent / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")  # no ini of the caller's
+    if side.tree is not None:
+        if not (side.tree / "pyproject.toml").is_file() and not (side.tree / "setup.py").is_file():
+            raise GateInputError(f"{side.role} {side.name}: does not install (no pyproject.toml or setup.py)")
+        done = subprocess.run([side.python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
+                               "--no-build-isolation", "--disable-pip-version-check", "--target", str(side.site),
+                               str(side.tree)], capture_output=True, text=True, timeout=600)
+        if done.returncode != 0:
+            raise GateInputError(f"{side.role} {side.name}: does not install: "
+                                 f"{_last_line(done.stderr or done.stdout)}")
+    if side.bundled:
+        bundle_running(side.site)
 
 
-def check_import(side: Side, cpu: bool) -> dict[str, str | None]:
-    """The installed package imports and lists its implementations, and the side has its benchmark suite;
-    GateInputError with the error's last line otherwise. Returns the versions the side runs with (versions.PROBE,
-    in the same process: no extra start-up)."""
-    probe = "import sdpa_impls; sdpa_impls.names()\n" + PROBE
-    done = subprocess.run([side.python, "-c", probe], cwd=side.site, env=side_env(side, cpu), capture_output=True,
-                          text=True, timeout=300)
+# Runs in the side's interpreter before versions.PROBE: the package imports, lists its implementations, and says
+# whether its suite is packaged and which of the side's implementations are missing or failed to load.
+CHECK = r"""
+import importlib.util, json, sys
+import sdpa_impls, sdpa_impls.registry
+broken_type = getattr(sdpa_impls.registry, "BrokenPlugin", ())
+known = sdpa_impls.names()
+wanted = json.loads(sys.argv[1])
+print(json.dumps({"packaged": importlib.util.find_spec("sdpa_impls.suite") is not None,
+                  "missing": [n for n in wanted if n not in known],
+                  "broken": {n: sdpa_impls.get(n).error for n in wanted
+                             if n in known and isinstance(sdpa_impls.get(n), broken_type)}}))
+"""
+
+
+def check_import(side: Side, cpu: bool) -> tuple[Side, dict[str, str | None]]:
+    """The installed package imports and lists its implementations, the side's own (`impls`) among them and none
+    broken, and the side has its benchmark suite; GateInputError with the error's last line otherwise. Returns the
+    side with `packaged` set, and the versions it runs with (versions.PROBE, in the same process)."""
+    done = subprocess.run([side.python, "-c", CHECK + PROBE, json.dumps(list(side.impls))], cwd=side.site,
+                          env=side_env(side, cpu), capture_output=True, text=True, timeout=300)
     if done.returncode != 0:
         raise GateInputError(f"{side.role} {side.name}: does not import: {_last_line(done.stderr)}")
-    if not (side.tree / SUITE).is_file():
-        raise GateInputError(f"{side.role} {side.name}: has no benchmark suite ({SUITE})")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    lines = done.stdout.strip().splitlines()
+    found, versions = json.loads(lines[-2]), json.loads(lines[-1])
+    if found["missing"]:
+        raise GateInputError(f"{side.role} {side.name}: has no implementation named "
+                             f"{', '.join(found['missing'])} (known: sdpa-bench list)")
+    if found["broken"]:
+        raise GateInputError(f"{side.role} {side.name}: " + "; ".join(
+            f"{name}: plug-in failed to load: {error}" for name, error in found["broken"].items()))
+    side = dataclasses.replace(side, packaged=bool(found["packaged"]))
+    if not side.packaged and (side.tree is None or not (side.tree / LEGACY_SUITE).is_file()):
+        raise GateInputError(f"{side.role} {side.name}: has no benchmark suite (neither {SUITE_MODULE} nor "
+                             f"{LEGACY_SUITE})")
+    return side, versions
+
+
+def suite_command(side: Side, pytest_args: Sequence[str]) -> tuple[list[str], Path]:
+    """The pytest command line of the side's suite, and the folder it runs in."""
+    common = ["-q", "-rfE", "-p", "no:cacheprovider", "-p", "pytest_benchmark.plugin", "--benchmark-only",
+              *(a for name in side.impls for a in ("--sdpa-impl", name)), *pytest_args]
+    if side.packaged:
+        return [side.python, "-m", "pytest", "--pyargs", SUITE_MODULE, "-p", SUITE_PLUGIN, "--noconftest",
+                "-c", str(side.site.parent / "pytest.ini"), "--rootdir", str(side.site), *common], side.site
+    assert side.tree is not None
+    return [side.python, "-m", "pytest", str(LEGACY_SUITE), *common], side.tree
 
 
 def run_round(side: Side, out: Path, pytest_args: list[str], cpu: bool, timeout: float,
               padding: str = "", prefix: Sequence[str] = ()) -> RoundRun:
     """One run of the side's own benchmark suite into `out` (pytest-benchmark JSON with raw samples); `prefix`
     goes before the interpreter (e.g. `flock LOCK`, `taskset -c 0`)."""
-    # hypothesis' pytest plugin is not used by the benchmarks, and importing it takes 0.8-0.9 s of every process
-    cmd = [*prefix, side.python, "-m", "pytest", str(SUITE), "-q", "-rfE", "-p", "no:cacheprovider", "-p",
-           "no:hypothesispytest", "--benchmark-only", *pytest_args, f"--benchmark-json={out}", "--benchmark-save-data"]
+    # no plug-in is loaded but pytest-benchmark and the suite's: hypothesis' alone took 0.8-0.9 s of every process
+    cmd, cwd = suite_command(side, [*pytest_args, f"--benchmark-json={out}", "--benchmark-save-data"])
     try:
-        done = subprocess.run(cmd, cwd=side.tree, env=side_env(side, cpu, padding), capture_output=True, text=True,
-                              timeout=timeout)
+        done = subprocess.run([*prefix, *cmd], cwd=cwd, env=side_env(side, cpu, padding), capture_output=True,
+                              text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         raise GateInputError(f"{side.role} {side.name}: its benchmark run took more than {timeout:.0f} s "
                              "(--round-timeout)") from None

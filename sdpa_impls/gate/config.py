@@ -1,4 +1,5 @@
-"""Gate thresholds from TOML (`[tool.sdpa_bench.gate]` in pyproject.toml, or a file given with --config).
+"""Gate thresholds from TOML (`[tool.sdpa_bench.gate]` in pyproject.toml, or a file given with --config), over the
+package's defaults (defaults.toml beside this module), key by key.
 
     load_config(path=None, start=Path.cwd()) -> GateConfig
     GateConfig.thresholds(impl, case_id) -> Thresholds     # defaults, then every matching override in order
@@ -17,15 +18,14 @@ correctness, allow_missing. An unknown key or a bad value raises GateInputError 
 from __future__ import annotations
 
 import fnmatch
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import GateInputError
+from ..errors import GateInputError, UsageError
+from ..settings import find_pyproject, read_toml, section
 from .rules import MemoryRule, RatioRule, TimeRule
 from .targets import ci_rules
 
-SECTION = ("tool", "sdpa_bench", "gate")
 DEFAULTS = {"time": "median:15%", "alpha": 0.01, "memory": "peak:1%", "correctness": True, "allow_missing": False}
 TYPES = {"time": str, "alpha": float, "memory": str, "correctness": bool, "allow_missing": bool,
          "allow_different_machines": bool, "time_reference": str, "cpu_targets": bool, "continuous_time": str,
@@ -162,42 +162,39 @@ def config_from_dict(table: dict, source: str) -> GateConfig:
                       rules["continuous_host"], rules["continuous_time_cuda"])
 
 
+DEFAULTS_FILE = Path(__file__).with_name("defaults.toml")
+DEFAULTS_SOURCE = "sdpa-bench's defaults"
+
+
 def _read_toml(path: Path) -> dict:
     try:
-        with path.open("rb") as fh:
-            return tomllib.load(fh)
-    except FileNotFoundError:
-        raise GateInputError(f"{path}: no such config file") from None
-    except OSError as exc:
-        raise GateInputError(f"{path}: cannot be read ({exc})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise GateInputError(f"{path}: not valid TOML ({exc})") from None
+        return read_toml(path)
+    except UsageError as exc:
+        raise GateInputError(str(exc)) from None
 
 
-def _section(doc: dict) -> dict | None:
-    for key in SECTION:
-        doc = doc.get(key) if isinstance(doc, dict) else None
-    return doc
+def _layered(table: object, source: str) -> GateConfig:
+    """`table`'s keys over the package's defaults (defaults.toml): a key set replaces the default's, whole."""
+    if not isinstance(table, dict):
+        raise GateInputError(f"{source}: the gate config should be a table of keys, got {table!r}")
+    return config_from_dict(_read_toml(DEFAULTS_FILE) | table, f"{source}, over {DEFAULTS_SOURCE}")
 
 
 def load_config(path: str | Path | None = None, start: str | Path | None = None) -> GateConfig:
     """The gate config: `path` (its [tool.sdpa_bench.gate] section, or its top level when it has no [tool]),
-    else the first pyproject.toml from `start` (default: the working directory) upwards, else the defaults."""
+    else the [tool.sdpa_bench.gate] of the first pyproject.toml from `start` (default: the working directory)
+    upwards; either over the package's defaults (defaults.toml), key by key; the defaults alone without either."""
     if path is not None:
         path = Path(path)
         doc = _read_toml(path)
         if "tool" in doc:
-            table = _section(doc)
+            table = section(doc, "gate")
             if table is None:
                 raise GateInputError(f"{path}: has no [tool.sdpa_bench.gate] section")
-            return config_from_dict(table, f"{path} [tool.sdpa_bench.gate]")
-        return config_from_dict(doc, str(path))
-    here = Path(start or Path.cwd()).resolve()
-    for folder in (here, *here.parents):
-        candidate = folder / "pyproject.toml"
-        if candidate.is_file():
-            table = _section(_read_toml(candidate))
-            if table is not None:
-                return config_from_dict(table, f"{candidate} [tool.sdpa_bench.gate]")
-            break
-    return GateConfig()
+            return _layered(table, f"{path} [tool.sdpa_bench.gate]")
+        return _layered(doc, str(path))
+    candidate = find_pyproject(start)
+    table = section(_read_toml(candidate), "gate") if candidate is not None else None
+    if table is not None:
+        return _layered(table, f"{candidate} [tool.sdpa_bench.gate]")
+    return config_from_dict(_read_toml(DEFAULTS_FILE), f"{DEFAULTS_SOURCE} ({DEFAULTS_FILE.name})")

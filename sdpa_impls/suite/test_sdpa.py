@@ -1,6 +1,8 @@
 """pytest-benchmark suite: one benchmark per (implementation, case) of the selected preset, grouped by case.
 
-`pytest --benchmark-only [--sdpa-preset NAME] [--sdpa-impl NAME ...]` times them; plain `pytest` runs each once.
+`pytest --pyargs sdpa_impls.suite.test_sdpa --benchmark-only [--sdpa-preset NAME] [--sdpa-impl NAME ...]` times
+them; with --benchmark-disable each runs once, as a smoke test. The options, the parametrization and the timer come
+from the suite's pytest plug-in (sdpa_impls.suite.plugin).
 On CUDA the benchmark's time is the device time (the call captured in a CUDA graph and replayed; where it cannot
 be captured, eager calls, and `extra_info["device_time_method"]` says "eager" with the reason); `extra_info` holds
 the eager time (`median_s`) and the host overhead. On the CPU the one time is the benchmark's.
@@ -21,6 +23,7 @@ from sdpa_impls.bench.memory import peak_memory
 from sdpa_impls.bench.result import SPEED_BASELINE, Result
 from sdpa_impls.bench.devicetime import EAGER, GRAPH, HOST, HOST_REASON, DeviceTiming, graph_sampler
 from sdpa_impls.bench.timing import MIN_SAMPLE_S, call_context, calls_per_sample, one_sample, summarize, time_closure
+from sdpa_impls.suite.plugin import suite_timer
 
 MAX_ROUNDS = 10_000
 _context: dict[tuple[Case, str], CaseContext] = {}
@@ -54,10 +57,7 @@ class SessionCeilings:
 
 @pytest.fixture(scope="module")
 def run_ceilings(request: pytest.FixtureRequest, sdpa_device: str, sdpa_preset_name: str):
-    from pytest_benchmark.utils import load_timer  # the option holds the timer's name, e.g. time.process_time
-
-    timer = load_timer(str(request.config.getoption("benchmark_timer"))).target
-    session = SessionCeilings(sdpa_device, sdpa_preset_name, timer)
+    session = SessionCeilings(sdpa_device, sdpa_preset_name, suite_timer(request.config, sdpa_device))
     yield session
     if session.timed:  # before pytest-benchmark writes its JSON, which happens at the end of the session
         session.judge()

@@ -1,0 +1,80 @@
+"""What a comparison measures, found from the folder it runs in: sdpa-bench's own repository (each revision is the
+package and brings its own suite), a plug-in package's repository (each revision is the plug-in, installed over the
+sdpa-bench that runs the command, whose suite measures both sides), or no repository at all (two environments,
+this sdpa-bench on both sides).
+
+    find(start, revisions) -> Project        # UsageError that says what is needed where nothing fits
+    declared_impls(tree)   -> (names, ...)   # the sdpa_impls entry points a plug-in's pyproject.toml declares
+"""
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import GateInputError, UsageError
+from ..registry import ENTRY_POINT_GROUP
+from .revisions import git_root
+
+SELF, PLUGIN, NONE = "sdpa-bench", "plug-in", "none"
+DIST = "sdpa-bench"
+PLUGIN_HOWTO = ("a plug-in declares its implementations as entry points, [project.entry-points.sdpa_impls] in its "
+                "pyproject.toml (`sdpa-bench quickstart` writes one)")
+
+
+@dataclass(frozen=True)
+class Project:
+    """`kind` SELF, PLUGIN or NONE; the git top folder `root` (None without one); a plug-in's distribution name
+    `package` and the implementations its working tree declares, `impls`."""
+
+    kind: str
+    root: Path | None
+    package: str = ""
+    impls: tuple[str, ...] = ()
+
+
+def _normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _pyproject(tree: Path) -> dict | None:
+    path = tree / "pyproject.toml"
+    if not path.is_file():
+        return None
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise GateInputError(f"{path}: cannot be read ({exc})") from None
+
+
+def declared_impls(tree: Path) -> tuple[str, ...]:
+    """The names of the `sdpa_impls` entry points `tree`'s pyproject.toml declares (none: an empty tuple)."""
+    doc = _pyproject(tree) or {}
+    group = doc.get("project", {}).get("entry-points", {}).get(ENTRY_POINT_GROUP, {})
+    return tuple(sorted(group)) if isinstance(group, dict) else ()
+
+
+def find(start: Path, revisions: bool) -> Project:
+    """The project at `start`. `revisions`: the command compares git revisions (BASE, HEAD, or CI's base), so
+    `start` must be in the repository of sdpa-bench or of a plug-in; without them (two environments) any folder
+    does. UsageError naming what is missing otherwise."""
+    root = git_root(start)
+    if root is None:
+        if revisions:
+            raise UsageError(f"{start} is not inside a git repository: continuous compares git revisions of "
+                             "sdpa-bench or of a plug-in package, or two environments (--base-env and --head-env)")
+        return Project(NONE, None)
+    doc = _pyproject(root)
+    name = str((doc or {}).get("project", {}).get("name", ""))
+    if _normalized(name) == DIST:
+        return Project(SELF, root, DIST)
+    impls = declared_impls(root)
+    if impls:
+        return Project(PLUGIN, root, name or root.name, impls)
+    if not revisions:
+        return Project(NONE, root)
+    what = (f"{root} has no pyproject.toml" if doc is None else
+            f"{root / 'pyproject.toml'} declares no implementations" + (f" (package {name})" if name else ""))
+    raise UsageError(f"{what}: continuous compares revisions of sdpa-bench or of a plug-in package; {PLUGIN_HOWTO}. "
+                     "Two environments compare from any folder: --base-env SPEC --head-env SPEC")

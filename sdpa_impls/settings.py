@@ -1,0 +1,129 @@
+"""sdpa-bench's settings in the pyproject.toml of the project a command runs in (the first one from the working
+folder upwards): a table per command of defaults for its options, and the gate's thresholds (gate.config).
+
+    [tool.sdpa_bench.run]          # `sdpa-bench run`: a key is an option's name, `-` or `_` alike
+    impl = ["mine", "torch_sdpa"]
+    preset = "smoke"
+    [tool.sdpa_bench.continuous]   # `sdpa-bench continuous`
+    adaptive_budget = 75
+    [tool.sdpa_bench.gate]         # thresholds, not options: docs/reference/gate-config.md
+
+An option given on the command line wins over its default here. Unknown tables, options and bad values are a
+UsageError naming the file, the table and the key.
+
+    find_pyproject(start)            -> Path | None
+    apply(top, parser, argv, args, command, commands, start) -> source or ""   # the table's defaults, on the parsed `args`
+"""
+from __future__ import annotations
+
+import argparse
+import tomllib
+from collections.abc import Collection
+from pathlib import Path
+
+from .errors import UsageError
+
+SECTION = ("tool", "sdpa_bench")
+NOT_OPTIONS = {"gate"}  # [tool.sdpa_bench.gate] holds the gate's thresholds (gate.config), not the command's options
+
+
+def find_pyproject(start: str | Path | None = None) -> Path | None:
+    """The first pyproject.toml in `start` (default: the working folder) or a folder above it."""
+    here = Path(start or Path.cwd()).resolve()
+    return next((f / "pyproject.toml" for f in (here, *here.parents) if (f / "pyproject.toml").is_file()), None)
+
+
+def read_toml(path: Path) -> dict:
+    """A TOML file's contents; UsageError (exit 2) naming the file when it cannot be read or parsed."""
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path}: not valid TOML ({exc})") from None
+
+
+def section(doc: dict, *keys: str) -> object:
+    """doc[tool][sdpa_bench][keys...], or None where any level is missing."""
+    for key in (*SECTION, *keys):
+        doc = doc.get(key) if isinstance(doc, dict) else None
+    return doc
+
+
+def _value(action: argparse.Action, value: object, where: str) -> object:
+    """`value` from TOML as the option would have parsed it; UsageError naming `where` otherwise."""
+    if action.nargs == 0:  # a flag: true sets it
+        if not isinstance(value, bool):
+            raise UsageError(f"{where}: should be true or false, got {value!r}")
+        return action.const if value else action.default
+    if isinstance(action, argparse._AppendAction):
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise UsageError(f"{where}: should be a list of strings, got {value!r}")
+        return [_value(argparse.Action([], action.dest, type=action.type, choices=action.choices), v, where)
+                for v in value]
+    if action.type in (int, float) and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                        or (action.type is int and not isinstance(value, int))):
+        raise UsageError(f"{where}: should be a{'n integer' if action.type is int else ' number'}, got {value!r}")
+    if not isinstance(value, (str, int, float)):
+        raise UsageError(f"{where}: should be a string, got {value!r}")
+    try:
+        parsed = action.type(value if action.type in (int, float) else str(value)) if callable(action.type) else value
+    except (TypeError, ValueError, argparse.ArgumentTypeError) as exc:
+        raise UsageError(f"{where}: {exc}") from None
+    if action.choices is not None and parsed not in action.choices:
+        raise UsageError(f"{where}: {parsed!r} is not one of {', '.join(map(str, action.choices))}")
+    return parsed
+
+
+def given(top: argparse.ArgumentParser, parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
+    """The options of `parser` (a command's, under `top`) that `argv` sets, whatever their values: `argv` is
+    parsed again with every default replaced by a marker."""
+    unset = object()
+    saved = {a: a.default for a in parser._actions if a.option_strings and a.dest != "help"}
+    for action in saved:
+        action.default = None if isinstance(action, argparse._AppendAction) else unset  # append needs a list or None
+    try:
+        again = top.parse_args(argv)
+    finally:
+        for action, default in saved.items():
+            action.default = default
+    return {a.dest for a in saved if getattr(again, a.dest) is not (None if isinstance(a, argparse._AppendAction)
+                                                                     else unset)}
+
+
+def apply(top: argparse.ArgumentParser, parser: argparse.ArgumentParser, argv: list[str], args: argparse.Namespace,
+          command: str, commands: Collection[str], start: str | Path | None = None) -> str:
+    """Fill the options of `args` (`argv` parsed by `top`, whose command `command` has the parser `parser`) that
+    the command line does not set from [tool.sdpa_bench.COMMAND] of the project's pyproject.toml; returns where
+    they came from ("" when nothing was set). A table that is none of `commands` is a UsageError."""
+    path = find_pyproject(start)
+    if path is None:
+        return ""
+    tables = section(read_toml(path))
+    if tables is None:
+        return ""
+    if not isinstance(tables, dict) or not all(isinstance(t, dict) for t in tables.values()):
+        raise UsageError(f"{path}: [tool.sdpa_bench] holds tables only, one per command ([tool.sdpa_bench.run], "
+                         "...) and [tool.sdpa_bench.gate]")
+    unknown = sorted(set(tables) - set(commands) - NOT_OPTIONS)
+    if unknown:
+        raise UsageError(f"{path}: [tool.sdpa_bench.{unknown[0]}] names no command; tables: "
+                         f"{', '.join(sorted({*commands} - NOT_OPTIONS))} (options) and gate (thresholds)")
+    table = tables.get(command)
+    if command in NOT_OPTIONS or not table:
+        return ""
+    where = f"{path} [tool.sdpa_bench.{command}]"
+    options = {a.dest: a for a in parser._actions if a.option_strings and a.dest != "help"}
+    on_command_line = given(top, parser, argv)
+    for key, value in table.items():
+        action = options.get(key.replace("-", "_"))
+        if action is None:
+            raise UsageError(f"{where}: {key!r} is not an option of `sdpa-bench {command}`; its options: "
+                             f"{', '.join(sorted(a.option_strings[-1].lstrip('-') for a in options.values()))}")
+        parsed = _value(action, value, f"{where}: {key}")
+        if action.dest not in on_command_line:
+            setattr(args, action.dest, parsed)
+    return where

@@ -1,0 +1,127 @@
+"""The suite's pytest plug-in: loaded in every pytest session of an environment that has sdpa-bench (entry point
+`sdpa_bench` of the group pytest11; `-p no:sdpa_bench` leaves it out), it adds three options and acts only on the
+suite's tests, those that take the `sdpa_point` fixture: their parametrization over a preset's cases and the
+implementations, their timer on CUDA, and the machine they ran on in pytest-benchmark's JSON. torch is imported
+only once such a test is collected, so other test sessions pay nothing for it.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import pytest
+
+SUITE_FIXTURE = "sdpa_point"
+DEFAULT_TIMER = "time.perf_counter"  # pytest-benchmark's --benchmark-timer when none is given
+CUDA_TIMER = "sdpa_impls.bench.timing.cuda_event_clock"
+_SUITE_SELECTED = "_sdpa_bench_suite"  # set on the config when the session collected the suite's tests
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("sdpa-bench")
+    group.addoption("--sdpa-preset", default=None, metavar="NAME",
+                    help="grid preset to benchmark (smoke, ci, quick, cpu, gpu, ...: docs/reference/presets.md); "
+                         "default: $SDPA_BENCH_PRESET, else the device's preset with --benchmark-only, else 'smoke'")
+    group.addoption("--sdpa-impl", action="append", default=None, metavar="NAME",
+                    help="benchmark only this implementation (repeatable); default: every registered one")
+    group.addoption("--sdpa-device", default=None, metavar="DEVICE", help="cpu or cuda; default: cuda when available")
+
+
+def device_of(config: pytest.Config) -> str:
+    from sdpa_impls.bench.grid import default_device
+
+    return config.getoption("sdpa_device") or default_device()
+
+
+def selected_preset(config: pytest.Config) -> str:
+    from sdpa_impls.bench.grid import PRESET_ENV, default_preset_name, preset
+
+    name = config.getoption("sdpa_preset")
+    if name:
+        preset(name)  # a typo fails the run with the list of known presets
+        return name
+    if not config.getoption("benchmark_only", False):
+        return os.environ.get(PRESET_ENV) or "smoke"
+    return default_preset_name(device_of(config))
+
+
+def selected_impls(config: pytest.Config) -> list[str]:
+    import sdpa_impls
+    from sdpa_impls.bench.result import SPEED_BASELINE
+
+    wanted = config.getoption("sdpa_impl") or sdpa_impls.names()
+    for name in wanted:
+        sdpa_impls.get(name)  # unknown names fail the run with the list of known ones
+    # the speed baseline runs first in each case, so the others can report a speedup against it
+    return sorted(dict.fromkeys(wanted), key=lambda n: n != SPEED_BASELINE)
+
+
+def _cuda_events(config: pytest.Config, device: str) -> bool:
+    """Whether the suite times with CUDA events: on CUDA, unless --benchmark-timer names another clock."""
+    import torch
+
+    given = str(config.getoption("benchmark_timer", DEFAULT_TIMER))
+    return torch.device(device).type == "cuda" and given == DEFAULT_TIMER
+
+
+def timer_name(config: pytest.Config, device: str) -> str:
+    return CUDA_TIMER if _cuda_events(config, device) else str(config.getoption("benchmark_timer", DEFAULT_TIMER))
+
+
+def suite_timer(config: pytest.Config, device: str) -> Callable[[], float]:
+    """The clock the suite's samples are read with: CUDA events on CUDA (GPU time, not the launch's), else
+    --benchmark-timer (e.g. time.process_time on a shared CPU runner)."""
+    from pytest_benchmark.utils import load_timer  # the option holds the timer's name
+
+    return load_timer(timer_name(config, device)).target
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if SUITE_FIXTURE not in metafunc.fixturenames:
+        return
+    from sdpa_impls.bench.grid import preset
+
+    config = metafunc.config
+    try:
+        cases = preset(selected_preset(config))
+        impls = selected_impls(config)
+    except (ValueError, LookupError) as exc:
+        raise pytest.UsageError(str(exc)) from None
+    points = [(impl, case) for case in cases for impl in impls]  # case-major: one fp64 reference per case
+    metafunc.parametrize(SUITE_FIXTURE, points, ids=[f"{impl}-{case.id}" for impl, case in points])
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    suite = [item for item in items if SUITE_FIXTURE in getattr(item, "fixturenames", ())]
+    if not suite:
+        return
+    setattr(config, _SUITE_SELECTED, True)
+    if _cuda_events(config, device_of(config)):  # only the suite's benchmarks: a session's other ones keep theirs
+        timer = suite_timer(config, device_of(config))
+        for item in suite:
+            item.add_marker(pytest.mark.benchmark(timer=timer))
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-benchmark, which may not be installed
+def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:
+    if not getattr(config, _SUITE_SELECTED, False):
+        return
+    from sdpa_impls.bench.machine import machine_info as describe_machine
+
+    device = device_of(config)
+    machine_info["sdpa_bench"] = describe_machine(device, timer=timer_name(config, device))
+
+
+@pytest.fixture(scope="session")
+def sdpa_device(pytestconfig: pytest.Config) -> str:
+    import torch
+
+    device = device_of(pytestconfig)
+    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+        pytest.skip(f"--sdpa-device {device}: no CUDA device on this machine")
+    return device
+
+
+@pytest.fixture(scope="session")
+def sdpa_preset_name(pytestconfig: pytest.Config) -> str:
+    return selected_preset(pytestconfig)
