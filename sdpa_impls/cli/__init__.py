@@ -23,6 +23,7 @@ COMMANDS = {
     "gate": ("sdpa_impls.cli.gate", "fail a change that makes attention slower, bigger or wrong"),
     "targets": ("sdpa_impls.cli.targets", "measure the CPU performance targets in one interleaved run, with a verdict"),
     "continuous": ("sdpa_impls.cli.continuous", "benchmark two git revisions side by side and judge the change (as asv continuous)"),
+    "quickstart": ("sdpa_impls.cli.quickstart", "write a new plug-in (package, test, CI workflow) into a folder"),
 }
 
 

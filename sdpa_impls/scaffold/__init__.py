@@ -1,0 +1,118 @@
+"""The files `sdpa-bench quickstart` writes: a plug-in package made from the template folder beside this module, a
+working plug-in itself (package `my_attention`, class `MyAttention`, distribution `my-attention`), renamed.
+
+    names_for(text)        -> Names                 # the names of a plug-in called `text`
+    requirement()          -> (requirement, note)   # how the plug-in's CI installs this sdpa-bench
+    files(names, requirement) -> {relative path: text}
+    write(dest, files)     -> [Path]                # UsageError when any of them exists already
+"""
+from __future__ import annotations
+
+import json
+import keyword
+import re
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from ..errors import UsageError
+
+TEMPLATE = Path(__file__).parent / "template"
+HIDDEN = {"github": ".github", "gitignore": ".gitignore"}  # stored without the dot: package data globs skip dot-files
+TEMPLATE_REQUIREMENT = '"sdpa-bench[test]>=0.1"'  # the workflow's install line as the template has it
+DIST = "sdpa-bench"
+
+
+@dataclass(frozen=True)
+class Names:
+    """A plug-in's distribution name (`my-attention`), package and implementation name (`my_attention`) and
+    class (`MyAttention`)."""
+
+    dist: str
+    package: str
+    cls: str
+
+
+TEMPLATE_NAMES = Names("my-attention", "my_attention", "MyAttention")
+
+
+def names_for(text: str) -> Names:
+    """The names of a plug-in called `text` ("Flash Mine" -> flash-mine, flash_mine, FlashMine); UsageError for a
+    name that is no Python identifier once normalized, or that a built-in implementation has."""
+    from ..registry import names
+
+    ident = re.sub(r"\W+", "_", text.strip().lower()).strip("_")
+    if not ident or not ident.isidentifier() or keyword.iskeyword(ident) or not ident.isascii():
+        raise UsageError(f"{text!r} makes no package name: give --name a name of letters, digits and _ that does "
+                         "not start with a digit")
+    if ident in names():
+        raise UsageError(f"an implementation named {ident!r} exists already (sdpa-bench list): give --name another")
+    return Names(ident.replace("_", "-"), ident, "".join(part.capitalize() for part in ident.split("_")))
+
+
+def _without_credentials(url: str) -> str:
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    return urlunsplit(parts._replace(netloc=host + (f":{parts.port}" if parts.port else ""))) if parts.netloc else url
+
+
+def requirement() -> tuple[str, str]:
+    """The requirement the plug-in's CI installs sdpa-bench with: the git address and commit this one was installed
+    from (its PEP 610 record, credentials removed), else this version from an index; and a note for the user when
+    CI cannot install it that way (installed from a local folder or file)."""
+    import sdpa_impls
+
+    version = sdpa_impls.__version__
+    fallback = f"{DIST}[test]>={version}"
+    try:
+        recorded = metadata.distribution(DIST).read_text("direct_url.json")
+    except metadata.PackageNotFoundError:
+        recorded = None
+    if not recorded:
+        return fallback, ""
+    origin = json.loads(recorded)
+    url, vcs = str(origin.get("url", "")), origin.get("vcs_info") or {}
+    if vcs.get("vcs") == "git" and not url.startswith("file:"):
+        return f"{DIST}[test] @ git+{_without_credentials(url)}@{vcs.get('commit_id', '')}", ""
+    return fallback, (f"this sdpa-bench was installed from {_without_credentials(url)}, which a CI runner cannot "
+                      f"install from: the workflow installs {fallback!r}; put where your CI gets sdpa-bench "
+                      "(e.g. 'sdpa-bench[test] @ git+https://HOST/OWNER/sdpa-bench@COMMIT') in "
+                      ".github/workflows/sdpa-bench.yml")
+
+
+def _renamed(text: str, names: Names) -> str:
+    for old, new in zip((TEMPLATE_NAMES.dist, TEMPLATE_NAMES.package, TEMPLATE_NAMES.cls),
+                        (names.dist, names.package, names.cls)):
+        text = text.replace(old, new)
+    return text
+
+
+def files(names: Names, install: str) -> dict[str, str]:
+    """Every file of the plug-in, by path relative to its folder, renamed for `names`; the workflow installs
+    sdpa-bench with the requirement `install`."""
+    out = {}
+    for path in sorted(p for p in TEMPLATE.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        parts = list(path.relative_to(TEMPLATE).parts)
+        parts[0] = HIDDEN.get(parts[0], parts[0])
+        text = _renamed(path.read_text(encoding="utf-8"), names)
+        if path.suffix == ".yml":
+            text = text.replace(TEMPLATE_REQUIREMENT, json.dumps(install))
+        out[_renamed("/".join(parts), names)] = text
+    return out
+
+
+def write(dest: Path, plan: dict[str, str]) -> list[Path]:
+    """Write `plan` into `dest` (made if missing); UsageError naming the files that exist already, before any is
+    written."""
+    taken = [rel for rel in plan if (dest / rel).exists()]
+    if taken:
+        raise UsageError(f"{dest} already has {', '.join(taken[:5])}{' ...' if len(taken) > 5 else ''}: quickstart "
+                         "writes a new plug-in and overwrites nothing; run it in an empty folder or give --dest")
+    written = []
+    for rel, text in plan.items():
+        path = dest / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        written.append(path)
+    return written

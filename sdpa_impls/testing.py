@@ -1,0 +1,33 @@
+"""For a plug-in's own tests: an implementation checked against the float64 reference on the suite's cases, with
+the rule every benchmark applies before it times a point (at most 2× naive's error in the same dtype, plus a floor;
+gradients too in the backward modes).
+
+    cases(preset="smoke")                  -> (Case, ...)            # the cases of a preset (bench.grid)
+    check(name, case, device="cpu", seed=0) -> (max error, tolerance)
+        Unsupported (a NotImplementedError) with the implementation's reasons: a skip, not a failure;
+        WrongResult (an AssertionError) naming the tensor and its error: a failure.
+"""
+from __future__ import annotations
+
+from .bench.check import CaseContext, WrongResult
+from .bench.grid import Case, preset
+from .protocol import Unsupported
+from .registry import get
+
+__all__ = ["Case", "Unsupported", "WrongResult", "cases", "check"]
+
+
+def cases(name: str = "smoke") -> tuple[Case, ...]:
+    """The cases of preset `name` (docs/reference/presets.md); ValueError naming the known ones otherwise."""
+    return preset(name)
+
+
+def check(name: str, case: Case, device: str = "cpu", seed: int = 0) -> tuple[float, float]:
+    """Run implementation `name` once on `case`'s seeded inputs (and its backward, in a backward mode) and compare
+    with float64: (worst error, its tolerance), or Unsupported / WrongResult as the module says."""
+    impl = get(name)
+    context = CaseContext(case, device, seed)
+    reasons = context.inputs.reasons(impl)
+    if reasons:
+        raise Unsupported(impl.name, reasons)
+    return context.check(impl)
