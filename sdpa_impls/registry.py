@@ -61,17 +61,17 @@ def _load_plugins() -> None:
     _load_builtins()
     _plugins_loaded = True
     for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
-        if ep.name in _REGISTRY:
-            continue
+        if ep.name in _REGISTRY and _builtin(_REGISTRY[ep.name]):
+            continue  # a built-in keeps its name
         try:
             obj = ep.load()
             done = _REGISTRY.get(ep.name)
             if done is not None and (done is obj or type(done) is obj):
-                continue  # its module registered it with @register when the entry point imported it
+                continue  # its module registered it with @register when it was imported
             if done is not None:
-                raise ValueError(f"importing {ep.value} registered another implementation named {ep.name!r} "
-                                 f"({type(done).__module__}.{type(done).__qualname__}); the entry point and "
-                                 "the class it names must be the same one")
+                raise ValueError(f"another implementation is registered under {ep.name!r} "
+                                 f"({type(done).__module__}.{type(done).__qualname__}, not {ep.value}): the entry "
+                                 "point and the class registered under its name must be the same one")
             impl = obj() if isinstance(obj, type) else obj
             if getattr(impl, "name", "") != ep.name:
                 raise ValueError(f"entry point {ep.name!r} loads an implementation named "
@@ -79,6 +79,10 @@ def _load_plugins() -> None:
             _add(impl)
         except Exception as exc:  # a broken plug-in must not break the catalogue
             _REGISTRY[ep.name] = BrokenPlugin(ep.name, f"{type(exc).__name__}: {exc}")
+
+
+def _builtin(impl: object) -> bool:
+    return type(impl).__module__.startswith(f"{__package__}.impls.")
 
 
 def names() -> list[str]:

@@ -70,6 +70,25 @@ def test_plugins_run_and_a_broken_one_explains_itself(plugin_python: Path) -> No
     assert "sdpa_test_plugins.missing" in result["broken"][0]
 
 
+def test_a_plugin_that_also_uses_register_loads_as_itself(plugin_python: Path) -> None:
+    """A class copied from a built-in keeps its `@register`: the entry point finds it registered and keeps that
+    instance; a module that registers another class under the entry point's name gets a reason saying so."""
+    code = (
+        "import json, torch, sdpa_impls\n"
+        "from sdpa_test_plugins.registered import Registered\n"
+        "q = torch.randn(1, 2, 8, 16)\n"
+        "impl = sdpa_impls.get('test_registered')\n"
+        "print(json.dumps({'same': type(impl) is Registered, 'names': sdpa_impls.names(),\n"
+        "                  'close': bool(torch.allclose(impl(q, q, q), sdpa_impls.get('naive')(q, q, q))),\n"
+        "                  'impostor': sdpa_impls.get('test_impostor').unsupported_reasons(q, q, q)}))\n"
+    )
+    result = json.loads(run_py(plugin_python, code))
+    assert result["same"] and result["close"] and result["names"].count("test_registered") == 1
+    assert len(result["impostor"]) == 1 and "plug-in failed to load" in result["impostor"][0]
+    assert "another implementation is registered under 'test_impostor'" in result["impostor"][0]
+    assert "sdpa_test_plugins.registered.Squatter" in result["impostor"][0]
+
+
 def test_plugins_are_not_installed_in_the_main_environment() -> None:
     import sdpa_impls
     assert "test_perturbed" not in sdpa_impls.names()
