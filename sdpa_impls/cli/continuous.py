@@ -5,27 +5,33 @@
                           [--adaptive-rounds N] [--seed N]
                           [--config FILE] [--markdown FILE] [--json FILE] [--keep-runs DIR]
 
-asv's name and argument order. BASE and HEAD are git revisions; HEAD defaults to the working tree (uncommitted
-and untracked files included). Without BASE: $SDPA_CONTINUOUS_BASE, else the fork point of HEAD from main, else
-HEAD~1 (what CI compares; continuous.revisions.ci_base). Each side is checked out into a temporary worktree, pip-installed
-into its own folder (no dependencies, no network) for the interpreter of its environment, and its own
-tests/test_benchmarks.py runs in alternating processes (which side starts each round drawn from a recorded seed, continuous.schedule)
-with identical settings: one thread and CPU time of the process on CPU, CUDA events on GPU. Benchmarks still
-undecided after the planned rounds get more rounds of their own within --adaptive-budget (continuous.adaptive).
-Environments (continuous.envs): both sides run with this interpreter when the revisions declare the same
-dependencies; when they differ, a side whose declaration this environment does not satisfy gets an environment
-built for it (cached). --base-env / --head-env name a side's environment outright (an interpreter, or requirements
-to install on top of this environment); with neither revision given, both sides are then the working tree. Where
-the sides' interpreters differ, the header names the versions that differ; where torch differs (or a library its
-kernels call), times are compared as measured, the time reference (torch's SDPA) judged like the rest. A row
-whose profiled kernels differ says so. The verdict (continuous.verdict) is printed as a table; exit 0 pass, 1 regression, 2 unusable input (a revision
-that does not exist, install, import or run: one message).
+asv's name and argument order. What a side is depends on where it runs (continuous.project): in sdpa-bench's
+repository, each revision of sdpa-bench, measured with its own suite; at the root of a plug-in's repository (its
+pyproject.toml declares sdpa_impls entry points), each revision of the plug-in installed beside a copy of the
+running sdpa-bench, whose suite measures the implementations that revision declares and the time reference; and
+with --base-env / --head-env outside such a repository, the running sdpa-bench alone. BASE and HEAD are git
+revisions; HEAD defaults to the working tree (uncommitted and untracked files included). Without BASE:
+$SDPA_CONTINUOUS_BASE, else the fork point of HEAD from main, else HEAD~1 (continuous.revisions.ci_base). Each side
+is checked out into a temporary worktree, pip-installed into its own folder (no dependencies, no network) for the
+interpreter of its environment, and its suite runs in alternating processes (which side starts each round drawn
+from a recorded seed, continuous.schedule) with identical settings: one thread and CPU time of the process on CPU,
+CUDA events on GPU. Benchmarks still undecided after the planned rounds get more rounds of their own within
+--adaptive-budget (continuous.adaptive). Environments (continuous.envs): both sides run with this interpreter when
+the revisions declare the same dependencies; when they differ, a side whose declaration this environment does not
+satisfy gets an environment built for it (cached). --base-env / --head-env name a side's environment outright (an
+interpreter, or requirements to install on top of this environment); with neither revision given, both sides are
+then the working tree (or the running sdpa-bench). Where the sides' interpreters differ, the header names the
+versions that differ; where torch differs (or a library its kernels call), times are compared as measured, the time
+reference (torch's SDPA) judged like the rest. A row whose profiled kernels differ says so. The verdict
+(continuous.verdict) is printed as a table; exit 0 pass, 1 regression, 2 unusable input (a folder that is neither
+repository, a revision that does not exist, install, import or run: one message).
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -47,7 +53,9 @@ from ..gate.config import GateConfig, load_config
 
 EXIT_UNUSABLE = 2
 ROUNDS, MAX_TIME, MIN_ROUNDS = 4, 0.1, 8  # per side: 4 processes of the ci preset fit CI's 5 minutes on 2 cores
-ADAPTIVE_BUDGET = 300.0  # seconds of extra rounds for undecided benchmarks, after the planned rounds
+# seconds of extra rounds for undecided benchmarks, after the planned rounds: 75 keeps the ci preset's comparison within
+# about 5 minutes on a 2-core CPU, one or two extra rounds (docs/records/2026-11-24-epyc-continuous-trials.md)
+ADAPTIVE_BUDGET = 75.0
 ROUND_TIMEOUT = 1800.0  # one process of one side: the ci preset takes ~25 s, the quick preset with six implementations
                         # more than 600 s on a 2-core CPU
 
@@ -227,6 +235,8 @@ def _sides(args: argparse.Namespace, project: Project, work: Path, folders: tupl
             snapshot_working_tree(root, head.tree)
     envs, notes = _environments(args, {"base": base.tree, "head": head.tree}, progress)
     config = load_config(args.config, start=head.tree or Path.cwd())
+    if head.tree is not None:  # a temporary folder means nothing in a PR comment
+        config = dataclasses.replace(config, source=config.source.replace(f"{head.tree}{os.sep}", "head's "))
     reference = config.time_reference
     base, head = (dataclasses.replace(s, python=envs[s.role].python, impls=_impls(args, project, s.tree, reference))
                   for s in (base, head))

@@ -59,7 +59,12 @@ def find(start: Path, revisions: bool) -> Project:
     """The project at `start`. `revisions`: the command compares git revisions (BASE, HEAD, or CI's base), so
     `start` must be in the repository of sdpa-bench or of a plug-in; without them (two environments) any folder
     does. UsageError naming what is missing otherwise."""
-    root = git_root(start)
+    try:
+        root = git_root(start)
+    except UsageError:  # git is not installed: needed for revisions only
+        if revisions:
+            raise
+        root = None
     if root is None:
         if revisions:
             raise UsageError(f"{start} is not inside a git repository: continuous compares git revisions of "

@@ -1,7 +1,7 @@
 """Revisions of a git repository as directories: resolve a name, check it out into a temporary worktree, or copy
 the working tree (uncommitted and untracked files included, ignored files left out); and how CI names its base.
 
-    git_root(start) -> Path | None  /  repo_root(start) -> Path
+    git_root(start) -> Path | None
     resolve(root, rev) -> commit
     describe(root, commit) -> "abc1234 subject"
     checkout(root, commit, dest)  /  remove_checkout(root, dest)
@@ -37,14 +37,6 @@ def git_root(start: Path) -> Path | None:
     """The top folder of the git working tree that holds `start`; None outside a git repository."""
     done = _git(start, "rev-parse", "--show-toplevel", check=False)
     return Path(done.stdout.strip()) if done.returncode == 0 else None
-
-
-def repo_root(start: Path) -> Path:
-    """The top folder of the git working tree that holds `start`; UsageError outside a git repository."""
-    root = git_root(start)
-    if root is None:
-        raise UsageError(f"{start} is not inside a git repository: continuous compares git revisions")
-    return root
 
 
 def resolve(root: Path, rev: str) -> str:

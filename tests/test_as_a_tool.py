@@ -1,0 +1,152 @@
+"""sdpa-bench as a kernel author uses it, from a wheel and from their own repository: a wheel built from this tree,
+installed into an environment layered on the test environment (real pip, no index); a plug-in written by
+`sdpa-bench quickstart` into a new git repository; its own test, `list`, `run` and the packaged pytest suite from
+folders outside any sdpa-bench clone; `continuous` at the plug-in's root (a docs-only commit passes, a slower one
+fails naming the implementation) and between two environments from a folder outside any repository.
+
+The real runs measure time: run this file under `flock /tmp/sdpa-measure.lock` on a shared machine.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sdpa_impls.continuous.envs import build, python_of
+from sdpa_impls.continuous.revisions import snapshot_working_tree
+from test_continuous import commit, git
+
+ROOT = Path(__file__).resolve().parents[1]
+PLUGIN = "toy_attention"
+FAST = ["--preset", "smoke", "--max-time", "0.05", "--adaptive-budget", "0"]
+# the toy's kernel made slower: the whole attention computed twice more, its answers dropped
+SLOWER = ("    def forward(self, inp: SDPAInputs) -> torch.Tensor:\n",
+          "    def forward(self, inp: SDPAInputs) -> torch.Tensor:\n"
+          "        for _ in range(2):\n"
+          "            self._once(inp)\n"
+          "        return self._once(inp)\n\n"
+          "    def _once(self, inp: SDPAInputs) -> torch.Tensor:\n")
+
+
+def run(tool: dict, *args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    """A command of the wheel's environment (`sdpa-bench`, `python`), as a user types it, from `cwd`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SDPA_", "PYTEST_")) and k != "PYTHONPATH"}
+    exe = tool["bin"] / args[0] if (tool["bin"] / args[0]).exists() else Path(args[0])
+    return subprocess.run([str(exe), *args[1:]], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def tool(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """sdpa-bench from a wheel of this tree in `venv` (layered on the test environment: torch and the test tools come
+    from there, sdpa-bench from the wheel), and the toy plug-in written by its quickstart, committed in `plugin`."""
+    root = tmp_path_factory.mktemp("tool")
+    source = root / "source"
+    snapshot_working_tree(ROOT, source)  # built from a copy: the build leaves nothing in this tree
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-index", "--no-build-isolation",
+                    "-w", str(root / "dist"), str(source)], check=True, timeout=300)
+    wheel = next((root / "dist").glob("sdpa_bench-*.whl"))
+    # --ignore-installed: the test environment's own sdpa-bench, behind the layer, stays as it is
+    build(root / "venv", ["--no-deps", "--no-index", "--ignore-installed", str(wheel)])
+    out = {"root": root, "venv": root / "venv", "bin": python_of(root / "venv").parent, "plugin": root / "toy-attention"}
+    done = run(out, "sdpa-bench", "quickstart", "--name", PLUGIN, "--dest", str(out["plugin"]), cwd=root)
+    assert done.returncode == 0, done.stdout + done.stderr
+    meta = out["plugin"] / "pyproject.toml"  # judged at 25 %: a CI machine is shared with other jobs
+    meta.write_text(meta.read_text() + 'continuous_time = "median:25%"\n')
+    done = run(out, "python", "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--no-build-isolation",
+               "-e", str(out["plugin"]), cwd=root)
+    assert done.returncode == 0, done.stderr
+    git(out["plugin"], "init", "-q", "-b", "main")
+    out["first"] = commit(out["plugin"], "toy attention from quickstart")
+    readme = out["plugin"] / "README.md"
+    readme.write_text(readme.read_text() + "\nA line of documentation.\n")
+    out["docs"] = commit(out["plugin"], "docs only")
+    kernel = out["plugin"] / "src" / PLUGIN / "__init__.py"
+    text = kernel.read_text()
+    assert text.count(SLOWER[0]) == 1
+    kernel.write_text(text.replace(SLOWER[0], SLOWER[1]))
+    out["slow"] = commit(out["plugin"], "toy attention: the attention three times")
+    git(out["plugin"], "checkout", "-q", out["docs"])  # the working tree as it was before the slower commit
+    return out
+
+
+def test_the_wheel_is_what_runs_and_carries_its_data(tool: dict) -> None:
+    code = "import json, sdpa_impls, sdpa_impls.gate.config as c; print(json.dumps([sdpa_impls.__file__, str(c.DEFAULTS_FILE)]))"
+    done = run(tool, "python", "-c", code, cwd=tool["root"])
+    assert done.returncode == 0, done.stderr
+    package, defaults = json.loads(done.stdout)
+    assert Path(package).is_relative_to(tool["venv"]) and Path(defaults).is_file(), (package, defaults)
+    assert (tool["plugin"] / ".github" / "workflows" / "sdpa-bench.yml").is_file()  # the template is package data
+
+
+def test_the_scaffolded_plugin_is_listed_and_its_test_passes(tool: dict) -> None:
+    listed = run(tool, "sdpa-bench", "list", cwd=tool["root"])
+    assert listed.returncode == 0 and any(line.startswith(f"{PLUGIN} ") and " yes " in line
+                                          for line in listed.stdout.splitlines()), listed.stdout
+    tested = run(tool, "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", cwd=tool["plugin"])
+    assert tested.returncode == 0 and " passed" in tested.stdout and "failed" not in tested.stdout, tested.stdout
+
+
+def test_run_and_the_packaged_suite_work_outside_any_repository(tool: dict) -> None:
+    away = tool["root"] / "elsewhere"
+    away.mkdir()
+    done = run(tool, "sdpa-bench", "run", "--preset", "smoke", "--impl", f"{PLUGIN},torch_sdpa", "--budget", "0.05",
+               "--out", str(away / "results"), "--no-plots", cwd=away)
+    assert done.returncode == 0, done.stderr
+    results = json.loads((away / "results" / "results.json").read_text())["results"]
+    assert {(r["impl"], r["status"]) for r in results} == {(PLUGIN, "ok"), ("torch_sdpa", "ok")}
+    suite = run(tool, "python", "-m", "pytest", "--pyargs", "sdpa_impls.suite.test_sdpa", "-q", "-p",
+                "no:cacheprovider", "--benchmark-disable", "--sdpa-impl", PLUGIN, cwd=away)
+    assert suite.returncode == 0 and "5 passed" in suite.stdout, suite.stdout + suite.stderr
+
+
+def verdict(tool: dict, *args: str, cwd: Path, rounds: int = 2) -> tuple[int, dict, str]:
+    out = tool["root"] / f"verdict-{len(list(tool['root'].glob('verdict-*')))}.json"
+    done = run(tool, "sdpa-bench", "continuous", *args, *FAST, "--rounds", str(rounds), "--json", str(out), cwd=cwd)
+    assert "Traceback" not in done.stderr, done.stderr
+    return done.returncode, json.loads(out.read_text()) if out.is_file() else {}, done.stdout + done.stderr
+
+
+def test_continuous_in_the_plugin_repository(tool: dict) -> None:
+    code, docs, text = verdict(tool, tool["first"], tool["docs"], cwd=tool["plugin"])
+    assert code == 0 and not docs["failures"], text
+    project = docs["run"]["project"]
+    assert project["kind"] == "plug-in" and project["package"] == "toy-attention"
+    assert project["impls"] == {"base": [PLUGIN, "torch_sdpa"], "head": [PLUGIN, "torch_sdpa"]}
+    assert f"Compared: plug-in toy-attention ({tool['plugin']}) at each revision" in text
+    assert docs["config"] == "head's pyproject.toml [tool.sdpa_bench.gate], over sdpa-bench's defaults"
+    code, slow, text = verdict(tool, tool["docs"], tool["slow"], cwd=tool["plugin"])
+    failed = {f["subject"].split("[")[0] for f in slow.get("failures", [])}
+    assert code == 1 and failed == {PLUGIN}, text  # torch_sdpa is the yardstick, never a failure
+
+
+def test_two_environments_compare_from_any_folder(tool: dict) -> None:
+    away = tool["root"] / "no-repository"
+    away.mkdir()
+    python = str(python_of(tool["venv"]))
+    # one round: the mechanics (nothing checked out, the running sdpa-bench on both sides), not a verdict on time
+    code, env, text = verdict(tool, "--base-env", python, "--head-env", python, "--impl", PLUGIN, cwd=away, rounds=1)
+    assert code == 0 and env["run"]["project"]["kind"] == "none", text
+    assert "on both sides, which differ only in their environments" in text
+
+
+@pytest.mark.parametrize("where, args, message", [
+    ("plain", [], "is not inside a git repository: continuous compares git revisions"),
+    ("plain", ["--head-env", ""], "an environment SPEC is empty"),
+    ("no-plugin", [], "declares no implementations (package other): continuous compares revisions of sdpa-bench or "
+                      "of a plug-in package"),
+])
+def test_a_folder_continuous_cannot_use_is_one_message(tool: dict, where: str, args: list[str], message: str) -> None:
+    folder = tool["root"] / where
+    if not folder.exists():
+        folder.mkdir()
+        if where == "no-plugin":
+            (folder / "pyproject.toml").write_text('[project]\nname = "other"\nversion = "1"\n')
+            git(folder, "init", "-q")
+    done = run(tool, "sdpa-bench", "continuous", *args, cwd=folder)
+    assert done.returncode == 2 and done.stdout == "" and "Traceback" not in done.stderr, done.stderr
+    said = [line for line in done.stderr.splitlines() if not line.startswith("[")]  # progress lines start with [
+    assert len(said) == 1 and message in said[0], done.stderr
