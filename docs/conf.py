@@ -1,9 +1,10 @@
 """Sphinx configuration of the sdpa-bench docs site (`tox -e docs`).
 
 Why Sphinx with MyST: the project is a Python package whose neighbours (pytest-benchmark, asv, torch) publish
-Sphinx sites, the pages stay Markdown that reads the same on a repository browser, and autodoc turns the
-docstrings of `sdpa_impls.protocol` and `sdpa_impls.registry` into the API reference. The CLI reference is
-generated from the command line's own argparse parsers (`_ext/sdpa_cli.py`), so the options exist once.
+Sphinx sites, and the pages stay Markdown that reads the same on a repository browser. The CLI and API references
+are generated from the code (every command's argparse parser, the API's docstrings) into those Markdown pages by
+`_ext/static_reference.py`, which also fails this build when a page is stale, so the options exist once and read
+on a repository browser too.
 
 Nothing is downloaded at build time: no intersphinx (it fetches inventories); other projects' docs are plain links.
 Warnings are errors in CI (`sphinx-build -W --keep-going`), which makes every broken internal link, missing
@@ -24,8 +25,7 @@ copyright = "the sdpa-bench authors, BSD-3-Clause"
 
 extensions = [
     "myst_parser",
-    "sphinx.ext.autodoc",
-    "sdpa_cli",
+    "static_reference",
 ]
 
 source_suffix = {".md": "markdown"}
@@ -39,10 +39,6 @@ myst_heading_anchors = 4
 myst_enable_extensions = ["colon_fence"]
 # every link that looks like a path must resolve to a page or a file in the tree
 myst_all_links_external = False
-
-autodoc_member_order = "bysource"
-autodoc_typehints = "description"
-autodoc_default_options = {"members": True, "show-inheritance": True}
 
 # unresolved Python references in signatures (torch.Tensor, ...) are not ours to document
 nitpicky = False

@@ -7,6 +7,7 @@ import configparser
 import importlib
 import re
 import shlex
+import sys
 import tomllib
 from pathlib import Path
 
@@ -15,6 +16,9 @@ import yaml
 
 from sdpa_impls.bench.result import Result
 from sdpa_impls.cli import COMMANDS
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "docs" / "_ext"))
+import static_reference  # noqa: E402  (docs/_ext: the reference pages' generated parts)
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -110,13 +114,17 @@ def test_every_guide_and_reference_page_is_on_the_map() -> None:
     assert pages and not [p for p in pages if f"{p}.md" not in index or f"\n{p}\n" not in index]
 
 
-# --- the GitHub Actions example of the gate guide runs commands that exist, with options the program takes ---
+# --- the GitHub Actions workflows of the gate guide are the ones quickstart writes, and run real commands ---
 
-def gate_workflow() -> dict:
+TEMPLATE_WORKFLOWS = sorted((ROOT / "sdpa_impls" / "scaffold" / "template" / "github" / "workflows").glob("*.yml"))
+
+
+def gate_workflows() -> list[dict]:
     page = (DOCS / "guide" / "gate-your-ci.md").read_text(encoding="utf-8")
     blocks = re.findall(r"^```yaml\n(.*?)^```", page, re.S | re.M)
-    assert len(blocks) == 1, "the gate guide has one workflow example"
-    return yaml.safe_load(blocks[0])
+    assert sorted(blocks) == sorted(p.read_text(encoding="utf-8") for p in TEMPLATE_WORKFLOWS), \
+        "the gate guide shows the workflows sdpa_impls/scaffold/template/github/workflows holds, as they are"
+    return [yaml.safe_load(block) for block in blocks]
 
 
 def command_parser(name: str) -> argparse.ArgumentParser:
@@ -128,6 +136,9 @@ def command_parser(name: str) -> argparse.ArgumentParser:
     parser = Strict(prog=f"sdpa-bench {name}")
     importlib.import_module(COMMANDS[name][0]).add_arguments(parser)
     return parser
+
+
+SHELL = {"test", "echo"}  # the workflows' own small shell steps
 
 
 def check_command(line: str) -> None:
@@ -145,12 +156,16 @@ def check_command(line: str) -> None:
                 continue
             if word.startswith(".["):
                 assert set(word[2:-1].split(",")) <= set(extras), word
+            elif word.startswith("sdpa-bench["):
+                assert set(word[len("sdpa-bench["):word.index("]")].split(",")) <= set(extras), word
             elif word == "-c":
                 continue
             elif word.endswith(".txt"):
                 assert (ROOT / word).exists(), word
     elif words[:1] == ["gh"]:
         assert words[1:3] == ["pr", "comment"] and "--body-file" in words, line
+    elif words[:1] and (words[0] in SHELL or re.fullmatch(r"[a-z_]+=.*", words[0])):
+        pass
     else:
         raise AssertionError(f"the workflow runs a command this test does not know: {line}")
 
@@ -161,24 +176,26 @@ def read_tox() -> configparser.ConfigParser:
     return tox
 
 
-def test_the_ci_workflow_example_runs_real_commands() -> None:
-    workflow = gate_workflow()
-    trigger = workflow.get("on", workflow.get(True))  # YAML 1.1 reads a bare `on` as true
-    assert "pull_request" in trigger
+def test_the_ci_workflows_run_real_commands() -> None:
+    workflows = gate_workflows()
     written: set[str] = set()
-    for job in workflow["jobs"].values():
-        steps = job["steps"]
-        checkout = [s for s in steps if str(s.get("uses", "")).startswith("actions/checkout")]
-        assert checkout and checkout[0]["with"]["fetch-depth"] == 0, "continuous needs the full history"
-        runs = [line for s in steps if "run" in s for line in s["run"].splitlines() if line.strip()]
-        assert any(r.startswith("sdpa-bench continuous") for r in runs)
-        for line in runs:
-            check_command(line)
-            words = shlex.split(re.sub(r"\$\{\{[^}]*\}\}", "X", line))
-            written |= {words[i + 1] for i, w in enumerate(words[:-1]) if w == "--markdown"}
-            for i, w in enumerate(words[:-1]):
-                if w == "--body-file":
-                    assert words[i + 1] in written, "the comment posts the verdict the gate wrote"
+    posted: list[str] = []
+    for workflow in workflows:
+        trigger = workflow.get("on", workflow.get(True))  # YAML 1.1 reads a bare `on` as true
+        assert {"pull_request", "workflow_run"} & set(trigger)
+        for job in workflow["jobs"].values():
+            steps = job["steps"]
+            runs = [line for s in steps if "run" in s for line in s["run"].splitlines() if line.strip()]
+            if any(r.startswith("sdpa-bench continuous") for r in runs):
+                checkout = [s for s in steps if str(s.get("uses", "")).startswith("actions/checkout")]
+                assert checkout and checkout[0]["with"]["fetch-depth"] == 0, "continuous needs the full history"
+                assert "pull_request" in trigger and workflow.get("permissions") == {"contents": "read"}
+            for line in runs:
+                check_command(line)
+                words = shlex.split(re.sub(r"\$\{\{[^}]*\}\}", "X", line))
+                written |= {Path(words[i + 1]).name for i, w in enumerate(words[:-1]) if w == "--markdown"}
+                posted += [Path(words[i + 1]).name for i, w in enumerate(words[:-1]) if w == "--body-file"]
+    assert posted and set(posted) <= written, "the comment posts the verdict the gate wrote"
 
 
 def test_the_check_refuses_an_option_the_program_does_not_take() -> None:
@@ -229,3 +246,10 @@ def test_commands_a_reader_copies_parse(page: Path) -> None:
         except (ValueError, AssertionError) as exc:
             bad.append(f"{line}: {exc}")
     assert not bad, bad
+
+
+def test_the_generated_reference_is_current() -> None:
+    """docs/reference/cli.md and api.md hold the options and the API as text (they read on a repository browser
+    too): they must say what the code says now (`python docs/_ext/static_reference.py` rewrites them)."""
+    assert not static_reference.stale()
+    assert not static_reference.cli_missing("")[:0] and static_reference.cli_missing("nothing")  # the check can fail
