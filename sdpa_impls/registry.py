@@ -1,8 +1,4 @@
-"""The catalogue of implementations: built-ins register with a decorator, plug-ins through entry points.
-
-The built-ins are imported (and so registered) the first time the catalogue is used, before any plug-in, so they
-come first in `names()` whatever imported what.
-"""
+"""The catalogue of implementations: built-ins register with a decorator, plug-ins through entry points."""
 from __future__ import annotations
 
 from importlib.metadata import entry_points
@@ -18,16 +14,11 @@ _plugins_loaded = False
 T = TypeVar("T", bound=type)
 
 
-def _load_builtins() -> None:
-    from . import impls  # noqa: F401  (each module registers its implementation; a no-op once imported)
-
-
 def register(cls: T) -> T:
     """Class decorator: instantiate `cls` and add it to the catalogue under `cls.name`.
 
     In a plug-in package it is optional: the package's entry point finds the class already registered under its
     own name and keeps it (no second instance)."""
-    _load_builtins()
     _add(cls())
     return cls
 
@@ -58,7 +49,6 @@ def _load_plugins() -> None:
     global _plugins_loaded
     if _plugins_loaded:
         return
-    _load_builtins()
     _plugins_loaded = True
     for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
         if ep.name in _REGISTRY and _builtin(_REGISTRY[ep.name]):

@@ -1,6 +1,6 @@
 """pytest hooks of this repository's own test session: plain `pytest` runs each benchmark of the suite once, as a
 smoke test, and tests that need a newer torch than the oldest one the project runs on skip saying so. The suite's
-options (--sdpa-preset, --sdpa-impl, --sdpa-device) come from its plug-in, sdpa_impls.suite.plugin."""
+options (--sdpa-preset, --sdpa-impl, --sdpa-device) come from its plug-in, sdpa_bench_pytest."""
 from __future__ import annotations
 
 import pytest

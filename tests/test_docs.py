@@ -116,7 +116,7 @@ def test_every_guide_and_reference_page_is_on_the_map() -> None:
 
 # --- the GitHub Actions workflows of the gate guide are the ones quickstart writes, and run real commands ---
 
-TEMPLATE_WORKFLOWS = sorted((ROOT / "sdpa_impls" / "scaffold" / "template" / "github" / "workflows").glob("*.yml"))
+TEMPLATE_WORKFLOWS = sorted((ROOT / "sdpa_impls" / "scaffold" / "template" / "github" / "workflows").glob("*.yml.tmpl"))
 
 
 def gate_workflows() -> list[dict]:

@@ -70,12 +70,15 @@ def test_the_cuda_clock_is_named_by_its_import_path_in_pytest_benchmark_json() -
 
 
 def test_probe_prints_the_benchmark_timer(request: pytest.FixtureRequest) -> None:
-    """Run on its own by the next test, with another --sdpa-device."""
-    print("TIMER", request.config.getoption("benchmark_timer"))
+    """Run on its own by the next test, with another --sdpa-device: the clock the suite's benchmarks read."""
+    from sdpa_bench_pytest import device_of, timer_name
+
+    print("TIMER", timer_name(request.config, device_of(request.config)))
 
 
 def test_the_pytest_suite_swaps_the_timer_for_any_cuda_device_string() -> None:
-    """--sdpa-device cuda:0 gets GPU time too (only the exact string `cuda` did); cpu keeps the host clock."""
+    """--sdpa-device cuda:0 gets GPU time too (only the exact string `cuda` did); cpu keeps the host clock. Only the
+    suite's benchmarks: the session's option itself stays as given, for any other benchmark of the session."""
     for device, timer in (("cuda:0", "sdpa_impls.bench.timing.cuda_event_clock"), ("cpu", "time.perf_counter")):
         proc = subprocess.run([sys.executable, "-m", "pytest", __file__, "-k", "probe_prints", "-s", "-q",
                                "-p", "no:cacheprovider", "--sdpa-device", device],

@@ -1,5 +1,6 @@
 """The files `sdpa-bench quickstart` writes: a plug-in package made from the template folder beside this module, a
-working plug-in itself (package `my_attention`, class `MyAttention`, distribution `my-attention`), renamed.
+working plug-in itself (package `my_attention`, class `MyAttention`, distribution `my-attention`), renamed. Each
+template file ends in `.tmpl`, so no tool takes the template for a part of sdpa-bench (a module, a test, a project).
 
     names_for(text)        -> Names                 # the names of a plug-in called `text`
     requirement()          -> (requirement, note)   # how the plug-in's CI installs this sdpa-bench
@@ -20,6 +21,7 @@ from ..errors import UsageError
 
 TEMPLATE = Path(__file__).parent / "template"
 HIDDEN = {"github": ".github", "gitignore": ".gitignore"}  # stored without the dot: package data globs skip dot-files
+SUFFIX = ".tmpl"
 TEMPLATE_REQUIREMENT = '"sdpa-bench[test]>=0.1"'  # the workflow's install line as the template has it
 DIST = "sdpa-bench"
 
@@ -95,8 +97,9 @@ def files(names: Names, install: str) -> dict[str, str]:
     for path in sorted(p for p in TEMPLATE.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
         parts = list(path.relative_to(TEMPLATE).parts)
         parts[0] = HIDDEN.get(parts[0], parts[0])
+        parts[-1] = parts[-1].removesuffix(SUFFIX)
         text = _renamed(path.read_text(encoding="utf-8"), names)
-        if path.suffix == ".yml":
+        if parts[-1].endswith(".yml"):
             text = text.replace(TEMPLATE_REQUIREMENT, json.dumps(install))
         out[_renamed("/".join(parts), names)] = text
     return out

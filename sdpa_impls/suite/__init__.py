@@ -1,11 +1,12 @@
-"""The benchmark suite that ships in the package, so that it runs from any folder with any installed sdpa-bench.
+"""The benchmark suites that ship in the package, so that they run from any folder with any installed sdpa-bench.
 
-    plugin.py     the pytest plug-in (entry point `sdpa_bench` of the group pytest11): --sdpa-preset, --sdpa-impl,
-                  --sdpa-device, the suite's parametrization and timer; it acts on the suite's tests alone
-    test_sdpa.py  the pytest-benchmark suite: one benchmark per (implementation, case) of a preset
+    test_sdpa.py  the pytest-benchmark suite: one benchmark per (implementation, case) of a preset; its options,
+                  parametrization and timer come from its pytest plug-in, the module sdpa_bench_pytest beside this
+                  package (entry point `sdpa_bench` of the group pytest11), which acts on the suite's tests alone
+    asv_suite.py  the asv suite: one class per mode, measured in one process per mode
 
     pytest --pyargs sdpa_impls.suite.test_sdpa --benchmark-only --sdpa-preset smoke --sdpa-impl mine
 
-`sdpa-bench continuous` runs it on each side of a comparison; sdpa-bench's own repository collects it through
-tests/test_benchmarks.py.
+`sdpa-bench continuous` runs test_sdpa on each side of a comparison; sdpa-bench's own repository collects it through
+tests/test_benchmarks.py, and its asv configuration reads asv_suite.py through benchmarks/bench_sdpa.py.
 """

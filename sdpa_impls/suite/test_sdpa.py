@@ -2,7 +2,7 @@
 
 `pytest --pyargs sdpa_impls.suite.test_sdpa --benchmark-only [--sdpa-preset NAME] [--sdpa-impl NAME ...]` times
 them; with --benchmark-disable each runs once, as a smoke test. The options, the parametrization and the timer come
-from the suite's pytest plug-in (sdpa_impls.suite.plugin).
+from the suite's pytest plug-in (sdpa_bench_pytest, beside the package).
 On CUDA the benchmark's time is the device time (the call captured in a CUDA graph and replayed; where it cannot
 be captured, eager calls, and `extra_info["device_time_method"]` says "eager" with the reason); `extra_info` holds
 the eager time (`median_s`) and the host overhead. On the CPU the one time is the benchmark's.
@@ -23,7 +23,7 @@ from sdpa_impls.bench.memory import peak_memory
 from sdpa_impls.bench.result import SPEED_BASELINE, Result
 from sdpa_impls.bench.devicetime import EAGER, GRAPH, HOST, HOST_REASON, DeviceTiming, graph_sampler
 from sdpa_impls.bench.timing import MIN_SAMPLE_S, call_context, calls_per_sample, one_sample, summarize, time_closure
-from sdpa_impls.suite.plugin import suite_timer
+from sdpa_bench_pytest import suite_timer
 
 MAX_ROUNDS = 10_000
 _context: dict[tuple[Case, str], CaseContext] = {}

@@ -1,8 +1,10 @@
-"""The suite's pytest plug-in: loaded in every pytest session of an environment that has sdpa-bench (entry point
-`sdpa_bench` of the group pytest11; `-p no:sdpa_bench` leaves it out), it adds three options and acts only on the
-suite's tests, those that take the `sdpa_point` fixture: their parametrization over a preset's cases and the
-implementations, their timer on CUDA, and the machine they ran on in pytest-benchmark's JSON. torch is imported
-only once such a test is collected, so other test sessions pay nothing for it.
+"""The pytest plug-in of sdpa-bench's benchmark suite (sdpa_impls.suite.test_sdpa), shipped beside the sdpa_impls
+package: loaded in every pytest session of an environment that has sdpa-bench (entry point `sdpa_bench` of the
+group pytest11; `-p no:sdpa_bench` leaves it out), it adds three options and acts only on the suite's tests, those
+that take the `sdpa_point` fixture: their parametrization over a preset's cases and the implementations, their
+timer on CUDA, and the machine they ran on in pytest-benchmark's JSON. It is a module of its own, not a part of
+sdpa_impls, and imports sdpa_impls (and so torch) only once such a test is collected: other test sessions pay
+nothing for it.
 """
 from __future__ import annotations
 
