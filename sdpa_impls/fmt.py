@@ -1,6 +1,7 @@
 """One set of formatters for every report, table and progress line: times, durations, bytes and tables."""
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 
@@ -52,3 +53,17 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]], markdown: bool =
         return "  ".join(cells).rstrip()
 
     return "\n".join([line(header), "  ".join("-" * w for w in widths)] + [line(r) for r in rows])
+
+
+def code(text: str) -> str:
+    """`text` as a Markdown code span, on one line: shown as written, never a mention, link, image, emphasis or
+    heading (a PR comment shows commit subjects, branch names and requirements that anyone may have written)."""
+    text = " ".join(str(text).splitlines())
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") or not text.strip() else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def cell(text: str) -> str:
+    """`text` as a Markdown table cell's code span (a `|` would end the cell)."""
+    return code(text).replace("|", "\\|")

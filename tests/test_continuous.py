@@ -220,6 +220,17 @@ def _run(speed: float, naive: float, memory: int = 100, with_chunked: bool = Tru
                   memory, 0.0, 1e-3) for impl, t in rows]
 
 
+def test_one_run_a_side_never_decides_slower() -> None:
+    """A process can be a few per cent slower than the next for its whole life: with one run a side there is no run
+    to leave out, so a difference, however significant within the two processes, is undecided, never a failure."""
+    config = config_from_dict({"time_reference": "torch_sdpa", "continuous_time": "median:5%"}, "test")
+    one = judge([_run(1.0, 3.0)], [_run(1.0, 3.6)], config)
+    naive = {r.impl: r for r in one.rows}["naive"]
+    assert naive.ratio == pytest.approx(1.2, rel=0.02) and naive.decision == "undecided" and one.exit_code == 0
+    two = judge([_run(1.0, 3.0), _run(1.01, 3.0)], [_run(1.0, 3.6), _run(1.01, 3.6)], config)
+    assert {r.impl: r for r in two.rows}["naive"].decision == "slower" and two.exit_code == 1
+
+
 def test_judge_scales_runs_and_lists_one_sided_benchmarks() -> None:
     config = config_from_dict({"time_reference": "torch_sdpa", "continuous_time": "median:5%"}, "test")
     # head ran during a slow period (everything ×1.5), naive also 20 % slower, chunked gone, memory +1 byte

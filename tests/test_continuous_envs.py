@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from sdpa_impls.continuous.envs import READY, Declared, EnvSpec, declared, parse_spec, prepare, unmet
+from sdpa_impls.continuous.envcache import READY, prepare
+from sdpa_impls.continuous.envs import Declared, EnvSpec, declared, parse_spec, unmet
 from sdpa_impls.continuous.revisions import snapshot_working_tree
 from sdpa_impls.continuous.verdict import judge
 from sdpa_impls.continuous.versions import differences, torch_differs

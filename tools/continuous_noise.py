@@ -72,7 +72,8 @@ def run_process(side: Side, json_out: Path, impls: list[str], core: int, aslr: b
     """One benchmark process of `side`, exactly as `continuous` runs a side on CPU, pinned to `core`, with or without
     address-space randomization; its per-benchmark medians and their own standard errors (of the log). `wall_s`
     counts any wait for `lock`."""
-    args = _pytest_args(argparse.Namespace(preset="ci", max_time=MAX_TIME, impl=impls), "torch_sdpa", True)
+    args = _pytest_args(argparse.Namespace(preset="ci", max_time=MAX_TIME), True)
+    side = dataclasses.replace(side, impls=tuple(dict.fromkeys([*impls, "torch_sdpa"])))
     prefix = (["flock", lock] if lock else []) + ["taskset", "-c", str(core)] + (
         [] if aslr else ["setarch", os.uname().machine, "-R"])
     start = time.perf_counter()

@@ -1,16 +1,21 @@
 """Command line: `python -m sdpa_impls <command>` / `sdpa-bench <command>`; each command lives in its own module.
 
-The one place a UsageError becomes a one-line message and exit status 2; nothing below imports this package.
+The one place a UsageError, or an error nobody foresaw, becomes a one-line message and exit status 2 (credentials
+masked; SDPA_BENCH_TRACEBACK=1 shows an unforeseen error's traceback); nothing below imports this package.
 Option defaults may come from the project's pyproject.toml, [tool.sdpa_bench.<command>] (sdpa_impls.settings).
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from .. import settings
+from ..credentials import redact
 from ..errors import USAGE_EXIT, UsageError
+
+TRACEBACK_ENV = "SDPA_BENCH_TRACEBACK"
 
 # command -> (module exposing add_arguments(parser) and run(args) -> int, one-line help).
 # Modules are imported only when their command runs, so one missing or broken command never breaks the others.
@@ -23,6 +28,7 @@ COMMANDS = {
     "gate": ("sdpa_impls.cli.gate", "fail a change that makes attention slower, bigger or wrong"),
     "targets": ("sdpa_impls.cli.targets", "measure the CPU performance targets in one interleaved run, with a verdict"),
     "continuous": ("sdpa_impls.cli.continuous", "benchmark two git revisions side by side and judge the change (as asv continuous)"),
+    "envs": ("sdpa_impls.cli.envs", "list the environments continuous built and cached; --prune removes old ones"),
     "quickstart": ("sdpa_impls.cli.quickstart", "write a new plug-in (package, test, CI workflow) into a folder"),
 }
 
@@ -61,11 +67,18 @@ def main(argv: list[str] | None = None) -> int:
         settings.apply(parser, command, argv, args, args.command, COMMANDS)
         return int(module.run(args))
     except UsageError as exc:
-        print(f"sdpa-bench: error: {exc}", file=sys.stderr)
+        print(redact(f"sdpa-bench: error: {exc}"), file=sys.stderr)
         return USAGE_EXIT
     except KeyboardInterrupt:
         print("sdpa-bench: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # a CI reads exit 1 as "regression" or "wrong": anything unforeseen is 2, one line
+        if os.environ.get(TRACEBACK_ENV):
+            raise
+        first = (str(exc).strip().splitlines() or [""])[0]
+        print(redact(f"sdpa-bench: error: {type(exc).__name__}: {first} (an error sdpa-bench did not foresee; "
+                     f"{TRACEBACK_ENV}=1 shows where)"), file=sys.stderr)
+        return USAGE_EXIT
 
 
 if __name__ == "__main__":

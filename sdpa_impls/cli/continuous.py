@@ -34,22 +34,22 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
+import sdpa_impls
+
 from ..bench.grid import PRESETS, default_device
 from ..continuous.adaptive import Outcome, extend, keyword
-from ..continuous.envs import Env, EnvSpec, declared, parse_spec, prepare, unmet
+from ..continuous.assemble import Prepared, Request, assemble, compares_revisions
+from ..continuous.project import Project, find
 from ..continuous.render import as_dict, render
-from ..continuous.project import NONE, PLUGIN, SELF, Project, declared_impls, find
-from ..continuous.revisions import checkout, ci_base, describe, remove_checkout, resolve, snapshot_working_tree
+from ..continuous.revisions import new_workdir, remove_checkout, sweep_stale
 from ..continuous.schedule import Schedule
-from ..continuous.sides import Side, check_import, install, interleaved, run_pair
-from ..continuous.versions import TORCH_STACK, differences, summary, torch_differs
+from ..continuous.sides import interleaved, run_pair
+from ..credentials import redact
 from ..errors import GateInputError, UsageError
 from ..fmt import fmt_duration
-from ..gate.config import GateConfig, load_config
 
 EXIT_UNUSABLE = 2
 ROUNDS, MAX_TIME, MIN_ROUNDS = 4, 0.1, 8  # per side: 4 processes of the ci preset fit CI's 5 minutes on 2 cores
@@ -109,160 +109,12 @@ def _pytest_args(args: argparse.Namespace, cpu: bool) -> list[str]:
     return out
 
 
-def _impls(args: argparse.Namespace, project: Project, tree: Path | None, reference: str) -> tuple[str, ...]:
-    """What one side measures: --impl, else a plug-in's own implementations at that revision, else every one
-    (empty); the time reference beside a chosen few."""
-    chosen = list(args.impl or (declared_impls(tree) if project.kind == PLUGIN and tree is not None else ()))
-    return tuple(dict.fromkeys(chosen + ([reference] if chosen and reference else [])))
-
-
-def sdpa_bench_version() -> str:
-    import sdpa_impls
-
-    return sdpa_impls.__version__
-
-
 def _write(path: str, text: str) -> None:
     try:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(text, encoding="utf-8")
+        Path(path).write_text(redact(text), encoding="utf-8")
     except OSError as exc:
         raise GateInputError(f"{path}: cannot write ({exc.strerror or exc})") from None
-
-
-def _name(root: Path, rev: str, commit: str) -> str:
-    """`main (abc1234 subject)`, or just `abc1234 subject` when the revision was named by its hash."""
-    described = describe(root, commit)
-    return described if commit.startswith(rev) else f"{rev} ({described})"
-
-
-def _environments(args: argparse.Namespace, trees: dict[str, Path | None], progress
-                  ) -> tuple[dict[str, Env], list[str]]:
-    """Each side's environment (see the module docstring) and notes on how they were chosen."""
-    here = Env(sys.executable, "this interpreter")
-    # an empty SPEC is an error (parse_spec), never "no SPEC": `--head-env "$UNSET"` must not compare one environment
-    specs = {role: parse_spec(text) for role, text in (("base", args.base_env), ("head", args.head_env))
-             if text is not None}
-    notes = []
-    if not specs:
-        cpu = default_device() == "cpu"
-        dec = {role: declared(tree, cpu) for role, tree in trees.items() if tree is not None}
-        if len(dec) < 2 or dec["base"] == dec["head"]:
-            progress("environment: both revisions declare the same dependencies, both sides run with this interpreter")
-            return {"base": here, "head": here}, []
-        every = {role: set(d.requirements) | {f"{c} (constraint)" for c in d.constraints} for role, d in dec.items()}
-        notes.append(f"the revisions declare different dependencies (base only: "
-                     f"{', '.join(sorted(every['base'] - every['head'])) or '-'}; head only: "
-                     f"{', '.join(sorted(every['head'] - every['base'])) or '-'}).")
-        for role, d in dec.items():
-            missing = unmet(d)
-            if missing:
-                specs[role] = EnvSpec(f"what {role} declares, for {'; '.join(missing)}", requirements=d.requirements,
-                                      constraints="".join(f"{c}\n" for c in d.constraints))
-            else:
-                notes.append(f"{role}: this environment satisfies its declared dependencies and runs it.")
-    cache = Path(args.env_cache) if args.env_cache else None
-    chosen = {role: prepare(specs[role], cache, progress) if role in specs else here for role in ("base", "head")}
-    for role, env in chosen.items():
-        progress(f"{role}: environment {env.spec or 'of this interpreter'}: {env.how}")
-    return chosen, notes
-
-
-@dataclasses.dataclass(frozen=True)
-class Prepared:
-    """Both sides installed and imported; the notes on their environments (the versions that differ among them);
-    whether times must be compared as measured (torch differs, so the time reference is no unit); the gate config
-    (HEAD's, or the folder's where no revision is compared); what was compared, in a line."""
-
-    base: Side
-    head: Side
-    notes: list[str]
-    as_measured: bool
-    config: GateConfig
-    about: str
-
-
-def _revisions(args: argparse.Namespace) -> bool:
-    """Whether the comparison is of git revisions: BASE or HEAD named, or no environment named."""
-    return bool(args.base or args.head) or (args.base_env is None and args.head_env is None)
-
-
-def _about(project: Project, base: Side, head: Side) -> str:
-    import sdpa_impls
-
-    running = f"sdpa-bench {sdpa_impls.__version__} ({Path(sdpa_impls.__file__).parent})"
-    if project.kind == SELF:
-        return f"sdpa-bench's repository {project.root}: each side is that revision, measured with its own suite."
-    if project.kind == PLUGIN:
-        impls = ", ".join(dict.fromkeys(base.impls + head.impls)) or "every one"
-        return (f"plug-in {project.package} ({project.root}) at each revision, installed over {running}, whose suite "
-                f"measures {impls}.")
-    return f"{running} on both sides, which differ only in their environments."
-
-
-def _sides(args: argparse.Namespace, project: Project, work: Path, folders: tuple[str, str], progress) -> Prepared:
-    """Both sides checked out (or the working tree copied) into `work/<folder>/tree`, given their environments,
-    installed and imported."""
-    base_dir, head_dir = (work / f for f in folders)
-    root, bundled = project.root, project.kind != SELF
-
-    def side(role: str, folder: Path, name: str, tree: Path | None) -> Side:
-        return Side(role, name, tree, folder / "site", sys.executable, bundled)
-
-    if project.kind == NONE:  # two environments, nothing checked out
-        import sdpa_impls
-
-        name = f"sdpa-bench {sdpa_impls.__version__}"
-        base, head = side("base", base_dir, name, None), side("head", head_dir, name, None)
-    else:
-        assert root is not None
-        if args.base or _revisions(args):
-            base_rev, why = (args.base, "") if args.base else ci_base(root)
-            base_commit = resolve(root, base_rev)
-            base = side("base", base_dir, _name(root, base_rev, base_commit), base_dir / "tree")
-            if why:
-                progress(f"base: {base.name}, chosen as {why}")
-            checkout(root, base_commit, base.tree)
-        else:  # an environment against another: the same code on both sides
-            base = side("base", base_dir, f"working tree of {root}", base_dir / "tree")
-            snapshot_working_tree(root, base.tree)
-        if args.head:
-            head_commit = resolve(root, args.head)
-            head = side("head", head_dir, _name(root, args.head, head_commit), head_dir / "tree")
-            checkout(root, head_commit, head.tree)
-        else:
-            head = side("head", head_dir, f"working tree of {root}", head_dir / "tree")
-            snapshot_working_tree(root, head.tree)
-    envs, notes = _environments(args, {"base": base.tree, "head": head.tree}, progress)
-    config = load_config(args.config, start=head.tree or Path.cwd())
-    if head.tree is not None:  # a temporary folder means nothing in a PR comment
-        config = dataclasses.replace(config, source=config.source.replace(f"{head.tree}{os.sep}", "head's "))
-    reference = config.time_reference
-    base, head = (dataclasses.replace(s, python=envs[s.role].python, impls=_impls(args, project, s.tree, reference))
-                  for s in (base, head))
-    cpu = default_device() == "cpu"
-    seen = {}
-    sides = {}
-    for s in (base, head):
-        install(s)
-        sides[s.role], seen[s.role] = check_import(s, cpu)
-        progress(f"{s.role}: {s.name} installed into its own folder")
-    base, head = sides["base"], sides["head"]
-    about = _about(project, base, head)
-    if base.python != head.python:
-        diff = differences(seen["base"], seen["head"])
-        notes += [f"{s.role}: {envs[s.role].spec or 'this interpreter'}: {summary(seen[s.role])}." for s in (base, head)]
-        notes.append("versions that differ: " + ("; ".join(diff) if diff else "none (two environments of the same "
-                                                                               "versions)") + ".")
-        if torch_differs(seen["base"], seen["head"]):  # the unit's code is a dependency's, which changed
-            notes.append(f"times compared as measured{f', not in units of {reference}' if reference else ''}: "
-                         "torch differs between the sides, so every implementation is judged, the time reference "
-                         "included.")
-            return Prepared(base, head, notes, True, config, about)
-        if reference:
-            notes.append(f"times in units of {reference}, as with one environment: torch and the libraries it calls "
-                         f"({', '.join(n for n in TORCH_STACK if seen['base'].get(n))}) are the same on both sides.")
-    return Prepared(base, head, notes, False, config, about)
 
 
 def _measure(args: argparse.Namespace, sides: Prepared, schedule: Schedule, work: Path, progress
@@ -305,6 +157,9 @@ def _timing(setup_s: float, planned_s: float, rounds: int, adaptive_s: float, to
 
 
 def _compare(args: argparse.Namespace, project: Project, work: Path, progress) -> int:
+    for role in ("base", "head"):  # `sdpa-bench continuous "$UNSET"` must not compare what nobody asked for
+        if getattr(args, role) is not None and not getattr(args, role).strip():
+            raise UsageError(f"{role.upper()} is an empty revision name: name a revision, or leave it out")
     if args.rounds < 1:
         raise UsageError("--rounds should be at least 1")
     if args.adaptive_budget < 0:
@@ -321,7 +176,9 @@ def _compare(args: argparse.Namespace, project: Project, work: Path, progress) -
              f"(--seed {schedule.seed} repeats them)")
     folders = schedule.folders()
     start = time.monotonic()
-    sides = _sides(args, project, work, folders, progress)
+    request = Request(args.base, args.head, args.base_env, args.head_env, args.env_cache, tuple(args.impl or ()),
+                      args.config)
+    sides = assemble(request, project, work, folders, progress)
     base, head, env_notes = sides.base, sides.head, sides.notes
     setup_s = time.monotonic() - start
     outcome, planned_s = _measure(args, sides, schedule, work, progress)
@@ -335,9 +192,11 @@ def _compare(args: argparse.Namespace, project: Project, work: Path, progress) -
                 "planned_rounds": args.rounds,
                 "environments": {s.role: s.python for s in (base, head)},
                 "project": {"kind": project.kind, "root": str(project.root or ""), "package": project.package,
-                            "sdpa_bench": sdpa_bench_version(), "impls": {s.role: list(s.impls) for s in (base, head)}},
+                            "sdpa_bench": sdpa_impls.__version__,
+                            "impls": {s.role: list(s.impls) for s in (base, head)}},
                 "adaptive": dataclasses.asdict(outcome.adaptive), "timing": timing}
-    sys.stdout.write(render(report, base.name, head.name, run_notes=run_notes, header=env_notes, about=sides.about))
+    sys.stdout.write(redact(render(report, base.name, head.name, run_notes=run_notes, header=env_notes,
+                                   about=sides.about)))
     if args.markdown:
         _write(args.markdown, render(report, base.name, head.name, markdown=True, run_notes=run_notes,
                                      header=env_notes, about=sides.about))
@@ -348,24 +207,34 @@ def _compare(args: argparse.Namespace, project: Project, work: Path, progress) -
 
 
 def run(args: argparse.Namespace) -> int:
-    """Exit code: 0 pass, 1 regression, 2 unusable input (one message on stderr, no traceback)."""
+    """Exit code: 0 pass, 1 regression, 2 for anything else (one message on stderr, no traceback): what a CI reads.
+    No credential of a URL reaches any output (sdpa_impls.credentials)."""
     start = time.perf_counter()
 
     def progress(text: str) -> None:
-        print(f"[{fmt_duration(time.perf_counter() - start):>5}] {text}", file=sys.stderr, flush=True)
+        print(redact(f"[{fmt_duration(time.perf_counter() - start):>5}] {text}"), file=sys.stderr, flush=True)
 
-    work = Path(tempfile.mkdtemp(prefix="sdpa-continuous-"))
-    project = None
+    work, project = None, None
     try:
-        project = find(Path.cwd(), _revisions(args))
+        project = find(Path.cwd(), compares_revisions(args))
+        for left in sweep_stale(project.root):
+            progress(f"removed {left}, left by a run that was stopped")
+        work = new_workdir()
         code = _compare(args, project, work, progress)
         progress(f"done: exit {code}")
         return code
     except UsageError as exc:  # GateInputError included: a side that does not install, import or run
-        print(f"sdpa-bench continuous: error: {exc}", file=sys.stderr)
+        print(redact(f"sdpa-bench continuous: error: {exc}"), file=sys.stderr)
+        return EXIT_UNUSABLE
+    except Exception as exc:  # not the answer: never exit 1 (a regression) nor a traceback
+        if os.environ.get("SDPA_BENCH_TRACEBACK"):
+            raise
+        first = (str(exc).strip().splitlines() or [""])[0]
+        print(redact(f"sdpa-bench continuous: error: {type(exc).__name__}: {first}"), file=sys.stderr)
         return EXIT_UNUSABLE
     finally:
-        for tree in work.glob("*/tree"):
-            if project is not None and project.root is not None and (tree / ".git").is_file():  # a git worktree
-                remove_checkout(project.root, tree)
-        shutil.rmtree(work, ignore_errors=True)
+        if work is not None:
+            for tree in work.glob("*/tree"):
+                if project is not None and project.root is not None and (tree / ".git").is_file():  # a worktree
+                    remove_checkout(project.root, tree)
+            shutil.rmtree(work, ignore_errors=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict
 
-from ..fmt import fmt_bytes, table
+from ..fmt import cell, code, fmt_bytes, table
 from ..gate.render import rules_and_failures
 from ..gate.rules import NA
 from .verdict import Row, SideBySide
@@ -37,37 +37,41 @@ def render(report: SideBySide, base: str, head: str, markdown: bool = False, run
     verdict = "FAIL" if report.exit_code else "PASS"
     undecided = report.undecided
     bullet = "- " if markdown else "  "
+    # in Markdown (a PR comment) whatever a person wrote (names, subjects, requirements, paths) is a code span
+    shown = code if markdown else str
     out = [f"{'## ' if markdown else ''}sdpa-bench continuous: {verdict} "
-           f"({len(report.failures)} failed check(s), {len(undecided)} undecided) — head {head} vs base {base}", ""]
+           f"({len(report.failures)} failed check(s), {len(undecided)} undecided) — head {shown(head)} vs base "
+           f"{shown(base)}", ""]
     if about:
-        out += [f"Compared: {about}", ""]
+        out += [f"Compared: {shown(about)}", ""]
     if header:
-        out += ["Environments:"] + [f"{bullet}{line}" for line in header] + [""]
+        out += ["Environments:"] + [f"{bullet}{shown(line)}" for line in header] + [""]
     if markdown:
-        out += [f"Config: {report.config_source or 'built-in defaults'}. Time: head/base ratio of medians, "
+        out += [f"Config: {code(report.config_source or 'built-in defaults')}. Time: head/base ratio of medians, "
                 f"a regression above ×{report.factor:.2f} at false discovery rate {report.fdr:g} "
                 "(Benjamini–Hochberg over the preset).", ""]
     out += table(["benchmark", "head/base", "95% CI", "q (BH)", "runs", "peak memory", "verdict"],
-                 [[r.label, *_time_cells(r), f"{len(r.base)}+{len(r.head)}", _memory_cell(r), r.verdict]
+                 [[cell(r.label) if markdown else r.label, *_time_cells(r), f"{len(r.base)}+{len(r.head)}",
+                   _memory_cell(r), r.verdict]
                   for r in report.rows],
                  markdown).splitlines()
     out += rules_and_failures(report.ratios, report.failures, markdown, "in-run rule (head)")
     one_side = [r for r in report.rows if not r.base or not r.head]
     if one_side:
-        out += ["", "On one side only:"] + [f"{bullet}{r.label}: {r.verdict}" for r in one_side]
+        out += ["", "On one side only:"] + [f"{bullet}{shown(r.label)}: {r.verdict}" for r in one_side]
     if undecided:
         out += ["", f"Undecided ({len(undecided)}: neither slower nor clear of ×{report.factor:.2f} when the rounds "
                     "ended; counted as a pass, not a failure):"]
-        out += [f"{bullet}{r.label}: ×{r.ratio:.3f}, 95% CI {r.interval[0]:.3f}–{r.interval[1]:.3f}"
+        out += [f"{bullet}{shown(r.label)}: ×{r.ratio:.3f}, 95% CI {r.interval[0]:.3f}–{r.interval[1]:.3f}"
                 + (f" (low end {r.without_one:.3f} with one run left out)" if r.without_one is not None else "")
                 + f", {len(r.base)} base and {len(r.head)} head runs" for r in undecided]
     kernels = [c for r in report.rows for c in r.checks if c.kind == "kernels"]
     if kernels:
         out += ["", f"Kernels that differ between the sides ({len(kernels)}, from one profiled call per run):"]
-        out += [f"{bullet}{c.subject}: {c.message}" for c in kernels]
+        out += [f"{bullet}{shown(c.subject)}: {c.message}" for c in kernels]
     skipped = [c for r in report.rows for c in r.checks if c.status == NA]
     if skipped:
-        out += ["", "Not checked:"] + [f"{bullet}{c.kind} {c.subject}: {c.message}" for c in skipped]
+        out += ["", "Not checked:"] + [f"{bullet}{c.kind} {shown(c.subject)}: {c.message}" for c in skipped]
     notes = [*report.notes, *run_notes]
     if notes:
         out += ["", "Notes:"] + [f"{bullet}{n}" for n in notes]

@@ -6,6 +6,7 @@ the working tree (uncommitted and untracked files included, ignored files left o
     describe(root, commit) -> "abc1234 subject"
     checkout(root, commit, dest)  /  remove_checkout(root, dest)
     snapshot_working_tree(root, dest)
+    new_workdir() -> Path  /  sweep_stale(root) -> [Path]   # a run's own folder; those that killed runs left
     ci_base(root, environ) -> (revision, why)
 """
 from __future__ import annotations
@@ -13,12 +14,17 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
 from ..errors import UsageError
 
 BASE_ENV = "SDPA_CONTINUOUS_BASE"
+WORKDIR_PREFIX = "sdpa-continuous-"
+OWNER = "owner.pid"  # the process a work folder belongs to
+STALE_WITHOUT_OWNER_S = 86400.0  # a work folder that names no process (made before they did) is stale after a day
 MAIN_REFS = ("origin/main", "main")
 
 
@@ -66,15 +72,61 @@ def remove_checkout(root: Path, dest: Path) -> None:
 
 def snapshot_working_tree(root: Path, dest: Path) -> None:
     """Copy the working tree as it is now into `dest`: tracked files (with uncommitted edits) and untracked files
-    that git does not ignore; deleted files stay deleted, build outputs and caches stay behind."""
+    that git does not ignore; deleted files stay deleted, build outputs and caches stay behind. A symbolic link is
+    copied as the link it is (to a folder, or outside the repository: never what it points to)."""
     listed = _git(root, "ls-files", "-z", "--cached", "--others", "--exclude-standard").stdout
     for rel in sorted(set(filter(None, listed.split("\0")))):
         src = root / rel
-        if not (src.is_file() or src.is_symlink()) or (src.is_symlink() and not src.exists()):
-            continue  # deleted in the working tree, or a submodule folder
         target = dest / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(src, target)
+        if src.is_symlink():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.symlink(os.readlink(src), target)
+        elif src.is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, target)
+        # else: deleted in the working tree, or a submodule's folder
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True
+    return True
+
+
+def new_workdir() -> Path:
+    """A run's own temporary folder, naming the process it belongs to (so a later run can tell it was left)."""
+    work = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX))
+    (work / OWNER).write_text(str(os.getpid()), encoding="utf-8")
+    return work
+
+
+def sweep_stale(root: Path | None, now: float | None = None) -> list[Path]:
+    """Remove the work folders of runs that were killed (their process is gone), with their git worktrees, and
+    git's records of worktrees whose folder is gone (in `root`'s repository); returns the folders removed."""
+    now = time.time() if now is None else now
+    removed = []
+    for work in Path(tempfile.gettempdir()).glob(f"{WORKDIR_PREFIX}*"):
+        try:
+            if not work.is_dir() or work.is_symlink() or work.stat().st_uid != os.getuid():
+                continue
+            owner = work / OWNER
+            pid = int(owner.read_text(encoding="utf-8").strip()) if owner.is_file() else None
+        except (OSError, ValueError):
+            continue
+        if (pid is not None and _alive(pid)) or (pid is None and now - work.stat().st_mtime < STALE_WITHOUT_OWNER_S):
+            continue
+        for tree in work.glob("*/tree"):
+            if (tree / ".git").is_file() and root is not None:
+                remove_checkout(root, tree)
+        shutil.rmtree(work, ignore_errors=True)
+        removed.append(work)
+    if root is not None:
+        _git(root, "worktree", "prune", check=False)
+    return removed
 
 
 def ci_base(root: Path, environ: Mapping[str, str] = os.environ) -> tuple[str, str]:

@@ -14,7 +14,8 @@ environment's torch and every other package; `site` comes first on PYTHONPATH an
 - a revision of a plug-in package: the plug-in installed (its entry points included), beside a copy of the
   sdpa-bench that runs the command (`bundle_running`), whose suite measures it;
 - no revision (two environments compared): the copy of the running sdpa-bench alone.
-The suite is sdpa_impls.suite.test_sdpa of the installed package, run from `site` with no conftest, no pytest
+The suite is sdpa_impls.suite.test_sdpa of the installed package with its plug-in (the module sdpa_bench_pytest
+beside it), run from `site` with no conftest, no pytest
 configuration of the caller (PYTEST_ADDOPTS, ini files) and only the plug-ins it needs (pytest-benchmark and the
 suite's own), so what a user's environment or repository sets for its own tests cannot change it. A revision of
 sdpa-bench from before the suite shipped in the package runs its tests/test_benchmarks.py from its tree, as then.
@@ -37,7 +38,7 @@ from .schedule import PAD_ENV, Schedule
 from .versions import PROBE
 
 SUITE_MODULE = "sdpa_impls.suite.test_sdpa"
-SUITE_PLUGIN = "sdpa_impls.suite.plugin"
+SUITE_PLUGIN = "sdpa_bench_pytest"  # its pytest plug-in, a module beside the package
 LEGACY_SUITE = Path("tests") / "test_benchmarks.py"  # sdpa-bench's revisions from before the suite was packaged
 CALLER_PYTEST = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTHONHOME")  # settings of the caller's own test sessions
 DIST = "sdpa-bench"
@@ -88,14 +89,28 @@ def side_env(side: Side, cpu: bool, padding: str = "") -> dict[str, str]:
     return env
 
 
+def _run(side: Side, what: str, cmd: list[str], timeout: float, **kwargs: object) -> subprocess.CompletedProcess:
+    """A step of a side in a process of its own; GateInputError naming the side and the step when the process
+    cannot start or runs past `timeout`."""
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kwargs)
+    except subprocess.TimeoutExpired:
+        raise GateInputError(f"{side.role} {side.name}: its {what} step took more than {timeout:.0f} s") from None
+    except OSError as exc:
+        raise GateInputError(f"{side.role} {side.name}: its {what} step could not start {cmd[0]} "
+                             f"({exc.strerror or exc})") from None
+
+
 def bundle_running(site: Path) -> None:
-    """Copy the sdpa-bench that runs this command into `site`: its package folder, and a dist-info folder with its
-    name, version and entry points, so the side imports exactly this sdpa-bench whatever its environment holds (an
-    editable install is copied from its source folder)."""
+    """Copy the sdpa-bench that runs this command into `site`: its package folder, the suite's pytest plug-in beside
+    it, and a dist-info folder with its name, version and entry points, so the side imports exactly this sdpa-bench
+    whatever its environment holds (an editable install is copied from its source folder)."""
+    import sdpa_bench_pytest
     import sdpa_impls
 
     shutil.copytree(Path(sdpa_impls.__file__).parent, site / "sdpa_impls",
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"), dirs_exist_ok=True)
+    shutil.copy2(sdpa_bench_pytest.__file__, site / f"{SUITE_PLUGIN}.py")
     version = sdpa_impls.__version__
     info = site / f"sdpa_bench-{version}.dist-info"
     info.mkdir(parents=True, exist_ok=True)
@@ -119,9 +134,9 @@ def install(side: Side) -> None:
     if side.tree is not None:
         if not (side.tree / "pyproject.toml").is_file() and not (side.tree / "setup.py").is_file():
             raise GateInputError(f"{side.role} {side.name}: does not install (no pyproject.toml or setup.py)")
-        done = subprocess.run([side.python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
-                               "--no-build-isolation", "--disable-pip-version-check", "--target", str(side.site),
-                               str(side.tree)], capture_output=True, text=True, timeout=600)
+        done = _run(side, "install", [side.python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
+                                      "--no-build-isolation", "--disable-pip-version-check", "--target",
+                                      str(side.site), str(side.tree)], timeout=600)
         if done.returncode != 0:
             raise GateInputError(f"{side.role} {side.name}: does not install: "
                                  f"{_last_line(done.stderr or done.stdout)}")
@@ -137,7 +152,8 @@ import sdpa_impls, sdpa_impls.registry
 broken_type = getattr(sdpa_impls.registry, "BrokenPlugin", ())
 known = sdpa_impls.names()
 wanted = json.loads(sys.argv[1])
-print(json.dumps({"packaged": importlib.util.find_spec("sdpa_impls.suite") is not None,
+print(json.dumps({"packaged": None not in (importlib.util.find_spec("sdpa_impls.suite"),
+                                           importlib.util.find_spec("sdpa_bench_pytest")),
                   "missing": [n for n in wanted if n not in known],
                   "broken": {n: sdpa_impls.get(n).error for n in wanted
                              if n in known and isinstance(sdpa_impls.get(n), broken_type)}}))
@@ -148,12 +164,17 @@ def check_import(side: Side, cpu: bool) -> tuple[Side, dict[str, str | None]]:
     """The installed package imports and lists its implementations, the side's own (`impls`) among them and none
     broken, and the side has its benchmark suite; GateInputError with the error's last line otherwise. Returns the
     side with `packaged` set, and the versions it runs with (versions.PROBE, in the same process)."""
-    done = subprocess.run([side.python, "-c", CHECK + PROBE, json.dumps(list(side.impls))], cwd=side.site,
-                          env=side_env(side, cpu), capture_output=True, text=True, timeout=300)
+    done = _run(side, "import", [side.python, "-c", CHECK + PROBE, json.dumps(list(side.impls))], timeout=300,
+                cwd=side.site, env=side_env(side, cpu))
     if done.returncode != 0:
         raise GateInputError(f"{side.role} {side.name}: does not import: {_last_line(done.stderr)}")
-    lines = done.stdout.strip().splitlines()
-    found, versions = json.loads(lines[-2]), json.loads(lines[-1])
+    try:
+        lines = done.stdout.strip().splitlines()
+        found, versions = json.loads(lines[-2]), json.loads(lines[-1])
+        assert isinstance(found, dict) and isinstance(versions, dict)
+    except (IndexError, ValueError, AssertionError):
+        raise GateInputError(f"{side.role} {side.name}: its import check printed no result (its last line: "
+                             f"{_last_line(done.stdout)})") from None
     if found["missing"]:
         raise GateInputError(f"{side.role} {side.name}: has no implementation named "
                              f"{', '.join(found['missing'])} (known: sdpa-bench list)")
@@ -188,8 +209,11 @@ def run_round(side: Side, out: Path, pytest_args: list[str], cpu: bool, timeout:
         done = subprocess.run([*prefix, *cmd], cwd=cwd, env=side_env(side, cpu, padding), capture_output=True,
                               text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        raise GateInputError(f"{side.role} {side.name}: its benchmark run took more than {timeout:.0f} s "
+        raise GateInputError(f"{side.role} {side.name}: its benchmark run took more than {timeout:g} s "
                              "(--round-timeout)") from None
+    except OSError as exc:
+        raise GateInputError(f"{side.role} {side.name}: its benchmark run could not start ({exc.strerror or exc})"
+                             ) from None
     text = done.stdout + done.stderr
     failed = tuple(line.strip() for line in text.splitlines() if line.startswith(("FAILED ", "ERROR ")))
     return RoundRun(out, done.returncode, failed, text[-3000:])

@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict
 
-from ..fmt import fmt_bytes, fmt_seconds, table
+from ..fmt import cell, code, fmt_bytes, fmt_seconds, table
 from .compare import Comparison, Verdict
 from .points import Point
 from .rules import NA, PASS, Check
@@ -39,11 +39,13 @@ def rules_and_failures(ratios: Sequence[Check], failures: Sequence[Check], markd
     """The in-run rules' table and the list of failed checks, as both verdicts print them."""
     out: list[str] = []
     if ratios:
-        out += [""] + table([title, "verdict", "numbers"], [[c.subject, c.status, c.message] for c in ratios],
+        out += [""] + table([title, "verdict", "numbers"],
+                            [[cell(c.subject) if markdown else c.subject, c.status, c.message] for c in ratios],
                             markdown).splitlines()
     bullet = "- " if markdown else "  "
-    if failures:
-        out += ["", "Failures:"] + [f"{bullet}{c.kind} {c.subject}: {c.message}" for c in failures]
+    if failures:  # in Markdown a subject (an implementation's name: a plug-in's) is a code span
+        out += ["", "Failures:"] + [f"{bullet}{c.kind} {code(c.subject) if markdown else c.subject}: {c.message}"
+                                    for c in failures]
     return out
 
 
@@ -52,14 +54,15 @@ def render_verdict(report: Verdict, markdown: bool = False) -> str:
     verdict = "FAIL" if report.exit_code else "PASS"
     out = [f"{'## ' if markdown else ''}sdpa-bench gate: {verdict} "
            f"({len(report.failures)} failed check(s); config: {report.config_source or 'built-in defaults'})", ""]
+    shown = code if markdown else str
     out += table(["benchmark", "median time", "peak memory", "error / tol", "verdict"],
-                 [[r.candidate.label if r.candidate else r.baseline.label, _time_cell(r), _memory_cell(r),
-                   _error_cell(r), r.verdict] for r in report.rows], markdown).splitlines()
+                 [[(cell if markdown else str)(r.candidate.label if r.candidate else r.baseline.label), _time_cell(r),
+                   _memory_cell(r), _error_cell(r), r.verdict] for r in report.rows], markdown).splitlines()
     out += rules_and_failures(report.ratios, report.failures, markdown)
     bullet = "- " if markdown else "  "
     skipped = [c for r in report.rows for c in r.checks if c.status == NA]  # refusals are one note
     if skipped:
-        out += ["", "Not checked:"] + [f"{bullet}{c.kind} {c.subject}: {c.message}" for c in skipped]
+        out += ["", "Not checked:"] + [f"{bullet}{c.kind} {shown(c.subject)}: {c.message}" for c in skipped]
     if report.notes:
         out += ["", "Notes:"] + [f"{bullet}{n}" for n in report.notes]
     return "\n".join(out) + "\n"

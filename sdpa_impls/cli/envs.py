@@ -1,0 +1,41 @@
+"""`envs`: the environments `continuous` built and cached (--base-env / --head-env, or what a revision declares),
+with their size and last use; `--prune` removes those unused for a while, and the remains of dead builds."""
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from ..continuous.envcache import MAX_AGE_DAYS, entries, open_cache, prune
+from ..errors import UsageError
+from ..fmt import fmt_bytes, fmt_duration, table
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--env-cache", metavar="DIR", type=Path,
+                   help="the cache (default: $SDPA_BENCH_ENV_CACHE, else ~/.cache/sdpa-bench/envs)")
+    p.add_argument("--prune", action="store_true",
+                   help="remove the environments unused for --older-than days, and the remains of dead builds")
+    p.add_argument("--older-than", type=float, default=MAX_AGE_DAYS, metavar="DAYS",
+                   help=f"with --prune: unused for more than this many days (default {MAX_AGE_DAYS:g}, which "
+                        "`continuous` also removes by itself; 0: every one not in use now)")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.older_than < 0:
+        raise UsageError("--older-than should be at least 0 days")
+    cache = open_cache(args.env_cache)
+    now = time.time()
+    if args.prune:
+        gone = prune(cache, args.older_than * 86400.0, now=now)
+        print(f"removed {len(gone)} environment(s), {fmt_bytes(sum(e.size for e in gone))}, from {cache}")
+        for entry in gone:
+            print(f"  {entry.folder.name}  {entry.spec or '(a build that did not finish)'}")
+        return 0
+    found = entries(cache)
+    rows = [[e.folder.name, e.spec or "(a build that did not finish)", fmt_bytes(e.size),
+             f"{fmt_duration(now - e.last_use)} ago"] for e in found]
+    print(f"{cache}: {len(found)} environment(s), {fmt_bytes(sum(e.size for e in found))}")
+    if rows:
+        print(table(["folder", "built for", "size", "last used"], rows))
+    return 0

@@ -1,0 +1,181 @@
+"""Both sides of a comparison assembled before anything is measured: checked out (or copied), given their
+environments, installed and imported, with the gate config of HEAD and a line saying what is compared.
+
+    assemble(request, project, work, folders, progress) -> Prepared
+    compares_revisions(request) -> bool     # git revisions, or two environments
+
+What a side holds follows the project (continuous.project); its environment, what the revisions declare or what
+--base-env / --head-env name (continuous.envs, continuous.envcache); the versions that differ between two
+environments are notes for the verdict's header (continuous.versions).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from pathlib import Path
+
+from ..bench.grid import default_device
+from ..gate.config import GateConfig, load_config
+from .envcache import prepare
+from .envs import Env, EnvSpec, declared, parse_spec, unmet
+from .project import NONE, PLUGIN, SELF, Project, declared_impls
+from .revisions import checkout, ci_base, describe, resolve, snapshot_working_tree
+from .sides import Side, check_import, install
+from .versions import TORCH_STACK, differences, summary, torch_differs
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    """What the command line asks of the two sides (`sdpa-bench continuous`'s options of the same names)."""
+
+    base: str | None = None
+    head: str | None = None
+    base_env: str | None = None
+    head_env: str | None = None
+    env_cache: str | None = None
+    impl: tuple[str, ...] = ()
+    config: str | None = None
+
+
+def _impls(request: Request, project: Project, tree: Path | None, reference: str) -> tuple[str, ...]:
+    """What one side measures: --impl, else a plug-in's own implementations at that revision, else every one
+    (empty); the time reference beside a chosen few."""
+    chosen = list(request.impl or (declared_impls(tree) if project.kind == PLUGIN and tree is not None else ()))
+    return tuple(dict.fromkeys(chosen + ([reference] if chosen and reference else [])))
+
+
+def _name(root: Path, rev: str, commit: str) -> str:
+    """`main (abc1234 subject)`, or just `abc1234 subject` when the revision was named by its hash."""
+    described = describe(root, commit)
+    return described if commit.startswith(rev) else f"{rev} ({described})"
+
+
+def _environments(request: Request, trees: dict[str, Path | None], progress, scratch: Path
+                  ) -> tuple[dict[str, Env], list[str]]:
+    """Each side's environment (see the module docstring) and notes on how they were chosen."""
+    here = Env(sys.executable, "this interpreter")
+    # an empty SPEC is an error (parse_spec), never "no SPEC": `--head-env "$UNSET"` must not compare one environment
+    specs = {role: parse_spec(text) for role, text in (("base", request.base_env), ("head", request.head_env))
+             if text is not None}
+    notes = []
+    if not specs:
+        cpu = default_device() == "cpu"
+        dec = {role: declared(tree, cpu) for role, tree in trees.items() if tree is not None}
+        if len(dec) < 2 or dec["base"] == dec["head"]:
+            progress("environment: both revisions declare the same dependencies, both sides run with this interpreter")
+            return {"base": here, "head": here}, []
+        every = {role: set(d.requirements) | {f"{c} (constraint)" for c in d.constraints} for role, d in dec.items()}
+        notes.append(f"the revisions declare different dependencies (base only: "
+                     f"{', '.join(sorted(every['base'] - every['head'])) or '-'}; head only: "
+                     f"{', '.join(sorted(every['head'] - every['base'])) or '-'}).")
+        for role, d in dec.items():
+            missing = unmet(d)
+            if missing:
+                specs[role] = EnvSpec(f"what {role} declares, for {'; '.join(missing)}", requirements=d.requirements,
+                                      constraints="".join(f"{c}\n" for c in d.constraints))
+            else:
+                notes.append(f"{role}: this environment satisfies its declared dependencies and runs it.")
+    cache = Path(request.env_cache) if request.env_cache else None
+    chosen = {role: prepare(specs[role], cache, progress, scratch) if role in specs else here
+              for role in ("base", "head")}
+    for role, env in chosen.items():
+        progress(f"{role}: environment {env.spec or 'of this interpreter'}: {env.how}")
+    return chosen, notes
+
+
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    """Both sides installed and imported; the notes on their environments (the versions that differ among them);
+    whether times must be compared as measured (torch differs, so the time reference is no unit); the gate config
+    (HEAD's, or the folder's where no revision is compared); what was compared, in a line."""
+
+    base: Side
+    head: Side
+    notes: list[str]
+    as_measured: bool
+    config: GateConfig
+    about: str
+
+
+def compares_revisions(request: Request) -> bool:
+    """Whether the comparison is of git revisions: BASE or HEAD named, or no environment named."""
+    return bool(request.base or request.head) or (request.base_env is None and request.head_env is None)
+
+
+def _about(project: Project, base: Side, head: Side) -> str:
+    import sdpa_impls
+
+    running = f"sdpa-bench {sdpa_impls.__version__} ({Path(sdpa_impls.__file__).parent})"
+    if project.kind == SELF:
+        return f"sdpa-bench's repository {project.root}: each side is that revision, measured with its own suite."
+    if project.kind == PLUGIN:
+        impls = ", ".join(dict.fromkeys(base.impls + head.impls)) or "every one"
+        return (f"plug-in {project.package} ({project.root}) at each revision, installed over {running}, whose suite "
+                f"measures {impls}.")
+    return f"{running} on both sides, which differ only in their environments."
+
+
+def assemble(request: Request, project: Project, work: Path, folders: tuple[str, str], progress) -> Prepared:
+    """Both sides checked out (or the working tree copied) into `work/<folder>/tree`, given their environments,
+    installed and imported."""
+    base_dir, head_dir = (work / f for f in folders)
+    root, bundled = project.root, project.kind != SELF
+
+    def side(role: str, folder: Path, name: str, tree: Path | None) -> Side:
+        return Side(role, name, tree, folder / "site", sys.executable, bundled)
+
+    if project.kind == NONE:  # two environments, nothing checked out
+        import sdpa_impls
+
+        name = f"sdpa-bench {sdpa_impls.__version__}"
+        base, head = side("base", base_dir, name, None), side("head", head_dir, name, None)
+    else:
+        assert root is not None
+        if request.base or compares_revisions(request):
+            base_rev, why = (request.base, "") if request.base else ci_base(root)
+            base_commit = resolve(root, base_rev)
+            base = side("base", base_dir, _name(root, base_rev, base_commit), base_dir / "tree")
+            if why:
+                progress(f"base: {base.name}, chosen as {why}")
+            checkout(root, base_commit, base.tree)
+        else:  # an environment against another: the same code on both sides
+            base = side("base", base_dir, f"working tree of {root}", base_dir / "tree")
+            snapshot_working_tree(root, base.tree)
+        if request.head:
+            head_commit = resolve(root, request.head)
+            head = side("head", head_dir, _name(root, request.head, head_commit), head_dir / "tree")
+            checkout(root, head_commit, head.tree)
+        else:
+            head = side("head", head_dir, f"working tree of {root}", head_dir / "tree")
+            snapshot_working_tree(root, head.tree)
+    envs, notes = _environments(request, {"base": base.tree, "head": head.tree}, progress, work)
+    config = load_config(request.config, start=head.tree or Path.cwd())
+    if head.tree is not None:  # a temporary folder means nothing in a PR comment
+        config = dataclasses.replace(config, source=config.source.replace(f"{head.tree}{os.sep}", "head's "))
+    reference = config.time_reference
+    base, head = (dataclasses.replace(s, python=envs[s.role].python, impls=_impls(request, project, s.tree, reference))
+                  for s in (base, head))
+    cpu = default_device() == "cpu"
+    seen = {}
+    sides = {}
+    for s in (base, head):
+        install(s)
+        sides[s.role], seen[s.role] = check_import(s, cpu)
+        progress(f"{s.role}: {s.name} installed into its own folder")
+    base, head = sides["base"], sides["head"]
+    about = _about(project, base, head)
+    if base.python != head.python:
+        diff = differences(seen["base"], seen["head"])
+        notes += [f"{s.role}: {envs[s.role].spec or 'this interpreter'}: {summary(seen[s.role])}." for s in (base, head)]
+        notes.append("versions that differ: " + ("; ".join(diff) if diff else "none (two environments of the same "
+                                                                               "versions)") + ".")
+        if torch_differs(seen["base"], seen["head"]):  # the unit's code is a dependency's, which changed
+            notes.append(f"times compared as measured{f', not in units of {reference}' if reference else ''}: "
+                         "torch differs between the sides, so every implementation is judged, the time reference "
+                         "included.")
+            return Prepared(base, head, notes, True, config, about)
+        if reference:
+            notes.append(f"times in units of {reference}, as with one environment: torch and the libraries it calls "
+                         f"({', '.join(n for n in TORCH_STACK if seen['base'].get(n))}) are the same on both sides.")
+    return Prepared(base, head, notes, False, config, about)

@@ -1,0 +1,257 @@
+"""Environments built from requirements and kept in a cache, with the promises pip, tox and uv make: reused only
+when pip would build the same one, built where a crash leaves nothing trusted, bounded, and never shared.
+
+    prepare(spec, cache, progress, scratch) -> Env   # the interpreter of a SPEC's environment, built once
+    build(folder, requirements, constraints) -> s    # a layered environment in `folder`, uncached
+    default_cache() -> Path
+    entries(cache) -> [Entry]  /  prune(cache, older_than_s) -> [Entry]  /  open_cache(cache) -> Path
+
+An environment is a virtual environment layered on the running one: a `.pth` line adds this environment's
+site-packages behind the new one's own, so it holds exactly this environment plus what pip installs on top.
+
+Its key is a hash of what decides pip's result (continuous.envkey). A requirement pip would fetch afresh (a URL or
+VCS reference without a commit or hash: `pkg @ git+URL@main`) keeps no key: its environment is built for the run in
+`scratch` and removed with it.
+
+A build happens in a unique folder beside the cache's entries, pip in its own process group (killed with the
+build), and becomes an entry only by a rename once its marker is written: a build that failed or was killed is
+never trusted, and its folder is removed by the next prune. Each entry records its last use; entries unused for
+`MAX_AGE_DAYS` are removed when a comparison builds (and by `sdpa-bench envs --prune`). The cache must belong to
+the user and be writable by no one else: it holds interpreters that run, so it is not shared with other jobs.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sysconfig
+import time
+import uuid
+import venv
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..credentials import redact
+from ..errors import GateInputError, UsageError
+from .envkey import cache_key, pinned, underlay_dirs
+from .envs import Env, EnvSpec, is_path, python_of
+
+CACHE_ENV = "SDPA_BENCH_ENV_CACHE"
+READY = "sdpa-bench-env.json"  # the marker: written before the folder is renamed into place
+LAST_USE = "sdpa-bench-last-use"  # its modification time is the entry's last use
+LINK_FILE = "_sdpa_bench_underlay.pth"
+BUILDING = ".building-"  # a build in progress, or the remains of one that died
+PIP_TIMEOUT_S = 3600.0  # a CUDA build of torch is several GB
+LOCK_WAIT_S = PIP_TIMEOUT_S + 300.0  # another run's build of the same environment
+MAX_AGE_DAYS = 30.0
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A cached environment: its folder, the SPEC it was built for (credentials masked), its size, when it was
+    last used; or a dead build's remains (`spec` empty)."""
+
+    folder: Path
+    spec: str
+    size: int
+    last_use: float
+
+
+def default_cache() -> Path:
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sdpa-bench" / "envs"
+
+
+def open_cache(cache: Path | None) -> Path:
+    """The cache folder, made (mode 700) if missing; UsageError when it cannot be used, belongs to another user or
+    others may write to it (it holds interpreters that run)."""
+    cache = (cache or default_cache()).expanduser()
+    try:
+        cache.mkdir(parents=True, exist_ok=True, mode=0o700)
+        st = cache.stat()
+        if hasattr(os, "getuid") and st.st_uid != os.getuid():
+            raise UsageError(f"{cache}: the environment cache belongs to another user (uid {st.st_uid}); use one "
+                             "of your own (--env-cache DIR)")
+        if st.st_mode & 0o022:
+            raise UsageError(f"{cache}: others may write to the environment cache (mode {st.st_mode & 0o777:o}); "
+                             f"chmod go-w it, or use another (--env-cache DIR)")
+        probe = cache / f".probe-{uuid.uuid4().hex}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(f"{cache}: cannot be used as the environment cache ({exc.strerror or exc})") from None
+    return cache
+
+
+def _pip(cmd: list[str], what: str) -> None:
+    """Run pip in its own process group, killed with everything it started when the build is stopped (an error,
+    Ctrl-C, a timeout); GateInputError with pip's own error lines when it fails."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=PIP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise GateInputError(f"environment {what!r}: pip took more than {PIP_TIMEOUT_S:.0f} s") from None
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    if proc.returncode != 0:
+        lines = [line.rstrip() for line in (err or out or "").splitlines() if line.strip()]
+        errors = [line for line in lines if line.startswith("ERROR")] or lines[-6:] or ["(pip printed nothing)"]
+        raise GateInputError(f"environment {what!r}: pip could not install it (exit {proc.returncode}):\n  "
+                             + "\n  ".join(errors[-6:]))
+
+
+def build(folder: Path, requirements: Sequence[str], constraints: str = "", what: str = "") -> float:
+    """Create a virtual environment in `folder` layered on this one (module docstring) and pip-install
+    `requirements` (pip's arguments; local paths made absolute) into it with `constraints` (a file's text, kept
+    only during the build); the seconds taken. GateInputError with pip's error lines, naming `what`."""
+    start = time.monotonic()
+    venv.EnvBuilder(with_pip=False, symlinks=os.name != "nt").create(folder)
+    purelib = Path(sysconfig.get_path("purelib", vars={"base": str(folder), "platbase": str(folder)}))
+    purelib.mkdir(parents=True, exist_ok=True)
+    # `import site; site.addsitedir(...)`, not a bare path: it also runs the .pth files there (editable installs).
+    # Not --system-site-packages: a venv made from inside another (tox's) would see the base interpreter's packages.
+    (purelib / LINK_FILE).write_text("".join(f"import site; site.addsitedir({d!r})\n" for d in underlay_dirs()),
+                                     encoding="utf-8")
+    cmd = [str(python_of(folder)), "-m", "pip", "install", "--disable-pip-version-check", "--no-input",
+           "--no-build-isolation"]
+    pins = folder / "constraints.txt"
+    if constraints:
+        pins.write_text(constraints, encoding="utf-8")
+        cmd += ["-c", str(pins)]
+    cmd += [str(Path(w).expanduser().resolve()) if is_path(w) and Path(w).expanduser().exists() else w
+            for w in requirements]
+    try:
+        _pip(cmd, what or " ".join(requirements))
+    finally:
+        pins.unlink(missing_ok=True)  # what a revision pins may name private addresses: not kept
+    return time.monotonic() - start
+
+
+def _lock(path: Path, progress: Callable[[str], None] | None, wait_s: float = LOCK_WAIT_S) -> int:
+    """An exclusive lock on `path` (opened without following a link, never truncated); waits for another run's
+    build, saying so, at most `wait_s`."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot open the environment's lock ({exc.strerror or exc})") from None
+    deadline = time.monotonic() + wait_s
+    said = False
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if not said and progress:
+                progress(f"waiting for {path}: another sdpa-bench is building this environment")
+                said = True
+            if time.monotonic() > deadline:
+                os.close(fd)
+                raise GateInputError(f"{path}: another run has held this environment's lock for more than "
+                                     f"{wait_s:.0f} s") from None
+            time.sleep(0.5)
+        except OSError as exc:  # a file system without locks
+            os.close(fd)
+            raise UsageError(f"{path}: cannot lock it ({exc.strerror or exc}): use an environment cache on a "
+                             "local file system (--env-cache DIR)") from None
+
+
+def prepare(spec: EnvSpec, cache: Path | None = None, progress: Callable[[str], None] | None = None,
+            scratch: Path | None = None) -> Env:
+    """The interpreter of `spec`'s environment: a given one as it is (checked to run), else the cached build for
+    its key, built now when there is none (under the key's lock); an unpinned SPEC is built into `scratch` (the
+    run's own folder) every time. GateInputError with pip's own lines when the build fails."""
+    shown = redact(spec.text)
+    if spec.python:
+        try:
+            done = subprocess.run([spec.python, "-c", "import sys; print(sys.version.split()[0])"],
+                                  capture_output=True, text=True, timeout=120)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise UsageError(f"{spec.python}: cannot be run as a Python interpreter ({exc})") from None
+        if done.returncode != 0:
+            raise UsageError(f"{spec.python}: does not run as a Python interpreter")
+        return Env(spec.python, f"given (Python {done.stdout.strip()})", shown)
+    if not pinned(spec):
+        folder = (scratch or Path(os.environ.get("TMPDIR", "/tmp"))) / f"env-{uuid.uuid4().hex[:8]}"
+        if progress:
+            progress(f"environment {shown!r}: a URL or VCS requirement without a commit or hash: built for this "
+                     f"run only, in {folder}")
+        seconds = build(folder, spec.requirements, spec.constraints, shown)
+        return Env(str(python_of(folder)), f"built in {seconds:.0f} s for this run (not cached)", shown)
+    cache = open_cache(cache)
+    key = cache_key(spec)
+    folder = cache / key
+    fd = _lock(cache / f"{key}.lock", progress)
+    try:
+        if (folder / READY).is_file():
+            (folder / LAST_USE).touch()
+            return Env(str(python_of(folder)), f"cached in {folder}", shown)
+        shutil.rmtree(folder, ignore_errors=True)  # an entry without its marker (made before builds were renamed)
+        staging = cache / f"{BUILDING}{key}-{uuid.uuid4().hex[:8]}"
+        if progress:
+            progress(f"environment {shown!r}: building {folder} (pip install on top of this environment)")
+        try:
+            seconds = build(staging, spec.requirements, spec.constraints, shown)
+            (staging / READY).write_text(json.dumps({"spec": shown, "build_s": round(seconds, 1)}) + "\n",
+                                         encoding="utf-8")
+            (staging / LAST_USE).touch()
+            os.rename(staging, folder)  # the entry exists only whole
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+    finally:
+        os.close(fd)
+    prune(cache, MAX_AGE_DAYS * 86400.0, keep=folder)
+    return Env(str(python_of(folder)), f"built in {seconds:.0f} s into {folder}", shown)
+
+
+def _size(folder: Path) -> int:
+    return sum(p.lstat().st_size for p in folder.rglob("*") if not p.is_symlink() and p.is_file())
+
+
+def entries(cache: Path) -> list[Entry]:
+    """The cache's environments and the remains of dead builds, least recently used first."""
+    out = []
+    for folder in (p for p in cache.iterdir() if p.is_dir()) if cache.is_dir() else ():
+        marker, used = folder / READY, folder / LAST_USE
+        try:
+            spec = json.loads(marker.read_text(encoding="utf-8")).get("spec", "?") if marker.is_file() else ""
+        except (OSError, ValueError):
+            spec = ""
+        last = (used if used.exists() else folder).stat().st_mtime
+        out.append(Entry(folder, redact(str(spec)), _size(folder), last))
+    return sorted(out, key=lambda e: e.last_use)
+
+
+def prune(cache: Path, older_than_s: float, keep: Path | None = None, now: float | None = None) -> list[Entry]:
+    """Remove the entries last used more than `older_than_s` ago and the remains of dead builds older than an hour
+    (or any age, with `older_than_s` 0), each under its lock and skipped while another run holds it; the removed."""
+    now = time.time() if now is None else now
+    removed = []
+    for entry in entries(cache):
+        dead_build = entry.folder.name.startswith(BUILDING)
+        limit = min(older_than_s, 3600.0) if dead_build else older_than_s
+        if entry.folder == keep or now - entry.last_use < limit:
+            continue
+        key = entry.folder.name.removeprefix(BUILDING).split("-")[0]
+        try:
+            fd = os.open(cache / f"{key}.lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # in use: a build, or a run that found it
+            os.close(fd)
+            continue
+        try:
+            shutil.rmtree(entry.folder, ignore_errors=True)
+            removed.append(entry)
+        finally:
+            os.close(fd)
+    return removed

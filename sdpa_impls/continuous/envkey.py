@@ -1,0 +1,149 @@
+"""What decides the environment pip builds from a SPEC, as the key it is cached under.
+
+    cache_key(spec) -> str      # the hash of everything below
+    pinned(spec)    -> bool     # whether pip would build the same environment again
+    underlay_dirs() -> [str]    # this environment's site-packages folders, which a built environment layers on
+
+The key covers the requirements (a local file or folder by its contents, also as the value of -r, -c or -e, or as a
+file: URL; a URL or VCS requirement by its address), the constraints, this interpreter and its base executable,
+the platform, this environment's packages, and pip's configuration: its PIP_* variables and the contents of its
+configuration files (global, XDG, user, the environment's, PIP_CONFIG_FILE). A requirement fetched afresh each time
+(a URL or VCS reference without a full commit or a hash) makes the SPEC unpinned: no key can stand for it.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import sys
+import sysconfig
+from collections.abc import Sequence
+from importlib import metadata
+from pathlib import Path
+
+from .envs import EnvSpec, is_path, requirement_lines
+
+SKIP_TOP = {"build", "dist", ".tox", ".venv", ".eggs"}  # a local package's build outputs, at its top only
+SKIP_ANY = {".git", ".hg", "__pycache__"}
+PIP_CONFIG_FILES = ("/etc/pip.conf", "~/.pip/pip.conf", "~/.config/pip/pip.conf")
+VCS = ("git+", "hg+", "svn+", "bzr+")
+URL = re.compile(r"[A-Za-z][\w+.-]*://\S+")
+HASHES = ("#sha256=", "#sha384=", "#sha512=")
+FILE_OPTIONS = {"-r", "--requirement", "-c", "--constraint", "-e", "--editable"}  # their value is a local file or
+SOURCE_OPTIONS = {"-i", "--index-url", "--extra-index-url", "-f", "--find-links", "--trusted-host"}  # ... a source
+CHUNK = 1 << 20
+
+
+def _hash_file(path: Path, digest: hashlib._Hash) -> None:
+    with path.open("rb") as fh:
+        while block := fh.read(CHUNK):
+            digest.update(block)
+
+
+def _fingerprint_path(path: Path) -> str:
+    """A local file or folder by its contents (read in blocks), a folder without its build outputs and caches."""
+    digest = hashlib.sha256()
+    if path.is_file():
+        _hash_file(path, digest)
+    else:
+        for f in sorted(p for p in path.rglob("*") if p.is_file()):
+            rel = f.relative_to(path).parts
+            if rel[0] in SKIP_TOP or rel[0].endswith(".egg-info") or SKIP_ANY & set(rel):
+                continue
+            digest.update("/".join(rel).encode() + b"\0")
+            _hash_file(f, digest)
+    return f"{path.resolve()}:{digest.hexdigest()}"
+
+
+def _url(word: str) -> str | None:
+    """The URL of a URL or VCS requirement (`pkg @ URL`, `git+URL`, `https://...`), else None."""
+    found = URL.search(word)
+    return found.group(0) if found else None
+
+
+def _pinned_url(url: str) -> bool:
+    """A URL that names one content: a VCS reference to a full commit, or an archive with a hash fragment."""
+    if url.startswith(VCS):
+        ref = url.rsplit("@", 1)[1].split("#")[0] if "@" in url.split("://", 1)[1] else ""
+        return len(ref) == 40 and all(c in "0123456789abcdef" for c in ref.lower())
+    return any(h in url for h in HASHES) or url.startswith("file:")
+
+
+def _parsed(words: Sequence[str]) -> list[tuple[str, str]]:
+    """pip's arguments as (option, value) pairs: ("", requirement), ("-r", file), ("--index-url", url),
+    ("--no-deps", "")."""
+    out, i = [], 0
+    while i < len(words):
+        word = words[i]
+        if not word.startswith("-"):
+            out.append(("", word))
+        else:
+            name, eq, value = word.partition("=")
+            if not eq and name in FILE_OPTIONS | SOURCE_OPTIONS and i + 1 < len(words):
+                i += 1
+                value = words[i]
+            out.append((name, value))
+        i += 1
+    return out
+
+
+def pinned(spec: EnvSpec) -> bool:
+    """Whether pip would build the same environment again from `spec`: no requirement (on the command line, as
+    -e, or in a -r file) is a URL or VCS reference without a full commit or a hash (module docstring)."""
+    requirements = []
+    for option, value in _parsed(spec.requirements):
+        if option in ("", "-e", "--editable"):
+            requirements.append(value)
+        elif option in ("-r", "--requirement") and Path(value).expanduser().is_file():
+            try:
+                requirements += requirement_lines(Path(value).expanduser().read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError):
+                pass  # pip will say what is wrong with it
+    return all(_pinned_url(url) for url in map(_url, requirements) if url is not None)
+
+
+def _fingerprint(words: Sequence[str]) -> list[str]:
+    """pip's arguments as they enter the key: local paths (a requirement written as a path, the file of -r or -c,
+    the folder of -e, a file: URL) by their contents, the rest as written."""
+    out = []
+    for option, value in _parsed(words):
+        local = option in FILE_OPTIONS or (option == "" and is_path(value)) or value.startswith("file:")
+        path = Path(value.removeprefix("file://")).expanduser()
+        out.append(f"{option} {value}={_fingerprint_path(path)}" if local and path.exists() else f"{option} {value}")
+    return out
+
+
+def _pip_configuration() -> dict[str, str]:
+    """What configures pip besides its arguments: its PIP_* variables and its configuration files' contents."""
+    conf = {k: v for k, v in os.environ.items() if k.startswith("PIP_")}
+    dirs = os.environ.get("XDG_CONFIG_DIRS", "/etc/xdg").split(os.pathsep)
+    files = [*(f"{d}/pip/pip.conf" for d in dirs), *PIP_CONFIG_FILES, f"{sys.prefix}/pip.conf",
+             os.environ.get("PIP_CONFIG_FILE", "")]
+    for name in filter(None, files):
+        path = Path(name).expanduser()
+        if path.is_file():
+            conf[str(path)] = _fingerprint_path(path)
+    return conf
+
+
+def underlay_dirs() -> list[str]:
+    """This environment's site-packages folders in search order: its own, those it layers on (a `.pth` underlay
+    adds them to sys.path), and the user's."""
+    import site
+
+    dirs = [*site.getsitepackages(), *(p for p in sys.path if Path(p).name in ("site-packages", "dist-packages"))]
+    if site.ENABLE_USER_SITE:
+        dirs.append(site.getusersitepackages())
+    return [d for d in dict.fromkeys(dirs) if os.path.isdir(d)]
+
+
+def cache_key(spec: EnvSpec) -> str:
+    """The hash an environment built for `spec` is stored under (module docstring)."""
+    here = sorted(f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions() if d.metadata["Name"])
+    doc = {"python": sys.version, "prefix": os.path.realpath(sys.prefix), "underlay": underlay_dirs(),
+           "base": os.path.realpath(getattr(sys, "_base_executable", sys.executable)),
+           "platform": [sysconfig.get_platform(), sys.implementation.cache_tag],
+           "packages": here, "requirements": _fingerprint(spec.requirements), "constraints": spec.constraints,
+           "pip": _pip_configuration()}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]

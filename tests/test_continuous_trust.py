@@ -1,0 +1,326 @@
+"""What `continuous` promises a CI, as pip, tox, uv and git promise it: every failure that is not the answer is
+exit 2 with one line (never 1, never a traceback); no credential reaches any output or file; a cached environment
+is reused only where pip would build the same one, is bounded, and is never trusted half-built; the working tree's
+symbolic links stay links; a killed run's leftovers are swept; and what people wrote is text in a PR comment.
+
+Real git, real pip (no index), real virtual environments layered on the test environment, real processes killed.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sdpa_impls.cli import main
+from sdpa_impls.continuous import envcache, envkey
+from sdpa_impls.continuous.envs import INTERPRETER_NAME, EnvSpec, parse_spec, requirement_lines
+from sdpa_impls.continuous.render import render
+from sdpa_impls.continuous.revisions import new_workdir, snapshot_working_tree, sweep_stale
+from sdpa_impls.continuous.verdict import judge
+from sdpa_impls.credentials import redact
+from sdpa_impls.errors import GateInputError, UsageError
+from sdpa_impls.gate.config import config_from_dict
+from sdpa_impls.gate.points import Point
+from test_continuous import commit, continuous, git
+
+SECRET = "s3cr3t-Pa55"
+QUICK = ["--preset", "smoke", "--rounds", "1", "--max-time", "0.02", "--adaptive-budget", "0"]
+
+
+@pytest.fixture()
+def offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """pip sees no index; the environment cache is this test's own."""
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("SDPA_BENCH_ENV_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+@pytest.fixture(scope="module")
+def plugin_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A quickstart plug-in in a git repository of two commits."""
+    root = tmp_path_factory.mktemp("trust") / "toy"
+    assert main(["quickstart", "--name", "toy_trust", "--dest", str(root)]) == 0
+    git(root, "init", "-q", "-b", "main")
+    commit(root, "toy")
+    (root / "README.md").write_text("changed\n")
+    commit(root, "docs")
+    return root
+
+
+def one_message(code: int, out: str, err: str) -> str:
+    assert code == 2 and out == "" and "Traceback" not in err, (code, out, err)
+    said = [line for line in err.splitlines() if not line.startswith("[")]  # progress lines start with [
+    assert len(said) == 1 and said[0].startswith("sdpa-bench continuous: error: "), err
+    return said[0]
+
+
+def executable(path: Path, text: str) -> Path:
+    path.write_text(text)
+    path.chmod(0o755)
+    return path
+
+
+def test_inputs_that_cannot_be_used_are_exit_2_with_one_line(plugin_repo: Path, offline: Path, tmp_path: Path) -> None:
+    no_shebang = executable(tmp_path / "no-shebang", "print('not a script the kernel can run')\n")
+    fake = executable(tmp_path / "fake-python", "#!/bin/sh\necho this-is-not-json\n")
+    cases = [
+        (["--head-env", "torch 'x"], "cannot be read as a shell line"),
+        (["--head-env", "  "], "an environment SPEC is empty"),
+        (["--head-env", str(no_shebang)], "cannot be run as a Python interpreter"),
+        (["--head-env", "python9.99"], "python9.99: no such interpreter on PATH"),
+        (["--head-env", "torch", "--env-cache", "/etc/hostname/cache"], "cannot be used as the environment cache"),
+        (["--base-env", sys.executable, "--head-env", str(fake)], "its import check printed no result"),
+        (["no-such-revision"], "'no-such-revision' is not a revision"),
+        ([""], "BASE is an empty revision name"),
+        (["HEAD~1", "HEAD", "--round-timeout", "0.5"], "its benchmark run took more than 0.5 s (--round-timeout)"),
+    ]
+    for args, words in cases:
+        message = one_message(*continuous(plugin_repo, *args, *QUICK))
+        assert words in message, (args, message)
+
+
+def test_a_revision_whose_constraints_are_not_utf8_is_one_message(plugin_repo: Path, tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    snapshot_working_tree(plugin_repo, repo)
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "constraints-cpu.txt").write_bytes(b"torch==2.13.0 # \xff\xfe\n")
+    first = commit(repo, "pins in Latin-1")
+    (repo / "pyproject.toml").write_text((repo / "pyproject.toml").read_text().replace('"torch>=2.5"', '"torch>=2.4"'))
+    second = commit(repo, "another declaration")
+    message = one_message(*continuous(repo, first, second, *QUICK))
+    assert "constraints-cpu.txt: not UTF-8 text" in message
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(spec=st.text(max_size=24), revision=st.text(max_size=12))
+def test_any_spec_or_revision_is_0_1_or_2_and_never_a_traceback(plugin_repo: Path, offline: Path, spec: str,
+                                                                  revision: str) -> None:
+    words = spec.split()
+    real = len(words) == 1 and (INTERPRETER_NAME.fullmatch(words[0]) or Path(words[0]).expanduser().exists())
+    names = subprocess.run(["git", "-C", str(plugin_repo), "rev-parse", "--verify", "--quiet", revision + "^{commit}"],
+                           capture_output=True).returncode == 0 if "\0" not in revision else False
+    # a real interpreter, folder or revision makes a whole comparison, which the other tests run
+    for args, whole in ((["--head-env", spec], real), ([revision], names)):
+        if whole or "\0" in "".join(args):  # no command line carries a NUL
+            continue
+        code, out, err = continuous(plugin_repo, *args, *QUICK)
+        assert code in (0, 1, 2) and "Traceback" not in err, (args, code, err)
+
+
+def test_a_password_in_a_spec_is_in_no_byte_written(offline: Path, tmp_path: Path) -> None:
+    """Two environments from a folder outside any repository, the head's SPEC naming an index with a password;
+    torch==2.13.0 is satisfied already, so pip never asks it. The comparison runs to its end."""
+    import torch
+
+    away = tmp_path / "away"
+    away.mkdir()
+    spec = f"--extra-index-url https://__token__:{SECRET}@127.0.0.1:9/simple torch=={torch.__version__.split('+')[0]}"
+    runs = tmp_path / "runs"
+    code, out, err = continuous(away, "--base-env", sys.executable, f"--head-env={spec}", "--impl", "naive", *QUICK,
+                                "--markdown", str(tmp_path / "v.md"), "--json", str(tmp_path / "v.json"),
+                                "--keep-runs", str(runs))
+    assert code in (0, 1), err
+    assert "__token__:****@127.0.0.1" in out + err  # it is shown, masked
+    written = [p for p in tmp_path.rglob("*") if p.is_file() and not p.is_symlink()]
+    assert (tmp_path / "v.md").is_file() and list(offline.glob("*/" + envcache.READY)) and list(runs.iterdir())
+    leaks = [str(p) for p in written if SECRET.encode() in p.read_bytes()]
+    assert SECRET not in out + err and not leaks, leaks
+
+
+def test_the_cache_key_follows_what_decides_pips_result(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    spec = EnvSpec("torch", requirements=("torch",))
+    key = envkey.cache_key(spec)
+    assert envkey.cache_key(spec) == key
+    monkeypatch.setenv("PIP_INDEX_URL", "https://download.pytorch.org/whl/cu130")
+    cuda = envkey.cache_key(spec)
+    assert cuda != key  # a switch of index is another environment
+    conf = tmp_path / "pip.conf"
+    conf.write_text("[global]\nextra-index-url = https://a.example/simple\n")
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
+    with_file = envkey.cache_key(spec)
+    conf.write_text("[global]\nextra-index-url = https://b.example/simple\n")
+    assert envkey.cache_key(spec) != with_file != cuda  # a pip.conf's contents count
+    monkeypatch.setattr(envkey.sysconfig, "get_platform", lambda: "linux-aarch64")
+    assert envkey.cache_key(spec) != with_file  # so does the platform
+    monkeypatch.undo()
+    reqs = tmp_path / "r.txt"
+    reqs.write_text("torch\n")
+    keyed = envkey.cache_key(EnvSpec("r", requirements=(f"--requirement={reqs}",)))
+    reqs.write_text("torch\nnumpy\n")
+    assert envkey.cache_key(EnvSpec("r", requirements=(f"--requirement={reqs}",))) != keyed
+    nested = tmp_path / "pkg" / "src" / "build"  # a folder named build inside the package counts
+    nested.mkdir(parents=True)
+    (nested / "kernel.py").write_text("a = 1\n")
+    local = envkey.cache_key(EnvSpec("e", requirements=("-e", str(tmp_path / "pkg"))))
+    (nested / "kernel.py").write_text("a = 2\n")
+    assert envkey.cache_key(EnvSpec("e", requirements=("-e", str(tmp_path / "pkg")))) != local
+
+
+def test_an_unpinned_url_or_vcs_requirement_is_built_for_the_run_only(plugin_repo: Path, offline: Path,
+                                                                      tmp_path: Path) -> None:
+    assert not envkey.pinned(EnvSpec("x", requirements=("pkg @ git+https://example.org/pkg@main",)))
+    assert envkey.pinned(EnvSpec("x", requirements=("pkg @ git+https://example.org/pkg@" + "a" * 40,)))
+    assert envkey.pinned(EnvSpec("x", requirements=("https://example.org/p-1.0-py3-none-any.whl#sha256=" + "b" * 64,)))
+    assert not envkey.pinned(EnvSpec("x", requirements=("https://example.org/p-1.0-py3-none-any.whl",)))
+    scratch = tmp_path / "run"
+    scratch.mkdir()
+    assert envkey.pinned(EnvSpec("x", requirements=("--extra-index-url", "https://example.org/simple", "torch")))
+    unpinned = EnvSpec("b", requirements=("--no-deps", f"toy-trust @ git+file://{plugin_repo}@main"))
+    env = envcache.prepare(unpinned, None, None, scratch)  # pip clones the branch as it is now, each time
+    assert "not cached" in env.how and Path(env.python).is_relative_to(scratch) and not offline.exists()
+
+
+def test_the_cache_is_bounded_and_listed(offline: Path, tmp_path: Path) -> None:
+    spec = EnvSpec("torch", requirements=("torch",))  # satisfied by this environment: nothing is installed
+    env = envcache.prepare(spec, None)
+    folder = Path(env.python).parents[1]
+    assert envcache.prepare(spec, None).how.startswith("cached in ")
+    listed = io.StringIO()
+    with contextlib.redirect_stdout(listed):
+        assert main(["envs"]) == 0
+    assert folder.name in listed.getvalue() and "torch" in listed.getvalue()
+    assert envcache.prune(offline, 30 * 86400.0) == []  # used just now
+    gone = envcache.prune(offline, 30 * 86400.0, now=time.time() + 31 * 86400.0)
+    assert [e.folder for e in gone] == [folder] and not folder.exists()
+
+
+def test_a_build_killed_midway_is_never_trusted(offline: Path, tmp_path: Path) -> None:
+    """kill -9 of the process that builds: its staging folder is never an entry, the lock is free again, and the
+    next run builds cleanly; a prune removes the remains."""
+    slow = tmp_path / "slowpkg"
+    slow.mkdir()
+    (slow / "setup.py").write_text(textwrap.dedent(f"""
+        import os, time
+        from setuptools import setup
+        if os.environ.get("SLOW_BUILD"):
+            open({str(tmp_path / 'pip.pid')!r}, "w").write(str(os.getpid()))
+            time.sleep(120)
+        setup(name="slowpkg", version="1.0", py_modules=[])
+    """))
+    code = (f"import sys; sys.path[:0] = {sys.path!r}\n"
+            "from sdpa_impls.continuous.envcache import prepare\nfrom sdpa_impls.continuous.envs import parse_spec\n"
+            f"prepare(parse_spec({str(slow)!r}))\n")
+    builder = subprocess.Popen([sys.executable, "-c", code], env=os.environ | {"SLOW_BUILD": "1"})
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "pip.pid").is_file() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert (tmp_path / "pip.pid").is_file(), "the build never started"
+        builder.send_signal(signal.SIGKILL)
+        builder.wait()
+    finally:
+        with contextlib.suppress(ProcessLookupError, ValueError, FileNotFoundError):  # the orphaned pip
+            os.killpg(int((tmp_path / "pip.pid").read_text()), signal.SIGKILL)
+    staged = [p for p in offline.iterdir() if p.name.startswith(envcache.BUILDING)]
+    assert staged and not [p for p in offline.iterdir() if p.is_dir() and (p / envcache.READY).exists()]
+    env = envcache.prepare(parse_spec(str(slow)), None)
+    assert env.how.startswith("built in ")
+    gone = envcache.prune(offline, 30 * 86400.0, now=time.time() + 7200.0)
+    assert {p.folder for p in gone} == set(staged)
+
+
+def test_a_lock_wait_says_what_it_waits_for_and_ends(offline: Path, tmp_path: Path) -> None:
+    lock = tmp_path / "env.lock"
+    holder = subprocess.Popen([sys.executable, "-c", f"import fcntl, time\nf = open({str(lock)!r}, 'w')\n"
+                               "fcntl.flock(f, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep(60)\n"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        said: list[str] = []
+        with pytest.raises(GateInputError, match="held this environment's lock for more than 1 s"):
+            envcache._lock(lock, said.append, wait_s=1.0)
+        assert said and "another sdpa-bench is building this environment" in said[0]
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_planted_lock_link_is_refused_and_its_target_untouched(tmp_path: Path) -> None:
+    target = tmp_path / "precious"
+    target.write_text("keep me\n")
+    (tmp_path / "k.lock").symlink_to(target)
+    with pytest.raises(UsageError, match="cannot open the environment's lock"):
+        envcache._lock(tmp_path / "k.lock", None, wait_s=0.1)
+    assert target.read_text() == "keep me\n"
+
+
+def test_a_cache_others_may_write_or_own_is_refused(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(UsageError, match="others may write to the environment cache"):
+        envcache.open_cache(shared)
+    if os.getuid() == 0:  # only root can give a folder away
+        theirs = tmp_path / "theirs"
+        theirs.mkdir(mode=0o700)
+        os.chown(theirs, 65534, 65534)
+        with pytest.raises(UsageError, match="belongs to another user"):
+            envcache.open_cache(theirs)
+
+
+def test_specs_are_read_as_tox_and_uv_read_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    name = Path(sys.executable).name
+    monkeypatch.setenv("PATH", str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"])
+    assert parse_spec(name).python  # a Python named by its command is an interpreter, not a package
+    (tmp_path / "mypkg").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert parse_spec("mypkg").requirements == ("mypkg",)  # a bare word is a name, as for pip
+    assert parse_spec("./mypkg").requirements == ("./mypkg",)
+    text = "pkg @ https://h/p.whl#sha256=abc  # pinned\n# a comment\nother==1 \\\n  ; python_version>'3'\n"
+    assert requirement_lines(text) == ("pkg @ https://h/p.whl#sha256=abc", "other==1   ; python_version>'3'")
+
+
+def test_the_working_tree_copy_keeps_symlinks(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    (repo / "data").mkdir(parents=True)
+    (repo / "data" / "x.txt").write_text("x\n")
+    (repo / "to-data").symlink_to("data")
+    (repo / "outside").symlink_to("/etc/hostname")
+    git(repo, "init", "-q")
+    commit(repo, "links")
+    copy = tmp_path / "copy"
+    snapshot_working_tree(repo, copy)
+    assert (copy / "to-data").is_symlink() and os.readlink(copy / "to-data") == "data"
+    assert (copy / "outside").is_symlink() and os.readlink(copy / "outside") == "/etc/hostname"
+
+
+def test_a_killed_runs_worktree_is_swept(plugin_repo: Path) -> None:
+    code = (f"import sys; sys.path[:0] = {sys.path!r}\n"
+            "from pathlib import Path\nfrom sdpa_impls.continuous.revisions import checkout, new_workdir, resolve\n"
+            f"root = Path({str(plugin_repo)!r})\nwork = new_workdir()\n"
+            "checkout(root, resolve(root, 'HEAD'), work / 'side' / 'tree')\nprint(work)\n")
+    left = Path(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+                .stdout.strip())  # the process is gone, as one killed would be
+    assert left.is_dir() and str(left / "side" / "tree") in git(plugin_repo, "worktree", "list")
+    mine = new_workdir()  # a live run's folder stays
+    try:
+        assert left in sweep_stale(plugin_repo) and not left.exists() and mine.exists()
+        assert str(left) not in git(plugin_repo, "worktree", "list")
+    finally:
+        mine.joinpath("owner.pid").unlink()
+        mine.rmdir()
+
+
+def test_what_people_wrote_is_text_in_the_comment() -> None:
+    def run(impl: str) -> list[Point]:
+        return [Point(name, "L8-E8-fp32-fwd", 1.0, (1.0,) * 10, 100, 0.0, 1e-3) for name in ("torch_sdpa", impl)]
+
+    sneaky = "@someone ![x](https://e.example/p.png) **PASS**"
+    report = judge([run("mine")] * 2, [run("mine")] * 2, config_from_dict({}, "test"))
+    text = render(report, f"main ({sneaky})", "`head` | x", markdown=True, header=[f"head: --head-env {sneaky}"],
+                  about=f"plug-in {sneaky}")
+    outside = "".join(part for i, part in enumerate(text.split("`")) if i % 2 == 0)  # what is not in a code span
+    assert "@someone" not in outside and "![x]" not in outside and "**PASS**" not in outside, text
+    assert text.count(sneaky) == 3  # base name, header line, about line: each shown, as text
+    assert redact(f"https://u:{SECRET}@h/x") == "https://u:****@h/x" and redact(f"git+https://{SECRET}@h/r") == \
+        "git+https://****@h/r"
