@@ -1,0 +1,62 @@
+"""Option defaults from the project's pyproject.toml ([tool.sdpa_bench.<command>], sdpa_impls.settings): read from
+the folder a command runs in upwards, the command line wins, and every mistake is one line, exit 2."""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+from pathlib import Path
+
+import pytest
+
+from sdpa_impls import settings
+from sdpa_impls.cli import COMMANDS, main
+from sdpa_impls.cli import continuous as continuous_cli
+
+
+def parsed(tmp_path: Path, toml: str, argv: list[str]) -> argparse.Namespace:
+    """`sdpa-bench continuous ARGV` parsed as the program parses it, with `toml` as the project's pyproject."""
+    (tmp_path / "pyproject.toml").write_text(toml)
+    (tmp_path / "sub").mkdir(exist_ok=True)
+    top = argparse.ArgumentParser(prog="sdpa-bench")
+    sub = top.add_subparsers(dest="command")
+    parser = sub.add_parser("continuous")
+    continuous_cli.add_arguments(parser)
+    full = ["continuous", *argv]
+    args = top.parse_args(full)
+    settings.apply(top, parser, full, args, "continuous", COMMANDS, start=tmp_path / "sub")
+    return args
+
+
+def test_a_table_sets_defaults_and_the_command_line_wins(tmp_path: Path) -> None:
+    toml = ('[tool.sdpa_bench.continuous]\nimpl = ["naive", "fused"]\nrounds = 6\n"adaptive-budget" = 120\n'
+            'preset = "smoke"\n[tool.sdpa_bench.gate]\ntime = "median:10%"\n')
+    args = parsed(tmp_path, toml, [])
+    assert (args.impl, args.rounds, args.adaptive_budget, args.preset) == (["naive", "fused"], 6, 120.0, "smoke")
+    given = parsed(tmp_path, toml, ["--impl", "chunked", "--rounds", "4", "--preset", "ci"])
+    assert (given.impl, given.rounds, given.preset) == (["chunked"], 4, "ci")  # 4 is the default, given on purpose
+    assert given.adaptive_budget == 120.0
+
+
+@pytest.mark.parametrize("toml, words", [
+    ('[tool.sdpa_bench.continuous]\nround = 6\n', "'round' is not an option of `sdpa-bench continuous`"),
+    ('[tool.sdpa_bench.continuous]\nrounds = "six"\n', "rounds: should be an integer"),
+    ('[tool.sdpa_bench.continuous]\npreset = "nope"\n', "'nope' is not one of"),
+    ('[tool.sdpa_bench.continuous]\nimpl = "naive"\n', "impl: should be a list of strings"),
+    ('[tool.sdpa_bench.contnuous]\nrounds = 6\n', "[tool.sdpa_bench.contnuous] names no command"),
+    ('[tool.sdpa_bench]\npreset = "ci"\n', "holds tables only"),
+    ('[tool.sdpa_bench.continuous\n', "not valid TOML"),
+])
+def test_a_mistake_in_the_table_is_one_line_exit_2(tmp_path: Path, toml: str, words: str) -> None:
+    (tmp_path / "pyproject.toml").write_text(toml)
+    err = io.StringIO()
+    here = Path.cwd()
+    os.chdir(tmp_path)
+    try:
+        with contextlib.redirect_stderr(err):
+            code = main(["continuous", "--rounds", "2"])
+    finally:
+        os.chdir(here)
+    assert code == 2 and words in err.getvalue() and err.getvalue().count("\n") == 1, err.getvalue()
+    assert "pyproject.toml" in err.getvalue()
