@@ -15,8 +15,7 @@
   bootstrap over runs, then samples: samples of one run are not independent, and a process can be a few per cent
   faster or slower than the next for its whole life, so only runs show how far the sides really differ. For the
   same reason a slower decision must not rest on one process: it also needs the interval's lower end to stay
-  above the factor with any one run of either side left out (`without_one`); where it does not, or where each side
-  has one run only (nothing to leave out), the benchmark is undecided;
+  above the factor with any one run of either side left out (`without_one`; none with one run a side), else undecided;
 - host overhead (CUDA points, whose time is the device time; bench.devicetime): one number per run (eager −
   device time per call), unscaled, judged only where the host is a real part of the call (base's host overhead at
   least `HOST_SHARE` of its eager time): a device-bound call's host overhead is the queue's noise (an A/A on an
@@ -237,14 +236,12 @@ def _time_check(row: Row, factor: float, fdr: float, family: int) -> Check:
                f"{pairs} pairs of runs")
     if row.without_one is not None:
         numbers += f"; lowest with one run left out {row.without_one:.3f}"
-    decision = row.decision
-    if decision == SLOWER:
+    if row.decision == SLOWER:
         return Check("time", row.label, FAIL, f"slower: {numbers}; interval above {factor:.2f}, significant at "
                                               f"FDR {fdr:g}")
-    if decision == UNDECIDED:
-        alone = decide(row.interval, row.q, factor, fdr) == SLOWER  # what the interval alone would say
-        why = ("interval not clear of it" if not alone else "not clear of it with one run left out"
-               if row.without_one is not None else "one run a side, none to leave out")
+    if row.decision == UNDECIDED:
+        why = ("interval not clear of it" if decide(row.interval, row.q, factor, fdr) != SLOWER else
+               "not clear of it with one run left out" if row.without_one is not None else "one run a side")
         return Check("time", row.label, PASS, f"undecided: {numbers}; {why} ({factor:.2f})")
     return Check("time", row.label, PASS, numbers)
 
@@ -291,11 +288,9 @@ def judge(base_runs: Sequence[Sequence[Point]], head_runs: Sequence[Sequence[Poi
     for i, q in zip(judged, adjusted):
         row = replace(rows[i], q=q)
         decision = decide(row.interval, q, factor, fdr)
-        if decision == SLOWER:  # would be slower: does it rest on one run?
+        if decision == SLOWER:  # would be slower: does it rest on one run? (one run a side: nothing to leave out)
             row = replace(row, without_one=_without_one(list(row.base), list(row.head)))
-            # one run a side leaves nothing to leave out: a slower decision cannot rest on one process
-            decision = decide(row.interval, q, factor, fdr, row.without_one) if row.without_one is not None \
-                else UNDECIDED
+            decision = UNDECIDED if row.without_one is None else decide(row.interval, q, factor, fdr, row.without_one)
         row = replace(row, decision=decision)
         rows[i] = replace(row, checks=row.checks + (_time_check(row, factor, fdr, len(judged)),))
     for i, r in enumerate(rows):
