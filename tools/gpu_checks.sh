@@ -31,6 +31,8 @@
 #          requirement of GPU_CHECKS_WHEELS/call-*/requirements.txt (default .whl) with pip --no-index from those
 #          folders, then a fifth of the step to the peer tests of tests/test_gpu.py and the rest to the llm preset
 #          with xformers, cudnn_frontend, flash_attn, flash_attn4, flashinfer and torch_sdpa (peers.log, peers-llm.tar)
+#   plugin the plug-in `sdpa-bench quickstart` writes, installed beside this tree: its own test against fp64 on the
+#          CPU and CUDA, then the gpu-ci preset with it and torch_sdpa on CUDA (plugin.log, plugin.tar)
 # The dry run also prints what each call carries: the working tree plus one wheel folder, in MiB.
 set -u
 out=${1:?usage: tools/gpu_checks.sh OUTDIR [SECONDS] [--impl NAME ...]}
@@ -58,9 +60,9 @@ for step in "${todo[@]}"; do  # a misspelt step stops here, before any GPU time 
                    exit 2 ;;
   esac
   case $name in
-    tests | serve | masks | llm | speed | asv | gate | variants | peers) ;;
+    tests | serve | masks | llm | speed | asv | gate | variants | peers | plugin) ;;
     *) echo "tools/gpu_checks.sh: unknown step '$name' (tests, serve, masks, llm, speed, asv, gate, variants," \
-            "peers)" >&2
+            "peers, plugin)" >&2
        exit 2 ;;
   esac
   names+=("$name") fixed+=("$secs")
@@ -160,6 +162,24 @@ peers() {  # seconds: install the carried wheels, then a fifth to the peer tests
     --impl xformers,cudnn_frontend,flash_attn,flash_attn4,flashinfer,torch_sdpa
 }
 
+plugin() {  # seconds: a third to the quickstart plug-in's own test (CPU and CUDA), the rest to a gpu-ci sweep with it
+  local t0=$SECONDS dir=$work/plugin site=$work/plugin-site repo=$PWD secs
+  stamp "plugin: quickstart's plug-in, its test on CPU and CUDA, then gpu-ci with torch_sdpa (${1}s)"
+  rm -rf "$dir" "$site"
+  "$py" -m sdpa_impls quickstart --name gpu_plugin --dest "$dir" >"$out/plugin.log" 2>&1
+  PIP_BREAK_SYSTEM_PACKAGES=${PIP_BREAK_SYSTEM_PACKAGES:-1} "$py" -m pip install --quiet --no-deps --no-index \
+    --no-build-isolation --target "$site" "$dir" >>"$out/plugin.log" 2>&1
+  echo "quickstart and install: exit $?" >>"$out/plugin.log"
+  (cd "$dir" && PYTHONPATH="$site:$repo" timeout -k 10 $(( $1 / 3 )) "$py" -m pytest -q -rfEs \
+    -p no:cacheprovider tests) >>"$out/plugin.log" 2>&1
+  echo "plug-in test: exit $?" >>"$out/plugin.log"
+  secs=$(( $1 - (SECONDS - t0) - 5 ))
+  [ "$secs" -gt 20 ] && PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" sweep plugin "$secs" --preset gpu-ci \
+    --impl gpu_plugin,torch_sdpa --budget 0.1 --max-reps 50
+  cat "$work/plugin.log" >>"$out/plugin.log" 2>/dev/null
+  tail -n 20 "$out/plugin.log"
+}
+
 share_of() {  # step index -> its seconds, from what is left now
   local i=$1 j reserved=0 rest=0 free
   # what the steps after this one have fixed is kept for them; the unfixed ones share the rest
@@ -221,6 +241,7 @@ for i in "${!names[@]}"; do
     gate) gate "$share" ;;
     variants) variants "$share" ;;
     peers) peers "$share" ;;
+    plugin) plugin "$share" ;;
   esac
 done
 stamp "done"
