@@ -140,6 +140,7 @@ def test_gpu_checks_reads_its_arguments_then_stops_without_a_gpu(tmp_path: Path,
     ("590", "gate:380,variants:100,llm", "gate 380s variants 100s llm 95s"),
     ("590", "tests,gate:300,llm", "tests 116s gate 300s llm 159s"),  # gate's 300 s kept for it from the start
     ("200", "gate:300,variants:100", "gate 185s variants 0s"),  # fixed seconds past the budget are cut
+    ("590", "peers,gate,plugin:60", "peers 265s gate 250s plugin 60s"),  # the scaffolded plug-in's CUDA path
 ])
 def test_gpu_checks_splits_its_seconds_between_the_steps(tmp_path: Path, seconds: str, steps: str, plan: str
                                                          ) -> None:
