@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 from sdpa_impls.continuous.revisions import snapshot_working_tree  # noqa: E402
 from sdpa_impls.continuous.schedule import MAX_PADDING  # noqa: E402
-from sdpa_impls.cli.continuous import MAX_TIME, _pytest_args  # noqa: E402
+from sdpa_impls.continuous.comparison import Plan, pytest_args  # noqa: E402
 from sdpa_impls.continuous.sides import Side, install, run_round  # noqa: E402
 from sdpa_impls.gate.points import load_points  # noqa: E402
 from sdpa_impls.gate.ranktest import mann_whitney_u  # noqa: E402
@@ -72,7 +72,7 @@ def run_process(side: Side, json_out: Path, impls: list[str], core: int, aslr: b
     """One benchmark process of `side`, exactly as `continuous` runs a side on CPU, pinned to `core`, with or without
     address-space randomization; its per-benchmark medians and their own standard errors (of the log). `wall_s`
     counts any wait for `lock`."""
-    args = _pytest_args(argparse.Namespace(preset="ci", max_time=MAX_TIME), True)
+    args = pytest_args(Plan(preset="ci"), True)
     side = dataclasses.replace(side, impls=tuple(dict.fromkeys([*impls, "torch_sdpa"])))
     prefix = (["flock", lock] if lock else []) + ["taskset", "-c", str(core)] + (
         [] if aslr else ["setarch", os.uname().machine, "-R"])

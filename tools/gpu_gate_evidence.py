@@ -57,7 +57,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
 from continuous_evidence import base_and_aa, bounds, branch, counts_of, git  # noqa: E402
-from sdpa_impls.cli.continuous import ROUNDS as DEFAULT_ROUNDS  # noqa: E402
+from sdpa_impls.continuous.comparison import ROUNDS as DEFAULT_ROUNDS  # noqa: E402
 
 FUSED = "sdpa_impls/impls/fused.py"
 RETURN = "        return lambda: tiled_attention(inp, forward, tiling, tiles, widen)\n"  # fused's prepared closure

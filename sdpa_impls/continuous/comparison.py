@@ -1,0 +1,183 @@
+"""One comparison of two sides, from what is asked to the verdict: what `sdpa-bench continuous` runs once, and what a
+search over commits or releases would ask again at each step. The command line only parses and prints.
+
+    compare(request, plan, project, progress) -> Comparison
+    pytest_args(plan, cpu) -> [str]      # how every process of a side runs the suite
+
+In order: the leftovers of killed runs swept (continuous.revisions), a work folder of its own; both sides assembled
+(continuous.assemble: checked out, given their environments, installed, imported); `plan.rounds` interleaved
+processes a side (continuous.sides, which side first drawn from the seed: continuous.schedule); extra rounds for the
+benchmarks still undecided, within the adaptive budget (continuous.adaptive), judged by the gate's rules
+(continuous.verdict); the work folder and its worktrees removed, whatever happened.
+"""
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from ..bench.grid import default_device
+from ..errors import GateInputError, UsageError
+from ..fmt import fmt_duration
+from .adaptive import Outcome, extend, keyword
+from .assemble import Prepared, Request, assemble
+from .project import Project
+from .render import as_dict, render
+from .revisions import new_workdir, remove_checkout, sweep_stale
+from .schedule import Schedule
+from .sides import interleaved, run_pair
+from .verdict import SideBySide
+
+ROUNDS, MAX_TIME, MIN_ROUNDS = 4, 0.1, 8  # per side: 4 processes of the ci preset fit CI's 5 minutes on 2 cores
+# seconds of extra rounds for undecided benchmarks, after the planned rounds: 75 keeps the ci preset's comparison within
+# about 5 minutes on a 2-core CPU, one or two extra rounds (docs/records/2026-11-24-epyc-continuous-trials.md)
+ADAPTIVE_BUDGET = 75.0
+ROUND_TIMEOUT = 1800.0  # one process of one side: the ci preset takes ~25 s, the quick preset with six implementations
+                        # more than 600 s on a 2-core CPU
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """How both sides are measured: the preset (None: `ci` on a CPU, `gpu-ci` on CUDA), processes a side, pytest-
+    benchmark's time per benchmark, the extra rounds' budget and count, the longest a process may run, the seed of
+    the order of sides (None: a fresh one), and a folder to keep every run's JSON in."""
+
+    preset: str | None = None
+    rounds: int = ROUNDS
+    max_time: float = MAX_TIME
+    adaptive_budget: float = ADAPTIVE_BUDGET
+    adaptive_rounds: int | None = None
+    round_timeout: float = ROUND_TIMEOUT
+    seed: int | None = None
+    keep_runs: str | None = None
+
+    def check(self) -> None:
+        """UsageError naming the first value no comparison can use."""
+        if self.rounds < 1:
+            raise UsageError("--rounds should be at least 1")
+        if self.adaptive_budget < 0:
+            raise UsageError("--adaptive-budget should be at least 0 seconds")
+        if self.round_timeout <= 0:
+            raise UsageError("--round-timeout should be more than 0 seconds")
+        if self.adaptive_rounds is not None and self.adaptive_rounds < 1:
+            raise UsageError("--adaptive-rounds should be at least 1")
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    """The verdict of one comparison, with what it needs to be told: the sides' names, what was compared (`about`),
+    the environments' notes (`header`), how the runs were made (`run_notes`, and `run` for JSON)."""
+
+    report: SideBySide
+    base: str
+    head: str
+    about: str
+    header: tuple[str, ...]
+    run_notes: tuple[str, ...]
+    run: dict
+
+    @property
+    def exit_code(self) -> int:
+        return self.report.exit_code
+
+    def text(self, markdown: bool = False) -> str:
+        return render(self.report, self.base, self.head, markdown=markdown, run_notes=self.run_notes,
+                      header=self.header, about=self.about)
+
+    def as_json(self) -> dict:
+        return as_dict(self.report, self.base, self.head, self.run | {"environment_notes": list(self.header)})
+
+
+def pytest_args(plan: Plan, cpu: bool) -> list[str]:
+    preset = plan.preset or ("ci" if cpu else "gpu-ci")  # gpu-ci: calls long enough to time kernels, not launches
+    out = ["--sdpa-preset", preset, f"--benchmark-max-time={plan.max_time:g}", f"--benchmark-min-rounds={MIN_ROUNDS}"]
+    if cpu:  # CPU time of the one-thread process: time spent waiting for the other core's work does not count
+        out.append("--benchmark-timer=time.process_time")
+    return out
+
+
+def _measure(plan: Plan, sides: Prepared, schedule: Schedule, work: Path, progress: Callable[[str], None]
+             ) -> tuple[Outcome, float]:
+    """The planned rounds, then the adaptive ones: the verdict over all of them, and the planned rounds' seconds."""
+    cpu = default_device() == "cpu"
+    base, head, config = sides.base, sides.head, sides.config
+    args = pytest_args(plan, cpu)
+    if sides.as_measured:  # the reference's code changed with torch: it is measured and judged like the rest
+        config = dataclasses.replace(config, time_reference="")
+    runs = Path(plan.keep_runs) if plan.keep_runs else work / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    base_runs, head_runs, failed = interleaved(base, head, plan.rounds, args, cpu, runs, schedule, progress,
+                                               plan.round_timeout)
+    planned_s = time.monotonic() - start
+
+    def extra(terms: list[str], index: int) -> tuple[list, list, list[str]]:
+        try:
+            selected = ["-k", keyword(terms)]
+        except ValueError as exc:
+            raise GateInputError(f"adaptive round {index}: {exc}") from None
+        return run_pair(base, head, schedule, args + selected, cpu, runs, f"a{index}", plan.round_timeout, progress)
+
+    # the first extra round is expected to take as long as a planned one (it measures fewer benchmarks, but each
+    # process still starts, imports torch and samples the ceilings): the budget is not overrun by guessing low
+    return extend(base_runs, head_runs, failed, config, extra, plan.adaptive_budget,
+                  first_estimate_s=planned_s / plan.rounds, progress=progress,
+                  max_rounds=plan.adaptive_rounds), planned_s
+
+
+def _timing(setup_s: float, planned_s: float, rounds: int, adaptive_s: float, total_s: float) -> tuple[dict, str]:
+    """Where the run's time went, for --json and as a note: a CI budget or a shortened trial is sized from it."""
+    timing = {"total_s": round(total_s, 1), "setup_s": round(setup_s, 1), "planned_s": round(planned_s, 1),
+              "per_round_s": round(planned_s / rounds, 1), "adaptive_s": round(adaptive_s, 1)}
+    return timing, (f"time: {fmt_duration(total_s)} in all: {fmt_duration(setup_s)} to check out, install and import "
+                    f"both sides, {fmt_duration(planned_s)} for {rounds} planned round(s) "
+                    f"({fmt_duration(planned_s / rounds)} a round), {fmt_duration(adaptive_s)} of adaptive rounds.")
+
+
+def _compare(request: Request, plan: Plan, project: Project, work: Path, progress: Callable[[str], None]
+             ) -> Comparison:
+    import sdpa_impls
+
+    try:
+        schedule = Schedule(plan.seed) if plan.seed is not None else Schedule.fresh()
+    except ValueError as exc:
+        raise UsageError(f"--seed: {exc}") from None
+    progress(f"seed {schedule.seed}: order of sides, folder names and environment sizes drawn from it "
+             f"(--seed {schedule.seed} repeats them)")
+    folders = schedule.folders()
+    start = time.monotonic()
+    sides = assemble(request, project, work, folders, progress)
+    setup_s = time.monotonic() - start
+    outcome, planned_s = _measure(plan, sides, schedule, work, progress)
+    timing, timing_note = _timing(setup_s, planned_s, plan.rounds, outcome.adaptive.spent_s, time.monotonic() - start)
+    run_notes = (f"seed {schedule.seed}: first side of each round {', '.join(schedule.orders)}; side folders "
+                 f"{folders[0]} (base) and {folders[1]} (head); each process's environment padded to a random size.",
+                 outcome.adaptive.note(), timing_note)
+    base, head = sides.base, sides.head
+    run = {"seed": schedule.seed, "first_side": list(schedule.orders), "folders": list(folders),
+           "planned_rounds": plan.rounds, "environments": {s.role: s.python for s in (base, head)},
+           "project": {"kind": project.kind, "root": str(project.root or ""), "package": project.package,
+                       "sdpa_bench": sdpa_impls.__version__, "impls": {s.role: list(s.impls) for s in (base, head)}},
+           "adaptive": dataclasses.asdict(outcome.adaptive), "timing": timing}
+    return Comparison(outcome.report, base.name, head.name, sides.about, tuple(sides.notes), run_notes, run)
+
+
+def compare(request: Request, plan: Plan, project: Project, progress: Callable[[str], None]) -> Comparison:
+    """Both sides of `request` measured as `plan` says and judged by the gate (module docstring); UsageError (or
+    GateInputError) for anything that stops it. Nothing it made is left behind."""
+    for role in ("base", "head"):  # `sdpa-bench continuous "$UNSET"` must not compare what nobody asked for
+        if getattr(request, role) is not None and not getattr(request, role).strip():
+            raise UsageError(f"{role.upper()} is an empty revision name: name a revision, or leave it out")
+    plan.check()
+    for left in sweep_stale(project.root):
+        progress(f"removed {left}, left by a run that was stopped")
+    work = new_workdir()
+    try:
+        return _compare(request, plan, project, work, progress)
+    finally:
+        for tree in work.glob("*/tree"):
+            if project.root is not None and (tree / ".git").is_file():  # a git worktree, not a copy
+                remove_checkout(project.root, tree)
+        shutil.rmtree(work, ignore_errors=True)
