@@ -295,17 +295,24 @@ def test_the_working_tree_copy_keeps_symlinks(tmp_path: Path) -> None:
 
 
 def test_a_killed_runs_worktree_is_swept(plugin_repo: Path) -> None:
-    code = (f"import sys; sys.path[:0] = {sys.path!r}\n"
-            "from pathlib import Path\nfrom sdpa_impls.continuous.revisions import checkout, new_workdir, resolve\n"
-            f"root = Path({str(plugin_repo)!r})\nwork = new_workdir()\n"
-            "checkout(root, resolve(root, 'HEAD'), work / 'side' / 'tree')\nprint(work)\n")
-    left = Path(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-                .stdout.strip())  # the process is gone, as one killed would be
-    assert left.is_dir() and str(left / "side" / "tree") in git(plugin_repo, "worktree", "list")
+    """kill -9 of a real `sdpa-bench continuous` once its worktrees exist: they stay behind, and the next run's sweep
+    removes them, its work folder and git's record of them; a live run's folder stays."""
+    run = subprocess.Popen([sys.executable, "-m", "sdpa_impls", "continuous", "HEAD~1", "HEAD", *QUICK],
+                           cwd=plugin_repo, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while git(plugin_repo, "worktree", "list").count("\n") < 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert git(plugin_repo, "worktree", "list").count("\n") >= 1, "the run never checked its base out"
+    finally:
+        run.kill()
+        run.wait()
+    left = {Path(line.split()[0]).parents[1] for line in git(plugin_repo, "worktree", "list").splitlines()[1:]}
+    assert left and all(p.is_dir() for p in left)
     mine = new_workdir()  # a live run's folder stays
     try:
-        assert left in sweep_stale(plugin_repo) and not left.exists() and mine.exists()
-        assert str(left) not in git(plugin_repo, "worktree", "list")
+        assert left <= set(sweep_stale(plugin_repo)) and not any(p.exists() for p in left) and mine.exists()
+        assert git(plugin_repo, "worktree", "list").count("\n") == 0
     finally:
         mine.joinpath("owner.pid").unlink()
         mine.rmdir()
