@@ -13,3 +13,12 @@ class UsageError(Exception):
 
 class GateInputError(UsageError):
     """An input the gate cannot use (missing, corrupt or truncated file, bad config); the message says which."""
+
+
+class SideError(GateInputError):
+    """One side of a comparison does not install, import or run; `role` says which ("base" or "head"), so a search
+    over revisions can skip that revision instead of giving up."""
+
+    def __init__(self, role: str, message: str) -> None:
+        super().__init__(message)
+        self.role = role

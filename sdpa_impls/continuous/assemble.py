@@ -10,12 +10,15 @@ environments are notes for the verdict's header (continuous.versions).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from ..bench.grid import default_device
+from ..errors import SideError, UsageError
 from ..gate.config import GateConfig, load_config
 from .envcache import prepare
 from .envs import Env, EnvSpec, declared, parse_spec, unmet
@@ -38,6 +41,19 @@ class Request:
     config: str | None = None
 
 
+@contextlib.contextmanager
+def _as_side(side: Side) -> Iterator[None]:
+    """A file of one side's tree that cannot be read (its pyproject.toml) is that side's error (errors.SideError),
+    which a search over revisions skips, like a side that does not install."""
+    try:
+        yield
+    except SideError:
+        raise
+    except UsageError as exc:
+        text = str(exc).replace(f"{side.tree}{os.sep}", "") if side.tree is not None else str(exc)
+        raise SideError(side.role, f"{side.role} {side.name}: {text}") from None
+
+
 def _impls(request: Request, project: Project, tree: Path | None, reference: str) -> tuple[str, ...]:
     """What one side measures: --impl, else a plug-in's own implementations at that revision, else every one
     (empty); the time reference beside a chosen few."""
@@ -51,7 +67,7 @@ def _name(root: Path, rev: str, commit: str) -> str:
     return described if commit.startswith(rev) else f"{rev} ({described})"
 
 
-def _environments(request: Request, trees: dict[str, Path | None], progress, scratch: Path
+def _environments(request: Request, sides: dict[str, Side], progress, scratch: Path
                   ) -> tuple[dict[str, Env], list[str]]:
     """Each side's environment (see the module docstring) and notes on how they were chosen."""
     here = Env(sys.executable, "this interpreter")
@@ -61,7 +77,11 @@ def _environments(request: Request, trees: dict[str, Path | None], progress, scr
     notes = []
     if not specs:
         cpu = default_device() == "cpu"
-        dec = {role: declared(tree, cpu) for role, tree in trees.items() if tree is not None}
+        dec = {}
+        for role, side in sides.items():
+            if side.tree is not None:
+                with _as_side(side):
+                    dec[role] = declared(side.tree, cpu)
         if len(dec) < 2 or dec["base"] == dec["head"]:
             progress("environment: both revisions declare the same dependencies, both sides run with this interpreter")
             return {"base": here, "head": here}, []
@@ -149,13 +169,18 @@ def assemble(request: Request, project: Project, work: Path, folders: tuple[str,
         else:
             head = side("head", head_dir, f"working tree of {root}", head_dir / "tree")
             snapshot_working_tree(root, head.tree)
-    envs, notes = _environments(request, {"base": base.tree, "head": head.tree}, progress, work)
-    config = load_config(request.config, start=head.tree or Path.cwd())
+    envs, notes = _environments(request, {"base": base, "head": head}, progress, work)
+    with _as_side(head):
+        config = load_config(request.config, start=head.tree or Path.cwd())
     if head.tree is not None:  # a temporary folder means nothing in a PR comment
         config = dataclasses.replace(config, source=config.source.replace(f"{head.tree}{os.sep}", "head's "))
     reference = config.time_reference
-    base, head = (dataclasses.replace(s, python=envs[s.role].python, impls=_impls(request, project, s.tree, reference))
-                  for s in (base, head))
+    chosen = {}
+    for s in (base, head):
+        with _as_side(s):
+            chosen[s.role] = dataclasses.replace(s, python=envs[s.role].python,
+                                                 impls=_impls(request, project, s.tree, reference))
+    base, head = chosen["base"], chosen["head"]
     cpu = default_device() == "cpu"
     seen = {}
     sides = {}

@@ -32,7 +32,7 @@ from importlib import metadata
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ..errors import GateInputError
+from ..errors import SideError
 from ..gate.points import Point, load_points
 from .schedule import PAD_ENV, Schedule
 from .versions import PROBE
@@ -90,14 +90,14 @@ def side_env(side: Side, cpu: bool, padding: str = "") -> dict[str, str]:
 
 
 def _run(side: Side, what: str, cmd: list[str], timeout: float, **kwargs: object) -> subprocess.CompletedProcess:
-    """A step of a side in a process of its own; GateInputError naming the side and the step when the process
+    """A step of a side in a process of its own; SideError (a GateInputError) naming the side and the step when the process
     cannot start or runs past `timeout`."""
     try:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kwargs)
     except subprocess.TimeoutExpired:
-        raise GateInputError(f"{side.role} {side.name}: its {what} step took more than {timeout:.0f} s") from None
+        raise SideError(side.role, f"{side.role} {side.name}: its {what} step took more than {timeout:.0f} s") from None
     except OSError as exc:
-        raise GateInputError(f"{side.role} {side.name}: its {what} step could not start {cmd[0]} "
+        raise SideError(side.role, f"{side.role} {side.name}: its {what} step could not start {cmd[0]} "
                              f"({exc.strerror or exc})") from None
 
 
@@ -133,12 +133,12 @@ def install(side: Side) -> None:
     (side.site.parent / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")  # no ini of the caller's
     if side.tree is not None:
         if not (side.tree / "pyproject.toml").is_file() and not (side.tree / "setup.py").is_file():
-            raise GateInputError(f"{side.role} {side.name}: does not install (no pyproject.toml or setup.py)")
+            raise SideError(side.role, f"{side.role} {side.name}: does not install (no pyproject.toml or setup.py)")
         done = _run(side, "install", [side.python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
                                       "--no-build-isolation", "--disable-pip-version-check", "--target",
                                       str(side.site), str(side.tree)], timeout=600)
         if done.returncode != 0:
-            raise GateInputError(f"{side.role} {side.name}: does not install: "
+            raise SideError(side.role, f"{side.role} {side.name}: does not install: "
                                  f"{_last_line(done.stderr or done.stdout)}")
     if side.bundled:
         bundle_running(side.site)
@@ -167,23 +167,23 @@ def check_import(side: Side, cpu: bool) -> tuple[Side, dict[str, str | None]]:
     done = _run(side, "import", [side.python, "-c", CHECK + PROBE, json.dumps(list(side.impls))], timeout=300,
                 cwd=side.site, env=side_env(side, cpu))
     if done.returncode != 0:
-        raise GateInputError(f"{side.role} {side.name}: does not import: {_last_line(done.stderr)}")
+        raise SideError(side.role, f"{side.role} {side.name}: does not import: {_last_line(done.stderr)}")
     try:
         lines = done.stdout.strip().splitlines()
         found, versions = json.loads(lines[-2]), json.loads(lines[-1])
         assert isinstance(found, dict) and isinstance(versions, dict)
     except (IndexError, ValueError, AssertionError):
-        raise GateInputError(f"{side.role} {side.name}: its import check printed no result (its last line: "
+        raise SideError(side.role, f"{side.role} {side.name}: its import check printed no result (its last line: "
                              f"{_last_line(done.stdout)})") from None
     if found["missing"]:
-        raise GateInputError(f"{side.role} {side.name}: has no implementation named "
+        raise SideError(side.role, f"{side.role} {side.name}: has no implementation named "
                              f"{', '.join(found['missing'])} (known: sdpa-bench list)")
     if found["broken"]:
-        raise GateInputError(f"{side.role} {side.name}: " + "; ".join(
+        raise SideError(side.role, f"{side.role} {side.name}: " + "; ".join(
             f"{name}: plug-in failed to load: {error}" for name, error in found["broken"].items()))
     side = dataclasses.replace(side, packaged=bool(found["packaged"]))
     if not side.packaged and (side.tree is None or not (side.tree / LEGACY_SUITE).is_file()):
-        raise GateInputError(f"{side.role} {side.name}: has no benchmark suite (neither {SUITE_MODULE} nor "
+        raise SideError(side.role, f"{side.role} {side.name}: has no benchmark suite (neither {SUITE_MODULE} nor "
                              f"{LEGACY_SUITE})")
     return side, versions
 
@@ -209,23 +209,29 @@ def run_round(side: Side, out: Path, pytest_args: list[str], cpu: bool, timeout:
         done = subprocess.run([*prefix, *cmd], cwd=cwd, env=side_env(side, cpu, padding), capture_output=True,
                               text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        raise GateInputError(f"{side.role} {side.name}: its benchmark run took more than {timeout:g} s "
+        raise SideError(side.role, f"{side.role} {side.name}: its benchmark run took more than {timeout:g} s "
                              "(--round-timeout)") from None
     except OSError as exc:
-        raise GateInputError(f"{side.role} {side.name}: its benchmark run could not start ({exc.strerror or exc})"
+        raise SideError(side.role, f"{side.role} {side.name}: its benchmark run could not start ({exc.strerror or exc})"
                              ) from None
     text = done.stdout + done.stderr
     failed = tuple(line.strip() for line in text.splitlines() if line.startswith(("FAILED ", "ERROR ")))
     return RoundRun(out, done.returncode, failed, text[-3000:])
 
 
+NO_TESTS_COLLECTED = 5  # pytest's exit status when the selection (-k, --sdpa-impl, the preset) leaves no test
+
+
 def _points(side: Side, done: RoundRun) -> list[Point]:
+    if done.returncode == NO_TESTS_COLLECTED:
+        raise SideError(side.role, f"{side.role} {side.name}: no benchmark of its suite is selected (pytest "
+                                   "collected none): check the implementations, the -k expression and the preset")
     if done.returncode not in (0, 1) or not done.out.is_file():
-        raise GateInputError(f"{side.role} {side.name}: its benchmark suite did not run (pytest exit "
+        raise SideError(side.role, f"{side.role} {side.name}: its benchmark suite did not run (pytest exit "
                              f"{done.returncode}): {_last_line(done.tail)}")
     _, points = load_points(done.out)
     if not points:
-        raise GateInputError(f"{side.role} {side.name}: its benchmark run holds no benchmarks "
+        raise SideError(side.role, f"{side.role} {side.name}: its benchmark run holds no benchmarks "
                              f"(every one skipped or failed): {_last_line(done.tail)}")
     return points
 
