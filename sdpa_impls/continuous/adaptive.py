@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from ..gate.config import GateConfig
 from ..gate.points import Point
-from .verdict import SideBySide, judge
+from .verdict import Row, SideBySide, judge
 
 Measure = Callable[[list[str], int], tuple[list[Point], list[Point], list[str]]]
 KEYWORD = re.compile(r"[\w:+\-.\[\]\\/]+")  # what a pytest -k identifier may hold
@@ -70,13 +70,13 @@ def _test_name(point: Point) -> str:
     return point.name.rsplit("::", 1)[-1]
 
 
-def selection(report: SideBySide, reference: str) -> list[str]:
-    """The pytest names of the undecided benchmarks and of the time reference on their cases (both sides' names,
-    so an older suite that names a benchmark differently is still selected)."""
-    open_rows = report.undecided
-    cases = {r.case_id for r in open_rows}
-    rows = open_rows + [r for r in report.rows if r.impl == reference and r.case_id in cases]
-    return list(dict.fromkeys(_test_name(p) for r in rows for p in (*r.base[:1], *r.head[:1]) if p.name))
+def selection(report: SideBySide, reference: str, rows: Sequence[Row] | None = None) -> list[str]:
+    """The pytest names of `rows` (default: the undecided benchmarks) and of the time reference on their cases
+    (both sides' names, so an older suite that names a benchmark differently is still selected)."""
+    chosen = list(report.undecided if rows is None else rows)
+    cases = {r.case_id for r in chosen}
+    chosen += [r for r in report.rows if r.impl == reference and r.case_id in cases and r not in chosen]
+    return list(dict.fromkeys(_test_name(p) for r in chosen for p in (*r.base[:1], *r.head[:1]) if p.name))
 
 
 def keyword(terms: Sequence[str]) -> str:

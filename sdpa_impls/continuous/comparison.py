@@ -42,7 +42,9 @@ ROUND_TIMEOUT = 1800.0  # one process of one side: the ci preset takes ~25 s, th
 class Plan:
     """How both sides are measured: the preset (None: `ci` on a CPU, `gpu-ci` on CUDA), processes a side, pytest-
     benchmark's time per benchmark, the extra rounds' budget and count, the longest a process may run, the seed of
-    the order of sides (None: a fresh one), and a folder to keep every run's JSON in."""
+    the order of sides (None: a fresh one), and a folder to keep every run's JSON in; `select`, a pytest -k
+    expression that narrows the preset's benchmarks, and `time_floor`, the factor a time must clear to be decided
+    (None: the config's continuous_time), which a search over commits sets from the effect it looks for."""
 
     preset: str | None = None
     rounds: int = ROUNDS
@@ -52,9 +54,13 @@ class Plan:
     round_timeout: float = ROUND_TIMEOUT
     seed: int | None = None
     keep_runs: str | None = None
+    select: str | None = None
+    time_floor: float | None = None
 
     def check(self) -> None:
         """UsageError naming the first value no comparison can use."""
+        if self.time_floor is not None and not self.time_floor > 1.0:
+            raise UsageError(f"the time floor should be a factor above 1, got {self.time_floor!r}")
         if self.rounds < 1:
             raise UsageError("--rounds should be at least 1")
         if self.adaptive_budget < 0:
@@ -95,6 +101,8 @@ def pytest_args(plan: Plan, cpu: bool) -> list[str]:
     out = ["--sdpa-preset", preset, f"--benchmark-max-time={plan.max_time:g}", f"--benchmark-min-rounds={MIN_ROUNDS}"]
     if cpu:  # CPU time of the one-thread process: time spent waiting for the other core's work does not count
         out.append("--benchmark-timer=time.process_time")
+    if plan.select:
+        out += ["-k", plan.select]
     return out
 
 
@@ -106,6 +114,9 @@ def _measure(plan: Plan, sides: Prepared, schedule: Schedule, work: Path, progre
     args = pytest_args(plan, cpu)
     if sides.as_measured:  # the reference's code changed with torch: it is measured and judged like the rest
         config = dataclasses.replace(config, time_reference="")
+    if plan.time_floor is not None:
+        rule = f"median:{(plan.time_floor - 1) * 100:.6g}%"
+        config = dataclasses.replace(config, continuous_time=rule, continuous_time_cuda=rule)
     runs = Path(plan.keep_runs) if plan.keep_runs else work / "runs"
     runs.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
@@ -115,10 +126,11 @@ def _measure(plan: Plan, sides: Prepared, schedule: Schedule, work: Path, progre
 
     def extra(terms: list[str], index: int) -> tuple[list, list, list[str]]:
         try:
-            selected = ["-k", keyword(terms)]
+            selected = ["-k", keyword(terms)]  # the undecided benchmarks, a subset of plan.select's
         except ValueError as exc:
             raise GateInputError(f"adaptive round {index}: {exc}") from None
-        return run_pair(base, head, schedule, args + selected, cpu, runs, f"a{index}", plan.round_timeout, progress)
+        return run_pair(base, head, schedule, pytest_args(dataclasses.replace(plan, select=None), cpu) + selected,
+                        cpu, runs, f"a{index}", plan.round_timeout, progress)
 
     # the first extra round is expected to take as long as a planned one (it measures fewer benchmarks, but each
     # process still starts, imports torch and samples the ceilings): the budget is not overrun by guessing low
@@ -157,7 +169,7 @@ def _compare(request: Request, plan: Plan, project: Project, work: Path, progres
                  outcome.adaptive.note(), timing_note)
     base, head = sides.base, sides.head
     run = {"seed": schedule.seed, "first_side": list(schedule.orders), "folders": list(folders),
-           "planned_rounds": plan.rounds, "environments": {s.role: s.python for s in (base, head)},
+           "planned_rounds": plan.rounds, "select": plan.select, "environments": {s.role: s.python for s in (base, head)},
            "project": {"kind": project.kind, "root": str(project.root or ""), "package": project.package,
                        "sdpa_bench": sdpa_impls.__version__, "impls": {s.role: list(s.impls) for s in (base, head)}},
            "adaptive": dataclasses.asdict(outcome.adaptive), "timing": timing}

@@ -4,6 +4,8 @@ the working tree (uncommitted and untracked files included, ignored files left o
     git_root(start) -> Path | None
     resolve(root, rev) -> commit
     describe(root, commit) -> "abc1234 subject"
+    first_parents(root, good, bad) -> [commit]    # the commits after GOOD up to BAD, oldest first
+    parent(root, commit) -> commit  /  changed_files(root, old, new) -> [path]
     checkout(root, commit, dest)  /  remove_checkout(root, dest)
     snapshot_working_tree(root, dest)
     new_workdir() -> Path  /  sweep_stale(root) -> [Path]   # a run's own folder; those that killed runs left
@@ -56,6 +58,29 @@ def resolve(root: Path, rev: str) -> str:
 def describe(root: Path, commit: str) -> str:
     """A short name for people: abbreviated hash and subject."""
     return _git(root, "log", "-1", "--format=%h %s", commit).stdout.strip()
+
+
+def first_parents(root: Path, good: str, bad: str) -> list[str]:
+    """The commits of BAD's first-parent line that GOOD does not contain, oldest first, BAD last: what a search
+    between them tests (a merge is one step; bisect again inside it). UsageError when GOOD is not an ancestor of BAD
+    or is BAD itself."""
+    if good == bad:
+        raise UsageError("GOOD and BAD are the same commit: there is nothing between them to search")
+    if _git(root, "merge-base", "--is-ancestor", good, bad, check=False).returncode != 0:
+        raise UsageError(f"GOOD ({describe(root, good)}) is not an ancestor of BAD ({describe(root, bad)}): "
+                         "name an older GOOD, or swap them")
+    return _git(root, "rev-list", "--first-parent", "--reverse", bad, f"^{good}").stdout.split()
+
+
+def parent(root: Path, commit: str) -> str:
+    """The first parent of `commit`; UsageError for a root commit."""
+    return resolve(root, f"{commit}^1")
+
+
+def changed_files(root: Path, old: str, new: str) -> list[str]:
+    """The paths that differ between two commits, with git's status letter: `M sdpa_impls/fused.py`."""
+    out = _git(root, "diff", "--name-status", "--no-renames", old, new).stdout
+    return [" ".join(line.split("\t", 1)) for line in out.splitlines() if line.strip()]
 
 
 def checkout(root: Path, commit: str, dest: Path) -> None:
