@@ -28,6 +28,7 @@ COMMANDS = {
     "gate": ("sdpa_impls.cli.gate", "fail a change that makes attention slower, bigger or wrong"),
     "targets": ("sdpa_impls.cli.targets", "measure the CPU performance targets in one interleaved run, with a verdict"),
     "continuous": ("sdpa_impls.cli.continuous", "benchmark two git revisions side by side and judge the change (as asv continuous)"),
+    "bisect": ("sdpa_impls.cli.bisect", "find the commit that made attention slower, or say that nothing did"),
     "envs": ("sdpa_impls.cli.envs", "list the environments continuous built and cached; --prune removes old ones"),
     "quickstart": ("sdpa_impls.cli.quickstart", "write a new plug-in (package, test, CI workflow) into a folder"),
 }

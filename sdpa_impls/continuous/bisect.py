@@ -1,0 +1,346 @@
+"""Which commit made attention slower: a search over the commits between GOOD and BAD whose every step is one
+comparison of two revisions (continuous.comparison.compare: interleaved sides, rank test, bootstrap interval,
+adaptive rounds), read as a three-way verdict. No statistics of its own: a step's verdict is verdict.decide's.
+
+    search(query, plan, project, progress) -> Search
+
+1. Endpoints: GOOD against BAD at the gate's floor (continuous_time, ×1.03 on a CPU). The rows under test are the
+   benchmarks BAD is slower on; with none, the answer is "no regression between GOOD and BAD" and nothing is
+   searched (a row still undecided there is named, as `continuous` names it, and does not start a search).
+2. A step asks whether a commit already has the change. Each row under test moved by its endpoint ratio r, so the
+   step's floor is the geometric midpoint between unchanged and changed, t = √r (the smallest r among the rows):
+   a row is DIFFERENT when head is slower than base by more than t (decide's "slower": significant after the false
+   discovery rate, the 95 % interval above t, also with any one run left out), SAME when the interval lies at or
+   below t, UNKNOWN otherwise, after the comparison's adaptive rounds. A step is DIFFERENT when any row under test
+   is (the search finds the first change), SAME when every one is, else UNKNOWN.
+3. Search: GOOD is the last commit known to be SAME, BAD the first known DIFFERENT; the untested commit nearest the
+   middle between them is compared with GOOD. A step still UNKNOWN is asked the other way, BAD against that commit:
+   BAD no slower means the commit has the change, BAD slower means it has not. Still UNKNOWN, the search stops and
+   names the commits the culprit is among: an UNKNOWN is never read as SAME. A commit that does not install, import
+   or run is skipped with its reason (as `git bisect skip`) and never blamed; the nearest untested commit is tried.
+4. Confirmation: the culprit is compared with its parent once more, and must be DIFFERENT. Rows under test it does
+   not make slower, or makes slower by clearly less than GOOD → BAD did (its interval below the endpoints'), are
+   reported as changed elsewhere in the range.
+
+At most `comparison_budget(N)` = 2·⌈log₂ N⌉ + 3 comparisons for N commits; a search that would need more stops
+UNKNOWN. Exit status: 0 no regression, 1 culprit found and confirmed, 3 a regression between GOOD and BAD whose
+culprit was not pinned down (the commits left are named), 2 unusable input (command line).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from ..errors import GateInputError, SideError, UsageError
+from ..fmt import fmt_duration
+from ..gate.config import load_config
+from .adaptive import keyword, selection
+from .assemble import Request
+from .comparison import Comparison, Plan, compare
+from .project import NONE, Project
+from .revisions import changed_files, describe, first_parents, parent, resolve
+from .verdict import NOT_SLOWER, SLOWER
+
+DIFFERENT, SAME, UNKNOWN, SKIPPED = "DIFFERENT", "SAME", "UNKNOWN", "SKIPPED"
+NO_REGRESSION, CULPRIT, INCONCLUSIVE = "no regression", "culprit", "inconclusive"
+EXIT = {NO_REGRESSION: 0, CULPRIT: 1, INCONCLUSIVE: 3}
+ENDPOINTS, SEARCH, AGAINST_BAD, CONFIRM = "endpoints", "search", "against BAD", "confirm"
+
+
+def comparison_budget(commits: int) -> int:
+    """The most comparisons a search over `commits` commits may take: endpoints, one a halving, one more a halving
+    for an UNKNOWN step asked the other way, the confirmation."""
+    return 2 * math.ceil(math.log2(max(commits, 1))) + 3
+
+
+@dataclasses.dataclass(frozen=True)
+class Query:
+    """What to search: GOOD and BAD (revisions), the implementations (`--impl`; a plug-in's own by default), a
+    pytest -k expression narrowing the preset, or the rows of a `continuous --json` verdict (impl, case) that were
+    slower; the environment cache and a gate config, as `continuous` takes them."""
+
+    good: str
+    bad: str = "HEAD"
+    impl: tuple[str, ...] = ()
+    select: str | None = None
+    rows: tuple[tuple[str, str], ...] = ()
+    env_cache: str | None = None
+    config: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class RowStep:
+    """One row under test in one step: head/base ratio of medians, 95 % interval, and its three-way verdict."""
+
+    label: str
+    ratio: float | None
+    interval: tuple[float, float] | None
+    verdict: str
+
+    def text(self) -> str:
+        if self.ratio is None or self.interval is None:
+            return f"{self.label}: not measured ({self.verdict})"
+        return f"{self.label}: ×{self.ratio:.3f} ({self.interval[0]:.3f}–{self.interval[1]:.3f}) {self.verdict}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One comparison of the search (or a skipped commit): what it was for, base and head (hash and subject), its
+    verdict, the floor it was judged at, the rows, what it took, and notes (a skip's reason, the adaptive rounds,
+    kernels and environments that differ)."""
+
+    kind: str
+    base: str
+    head: str
+    verdict: str
+    floor: float
+    rows: tuple[RowStep, ...] = ()
+    seconds: float = 0.0
+    notes: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass
+class Search:
+    """The answer: NO_REGRESSION, CULPRIT or INCONCLUSIVE, the culprit (hash and subject) or the commits it is among,
+    the rows under test with their endpoint ratios, every step, and what differs between the culprit and its
+    parent."""
+
+    good: str
+    bad: str
+    commits: list[str]
+    answer: str = NO_REGRESSION
+    rows: tuple[RowStep, ...] = ()
+    steps: list[Step] = dataclasses.field(default_factory=list)
+    culprit: str | None = None
+    among: list[str] = dataclasses.field(default_factory=list)
+    files: list[str] = dataclasses.field(default_factory=list)
+    skipped: dict[str, str] = dataclasses.field(default_factory=dict)
+    notes: list[str] = dataclasses.field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT[self.answer]
+
+    @property
+    def comparisons(self) -> int:
+        return sum(s.verdict != SKIPPED for s in self.steps)
+
+
+def _decision(decision: str | None) -> str:
+    return {SLOWER: DIFFERENT, NOT_SLOWER: SAME}.get(decision or "", UNKNOWN)
+
+
+def _row_steps(comparison: Comparison, labels: tuple[str, ...]) -> tuple[RowStep, ...]:
+    found = {r.label: r for r in comparison.report.rows}
+    return tuple(RowStep(label, found[label].ratio, found[label].interval, _decision(found[label].decision))
+                 if label in found else RowStep(label, None, None, UNKNOWN) for label in labels)
+
+
+def _verdict(rows: tuple[RowStep, ...]) -> str:
+    if any(r.verdict == DIFFERENT for r in rows):
+        return DIFFERENT
+    if rows and all(r.verdict == SAME for r in rows):
+        return SAME
+    return UNKNOWN
+
+
+def _step_notes(comparison: Comparison, labels: tuple[str, ...]) -> tuple[str, ...]:
+    """What a person reads beside a step's verdict: its adaptive rounds, the kernels that differ on the rows under
+    test, and the environments' differences."""
+    kernels = [f"kernels {c.subject}: {c.message}" for r in comparison.report.rows if r.label in labels
+               for c in r.checks if c.kind == "kernels"]
+    adaptive = [n for n in comparison.run_notes if n.startswith("adaptive rounds")]
+    return (*adaptive, *kernels, *comparison.header)
+
+
+def rows_from_verdict(path: str) -> tuple[tuple[str, str], ...]:
+    """The (impl, case) rows a `continuous --json` verdict found slower; UsageError when there are none."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        rows = tuple((r["impl"], r["case"]) for r in data["rows"] if r.get("decision") == SLOWER)
+    except OSError as exc:
+        raise UsageError(f"--from {path}: cannot be read ({exc.strerror or exc})") from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UsageError(f"--from {path}: not a verdict of `sdpa-bench continuous --json` ({exc})") from None
+    if not rows:
+        raise UsageError(f"--from {path}: no benchmark in it was slower (decision \"slower\"): nothing to search for")
+    return rows
+
+
+def _selection_of(query: Query, reference: str) -> str | None:
+    """The -k expression of the endpoints: the rows of a verdict (with the time reference on their cases), else the
+    query's own expression."""
+    if query.rows:
+        cases = dict.fromkeys(case for _, case in query.rows)
+        terms = [f"[{impl}-{case}]" for impl, case in query.rows] + ([f"[{reference}-{c}]" for c in cases]
+                                                                     if reference else [])
+        try:
+            return keyword(list(dict.fromkeys(terms)))
+        except ValueError as exc:
+            raise UsageError(f"--from: {exc}") from None
+    return query.select
+
+
+class _Searcher:
+    """The state of one search; `run()` fills `self.result`."""
+
+    def __init__(self, query: Query, plan: Plan, project: Project, progress: Callable[[str], None]) -> None:
+        if project.kind == NONE or project.root is None:
+            raise UsageError("bisect searches the commits of a git repository: run it in sdpa-bench's repository "
+                             "or at the root of a plug-in's")
+        for name, value in (("GOOD", query.good), ("BAD", query.bad)):
+            if not value or not value.strip():
+                raise UsageError(f"{name} is an empty revision name: name a revision")
+        plan.check()
+        self.query, self.plan, self.project, self.progress = query, plan, project, progress
+        self.root: Path = project.root
+        self.good, self.bad = resolve(self.root, query.good), resolve(self.root, query.bad)
+        self.commits = first_parents(self.root, self.good, self.bad)
+        self.budget = comparison_budget(len(self.commits))
+        self.result = Search(describe(self.root, self.good), describe(self.root, self.bad),
+                             [describe(self.root, c) for c in self.commits])
+        self.labels: tuple[str, ...] = ()
+        self.floor = 0.0
+        self.select: str | None = None
+
+    def _compare(self, kind: str, base: str, head: str) -> tuple[Comparison, Step]:
+        index = len(self.result.steps) + 1
+        names = describe(self.root, base), describe(self.root, head)
+        tag = f"step {index} ({kind}): {names[1][:7]} against {names[0][:7]}"
+        self.progress(f"{tag}: measuring" + (f" {len(self.labels)} row(s) at floor ×{self.floor:.4f}"
+                                             if self.labels else ""))
+        seed = None if self.plan.seed is None else self.plan.seed + index
+        plan = dataclasses.replace(self.plan, seed=seed, select=self.select, time_floor=self.floor or None)
+        request = Request(base, head, None, None, self.query.env_cache, self.query.impl, self.query.config)
+        start = time.monotonic()
+        comparison = compare(request, plan, self.project, lambda text: self.progress(f"  {tag}: {text}"))
+        labels = self.labels or tuple(r.label for r in comparison.report.rows if r.decision is not None)
+        rows = _row_steps(comparison, labels)
+        step = Step(kind, names[0], names[1], _verdict(rows), comparison.report.factor, rows,
+                    time.monotonic() - start, _step_notes(comparison, labels))
+        self.result.steps.append(step)
+        self.progress(f"{tag}: {step.verdict} ({fmt_duration(step.seconds)})")
+        return comparison, step
+
+    def _endpoints(self) -> bool:
+        """GOOD against BAD at the gate's floor; the rows under test and the steps' floor and selection. False when
+        there is no regression to search for."""
+        reference = load_config(self.query.config, start=self.root).time_reference
+        self.select = _selection_of(self.query, reference)
+        try:
+            comparison, step = self._compare(ENDPOINTS, self.good, self.bad)
+        except SideError as exc:
+            raise GateInputError(f"GOOD and BAD cannot be compared, so nothing can be searched: {exc}") from None
+        report = comparison.report
+        slower = [r for r in report.rows if r.decision == SLOWER]
+        undecided = [r.label for r in report.undecided]
+        if undecided:
+            self.result.notes.append(f"undecided between GOOD and BAD ({len(undecided)}): {', '.join(undecided)}; "
+                                     "not searched (neither slower nor clear of the floor, as `continuous` counts "
+                                     "them).")
+        if not slower:
+            return False
+        self.labels = tuple(r.label for r in slower)
+        self.result.rows = tuple(RowStep(r.label, r.ratio, r.interval, DIFFERENT) for r in slower)
+        self.floor = math.sqrt(min(r.ratio for r in slower if r.ratio))
+        try:
+            self.select = keyword(selection(report, reference or "", slower))
+        except ValueError as exc:
+            raise GateInputError(f"the rows under test cannot be selected again: {exc}") from None
+        self.result.notes.append(f"steps judged at ×{self.floor:.4f}, the geometric midpoint of 1 and the smallest "
+                                 f"endpoint ratio (×{min(r.ratio for r in slower):.3f}).")
+        return True
+
+    def _ask(self, index: int) -> str:
+        """The verdict on commit `index`: DIFFERENT (has the change), SAME, UNKNOWN, or SKIPPED (it does not
+        install, import or run; GOOD and BAD did, at the endpoints)."""
+        commit, role = self.commits[index], "head"
+        try:
+            _, step = self._compare(SEARCH, self.good, commit)
+            if step.verdict != UNKNOWN or self.result.comparisons >= self.budget:
+                return step.verdict
+            role = "base"
+            _, other = self._compare(AGAINST_BAD, commit, self.bad)
+            return {SAME: DIFFERENT, DIFFERENT: SAME}.get(other.verdict, UNKNOWN)
+        except SideError as exc:
+            if exc.role != role:  # GOOD or BAD, which ran at the endpoints
+                raise
+            described = describe(self.root, commit)
+            self.result.skipped[described] = str(exc)
+            self.result.steps.append(Step("skip", "", described, SKIPPED, self.floor, notes=(str(exc),)))
+            self.progress(f"{described}: skipped, {exc}")
+            return SKIPPED
+
+    def run(self) -> Search:
+        start = time.monotonic()
+        self.progress(f"bisect: {len(self.commits)} commit(s) after GOOD {self.result.good} up to BAD "
+                      f"{self.result.bad}; at most {self.budget} comparisons")
+        try:
+            if not self._endpoints():
+                self.result.answer = NO_REGRESSION
+                return self.result
+            self._search()
+        finally:
+            self.result.seconds = time.monotonic() - start
+        return self.result
+
+    def _search(self) -> None:
+        lo, hi = -1, len(self.commits) - 1  # -1: GOOD, known SAME; hi: known DIFFERENT
+        tried: set[int] = set()
+        while hi - lo > 1:
+            open_ = [i for i in range(lo + 1, hi) if i not in tried]
+            if not open_:
+                return self._inconclusive(lo, hi, "every commit between the last SAME and the first DIFFERENT one "
+                                                  "was skipped")
+            if self.result.comparisons >= self.budget:
+                return self._inconclusive(lo, hi, f"the search used its {self.budget} comparisons")
+            mid = min(open_, key=lambda i: (abs(i - (lo + hi) / 2), i))
+            tried.add(mid)
+            verdict = self._ask(mid)
+            if verdict == DIFFERENT:
+                hi = mid
+            elif verdict == SAME:
+                lo = mid
+            elif verdict == UNKNOWN:
+                return self._inconclusive(lo, hi, f"{self.result.commits[mid]} is neither like GOOD nor like BAD "
+                                                  "(more than one change in the range, or too noisy to tell)")
+        self._confirm(hi)
+
+    def _inconclusive(self, lo: int, hi: int, why: str) -> None:
+        self.result.answer = INCONCLUSIVE
+        self.result.among = self.result.commits[lo + 1:hi + 1]
+        self.result.notes.append(f"stopped: {why}; the first slower commit is one of the {len(self.result.among)} "
+                                 "named.")
+
+    def _confirm(self, hi: int) -> None:
+        culprit = self.commits[hi]
+        before = parent(self.root, culprit)
+        _, step = self._compare(CONFIRM, before, culprit)
+        self.result.files = changed_files(self.root, before, culprit)
+        if step.verdict != DIFFERENT:
+            self.result.answer = INCONCLUSIVE
+            self.result.among = [self.result.commits[hi]]
+            self.result.notes.append(f"the search ended at {self.result.commits[hi]}, but against its parent it was "
+                                     f"{step.verdict}, not DIFFERENT: not confirmed.")
+            return
+        self.result.answer, self.result.culprit = CULPRIT, self.result.commits[hi]
+        endpoint = {r.label: r for r in self.result.rows}
+        for row in step.rows:
+            whole = endpoint[row.label]
+            if row.verdict == SAME:
+                self.result.notes.append(f"{row.label} is not slower at the culprit: it changed elsewhere between "
+                                         f"GOOD and BAD (bisect again with that row).")
+            elif row.interval and whole.interval and row.interval[1] < whole.interval[0]:
+                self.result.notes.append(f"{row.label}: the culprit explains only part of GOOD → BAD (×{row.ratio:.3f} "
+                                         f"against ×{whole.ratio:.3f}, intervals apart): another change in the "
+                                         "range adds to it.")
+
+
+def search(query: Query, plan: Plan, project: Project, progress: Callable[[str], None]) -> Search:
+    """The search of the module docstring; UsageError (GateInputError) when GOOD and BAD cannot be compared."""
+    return _Searcher(query, plan, project, progress).run()

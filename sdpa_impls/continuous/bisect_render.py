@@ -1,0 +1,83 @@
+"""The answer of `sdpa-bench bisect` as text, Markdown (a PR or issue comment) or JSON.
+
+    render(search, markdown=False) -> str
+    as_dict(search) -> dict
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+
+from ..fmt import cell, code, fmt_duration, table
+from .bisect import CULPRIT, INCONCLUSIVE, NO_REGRESSION, Search, Step
+
+EXIT_MEANING = ("exit 0: no regression between GOOD and BAD; 1: culprit found and confirmed against its parent; "
+                "3: GOOD and BAD differ but the culprit was not pinned down (the commits left are named); 2: unusable "
+                "input.")
+
+
+def _headline(search: Search, shown) -> str:
+    if search.answer == CULPRIT:
+        return f"CULPRIT {shown(search.culprit)}"
+    if search.answer == INCONCLUSIVE:
+        return f"INCONCLUSIVE: the first slower commit is one of {len(search.among)}"
+    return "NO REGRESSION between GOOD and BAD"
+
+
+def _rows_cell(step: Step) -> str:
+    """A step's rows in a cell: the one row, or how many got each verdict and the range of their ratios."""
+    if len(step.rows) <= 1:
+        return step.rows[0].text() if step.rows else ""
+    counts = Counter(r.verdict for r in step.rows)
+    ratios = [r.ratio for r in step.rows if r.ratio is not None]
+    spread = f", ×{min(ratios):.3f}–{max(ratios):.3f}" if ratios else ""
+    return f"{len(step.rows)} rows: " + ", ".join(f"{n} {v}" for v, n in counts.most_common()) + spread
+
+
+def render(search: Search, markdown: bool = False) -> str:
+    """The answer first (culprit, or the commits left, or no regression), the rows under test, what differs at the
+    culprit, every step with its verdict and time, then notes."""
+    shown = code if markdown else str  # in Markdown, what a person wrote (subjects, names, paths) is a code span
+    in_cell = cell if markdown else str
+    bullet = "- " if markdown else "  "
+    out = [f"{'## ' if markdown else ''}sdpa-bench bisect: {_headline(search, shown)} — GOOD {shown(search.good)}, "
+           f"BAD {shown(search.bad)}, {len(search.commits)} commit(s), {search.comparisons} comparison(s), "
+           f"{fmt_duration(search.seconds)}", ""]
+    if search.rows:
+        out += ["Slower at BAD than at GOOD (the rows under test):"]
+        out += [f"{bullet}{shown(r.label)}: ×{r.ratio:.3f} (95% CI {r.interval[0]:.3f}–{r.interval[1]:.3f})"
+                for r in search.rows if r.ratio is not None and r.interval is not None] + [""]
+    if search.answer == CULPRIT:
+        confirm = search.steps[-1]
+        out += [f"Culprit {shown(search.culprit)}, against its parent {shown(confirm.base)}:"]
+        out += [f"{bullet}{shown(r.text())}" for r in confirm.rows]
+        if search.files:
+            out += [f"{bullet}files changed: " + ", ".join(shown(f) for f in search.files[:20])
+                    + (f" and {len(search.files) - 20} more" if len(search.files) > 20 else "")]
+        out += [f"{bullet}{shown(n)}" for n in confirm.notes if not n.startswith("adaptive")] + [""]
+    elif search.answer == INCONCLUSIVE:
+        out += ["The first slower commit is one of:"] + [f"{bullet}{shown(c)}" + (
+            f" (skipped: {shown(search.skipped[c])})" if c in search.skipped else "") for c in search.among] + [""]
+    if search.steps:
+        out += table(["#", "step", "base", "head", "verdict", "floor", "rows (head/base, 95% CI)", "time"],
+                     [[str(i), s.kind, in_cell(s.base[:7]) if s.base else "-", in_cell(s.head[:7]), s.verdict,
+                       f"×{s.floor:.3f}" if s.floor else "-",
+                       in_cell(_rows_cell(s) or (s.notes[0] if s.notes else "-")),
+                       fmt_duration(s.seconds)]
+                      for i, s in enumerate(search.steps, 1)], markdown).splitlines()
+    notes = [*search.notes, EXIT_MEANING]
+    if search.answer == NO_REGRESSION and not search.rows:
+        notes.insert(0, "no benchmark was slower at BAD than at GOOD by more than the gate's floor; nothing was "
+                        "searched.")
+    out += ["", "Steps' rows in full: --json."] if any(len(s.rows) > 1 for s in search.steps) else []
+    out += ["", "Notes:"] + [f"{bullet}{n}" for n in notes]
+    return "\n".join(out) + "\n"
+
+
+def as_dict(search: Search) -> dict:
+    """JSON-ready: the answer and exit code, the culprit or the commits left, the rows under test, every step."""
+    return {"answer": search.answer, "exit_code": search.exit_code, "good": search.good, "bad": search.bad,
+            "commits": search.commits, "culprit": search.culprit, "among": search.among, "files": search.files,
+            "skipped": search.skipped, "rows": [dataclasses.asdict(r) for r in search.rows],
+            "comparisons": search.comparisons, "seconds": round(search.seconds, 1),
+            "steps": [dataclasses.asdict(s) for s in search.steps], "notes": search.notes}

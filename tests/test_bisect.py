@@ -1,0 +1,110 @@
+"""`sdpa-bench bisect` on a real planted history: a plug-in written by `quickstart` in a new git repository, five
+commits after GOOD (docs, a pyproject.toml that does not parse, its fix, the toy kernel made three times slower,
+docs). Every step is a real `continuous` comparison (real git, pip, pytest-benchmark and torch), restricted to one
+case so that the search takes about two minutes on a 2-core CPU.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from sdpa_impls.cli import main
+from sdpa_impls.continuous.bisect import comparison_budget
+from test_as_a_tool import PLUGIN, SLOWER
+from test_continuous import commit, git
+
+# one case, two runs a side, no adaptive rounds: a three-times slower kernel needs no more
+FAST = ["--preset", "smoke", "-k", "L128-E64-fp32-fwd", "--max-time", "0.05", "--rounds", "2",
+        "--adaptive-budget", "0"]
+
+
+def bisect(repo: Path, *args: str) -> tuple[int, str, str]:
+    """`sdpa-bench bisect ARGS` in this process, from `repo` (its subprocesses use this interpreter)."""
+    out, err = io.StringIO(), io.StringIO()
+    here = Path.cwd()
+    os.chdir(repo)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(["bisect", *args])
+    finally:
+        os.chdir(here)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The plug-in's repository and its commits by name: good, docs, broken, fixed, slow, later."""
+    root = tmp_path_factory.mktemp("bisect")
+    repo = root / "toy"
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        assert main(["quickstart", "--name", PLUGIN, "--dest", str(repo)]) == 0
+    git(repo, "init", "-q", "-b", "main")
+    out = {"repo": repo, "good": commit(repo, "toy attention from quickstart")}
+    readme, meta = repo / "README.md", repo / "pyproject.toml"
+    meta.write_text(meta.read_text() + 'continuous_time = "median:25%"\n')  # a CI machine is shared with other jobs
+    git(repo, "commit", "-q", "--amend", "-a", "--no-edit")
+    out["good"] = git(repo, "rev-parse", "HEAD")
+    readme.write_text(readme.read_text() + "\nA line of documentation.\n")
+    out["docs"] = commit(repo, "docs only")
+    declared = meta.read_text()
+    meta.write_text(declared + "\nthis line is not TOML [\n")
+    out["broken"] = commit(repo, "pyproject.toml that does not parse")
+    meta.write_text(declared)
+    out["fixed"] = commit(repo, "pyproject.toml fixed")
+    kernel = repo / "src" / PLUGIN / "__init__.py"
+    kernel.write_text(kernel.read_text().replace(SLOWER[0], SLOWER[1]))
+    out["slow"] = commit(repo, "toy attention: the attention three times")
+    readme.write_text(readme.read_text() + "\nMore documentation.\n")
+    out["later"] = commit(repo, "docs after")
+    return out
+
+
+def test_the_planted_culprit_is_found_and_the_broken_commit_skipped(history: dict, tmp_path: Path) -> None:
+    answer = tmp_path / "answer.json"
+    code, out, err = bisect(history["repo"], history["good"], "HEAD", *FAST, "--json", str(answer),
+                            "--markdown", str(tmp_path / "answer.md"))
+    assert code == 1 and "Traceback" not in err, out + err
+    found = json.loads(answer.read_text())
+    assert code == 1 and found["answer"] == "culprit", out + err
+    assert found["culprit"].startswith(history["slow"][:7]) and found["culprit"].endswith("three times"), out
+    assert found["files"] == [f"M src/{PLUGIN}/__init__.py"]
+    # the commit whose pyproject.toml does not parse was tried (the middle of five), skipped with pip's reason, never blamed
+    skipped = {name.split()[0]: why for name, why in found["skipped"].items()}
+    assert list(skipped) == [history["broken"][:7]] and "pyproject.toml" in skipped[history["broken"][:7]], out
+    kinds = [s["kind"] for s in found["steps"]]
+    assert kinds[0] == "endpoints" and kinds[-1] == "confirm" and "skip" in kinds, kinds
+    assert found["steps"][-1]["verdict"] == "DIFFERENT" and found["steps"][-1]["base"].startswith(
+        history["fixed"][:7])  # confirmed against its parent
+    assert found["comparisons"] <= comparison_budget(len(found["commits"])), found["comparisons"]
+    assert [r["label"] for r in found["rows"]] == [f"{PLUGIN}[L128-E64-fp32-fwd]"]  # torch_sdpa is the yardstick
+    assert "CULPRIT" in out and "## sdpa-bench bisect: CULPRIT `" in (tmp_path / "answer.md").read_text()
+
+
+def test_a_range_with_nothing_planted_is_no_regression(history: dict, tmp_path: Path) -> None:
+    answer = tmp_path / "answer.json"
+    code, out, err = bisect(history["repo"], history["good"], history["docs"], *FAST, "--json", str(answer))
+    found = json.loads(answer.read_text())
+    assert code == 0 and found["answer"] == "no regression" and not found["rows"], out + err
+    assert [s["kind"] for s in found["steps"]] == ["endpoints"]  # nothing is searched
+    assert "NO REGRESSION between GOOD and BAD" in out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["no-such-rev"], "'no-such-rev' is not a revision of"),
+    (["{slow}", "{good}"], "is not an ancestor of BAD"),
+    (["{good}", "{good}"], "GOOD and BAD are the same commit"),
+    (["", "{slow}"], "GOOD is an empty revision name"),
+    (["{good}", "{docs}", "-k", "no_such_case"], "no benchmark of its suite is selected"),
+    (["{good}", "--from", "missing.json"], "--from missing.json: cannot be read"),
+])
+def test_unusable_input_is_one_message_and_exit_2(history: dict, args: list[str], message: str) -> None:
+    filled = [a.format(**history) for a in args]
+    fast = [] if "-k" in filled else ["--preset", "smoke", "--rounds", "2"]
+    code, out, err = bisect(history["repo"], *filled, *fast)
+    assert code == 2 and message in err and "Traceback" not in err, out + err
+    assert len([line for line in err.splitlines() if "error:" in line]) == 1, err
