@@ -1,7 +1,7 @@
-"""`sdpa-bench bisect` on a real planted history: a plug-in written by `quickstart` in a new git repository, five
+"""`sdpa-bench bisect` on real planted histories: a plug-in written by `quickstart` in a new git repository, five
 commits after GOOD (docs, a pyproject.toml that does not parse, its fix, the toy kernel made three times slower,
-docs). Every step is a real `continuous` comparison (real git, pip, pytest-benchmark and torch), restricted to one
-case so that the search takes about two minutes on a 2-core CPU.
+docs); and three releases of a toy kernel library, the second one slower, as wheels pip finds without an index.
+Every step is a real `continuous` comparison (real git, pip, pytest-benchmark and torch), restricted to one case.
 """
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import contextlib
 import io
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -108,3 +110,37 @@ def test_unusable_input_is_one_message_and_exit_2(history: dict, args: list[str]
     code, out, err = bisect(history["repo"], *filled, *fast)
     assert code == 2 and message in err and "Traceback" not in err, out + err
     assert len([line for line in err.splitlines() if "error:" in line]) == 1, err
+
+
+def wheels(root: Path, slow_from: str, versions: list[str]) -> Path:
+    """Wheels of a toy kernel library `toykernel` (a plug-in written by quickstart) at `versions`, its kernel three
+    times slower from `slow_from` on, in a folder pip finds them in (no index)."""
+    source, dist = root / "toykernel", root / "wheels"
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        assert main(["quickstart", "--name", "toykernel", "--dest", str(source)]) == 0
+    meta, kernel = source / "pyproject.toml", source / "src" / "toykernel" / "__init__.py"
+    declared, fast = meta.read_text(), kernel.read_text()
+    for version in versions:
+        meta.write_text(declared.replace('version = "0.1.0"', f'version = "{version}"', 1))
+        slow = tuple(int(x) for x in version.split(".")) >= tuple(int(x) for x in slow_from.split("."))
+        kernel.write_text(fast.replace(SLOWER[0], SLOWER[1]) if slow else fast)
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-index",
+                        "--no-build-isolation", "-w", str(dist), str(source)], check=True, timeout=300,
+                       capture_output=True)
+    return dist
+
+
+def test_the_release_that_made_a_library_slower_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    dist = wheels(tmp_path, "1.1", ["1.0", "1.1", "1.2"])
+    monkeypatch.setenv("PIP_FIND_LINKS", str(dist))  # pip's own configuration: `pip index versions` lists these
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    away = tmp_path / "away"  # no repository: the same sdpa-bench on both sides, only the release differs
+    away.mkdir()
+    answer = tmp_path / "answer.json"
+    code, out, err = bisect(away, "--package", "toykernel", "1.0", "1.2", "--impl", "toykernel", *FAST,
+                            "--env-cache", str(tmp_path / "envs"), "--json", str(answer))
+    assert code == 1 and "Traceback" not in err, out + err
+    found = json.loads(answer.read_text())
+    assert found["commits"] == ["toykernel==1.1", "toykernel==1.2"] and found["culprit"] == "toykernel==1.1", out
+    assert found["files"] == ["toykernel 1.0 → 1.1"] and found["steps"][-1]["base"] == "toykernel==1.0"
+    assert [s["kind"] for s in found["steps"]] == ["endpoints", "search", "confirm"], found["steps"]

@@ -1,10 +1,13 @@
 """`sdpa-bench bisect GOOD [BAD]`: find the commit that made attention slower, or say that nothing did.
 
     sdpa-bench bisect GOOD [BAD] [--impl NAME ...] [-k EXPR] [--from VERDICT.json] [--preset NAME]
+                      [--package NAME [--versions V1,V2,...] [--pre]]
                       [--rounds N] [--max-time S] [--adaptive-budget S] [--adaptive-rounds N] [--round-timeout S]
                       [--seed N] [--env-cache DIR] [--config FILE] [--markdown FILE] [--json FILE]
 
-Runs in sdpa-bench's repository or at the root of a plug-in's, as `continuous` does; BAD defaults to HEAD. Every
+Runs in sdpa-bench's repository or at the root of a plug-in's, as `continuous` does; BAD defaults to HEAD. With
+--package, GOOD and BAD are versions of that package and the search is over its releases between them, from any
+folder (continuous.lines). Every
 step is one `continuous` comparison of two commits, restricted to the rows under test (continuous.bisect says how
 steps are judged and searched). Exit 0 no regression between GOOD and BAD, 1 culprit found and confirmed, 3 GOOD and
 BAD differ but the culprit was not pinned down (the commits it is among are named), 2 unusable input. This module
@@ -20,19 +23,30 @@ import time
 from pathlib import Path
 
 from ..bench.grid import PRESETS
-from ..continuous.bisect import Query, rows_from_verdict, search
+from ..continuous.bisect import Query, search
 from ..continuous.bisect_render import as_dict, render
 from ..continuous.comparison import ADAPTIVE_BUDGET, MAX_TIME, ROUND_TIMEOUT, ROUNDS, Plan
 from ..continuous.project import find
+from ..continuous.steps import rows_from_verdict
 from ..credentials import redact
 from ..errors import USAGE_EXIT, GateInputError, UsageError
 from ..fmt import fmt_duration
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("good", metavar="GOOD", help="a revision known to be fast (e.g. the last release's tag)")
-    parser.add_argument("bad", nargs="?", default="HEAD", metavar="BAD",
-                        help="a later revision known to be slower (default: HEAD); GOOD must be its ancestor")
+    parser.add_argument("good", metavar="GOOD", help="a revision known to be fast (e.g. the last release's tag); "
+                                                     "with --package, a version")
+    parser.add_argument("bad", nargs="?", default=None, metavar="BAD",
+                        help="a later revision known to be slower (default: HEAD); GOOD must be its ancestor; with "
+                             "--package, a later version (required)")
+    line = parser.add_argument_group("releases of a package instead of commits")
+    line.add_argument("--package", metavar="NAME",
+                      help="search the releases of this package (e.g. torch) from GOOD to BAD: the same code on both "
+                           "sides, each side this environment with that release installed on top (built once, "
+                           "cached in --env-cache)")
+    line.add_argument("--versions", metavar="V1,V2,...",
+                      help="the releases to search, instead of those the package index offers (pip index versions)")
+    line.add_argument("--pre", action="store_true", help="include pre-releases and nightlies the index offers")
     what = parser.add_argument_group("what to measure (default: the preset's benchmarks of every implementation, or "
                                      "a plug-in's own)")
     what.add_argument("--impl", action="append", metavar="NAME",
@@ -84,10 +98,16 @@ def run(args: argparse.Namespace) -> int:
         if args.from_verdict and args.select:
             raise UsageError("--from and -k both choose the rows: give one")
         rows = rows_from_verdict(args.from_verdict) if args.from_verdict else ()
-        query = Query(args.good, args.bad, tuple(args.impl or ()), args.select, rows, args.env_cache, args.config)
+        if args.package and args.bad is None:
+            raise UsageError("--package needs BAD: the later version, known to be slower")
+        if (args.versions or args.pre) and not args.package:
+            raise UsageError("--versions and --pre choose releases: give --package too")
+        versions = tuple(v.strip() for v in args.versions.split(",") if v.strip()) if args.versions else None
+        query = Query(args.good, args.bad or "HEAD", tuple(args.impl or ()), args.select, rows, args.env_cache,
+                      args.config, args.package, versions, args.pre)
         plan = Plan(args.preset, args.rounds, args.max_time, args.adaptive_budget, args.adaptive_rounds,
                     args.round_timeout, args.seed)
-        result = search(query, plan, find(Path.cwd(), True), progress)
+        result = search(query, plan, find(Path.cwd(), not args.package), progress)
         sys.stdout.write(redact(render(result)))
         if args.markdown:
             _write(args.markdown, render(result, markdown=True))

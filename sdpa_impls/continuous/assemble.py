@@ -97,8 +97,10 @@ def _environments(request: Request, sides: dict[str, Side], progress, scratch: P
             else:
                 notes.append(f"{role}: this environment satisfies its declared dependencies and runs it.")
     cache = Path(request.env_cache) if request.env_cache else None
-    chosen = {role: prepare(specs[role], cache, progress, scratch) if role in specs else here
-              for role in ("base", "head")}
+    chosen = {}
+    for role in ("base", "head"):
+        with _as_side(sides[role]):  # an environment pip cannot build is that side's: a search skips it
+            chosen[role] = prepare(specs[role], cache, progress, scratch) if role in specs else here
     for role, env in chosen.items():
         progress(f"{role}: environment {env.spec or 'of this interpreter'}: {env.how}")
     return chosen, notes

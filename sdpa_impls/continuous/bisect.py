@@ -29,7 +29,6 @@ culprit was not pinned down (the commits left are named), 2 unusable input (comm
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import time
 from collections.abc import Callable
@@ -41,11 +40,12 @@ from ..gate.config import load_config
 from .adaptive import keyword, selection
 from .assemble import Request
 from .comparison import Comparison, Plan, compare
+from .lines import commits, releases
 from .project import NONE, Project
-from .revisions import changed_files, describe, first_parents, parent, resolve
-from .verdict import NOT_SLOWER, SLOWER
+from .steps import (DIFFERENT, SAME, SKIPPED, UNKNOWN, RowStep, Step, row_steps, selection_of, step_notes,
+                    verdict_of)
+from .verdict import SLOWER
 
-DIFFERENT, SAME, UNKNOWN, SKIPPED = "DIFFERENT", "SAME", "UNKNOWN", "SKIPPED"
 NO_REGRESSION, CULPRIT, INCONCLUSIVE = "no regression", "culprit", "inconclusive"
 EXIT = {NO_REGRESSION: 0, CULPRIT: 1, INCONCLUSIVE: 3}
 ENDPOINTS, SEARCH, AGAINST_BAD, CONFIRM = "endpoints", "search", "against BAD", "confirm"
@@ -70,37 +70,9 @@ class Query:
     rows: tuple[tuple[str, str], ...] = ()
     env_cache: str | None = None
     config: str | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class RowStep:
-    """One row under test in one step: head/base ratio of medians, 95 % interval, and its three-way verdict."""
-
-    label: str
-    ratio: float | None
-    interval: tuple[float, float] | None
-    verdict: str
-
-    def text(self) -> str:
-        if self.ratio is None or self.interval is None:
-            return f"{self.label}: not measured ({self.verdict})"
-        return f"{self.label}: ×{self.ratio:.3f} ({self.interval[0]:.3f}–{self.interval[1]:.3f}) {self.verdict}"
-
-
-@dataclasses.dataclass(frozen=True)
-class Step:
-    """One comparison of the search (or a skipped commit): what it was for, base and head (hash and subject), its
-    verdict, the floor it was judged at, the rows, what it took, and notes (a skip's reason, the adaptive rounds,
-    kernels and environments that differ)."""
-
-    kind: str
-    base: str
-    head: str
-    verdict: str
-    floor: float
-    rows: tuple[RowStep, ...] = ()
-    seconds: float = 0.0
-    notes: tuple[str, ...] = ()
+    package: str | None = None
+    versions: tuple[str, ...] | None = None
+    pre: bool = False
 
 
 @dataclasses.dataclass
@@ -121,6 +93,7 @@ class Search:
     skipped: dict[str, str] = dataclasses.field(default_factory=dict)
     notes: list[str] = dataclasses.field(default_factory=list)
     seconds: float = 0.0
+    unit: str = "commit"
 
     @property
     def exit_code(self) -> int:
@@ -131,98 +104,50 @@ class Search:
         return sum(s.verdict != SKIPPED for s in self.steps)
 
 
-def _decision(decision: str | None) -> str:
-    return {SLOWER: DIFFERENT, NOT_SLOWER: SAME}.get(decision or "", UNKNOWN)
-
-
-def _row_steps(comparison: Comparison, labels: tuple[str, ...]) -> tuple[RowStep, ...]:
-    found = {r.label: r for r in comparison.report.rows}
-    return tuple(RowStep(label, found[label].ratio, found[label].interval, _decision(found[label].decision))
-                 if label in found else RowStep(label, None, None, UNKNOWN) for label in labels)
-
-
-def _verdict(rows: tuple[RowStep, ...]) -> str:
-    if any(r.verdict == DIFFERENT for r in rows):
-        return DIFFERENT
-    if rows and all(r.verdict == SAME for r in rows):
-        return SAME
-    return UNKNOWN
-
-
-def _step_notes(comparison: Comparison, labels: tuple[str, ...]) -> tuple[str, ...]:
-    """What a person reads beside a step's verdict: its adaptive rounds, the kernels that differ on the rows under
-    test, and the environments' differences."""
-    kernels = [f"kernels {c.subject}: {c.message}" for r in comparison.report.rows if r.label in labels
-               for c in r.checks if c.kind == "kernels"]
-    adaptive = [n for n in comparison.run_notes if n.startswith("adaptive rounds")]
-    return (*adaptive, *kernels, *comparison.header)
-
-
-def rows_from_verdict(path: str) -> tuple[tuple[str, str], ...]:
-    """The (impl, case) rows a `continuous --json` verdict found slower; UsageError when there are none."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-        rows = tuple((r["impl"], r["case"]) for r in data["rows"] if r.get("decision") == SLOWER)
-    except OSError as exc:
-        raise UsageError(f"--from {path}: cannot be read ({exc.strerror or exc})") from None
-    except (ValueError, KeyError, TypeError) as exc:
-        raise UsageError(f"--from {path}: not a verdict of `sdpa-bench continuous --json` ({exc})") from None
-    if not rows:
-        raise UsageError(f"--from {path}: no benchmark in it was slower (decision \"slower\"): nothing to search for")
-    return rows
-
-
-def _selection_of(query: Query, reference: str) -> str | None:
-    """The -k expression of the endpoints: the rows of a verdict (with the time reference on their cases), else the
-    query's own expression."""
-    if query.rows:
-        cases = dict.fromkeys(case for _, case in query.rows)
-        terms = [f"[{impl}-{case}]" for impl, case in query.rows] + ([f"[{reference}-{c}]" for c in cases]
-                                                                     if reference else [])
-        try:
-            return keyword(list(dict.fromkeys(terms)))
-        except ValueError as exc:
-            raise UsageError(f"--from: {exc}") from None
-    return query.select
-
-
 class _Searcher:
     """The state of one search; `run()` fills `self.result`."""
 
     def __init__(self, query: Query, plan: Plan, project: Project, progress: Callable[[str], None]) -> None:
-        if project.kind == NONE or project.root is None:
-            raise UsageError("bisect searches the commits of a git repository: run it in sdpa-bench's repository "
-                             "or at the root of a plug-in's")
         for name, value in (("GOOD", query.good), ("BAD", query.bad)):
             if not value or not value.strip():
-                raise UsageError(f"{name} is an empty revision name: name a revision")
+                raise UsageError(f"{name} is an empty {'version' if query.package else 'revision name'}: name one")
         plan.check()
-        self.query, self.plan, self.project, self.progress = query, plan, project, progress
-        self.root: Path = project.root
-        self.good, self.bad = resolve(self.root, query.good), resolve(self.root, query.bad)
-        self.commits = first_parents(self.root, self.good, self.bad)
+        self.query, self.plan, self.progress = query, plan, progress
+        template = Request(None, None, None, None, query.env_cache, query.impl, query.config)
+        if query.package:
+            self.line = releases(project, query.package, query.good, query.bad, template, query.versions, query.pre)
+        else:
+            if project.kind == NONE:
+                raise UsageError("bisect searches the commits of a git repository: run it in sdpa-bench's "
+                                 "repository or at the root of a plug-in's (or give --package to search a package's "
+                                 "releases)")
+            self.line = commits(project, query.good, query.bad, template)
+        self.project = self.line.project
+        self.good, self.bad = self.line.points[0], self.line.points[-1]
+        self.commits = list(self.line.points[1:])
         self.budget = comparison_budget(len(self.commits))
-        self.result = Search(describe(self.root, self.good), describe(self.root, self.bad),
-                             [describe(self.root, c) for c in self.commits])
+        self.result = Search(self.line.name(self.good), self.line.name(self.bad),
+                             [self.line.name(c) for c in self.commits], unit=self.line.unit)
         self.labels: tuple[str, ...] = ()
         self.floor = 0.0
         self.select: str | None = None
 
     def _compare(self, kind: str, base: str, head: str) -> tuple[Comparison, Step]:
         index = len(self.result.steps) + 1
-        names = describe(self.root, base), describe(self.root, head)
-        tag = f"step {index} ({kind}): {names[1][:7]} against {names[0][:7]}"
+        names = self.line.name(base), self.line.name(head)
+        short = [n[:7] if self.line.unit == "commit" else n for n in names]
+        tag = f"step {index} ({kind}): {short[1]} against {short[0]}"
         self.progress(f"{tag}: measuring" + (f" {len(self.labels)} row(s) at floor ×{self.floor:.4f}"
                                              if self.labels else ""))
         seed = None if self.plan.seed is None else self.plan.seed + index
         plan = dataclasses.replace(self.plan, seed=seed, select=self.select, time_floor=self.floor or None)
-        request = Request(base, head, None, None, self.query.env_cache, self.query.impl, self.query.config)
+        request = self.line.request(base, head)
         start = time.monotonic()
         comparison = compare(request, plan, self.project, lambda text: self.progress(f"  {tag}: {text}"))
         labels = self.labels or tuple(r.label for r in comparison.report.rows if r.decision is not None)
-        rows = _row_steps(comparison, labels)
-        step = Step(kind, names[0], names[1], _verdict(rows), comparison.report.factor, rows,
-                    time.monotonic() - start, _step_notes(comparison, labels))
+        rows = row_steps(comparison, labels)
+        step = Step(kind, names[0], names[1], verdict_of(rows), comparison.report.factor, rows,
+                    time.monotonic() - start, step_notes(comparison, labels))
         self.result.steps.append(step)
         self.progress(f"{tag}: {step.verdict} ({fmt_duration(step.seconds)})")
         return comparison, step
@@ -230,8 +155,8 @@ class _Searcher:
     def _endpoints(self) -> bool:
         """GOOD against BAD at the gate's floor; the rows under test and the steps' floor and selection. False when
         there is no regression to search for."""
-        reference = load_config(self.query.config, start=self.root).time_reference
-        self.select = _selection_of(self.query, reference)
+        reference = load_config(self.query.config, start=self.project.root or Path.cwd()).time_reference
+        self.select = selection_of(self.query.rows, self.query.select, reference)
         try:
             comparison, step = self._compare(ENDPOINTS, self.good, self.bad)
         except SideError as exc:
@@ -270,7 +195,7 @@ class _Searcher:
         except SideError as exc:
             if exc.role != role:  # GOOD or BAD, which ran at the endpoints
                 raise
-            described = describe(self.root, commit)
+            described = self.line.name(commit)
             self.result.skipped[described] = str(exc)
             self.result.steps.append(Step("skip", "", described, SKIPPED, self.floor, notes=(str(exc),)))
             self.progress(f"{described}: skipped, {exc}")
@@ -278,7 +203,7 @@ class _Searcher:
 
     def run(self) -> Search:
         start = time.monotonic()
-        self.progress(f"bisect: {len(self.commits)} commit(s) after GOOD {self.result.good} up to BAD "
+        self.progress(f"bisect: {len(self.commits)} {self.line.unit}(s) after GOOD {self.result.good} up to BAD "
                       f"{self.result.bad}; at most {self.budget} comparisons")
         try:
             if not self._endpoints():
@@ -295,8 +220,8 @@ class _Searcher:
         while hi - lo > 1:
             open_ = [i for i in range(lo + 1, hi) if i not in tried]
             if not open_:
-                return self._inconclusive(lo, hi, "every commit between the last SAME and the first DIFFERENT one "
-                                                  "was skipped")
+                return self._inconclusive(lo, hi, f"every {self.line.unit} between the last SAME and the first "
+                                                  "DIFFERENT one was skipped")
             if self.result.comparisons >= self.budget:
                 return self._inconclusive(lo, hi, f"the search used its {self.budget} comparisons")
             mid = min(open_, key=lambda i: (abs(i - (lo + hi) / 2), i))
@@ -314,14 +239,14 @@ class _Searcher:
     def _inconclusive(self, lo: int, hi: int, why: str) -> None:
         self.result.answer = INCONCLUSIVE
         self.result.among = self.result.commits[lo + 1:hi + 1]
-        self.result.notes.append(f"stopped: {why}; the first slower commit is one of the {len(self.result.among)} "
-                                 "named.")
+        self.result.notes.append(f"stopped: {why}; the first slower {self.line.unit} is one of the "
+                                 f"{len(self.result.among)} named.")
 
     def _confirm(self, hi: int) -> None:
         culprit = self.commits[hi]
-        before = parent(self.root, culprit)
+        before = self.line.before(culprit)
         _, step = self._compare(CONFIRM, before, culprit)
-        self.result.files = changed_files(self.root, before, culprit)
+        self.result.files = self.line.differences(before, culprit)
         if step.verdict != DIFFERENT:
             self.result.answer = INCONCLUSIVE
             self.result.among = [self.result.commits[hi]]

@@ -1,0 +1,106 @@
+"""What `sdpa-bench bisect` searches: a line of points from GOOD to BAD, and how any two of them become one
+comparison's request.
+
+    commits(project, good, bad, request)            -> Line   # first-parent commits of a repository
+    releases(project, package, good, bad, request)  -> Line   # versions of a package the index offers
+
+A line names its points for people (`abc1234 subject`, `torch==2.14.1`), says which point comes before another
+(the parent commit, the previous release), and what differs between two (files changed, or the package's
+versions). Between two commits the code differs and the environment is what they declare; between two releases the
+code is the same on both sides (the working tree, or the running sdpa-bench) and each side's environment is this
+one with that release installed on top (continuous.envs, built once and cached).
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+
+from ..errors import UsageError
+from .assemble import Request
+from .project import Project
+from .revisions import changed_files, describe, first_parents, parent, resolve
+
+PACKAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+@dataclasses.dataclass(frozen=True)
+class Line:
+    """Points GOOD first, BAD last; `name(point)`; `request(base, head)` of one comparison; `before(point)`, what
+    the point is confirmed against; `differences(before, after)`, what changed between them; `unit`, what a point
+    is called ("commit" or "release")."""
+
+    points: tuple[str, ...]
+    name: Callable[[str], str]
+    request: Callable[[str, str], Request]
+    before: Callable[[str], str]
+    differences: Callable[[str, str], list[str]]
+    unit: str
+    project: Project
+
+
+def commits(project: Project, good: str, bad: str, template: Request) -> Line:
+    """The commits of BAD's first-parent line after GOOD (revisions.first_parents), GOOD first."""
+    if project.root is None:
+        raise UsageError("bisect searches the commits of a git repository: run it in sdpa-bench's repository or at "
+                         "the root of a plug-in's (or give --package to search a package's releases)")
+    root = project.root
+    first, last = resolve(root, good), resolve(root, bad)
+    points = (first, *first_parents(root, first, last))
+    return Line(points, lambda c: describe(root, c),
+                lambda b, h: dataclasses.replace(template, base=b, head=h),
+                lambda c: parent(root, c), lambda a, b: changed_files(root, a, b), "commit", project)
+
+
+def _key(version: str) -> object:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(version)
+    except InvalidVersion:
+        raise UsageError(f"{version!r} is not a version (PEP 440)") from None
+
+
+def index_versions(package: str, python: str = sys.executable, pre: bool = False) -> list[str]:
+    """The versions of `package` the package index offers, as pip sees it (its configuration: index URLs, find-links,
+    a nightly index): `pip index versions`. UsageError when pip cannot list them."""
+    cmd = [python, "-m", "pip", "index", "versions", package, "--disable-pip-version-check"] + (["--pre"] if pre
+                                                                                                  else [])
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise UsageError(f"pip index versions {package}: {exc}") from None
+    found = re.search(r"Available versions:\s*(.+)", done.stdout)
+    if done.returncode != 0 or not found:
+        last = ((done.stderr or done.stdout).strip().splitlines() or ["no versions listed"])[-1]
+        raise UsageError(f"pip index versions {package}: {last}")
+    return [v.strip() for v in found.group(1).split(",") if v.strip()]
+
+
+def between(versions: Sequence[str], good: str, bad: str) -> list[str]:
+    """GOOD, the versions after it up to BAD, and BAD, in version order; UsageError when GOOD is not older."""
+    low, high = _key(good), _key(bad)
+    if not low < high:
+        raise UsageError(f"GOOD {good} is not older than BAD {bad}: name an older GOOD, or swap them")
+    # a local build (2.13.0+cpu) is the same release as 2.13.0 to a search: public versions only between the ends
+    inside = sorted({v for v in versions if "+" not in v and low < _key(v) < high}, key=_key)
+    return [good, *inside, bad]
+
+
+def releases(project: Project, package: str, good: str, bad: str, template: Request,
+             versions: Sequence[str] | None = None, pre: bool = False) -> Line:
+    """Releases of `package` from GOOD to BAD: `versions` when given, else what the index offers between them."""
+    if not PACKAGE_NAME.fullmatch(package):
+        raise UsageError(f"--package {package!r} is not a package name")
+    points = tuple(between(versions if versions is not None else index_versions(package, pre=pre), good, bad))
+    order = {v: i for i, v in enumerate(points)}
+
+    def spec(version: str) -> str:
+        return f"{package}=={version}"
+
+    return Line(points, spec,
+                lambda b, h: dataclasses.replace(template, base=None, head=None, base_env=spec(b), head_env=spec(h)),
+                lambda v: points[order[v] - 1], lambda a, b: [f"{package} {a} → {b}"], "release", project)
+

@@ -1,0 +1,106 @@
+"""One step of `sdpa-bench bisect` read from one comparison: each row under test DIFFERENT (head slower than base by
+more than the step's floor: verdict.decide's "slower"), SAME (the interval at or below the floor: "not slower") or
+UNKNOWN (undecided); the step DIFFERENT when any row is, SAME when every one is, else UNKNOWN. And what a search
+measures: the rows a `continuous --json` verdict found slower, as a pytest -k expression.
+
+    row_steps(comparison, labels) -> (RowStep, ...)   /   verdict_of(rows) -> DIFFERENT | SAME | UNKNOWN
+    rows_from_verdict(path) -> ((impl, case), ...)    /   selection_of(rows, select, reference) -> -k expression
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from ..errors import UsageError
+from .adaptive import keyword
+from .comparison import Comparison
+from .verdict import NOT_SLOWER, SLOWER
+
+DIFFERENT, SAME, UNKNOWN, SKIPPED = "DIFFERENT", "SAME", "UNKNOWN", "SKIPPED"
+
+
+@dataclasses.dataclass(frozen=True)
+class RowStep:
+    """One row under test in one step: head/base ratio of medians, 95 % interval, and its three-way verdict."""
+
+    label: str
+    ratio: float | None
+    interval: tuple[float, float] | None
+    verdict: str
+
+    def text(self) -> str:
+        if self.ratio is None or self.interval is None:
+            return f"{self.label}: not measured ({self.verdict})"
+        return f"{self.label}: ×{self.ratio:.3f} ({self.interval[0]:.3f}–{self.interval[1]:.3f}) {self.verdict}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One comparison of the search (or a skipped commit): what it was for, base and head (hash and subject), its
+    verdict, the floor it was judged at, the rows, what it took, and notes (a skip's reason, the adaptive rounds,
+    kernels and environments that differ)."""
+
+    kind: str
+    base: str
+    head: str
+    verdict: str
+    floor: float
+    rows: tuple[RowStep, ...] = ()
+    seconds: float = 0.0
+    notes: tuple[str, ...] = ()
+
+
+def _decision(decision: str | None) -> str:
+    return {SLOWER: DIFFERENT, NOT_SLOWER: SAME}.get(decision or "", UNKNOWN)
+
+
+def row_steps(comparison: Comparison, labels: tuple[str, ...]) -> tuple[RowStep, ...]:
+    found = {r.label: r for r in comparison.report.rows}
+    return tuple(RowStep(label, found[label].ratio, found[label].interval, _decision(found[label].decision))
+                 if label in found else RowStep(label, None, None, UNKNOWN) for label in labels)
+
+
+def verdict_of(rows: tuple[RowStep, ...]) -> str:
+    if any(r.verdict == DIFFERENT for r in rows):
+        return DIFFERENT
+    if rows and all(r.verdict == SAME for r in rows):
+        return SAME
+    return UNKNOWN
+
+
+def step_notes(comparison: Comparison, labels: tuple[str, ...]) -> tuple[str, ...]:
+    """What a person reads beside a step's verdict: its adaptive rounds, the kernels that differ on the rows under
+    test, and the environments' differences."""
+    kernels = [f"kernels {c.subject}: {c.message}" for r in comparison.report.rows if r.label in labels
+               for c in r.checks if c.kind == "kernels"]
+    adaptive = [n for n in comparison.run_notes if n.startswith("adaptive rounds")]
+    return (*adaptive, *kernels, *comparison.header)
+
+
+def rows_from_verdict(path: str) -> tuple[tuple[str, str], ...]:
+    """The (impl, case) rows a `continuous --json` verdict found slower; UsageError when there are none."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        rows = tuple((r["impl"], r["case"]) for r in data["rows"] if r.get("decision") == SLOWER)
+    except OSError as exc:
+        raise UsageError(f"--from {path}: cannot be read ({exc.strerror or exc})") from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UsageError(f"--from {path}: not a verdict of `sdpa-bench continuous --json` ({exc})") from None
+    if not rows:
+        raise UsageError(f"--from {path}: no benchmark in it was slower (decision \"slower\"): nothing to search for")
+    return rows
+
+
+def selection_of(rows: tuple[tuple[str, str], ...], select: str | None, reference: str) -> str | None:
+    """The -k expression of the endpoints: the (impl, case) `rows` of a verdict (with the time reference on their
+    cases), else `select` as given."""
+    if rows:
+        cases = dict.fromkeys(case for _, case in rows)
+        terms = [f"[{impl}-{case}]" for impl, case in rows] + ([f"[{reference}-{c}]" for c in cases]
+                                                               if reference else [])
+        try:
+            return keyword(list(dict.fromkeys(terms)))
+        except ValueError as exc:
+            raise UsageError(f"--from: {exc}") from None
+    return select
