@@ -17,20 +17,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import time
 from pathlib import Path
 
 from ..bench.grid import PRESETS
 from ..continuous.bisect import Query, search
 from ..continuous.bisect_render import as_dict, render
-from ..continuous.comparison import ADAPTIVE_BUDGET, MAX_TIME, ROUND_TIMEOUT, ROUNDS, Plan
+from ..continuous.comparison import Plan
 from ..continuous.project import find
 from ..continuous.steps import rows_from_verdict
 from ..credentials import redact
-from ..errors import USAGE_EXIT, GateInputError, UsageError
-from ..fmt import fmt_duration
+from ..errors import UsageError
+from .outputs import add_measuring, guarded, timed_progress, write
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,42 +57,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     what.add_argument("--preset", choices=list(PRESETS), default=None,
                       help="grid preset to measure; default: ci on CPU, gpu-ci on CUDA")
     each = parser.add_argument_group("each comparison (as `continuous`)")
-    each.add_argument("--rounds", type=int, default=ROUNDS, help=f"processes per side (default {ROUNDS})")
-    each.add_argument("--max-time", type=float, default=MAX_TIME, metavar="S",
-                      help=f"pytest-benchmark's --benchmark-max-time per benchmark and process (default {MAX_TIME})")
-    each.add_argument("--adaptive-budget", type=float, default=ADAPTIVE_BUDGET, metavar="S",
-                      help=f"seconds of extra rounds for rows still UNKNOWN after the planned ones (default "
-                           f"{ADAPTIVE_BUDGET:g})")
-    each.add_argument("--adaptive-rounds", type=int, default=None, metavar="N",
-                      help="at most N extra rounds within the budget (default: as many as fit)")
-    each.add_argument("--round-timeout", type=float, default=ROUND_TIMEOUT, metavar="S",
-                      help=f"the longest one side's benchmark process may run (default {ROUND_TIMEOUT:g})")
+    add_measuring(each)
     each.add_argument("--seed", type=int, default=None, metavar="N",
                       help="seed of the first comparison's order of sides; step i uses N+i (default: fresh ones)")
     parser.add_argument("--env-cache", metavar="DIR",
-                        help="where environments built for revisions that declare other dependencies are kept")
+                        help="where built environments are kept: the releases of --package, and revisions that "
+                             "declare other dependencies (default: $SDPA_BENCH_ENV_CACHE, else ~/.cache/sdpa-bench/envs)")
     parser.add_argument("--config", metavar="FILE",
                         help="gate settings (TOML); default: each step's head's pyproject.toml [tool.sdpa_bench.gate]")
     parser.add_argument("--markdown", metavar="FILE", help="also write the answer as Markdown")
     parser.add_argument("--json", metavar="FILE", help="also write the answer as JSON")
 
 
-def _write(path: str, text: str) -> None:
-    try:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(redact(text), encoding="utf-8")
-    except OSError as exc:
-        raise GateInputError(f"{path}: cannot write ({exc.strerror or exc})") from None
-
-
 def run(args: argparse.Namespace) -> int:
     """Exit code: 0 no regression, 1 culprit, 3 not pinned down, 2 for anything else (one message, no traceback)."""
-    start = time.perf_counter()
+    progress = timed_progress()
 
-    def progress(text: str) -> None:
-        print(redact(f"[{fmt_duration(time.perf_counter() - start):>5}] {text}"), file=sys.stderr, flush=True)
-
-    try:
+    def body() -> int:
         if args.from_verdict and args.select:
             raise UsageError("--from and -k both choose the rows: give one")
         rows = rows_from_verdict(args.from_verdict) if args.from_verdict else ()
@@ -110,17 +89,10 @@ def run(args: argparse.Namespace) -> int:
         result = search(query, plan, find(Path.cwd(), not args.package), progress)
         sys.stdout.write(redact(render(result)))
         if args.markdown:
-            _write(args.markdown, render(result, markdown=True))
+            write(args.markdown, render(result, markdown=True))
         if args.json:
-            _write(args.json, json.dumps(as_dict(result), indent=1) + "\n")
+            write(args.json, json.dumps(as_dict(result), indent=1) + "\n")
         progress(f"done: {result.answer}, exit {result.exit_code}")
         return result.exit_code
-    except UsageError as exc:
-        print(redact(f"sdpa-bench bisect: error: {exc}"), file=sys.stderr)
-        return USAGE_EXIT
-    except Exception as exc:  # never exit 1 (a culprit) nor a traceback for what was not foreseen
-        if os.environ.get("SDPA_BENCH_TRACEBACK"):
-            raise
-        first = (str(exc).strip().splitlines() or [""])[0]
-        print(redact(f"sdpa-bench bisect: error: {type(exc).__name__}: {first}"), file=sys.stderr)
-        return USAGE_EXIT
+
+    return guarded("bisect", body)

@@ -31,20 +31,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import time
 from pathlib import Path
 
 from ..bench.grid import PRESETS
 from ..continuous.assemble import Request, compares_revisions
-from ..continuous.comparison import ADAPTIVE_BUDGET, MAX_TIME, ROUND_TIMEOUT, ROUNDS, Plan, compare
+from ..continuous.comparison import Plan, compare
 from ..continuous.project import find
 from ..credentials import redact
-from ..errors import GateInputError, UsageError
-from ..fmt import fmt_duration
-
-EXIT_UNUSABLE = 2
+from .outputs import add_measuring, guarded, timed_progress, write
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -64,20 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="grid preset to measure; default: ci on CPU, gpu-ci on CUDA")
     parser.add_argument("--impl", action="append", metavar="NAME",
                         help="measure only this implementation (repeatable); the time reference is always added")
-    parser.add_argument("--rounds", type=int, default=ROUNDS,
-                        help=f"processes per side, alternating (default {ROUNDS}): more, shorter runs spread a slow "
-                             "period of the machine thinner")
-    parser.add_argument("--max-time", type=float, default=MAX_TIME, metavar="S",
-                        help=f"pytest-benchmark's --benchmark-max-time per benchmark and process (default {MAX_TIME})")
-    parser.add_argument("--adaptive-budget", type=float, default=ADAPTIVE_BUDGET, metavar="S",
-                        help=f"seconds of extra rounds (base and head again, undecided benchmarks only) after the "
-                             f"planned ones, until each benchmark is decided (default {ADAPTIVE_BUDGET:g}; 0: none)")
-    parser.add_argument("--adaptive-rounds", type=int, default=None, metavar="N",
-                        help="at most N extra rounds within the budget (default: as many as fit; a number of rounds "
-                             "is the same on any machine, a budget in seconds is not)")
-    parser.add_argument("--round-timeout", type=float, default=ROUND_TIMEOUT, metavar="S",
-                        help=f"the longest one side's benchmark process may run before the comparison stops with exit "
-                             f"2 (default {ROUND_TIMEOUT:g}; a large preset on a slow CPU needs more)")
+    add_measuring(parser)
     parser.add_argument("--seed", type=int, default=None, metavar="N",
                         help="seed of the random order of sides, folder names and environment sizes (default: a "
                              "fresh one, printed and written to --json)")
@@ -88,23 +70,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keep-runs", metavar="DIR", help="keep the pytest-benchmark JSON of every run in DIR")
 
 
-def _write(path: str, text: str) -> None:
-    try:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(redact(text), encoding="utf-8")
-    except OSError as exc:
-        raise GateInputError(f"{path}: cannot write ({exc.strerror or exc})") from None
-
-
 def run(args: argparse.Namespace) -> int:
     """Exit code: 0 pass, 1 regression, 2 for anything else (one message on stderr, no traceback): what a CI reads.
     No credential of a URL reaches any output (sdpa_impls.credentials)."""
-    start = time.perf_counter()
+    progress = timed_progress()
 
-    def progress(text: str) -> None:
-        print(redact(f"[{fmt_duration(time.perf_counter() - start):>5}] {text}"), file=sys.stderr, flush=True)
-
-    try:
+    def body() -> int:
         request = Request(args.base, args.head, args.base_env, args.head_env, args.env_cache, tuple(args.impl or ()),
                           args.config)
         plan = Plan(args.preset, args.rounds, args.max_time, args.adaptive_budget, args.adaptive_rounds,
@@ -112,17 +83,10 @@ def run(args: argparse.Namespace) -> int:
         comparison = compare(request, plan, find(Path.cwd(), compares_revisions(request)), progress)
         sys.stdout.write(redact(comparison.text()))
         if args.markdown:
-            _write(args.markdown, comparison.text(markdown=True))
+            write(args.markdown, comparison.text(markdown=True))
         if args.json:
-            _write(args.json, json.dumps(comparison.as_json(), indent=1) + "\n")
+            write(args.json, json.dumps(comparison.as_json(), indent=1) + "\n")
         progress(f"done: exit {comparison.exit_code}")
         return comparison.exit_code
-    except UsageError as exc:  # GateInputError included: a side that does not install, import or run
-        print(redact(f"sdpa-bench continuous: error: {exc}"), file=sys.stderr)
-        return EXIT_UNUSABLE
-    except Exception as exc:  # not the answer: never exit 1 (a regression) nor a traceback
-        if os.environ.get("SDPA_BENCH_TRACEBACK"):
-            raise
-        first = (str(exc).strip().splitlines() or [""])[0]
-        print(redact(f"sdpa-bench continuous: error: {type(exc).__name__}: {first}"), file=sys.stderr)
-        return EXIT_UNUSABLE
+
+    return guarded("continuous", body)

@@ -1,0 +1,73 @@
+"""What the commands that compare (`continuous`, `bisect`) share at the command line: how each comparison measures,
+progress lines with the time since the start, answers written to files, and the 0/1/2 contract held against any error.
+
+    add_measuring(parser)                # --rounds, --max-time, --adaptive-budget, --adaptive-rounds, --round-timeout
+    progress = timed_progress()          # progress(text) prints "[  12s] text" to stderr
+    write(path, text)                    # the file, credentials masked; GateInputError when it cannot be written
+    guarded(command, body) -> int        # body()'s exit code, or 2 with one line for any error, never a traceback
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from ..continuous.comparison import ADAPTIVE_BUDGET, MAX_TIME, ROUND_TIMEOUT, ROUNDS
+from ..credentials import redact
+from ..errors import USAGE_EXIT, GateInputError, UsageError
+from ..fmt import fmt_duration
+
+
+def add_measuring(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """The options of how both sides of a comparison are measured (continuous.comparison.Plan)."""
+    parser.add_argument("--rounds", type=int, default=ROUNDS,
+                        help=f"processes per side, alternating (default {ROUNDS}): more, shorter runs spread a slow "
+                             "period of the machine thinner")
+    parser.add_argument("--max-time", type=float, default=MAX_TIME, metavar="S",
+                        help=f"pytest-benchmark's --benchmark-max-time per benchmark and process (default {MAX_TIME})")
+    parser.add_argument("--adaptive-budget", type=float, default=ADAPTIVE_BUDGET, metavar="S",
+                        help=f"seconds of extra rounds (base and head again, undecided benchmarks only) after the "
+                             f"planned ones, until each benchmark is decided (default {ADAPTIVE_BUDGET:g}; 0: none)")
+    parser.add_argument("--adaptive-rounds", type=int, default=None, metavar="N",
+                        help="at most N extra rounds within the budget (default: as many as fit; a number of rounds "
+                             "is the same on any machine, a budget in seconds is not)")
+    parser.add_argument("--round-timeout", type=float, default=ROUND_TIMEOUT, metavar="S",
+                        help=f"the longest one side's benchmark process may run before the comparison stops with exit "
+                             f"2 (default {ROUND_TIMEOUT:g}; a large preset on a slow CPU needs more)")
+
+
+def timed_progress() -> Callable[[str], None]:
+    start = time.perf_counter()
+
+    def progress(text: str) -> None:
+        print(redact(f"[{fmt_duration(time.perf_counter() - start):>5}] {text}"), file=sys.stderr, flush=True)
+
+    return progress
+
+
+def write(path: str, text: str) -> None:
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(redact(text), encoding="utf-8")
+    except OSError as exc:
+        raise GateInputError(f"{path}: cannot write ({exc.strerror or exc})") from None
+
+
+def guarded(command: str, body: Callable[[], int]) -> int:
+    """body()'s exit code; a UsageError (a side that does not install, import or run included) or any error nobody
+    foresaw is exit 2 and one line on stderr, credentials masked (SDPA_BENCH_TRACEBACK=1 shows the traceback of
+    the latter): a CI must never read exit 1 from something that is not the answer."""
+    try:
+        return body()
+    except UsageError as exc:
+        print(redact(f"sdpa-bench {command}: error: {exc}"), file=sys.stderr)
+        return USAGE_EXIT
+    except Exception as exc:
+        if os.environ.get("SDPA_BENCH_TRACEBACK"):
+            raise
+        first = (str(exc).strip().splitlines() or [""])[0]
+        print(redact(f"sdpa-bench {command}: error: {type(exc).__name__}: {first}"), file=sys.stderr)
+        return USAGE_EXIT
