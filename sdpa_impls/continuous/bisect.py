@@ -7,8 +7,9 @@ adaptive rounds), read as a three-way verdict. No statistics of its own: a step'
 1. Endpoints: GOOD against BAD at the gate's floor (continuous_time, ×1.03 on a CPU). The rows under test are the
    benchmarks BAD is slower on; with none, the answer is "no regression between GOOD and BAD" and nothing is
    searched (a row still undecided there is named, as `continuous` names it, and does not start a search).
-2. A step asks whether a commit already has the change. Each row under test moved by its endpoint ratio r, so the
-   step's floor is the geometric midpoint between unchanged and changed, t = √r (the smallest r among the rows):
+2. A step asks whether a commit already has the change. Each row under test moved by at least r, the low end of its
+   endpoint interval, so the step's floor is the geometric midpoint between unchanged and changed, t = √r (the
+   smallest r among the rows; a row whose peak memory grew is searched by its exact peak instead, continuous.steps):
    a row is DIFFERENT when head is slower than base by more than t (decide's "slower": significant after the false
    discovery rate, the 95 % interval above t, also with any one run left out), SAME when the interval lies at or
    below t, UNKNOWN otherwise, after the comparison's adaptive rounds. A step is DIFFERENT when any row under test
@@ -42,8 +43,8 @@ from .assemble import Request
 from .comparison import Comparison, Plan, compare
 from .lines import commits, releases
 from .project import NONE, Project
-from .steps import (DIFFERENT, SAME, SKIPPED, UNKNOWN, RowStep, Step, row_steps, selection_of, step_notes,
-                    verdict_of)
+from .steps import (DIFFERENT, SAME, SKIPPED, UNKNOWN, RowStep, Step, memory_failed, row_steps, selection_of,
+                    step_notes, verdict_of)
 from .verdict import SLOWER
 
 NO_REGRESSION, CULPRIT, INCONCLUSIVE = "no regression", "culprit", "inconclusive"
@@ -94,6 +95,7 @@ class Search:
     notes: list[str] = dataclasses.field(default_factory=list)
     seconds: float = 0.0
     unit: str = "commit"
+    undecided: list[str] = dataclasses.field(default_factory=list)  # rows neither slower nor clear at the endpoints
 
     @property
     def exit_code(self) -> int:
@@ -129,6 +131,7 @@ class _Searcher:
         self.result = Search(self.line.name(self.good), self.line.name(self.bad),
                              [self.line.name(c) for c in self.commits], unit=self.line.unit)
         self.labels: tuple[str, ...] = ()
+        self.memory: frozenset[str] = frozenset()
         self.floor = 0.0
         self.select: str | None = None
 
@@ -145,7 +148,7 @@ class _Searcher:
         start = time.monotonic()
         comparison = compare(request, plan, self.project, lambda text: self.progress(f"  {tag}: {text}"))
         labels = self.labels or tuple(r.label for r in comparison.report.rows if r.decision is not None)
-        rows = row_steps(comparison, labels)
+        rows = row_steps(comparison, labels, self.memory)
         step = Step(kind, names[0], names[1], verdict_of(rows), comparison.report.factor, rows,
                     time.monotonic() - start, step_notes(comparison, labels))
         self.result.steps.append(step)
@@ -162,23 +165,31 @@ class _Searcher:
         except SideError as exc:
             raise GateInputError(f"GOOD and BAD cannot be compared, so nothing can be searched: {exc}") from None
         report = comparison.report
-        slower = [r for r in report.rows if r.decision == SLOWER]
+        bigger = [r for r in report.rows if memory_failed(r)]  # exact: searched by peak memory, not time
+        slower = [r for r in report.rows if r.decision == SLOWER and r not in bigger]
         undecided = [r.label for r in report.undecided]
+        self.result.undecided = undecided
         if undecided:
             self.result.notes.append(f"undecided between GOOD and BAD ({len(undecided)}): {', '.join(undecided)}; "
                                      "not searched (neither slower nor clear of the floor, as `continuous` counts "
                                      "them).")
-        if not slower:
+        if not slower and not bigger:
             return False
-        self.labels = tuple(r.label for r in slower)
-        self.result.rows = tuple(RowStep(r.label, r.ratio, r.interval, DIFFERENT) for r in slower)
-        self.floor = math.sqrt(min(r.ratio for r in slower if r.ratio))
+        self.memory = frozenset(r.label for r in bigger)
+        self.labels = tuple(r.label for r in slower + bigger)
+        self.result.rows = row_steps(comparison, self.labels, self.memory)
         try:
-            self.select = keyword(selection(report, reference or "", slower))
+            self.select = keyword(selection(report, reference or "", slower + bigger))
         except ValueError as exc:
             raise GateInputError(f"the rows under test cannot be selected again: {exc}") from None
-        self.result.notes.append(f"steps judged at ×{self.floor:.4f}, the geometric midpoint of 1 and the smallest "
-                                 f"endpoint ratio (×{min(r.ratio for r in slower):.3f}).")
+        if slower:  # the least change the endpoints vouch for: a row chosen for being slower reads high by chance
+            least = min(r.interval[0] for r in slower if r.interval)
+            self.floor = math.sqrt(least)
+            self.result.notes.append(f"time steps judged at ×{self.floor:.4f}, the geometric midpoint of 1 and the "
+                                     f"smallest low end of the endpoints' 95% intervals (×{least:.3f}).")
+        if bigger:
+            self.result.notes.append(f"{len(bigger)} row(s) searched by peak memory, which is exact: a step is "
+                                     "DIFFERENT where head's peak lies above base's.")
         return True
 
     def _ask(self, index: int) -> str:
@@ -234,6 +245,9 @@ class _Searcher:
             elif verdict == UNKNOWN:
                 return self._inconclusive(lo, hi, f"{self.result.commits[mid]} is neither like GOOD nor like BAD "
                                                   "(more than one change in the range, or too noisy to tell)")
+        if self.result.comparisons >= self.budget:
+            return self._inconclusive(lo, hi, f"the search used its {self.budget} comparisons before the "
+                                              "confirmation")
         self._confirm(hi)
 
     def _inconclusive(self, lo: int, hi: int, why: str) -> None:
@@ -258,12 +272,17 @@ class _Searcher:
         for row in step.rows:
             whole = endpoint[row.label]
             if row.verdict == SAME:
-                self.result.notes.append(f"{row.label} is not slower at the culprit: it changed elsewhere between "
-                                         f"GOOD and BAD (bisect again with that row).")
+                self.result.notes.append(f"{row.label} is not {'bigger' if row.memory else 'slower'} at the "
+                                         "culprit: it changed elsewhere between GOOD and BAD (bisect again with that "
+                                         "row).")
+            elif row.memory and whole.ratio and row.ratio and row.ratio < whole.ratio:  # exact: any shortfall counts
+                self.result.notes.append(f"{row.label}: the culprit explains only part of GOOD → BAD's peak memory "
+                                         f"({row.memory} against {whole.memory}): another change in the range adds "
+                                         "to it.")
             elif row.interval and whole.interval and row.interval[1] < whole.interval[0]:
-                self.result.notes.append(f"{row.label}: the culprit explains only part of GOOD → BAD (×{row.ratio:.3f} "
-                                         f"against ×{whole.ratio:.3f}, intervals apart): another change in the "
-                                         "range adds to it.")
+                self.result.notes.append(f"{row.label}: the culprit explains only part of GOOD → BAD "
+                                         f"(×{row.ratio:.3f} against ×{whole.ratio:.3f}, intervals apart): another "
+                                         "change in the range adds to it.")
 
 
 def search(query: Query, plan: Plan, project: Project, progress: Callable[[str], None]) -> Search:

@@ -21,6 +21,8 @@ def _headline(search: Search, shown) -> str:
         return f"CULPRIT {shown(search.culprit)}"
     if search.answer == INCONCLUSIVE:
         return f"INCONCLUSIVE: the first slower commit is one of {len(search.among)}"
+    if search.undecided:  # said in the headline: "no regression" here means none was decided, as the gate reads it
+        return f"NO REGRESSION found between GOOD and BAD ({len(search.undecided)} row(s) undecided)"
     return "NO REGRESSION between GOOD and BAD"
 
 
@@ -44,9 +46,8 @@ def render(search: Search, markdown: bool = False) -> str:
            f"BAD {shown(search.bad)}, {len(search.commits)} commit(s), {search.comparisons} comparison(s), "
            f"{fmt_duration(search.seconds)}", ""]
     if search.rows:
-        out += ["Slower at BAD than at GOOD (the rows under test):"]
-        out += [f"{bullet}{shown(r.label)}: ×{r.ratio:.3f} (95% CI {r.interval[0]:.3f}–{r.interval[1]:.3f})"
-                for r in search.rows if r.ratio is not None and r.interval is not None] + [""]
+        out += ["Slower or bigger at BAD than at GOOD (the rows under test):"]
+        out += [f"{bullet}{shown(r.text())}" for r in search.rows] + [""]
     if search.answer == CULPRIT:
         confirm = search.steps[-1]
         out += [f"Culprit {shown(search.culprit)}, against its parent {shown(confirm.base)}:"]
@@ -78,6 +79,7 @@ def as_dict(search: Search) -> dict:
     """JSON-ready: the answer and exit code, the culprit or the commits left, the rows under test, every step."""
     return {"answer": search.answer, "exit_code": search.exit_code, "good": search.good, "bad": search.bad,
             "commits": search.commits, "culprit": search.culprit, "among": search.among, "files": search.files,
-            "skipped": search.skipped, "rows": [dataclasses.asdict(r) for r in search.rows],
+            "skipped": search.skipped, "undecided": search.undecided,
+            "rows": [dataclasses.asdict(r) for r in search.rows],
             "comparisons": search.comparisons, "seconds": round(search.seconds, 1),
             "steps": [dataclasses.asdict(s) for s in search.steps], "notes": search.notes}

@@ -169,7 +169,8 @@ def _compare(request: Request, plan: Plan, project: Project, work: Path, progres
                  outcome.adaptive.note(), timing_note)
     base, head = sides.base, sides.head
     run = {"seed": schedule.seed, "first_side": list(schedule.orders), "folders": list(folders),
-           "planned_rounds": plan.rounds, "select": plan.select, "environments": {s.role: s.python for s in (base, head)},
+           "planned_rounds": plan.rounds, "select": plan.select,
+           "environments": {s.role: s.python for s in (base, head)},
            "project": {"kind": project.kind, "root": str(project.root or ""), "package": project.package,
                        "sdpa_bench": sdpa_impls.__version__, "impls": {s.role: list(s.impls) for s in (base, head)}},
            "adaptive": dataclasses.asdict(outcome.adaptive), "timing": timing}

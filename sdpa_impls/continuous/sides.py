@@ -90,8 +90,8 @@ def side_env(side: Side, cpu: bool, padding: str = "") -> dict[str, str]:
 
 
 def _run(side: Side, what: str, cmd: list[str], timeout: float, **kwargs: object) -> subprocess.CompletedProcess:
-    """A step of a side in a process of its own; SideError (a GateInputError) naming the side and the step when the process
-    cannot start or runs past `timeout`."""
+    """A step of a side in a process of its own; SideError (a GateInputError) naming the side and the step when the
+    process cannot start or runs past `timeout`."""
     try:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kwargs)
     except subprocess.TimeoutExpired:

@@ -1,5 +1,6 @@
 """One step of `sdpa-bench bisect` read from one comparison: each row under test DIFFERENT (head slower than base by
-more than the step's floor: verdict.decide's "slower"), SAME (the interval at or below the floor: "not slower") or
+more than the step's floor: verdict.decide's "slower"; or, for a row whose peak memory grew between GOOD and BAD,
+head's peak above base's, exact), SAME (the interval at or below the floor: "not slower"; the same peak) or
 UNKNOWN (undecided); the step DIFFERENT when any row is, SAME when every one is, else UNKNOWN. And what a search
 measures: the rows a `continuous --json` verdict found slower, as a pytest -k expression.
 
@@ -13,9 +14,10 @@ import json
 from pathlib import Path
 
 from ..errors import UsageError
+from ..fmt import fmt_bytes
 from .adaptive import keyword
 from .comparison import Comparison
-from .verdict import NOT_SLOWER, SLOWER
+from .verdict import NOT_SLOWER, SLOWER, Row
 
 DIFFERENT, SAME, UNKNOWN, SKIPPED = "DIFFERENT", "SAME", "UNKNOWN", "SKIPPED"
 
@@ -28,8 +30,11 @@ class RowStep:
     ratio: float | None
     interval: tuple[float, float] | None
     verdict: str
+    memory: str = ""  # a memory row: its peaks, base → head (the row's time is not what is searched)
 
     def text(self) -> str:
+        if self.memory:
+            return f"{self.label}: peak memory {self.memory} {self.verdict}"
         if self.ratio is None or self.interval is None:
             return f"{self.label}: not measured ({self.verdict})"
         return f"{self.label}: ×{self.ratio:.3f} ({self.interval[0]:.3f}–{self.interval[1]:.3f}) {self.verdict}"
@@ -55,10 +60,38 @@ def _decision(decision: str | None) -> str:
     return {SLOWER: DIFFERENT, NOT_SLOWER: SAME}.get(decision or "", UNKNOWN)
 
 
-def row_steps(comparison: Comparison, labels: tuple[str, ...]) -> tuple[RowStep, ...]:
+def memory_failed(row: Row) -> bool:
+    """Whether the row's exact peak-memory check failed: head's smallest peak above base's largest."""
+    return any(c.kind == "memory" and c.failed for c in row.checks)
+
+
+def _memory_step(row: Row) -> RowStep:
+    """A memory row read three ways: peak memory is exact, so DIFFERENT when head's smallest peak lies above base's
+    largest (the verdict's memory check fails), SAME when it does not, UNKNOWN when a side recorded none."""
+    base = [p.peak_memory_bytes for p in row.base if p.peak_memory_bytes is not None]
+    head = [p.peak_memory_bytes for p in row.head if p.peak_memory_bytes is not None]
+    if not base or not head:
+        return RowStep(row.label, None, None, UNKNOWN, "not recorded")
+    verdict = DIFFERENT if memory_failed(row) else SAME
+    return RowStep(row.label, min(head) / max(base), None, verdict,
+                   f"{fmt_bytes(max(base))} → {fmt_bytes(min(head))} ({min(head) - max(base):+d} B)")
+
+
+def row_steps(comparison: Comparison, labels: tuple[str, ...], memory: frozenset[str] = frozenset()
+              ) -> tuple[RowStep, ...]:
+    """Each row under test in `comparison`, read three ways; `memory` names the rows whose peak memory, not time, is
+    searched."""
     found = {r.label: r for r in comparison.report.rows}
-    return tuple(RowStep(label, found[label].ratio, found[label].interval, _decision(found[label].decision))
-                 if label in found else RowStep(label, None, None, UNKNOWN) for label in labels)
+    out = []
+    for label in labels:
+        row = found.get(label)
+        if row is None:
+            out.append(RowStep(label, None, None, UNKNOWN))
+        elif label in memory:
+            out.append(_memory_step(row))
+        else:
+            out.append(RowStep(label, row.ratio, row.interval, _decision(row.decision)))
+    return tuple(out)
 
 
 def verdict_of(rows: tuple[RowStep, ...]) -> str:
