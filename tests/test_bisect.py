@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +18,7 @@ from sdpa_impls.continuous.bisect import comparison_budget
 from sdpa_impls.continuous.steps import rows_from_verdict, selection_of
 from sdpa_impls.errors import UsageError
 from test_as_a_tool import PLUGIN, SLOWER
-from test_continuous import commit, git
+from test_continuous import command, commit, git
 
 # one case, two runs a side, no adaptive rounds: a three-times slower kernel needs no more
 FAST = ["--preset", "smoke", "-k", "L128-E64-fp32-fwd", "--max-time", "0.05", "--rounds", "2",
@@ -28,15 +27,7 @@ FAST = ["--preset", "smoke", "-k", "L128-E64-fp32-fwd", "--max-time", "0.05", "-
 
 def bisect(repo: Path, *args: str) -> tuple[int, str, str]:
     """`sdpa-bench bisect ARGS` in this process, from `repo` (its subprocesses use this interpreter)."""
-    out, err = io.StringIO(), io.StringIO()
-    here = Path.cwd()
-    os.chdir(repo)
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = main(["bisect", *args])
-    finally:
-        os.chdir(here)
-    return code, out.getvalue(), err.getvalue()
+    return command(repo, "bisect", *args)
 
 
 @pytest.fixture(scope="module")

@@ -54,17 +54,23 @@ def commit(repo: Path, message: str) -> str:
     return git(repo, "rev-parse", "HEAD")
 
 
-def continuous(repo: Path, *args: str) -> tuple[int, str, str]:
-    """`sdpa-bench continuous ARGS` in this process, from `repo` (its subprocesses use this interpreter)."""
+def command(repo: Path, *args: str) -> tuple[int, str, str]:
+    """`sdpa-bench ARGS` in this process, from `repo` (its subprocesses use this interpreter): exit code, stdout,
+    stderr."""
     out, err = io.StringIO(), io.StringIO()
     here = Path.cwd()
     os.chdir(repo)
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = main(["continuous", *args])
+            code = main([*args])
     finally:
         os.chdir(here)
     return code, out.getvalue(), err.getvalue()
+
+
+def continuous(repo: Path, *args: str) -> tuple[int, str, str]:
+    """`sdpa-bench continuous ARGS` in this process, from `repo`."""
+    return command(repo, "continuous", *args)
 
 
 @pytest.fixture(scope="module")

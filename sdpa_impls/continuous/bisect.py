@@ -140,7 +140,9 @@ class _Searcher:
         names = self.line.name(base), self.line.name(head)
         short = [n[:7] if self.line.unit == "commit" else n for n in names]
         tag = f"step {index} ({kind}): {short[1]} against {short[0]}"
-        self.progress(f"{tag}: measuring" + (f" {len(self.labels)} row(s) at floor ×{self.floor:.4f}"
+        judged = [f"{len(self.labels) - len(self.memory)} by time at ×{self.floor:.4f}"] if self.floor else []
+        judged += [f"{len(self.memory)} by peak memory"] if self.memory else []
+        self.progress(f"{tag}: measuring" + (f" {len(self.labels)} row(s), " + " and ".join(judged)
                                              if self.labels else ""))
         seed = None if self.plan.seed is None else self.plan.seed + index
         plan = dataclasses.replace(self.plan, seed=seed, select=self.select, time_floor=self.floor or None)
@@ -149,7 +151,8 @@ class _Searcher:
         comparison = compare(request, plan, self.project, lambda text: self.progress(f"  {tag}: {text}"))
         labels = self.labels or tuple(r.label for r in comparison.report.rows if r.decision is not None)
         rows = row_steps(comparison, labels, self.memory)
-        step = Step(kind, names[0], names[1], verdict_of(rows), comparison.report.factor, rows,
+        floor = self.floor if self.labels else comparison.report.factor  # 0: memory rows only, no time floor
+        step = Step(kind, names[0], names[1], verdict_of(rows), floor, rows,
                     time.monotonic() - start, step_notes(comparison, labels))
         self.result.steps.append(step)
         self.progress(f"{tag}: {step.verdict} ({fmt_duration(step.seconds)})")
@@ -178,6 +181,8 @@ class _Searcher:
         self.memory = frozenset(r.label for r in bigger)
         self.labels = tuple(r.label for r in slower + bigger)
         self.result.rows = row_steps(comparison, self.labels, self.memory)
+        self.result.steps[-1] = dataclasses.replace(step, rows=self.result.rows, verdict=DIFFERENT)  # what is searched
+        self.progress("rows under test: " + "; ".join(r.text() for r in self.result.rows))
         try:
             self.select = keyword(selection(report, reference or "", slower + bigger))
         except ValueError as exc:
@@ -207,9 +212,10 @@ class _Searcher:
             if exc.role != role:  # GOOD or BAD, which ran at the endpoints
                 raise
             described = self.line.name(commit)
-            self.result.skipped[described] = str(exc)
-            self.result.steps.append(Step("skip", "", described, SKIPPED, self.floor, notes=(str(exc),)))
-            self.progress(f"{described}: skipped, {exc}")
+            reason = str(exc).removeprefix(f"{exc.role} {described}: ")
+            self.result.skipped[described] = reason
+            self.result.steps.append(Step("skip", "", described, SKIPPED, self.floor, notes=(reason,)))
+            self.progress(f"{described}: skipped, {reason}")
             return SKIPPED
 
     def run(self) -> Search:

@@ -12,15 +12,15 @@ from ..fmt import cell, code, fmt_duration, table
 from .bisect import CULPRIT, INCONCLUSIVE, NO_REGRESSION, Search, Step
 
 EXIT_MEANING = ("exit 0: no regression between GOOD and BAD; 1: culprit found and confirmed against its parent; "
-                "3: GOOD and BAD differ but the culprit was not pinned down (the commits left are named); 2: unusable "
-                "input.")
+                "3: GOOD and BAD differ but the culprit was not pinned down (the candidates left are named); 2: "
+                "unusable input.")
 
 
 def _headline(search: Search, shown) -> str:
     if search.answer == CULPRIT:
         return f"CULPRIT {shown(search.culprit)}"
     if search.answer == INCONCLUSIVE:
-        return f"INCONCLUSIVE: the first slower commit is one of {len(search.among)}"
+        return f"INCONCLUSIVE: the first slower {search.unit} is one of {len(search.among)}"
     if search.undecided:  # said in the headline: "no regression" here means none was decided, as the gate reads it
         return f"NO REGRESSION found between GOOD and BAD ({len(search.undecided)} row(s) undecided)"
     return "NO REGRESSION between GOOD and BAD"
@@ -41,9 +41,12 @@ def render(search: Search, markdown: bool = False) -> str:
     culprit, every step with its verdict and time, then notes."""
     shown = code if markdown else str  # in Markdown, what a person wrote (subjects, names, paths) is a code span
     in_cell = cell if markdown else str
+
+    def short(name: str) -> str:  # a commit by its abbreviated hash, a release by its whole name
+        return name.split(" ")[0] if search.unit == "commit" else name
     bullet = "- " if markdown else "  "
     out = [f"{'## ' if markdown else ''}sdpa-bench bisect: {_headline(search, shown)} — GOOD {shown(search.good)}, "
-           f"BAD {shown(search.bad)}, {len(search.commits)} commit(s), {search.comparisons} comparison(s), "
+           f"BAD {shown(search.bad)}, {len(search.commits)} {search.unit}(s), {search.comparisons} comparison(s), "
            f"{fmt_duration(search.seconds)}", ""]
     if search.rows:
         out += ["Slower or bigger at BAD than at GOOD (the rows under test):"]
@@ -57,11 +60,11 @@ def render(search: Search, markdown: bool = False) -> str:
                     + (f" and {len(search.files) - 20} more" if len(search.files) > 20 else "")]
         out += [f"{bullet}{shown(n)}" for n in confirm.notes if not n.startswith("adaptive")] + [""]
     elif search.answer == INCONCLUSIVE:
-        out += ["The first slower commit is one of:"] + [f"{bullet}{shown(c)}" + (
+        out += [f"The first slower {search.unit} is one of:"] + [f"{bullet}{shown(c)}" + (
             f" (skipped: {shown(search.skipped[c])})" if c in search.skipped else "") for c in search.among] + [""]
     if search.steps:
         out += table(["#", "step", "base", "head", "verdict", "floor", "rows (head/base, 95% CI)", "time"],
-                     [[str(i), s.kind, in_cell(s.base[:7]) if s.base else "-", in_cell(s.head[:7]), s.verdict,
+                     [[str(i), s.kind, in_cell(short(s.base)) if s.base else "-", in_cell(short(s.head)), s.verdict,
                        f"×{s.floor:.3f}" if s.floor else "-",
                        in_cell(_rows_cell(s) or (s.notes[0] if s.notes else "-")),
                        fmt_duration(s.seconds)]
