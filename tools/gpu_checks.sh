@@ -199,6 +199,9 @@ share_of() {  # step index -> its seconds, from what is left now
 }
 
 if [ "${GPU_CHECKS_DRY_RUN:-0}" = 1 ]; then
+  # the plan as if each step took all of its share: the dry run's own seconds (a busy machine may cross one or two
+  # before the last step) are no step's, and would make the plan differ from run to run
+  left() { echo $(( total - simulated )); }
   for i in "${!names[@]}"; do
     share=$(share_of "$i"); [ "$share" -lt 1 ] && share=0
     echo "${names[$i]} ${share}s"
