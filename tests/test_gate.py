@@ -338,7 +338,9 @@ def test_json_report_round_trips(runs: dict[str, Path], tmp_path: Path) -> None:
     code, _, _ = gate(tmp_path, "--baseline", runs["base"], "--baseline", runs["base2"], "--candidate", runs["same"],
                       "--candidate", runs["again"], "--json", tmp_path / "v.json", config=REF_NAIVE)
     verdict = json.loads((tmp_path / "v.json").read_text())
-    assert verdict["exit_code"] == code == 0 and len(verdict["rows"]) == 10
+    # the subject is the file, not the A/A's verdict (a VM whose speed drifts for seconds can fail one time check at
+    # 25 % here; the false-alarm rates have their own tests and records): the file says what the command returned
+    assert verdict["exit_code"] == code and code in (0, 1) and len(verdict["rows"]) == 10
     row = copy.deepcopy(verdict["rows"][0])
     assert {c["kind"] for c in row["checks"]} == {"time", "memory", "correctness"}
     assert row["candidate"]["n_samples"] >= 20
