@@ -78,6 +78,14 @@ class _NoAttention(torch.autograd.Function):
         return (*(torch.zeros(shape, dtype=dtype, device=dev) for shape, dtype, dev in ctx.inputs), None)
 
 
+def with_op(fn: Callable[[], torch.Tensor], op: str) -> Callable[[], torch.Tensor]:
+    """A prepared call carrying `op`, what it runs in the implementation's own words (see Implementation.prepare);
+    `fn` unchanged when `op` is empty."""
+    if op:
+        fn.op = op  # type: ignore[attr-defined]
+    return fn
+
+
 def empty_attention(inp: SDPAInputs) -> torch.Tensor:
     """The answer to a call with nothing to compute (`inp.is_empty`), as torch gives it: (B, Hq, Lq, Ev) zeros,
     empty or not (no keys means no attention), and zero gradients of the input shapes."""

@@ -217,8 +217,8 @@ def test_fp16_softmax_from_the_half_tile_gives_the_same_answers(combo: Combo,
     """fused's fp16 training forward with `SOFTMAX_FROM_HALF` (the causal band and the row max on the fp16 tile,
     softmax into fp32 P) gives today's CUDA plan's output and gradients bit for bit: adding 0 or -inf and taking a
     max round nothing, and the softmax sees the same values. fp16 on the CPU is always widened to fp32
-    (`fp16_in_fp32`), so that is switched off here to reach the fp16 path CUDA takes."""
-    monkeypatch.setattr(fused, "fp16_in_fp32", lambda inp, keys: False)
+    (`in_fp32`), so that is switched off here to reach the fp16 path CUDA takes."""
+    monkeypatch.setattr(fused, "in_fp32", lambda inp, keys: (False, ""))
     args, grad_out = inputs_of(combo, torch.float16)
     with forced_tiling(CudaTiling(64 << 30)):
         want = run("fused", args, grad_out)

@@ -77,4 +77,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"\n{runnable} of {len(names())} implementations run on {device} here.")
     for name in names():
         print(f"  {name}: {getattr(get(name), 'description', '') or '(no description)'}")
+    if device == "cpu":  # chosen per CPU, recorded with every bf16 point of these as its `op`
+        from ..impls._tiled.budget import bf16_compute
+        try:
+            print(f"\nbf16 calls of chunked and fused: {bf16_compute(torch.device('cpu')).reason}")
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
     return 0

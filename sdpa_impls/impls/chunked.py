@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 import torch
 
-from ._tiled.online_softmax import chunked_forward, fp16_in_fp32, plan_tiles, tiled_attention
-from ..protocol import Implementation, SDPAInputs, Support
+from ._tiled.online_softmax import chunked_forward, in_fp32, plan_tiles, tiled_attention
+from ..protocol import Implementation, SDPAInputs, Support, with_op
 from ..registry import register
 from ._tiled.budget import tiling_for
 from ._tiled.tilemap import EMPTY, MaskTiles, Tiling
@@ -55,5 +55,5 @@ class Chunked(Implementation):
             plan_tiles(tiles, tiling, q.shape[0], q.shape[1] // max(1, inp.key.shape[1]), q.device)
             TileMasker.warm(tiles.memo, inp.is_causal, min(q_tile, q.shape[2]), q.device, (q.dtype, torch.float32))
         fwd = functools.partial(chunked_forward, q_tile=q_tile, k_tile=k_tile, tiles=tiles)
-        widen = fp16_in_fp32(inp, k_tile)  # a key tile sums up to k_tile unnormalized P V terms
-        return lambda: tiled_attention(inp, fwd, tiling, tiles, widen)
+        widen, computes = in_fp32(inp, k_tile)  # a key tile sums up to k_tile unnormalized P V terms
+        return with_op(lambda: tiled_attention(inp, fwd, tiling, tiles, widen), computes)

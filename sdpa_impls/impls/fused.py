@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 import torch
 
-from ._tiled.online_softmax import fp16_in_fp32, plan_tiles, take, tiled_attention
-from ..protocol import Implementation, SDPAInputs, Support, empty_attention
+from ._tiled.online_softmax import in_fp32, plan_tiles, take, tiled_attention
+from ..protocol import Implementation, SDPAInputs, Support, empty_attention, with_op
 from ..registry import register
 from ._tiled.tilemap import MaskTiles, Plan, Tiling
 from ._tiled.budget import choice, tiling_for
@@ -145,7 +145,7 @@ class Fused(Implementation):
         b, g, dev = k.shape[0], q.shape[1] // k.shape[1], q.device
         tiles = MaskTiles.of(inp)  # which tiles the mask leaves empty, full or partial: derived here, once
         tiles.has_dead_rows(0, tiles.lq)  # and which query rows see no key (built once, here)
-        widen = fp16_in_fp32(inp, 1)  # P is normalized before P V: each output is bounded by max|v|
+        widen, computes = in_fp32(inp, 1)  # P is normalized before P V: each output is bounded by max|v|
         half = q.dtype != torch.float32 and not widen
         float_mask = inp.mask_kind == "float"
         fwd_rows, _ = fused_plan(tiles, dev, b, g, 4 if half and (inp.needs_grad or float_mask) else (2 if half else 4))
@@ -157,4 +157,4 @@ class Fused(Implementation):
             plan_tiles(tiles, tiling, b, g, dev)
             TileMasker.warm(tiles.memo, inp.is_causal, min(rows, q.shape[2]), dev, dtypes)
         forward = functools.partial(fused_forward, tiles=tiles)
-        return lambda: tiled_attention(inp, forward, tiling, tiles, widen)
+        return with_op(lambda: tiled_attention(inp, forward, tiling, tiles, widen), computes)

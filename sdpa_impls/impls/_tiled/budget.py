@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -158,6 +159,74 @@ class CudaTiling:
         return fit_rows(self.score_tile_bytes, heads * k * 6, *self.CHUNKED_Q_TILE), k
 
 
+# bf16 on a CPU: the tiled implementations compute in fp32 (inputs widened once, the answer rounded once) where this
+# CPU's bf16 GEMM is slower than its fp32 GEMM. With AVX-512 BF16 or AMX the bf16 GEMM is the faster one; without
+# them oneDNN emulates it, and on a 2-core Xeon with AVX-512 but no BF16 it ran at 25 GF/s against 129 GF/s for
+# fp32, which made bf16 `fused` 4.3× torch's SDPA (torch's CPU kernel computes bf16 in fp32 there). The rates are
+# measured once per process and thread count on a score-tile GEMM (`gemm_rates`); fp32 is chosen only below
+# BF16_SLOW × the fp32 rate, so a CPU where the two are close keeps bf16 in every process, not one or the other by
+# the noise of the probe. SDPA_BENCH_CPU_BF16 = "bf16" or "fp32" sets the choice (another class of CPU's path,
+# tested on this one).
+BF16_SLOW = 0.7
+BF16_ENV = "SDPA_BENCH_CPU_BF16"
+PROBE_SHAPE = (256, 64, 1024)  # rows × head dim × keys of one head's score tile (fused's largest row count)
+PROBE_REPEATS = 5
+
+
+@functools.lru_cache(maxsize=None)
+def gemm_rates(threads: int) -> dict[str, float]:
+    """GF/s of this CPU's bf16 and fp32 batched GEMMs of score-tile shape (`threads` heads of PROBE_SHAPE): the
+    best of PROBE_REPEATS calls of each, the two dtypes alternating so that a busy moment of the machine falls on
+    both, after two warm-up calls each (oneDNN's first bf16 calls build its kernels: 9 GF/s on the AMX Xeon, then
+    500). About 10 ms, once per process and thread count."""
+    import time
+
+    m, k, n = PROBE_SHAPE
+    operands = {name: (torch.ones(threads, m, k, dtype=dtype), torch.ones(threads, k, n, dtype=dtype),
+                       torch.empty(threads, m, n, dtype=dtype))
+                for name, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32))}
+    best = dict.fromkeys(operands, float("inf"))
+    for repeat in range(2 + PROBE_REPEATS):
+        for name, (a, b, out) in operands.items():
+            start = time.perf_counter()
+            torch.bmm(a, b, out=out)
+            if repeat >= 2:
+                best[name] = min(best[name], time.perf_counter() - start)
+    return {name: 2 * threads * m * k * n / t / 1e9 for name, t in best.items()}
+
+
+@dataclass(frozen=True)
+class Bf16Compute:
+    """The dtype bf16 calls compute in on this CPU, and why (recorded with a benchmark's point as its `op`)."""
+
+    dtype: torch.dtype
+    reason: str
+
+    @property
+    def widen(self) -> bool:
+        return self.dtype == torch.float32
+
+
+def bf16_compute(device: torch.device) -> Bf16Compute:
+    """How the tiled implementations compute a bf16 call on `device`: in bf16 on CUDA and on a CPU whose bf16 GEMM
+    keeps up, in fp32 on a CPU whose bf16 GEMM runs below BF16_SLOW × its fp32 rate, or as SDPA_BENCH_CPU_BF16
+    says. ValueError for another value of that variable."""
+    if device.type != "cpu" or isinstance(_FORCED.get(), CudaTiling):  # (a CUDA plan checked on the CPU too)
+        return Bf16Compute(torch.bfloat16, "bf16 compute")
+    forced = os.environ.get(BF16_ENV, "").strip().lower()
+    if forced:
+        if forced not in ("bf16", "fp32"):
+            raise ValueError(f"{BF16_ENV} should be bf16 or fp32 (or unset), got {forced!r}")
+        dtype = torch.bfloat16 if forced == "bf16" else torch.float32
+        return Bf16Compute(dtype, f"{forced} compute ({BF16_ENV}={forced})")
+    rates = gemm_rates(torch.get_num_threads())
+    bf16, fp32 = rates["bf16"], rates["fp32"]
+    slow = bf16 < BF16_SLOW * fp32
+    return Bf16Compute(torch.float32 if slow else torch.bfloat16,
+                       f"{'fp32' if slow else 'bf16'} compute (this CPU's bf16 GEMM {bf16:.0f} GF/s, "
+                       f"fp32 {fp32:.0f} GF/s)")
+
+
 TilePolicy = CpuTiling | CudaTiling
 NOMINAL_FREE_BYTES = 64 << 30  # where the free memory cannot be read (a plan forced on other tensors): a large card
 _FORCED: contextvars.ContextVar[TilePolicy | None] = contextvars.ContextVar("forced_tiling", default=None)
@@ -220,3 +289,11 @@ def score_tile_bytes(device: torch.device) -> int:
 def group_heads(device: torch.device, heads: int, bytes_per_head: int) -> int:
     """KV heads processed together on `device` (see CpuTiling.group_heads, CudaTiling.group_heads)."""
     return tiling_for(device).group_heads(heads, bytes_per_head)
+
+
+def policy_key(device: torch.device) -> tuple:
+    """What a plan built for `device` depends on: the policy's class (its constants), its score-tile budget and the
+    thread count. Plans made under one key serve every call with the same key (`tilemap.recent_derived`); on
+    CUDA the budget is the free memory's share, so a plan is not reused after the free memory shrank past it."""
+    policy = tiling_for(device)
+    return type(policy).__name__, policy.score_tile_bytes, torch.get_num_threads()

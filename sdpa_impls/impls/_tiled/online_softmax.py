@@ -17,7 +17,7 @@ import torch
 
 from ...protocol import SDPAInputs, empty_attention
 from .tilemap import KeyTile, MaskTiles, Plan, Tiling
-from .budget import choice, group_heads
+from .budget import bf16_compute, choice, group_heads
 from .tiles import (NEG_INF, TileMasker, columns_t, compact_transposed, flat, forward_views,
                     grouped, rows3, store_rows_)
 
@@ -288,6 +288,19 @@ def fp16_in_fp32(inp: SDPAInputs, keys_summed: int) -> bool:
     return inp.query.device.type == "cpu" or fp16_may_overflow(inp, keys_summed)
 
 
+def in_fp32(inp: SDPAInputs, keys_summed: int) -> tuple[bool, str]:
+    """Whether a half-precision call computes in fp32 (inputs widened once, the answer rounded once), and what it
+    computes in, for the benchmark's record (the closure's `op`; "" for fp32 calls): fp16 as `fp16_in_fp32`
+    says, bf16 as this device's GEMMs say (`budget.bf16_compute`). Decide it in `prepare_inputs`."""
+    if inp.is_empty or inp.query.dtype == torch.float32:
+        return False, ""
+    if inp.query.dtype == torch.float16:
+        widen = fp16_in_fp32(inp, keys_summed)
+        return widen, "fp32 compute" if widen else "fp16 compute"
+    found = bf16_compute(inp.query.device)
+    return found.widen, "fp32 compute" if found.widen else "bf16 compute"
+
+
 def fp16_may_overflow(inp: SDPAInputs, keys_summed: int) -> bool:
     """The bound of `fp16_in_fp32`: whether a score or a sum of `keys_summed` P V terms could pass 65504 / 2."""
     tops = [inp.query.abs().amax(), inp.key.abs().amax(), inp.value.abs().amax()]
@@ -299,19 +312,19 @@ def fp16_may_overflow(inp: SDPAInputs, keys_summed: int) -> bool:
 
 
 def tiled_attention(inp: SDPAInputs, forward_fn: ForwardFn, tiling: Tiling, tiles: MaskTiles,
-                    widen_fp16: bool = False) -> torch.Tensor:
+                    widen: bool = False) -> torch.Tensor:
     """Run `forward_fn`; when gradients are needed, wrap it in the tiled backward, tiled as `tiling` says and
     skipping what `tiles` (built from this call's mask) says is empty.
 
-    `widen_fp16` (see `fp16_in_fp32`): an fp16 call runs in fp32 and is rounded once at the end.
+    `widen` (see `in_fp32`): an fp16 or bf16 call runs in fp32 and is rounded once at the end.
     """
     if inp.is_empty:
         return empty_attention(inp)
-    if widen_fp16 and inp.query.dtype == torch.float16:
+    if widen and inp.query.dtype in (torch.float16, torch.bfloat16):
         mask = inp.attn_mask
         mask = mask.float() if mask is not None and mask.is_floating_point() else mask
         up = replace(inp, query=inp.query.float(), key=inp.key.float(), value=inp.value.float(), attn_mask=mask)
-        return tiled_attention(up, forward_fn, tiling, tiles).to(torch.float16)
+        return tiled_attention(up, forward_fn, tiling, tiles).to(inp.query.dtype)
     scale = inp.softmax_scale
     if not (inp.needs_grad and torch.is_grad_enabled()):
         q5, k4, v4, mask5 = grouped(inp)

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import functools
 import math
+import weakref
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import torch
 
 from ...protocol import SDPAInputs
+from .budget import policy_key
 from .tiles import causal_keep, head_groups
 
 EMPTY, PARTIAL, FULL = 0, 1, 2
@@ -200,24 +203,81 @@ class TileMap:
         return tuple(rows)
 
 
+@dataclass
+class Derived:
+    """What MaskTiles derives from a mask and causal flag: the tile maps per tiling, the plans per call shape, the
+    kernels' own look-ups (`memo`) and the dead-row prefix counts. It holds no reference to the mask, so a
+    remembered one (`recent_derived`) never keeps a caller's mask alive."""
+
+    maps: dict[tuple[int, int, bool], TileMap] = field(default_factory=dict)
+    by_call: dict[tuple[Tiling, int, int], Plan] = field(default_factory=dict)
+    memo: dict[tuple, object] = field(default_factory=dict)
+    dead_before: tuple[int, ...] | None = None
+
+
+# The drop-in call builds its tiles from the mask it is given, on every call: a model passes the same mask to
+# every layer, and a 512-key window at L 8192 is a 64 MB bool tensor whose scan alone took most of a windowed
+# call's time. The derived tiles of the last few masks are remembered by the mask tensor itself (a weak
+# reference) and its version counter, which every in-place change bumps, so a mask written in place is read
+# again; masks without a version counter (inference-mode tensors) are read every time.
+RECENT_MASKS = 8
+_recent: OrderedDict[tuple, tuple[weakref.ref | None, int, Derived]] = OrderedDict()
+
+
+def _layout(mask: torch.Tensor) -> tuple:
+    return (tuple(mask.shape), mask.stride(), mask.storage_offset(), mask.dtype, mask.device)
+
+
+def recent_derived(mask: torch.Tensor | None, is_causal: bool, hkv: int, lq: int, lk: int, device: torch.device,
+                   policy: tuple) -> Derived:
+    """The Derived of this mask (the same tensor, unchanged since: same version and layout) and call shape under
+    the device's tiling `policy` (budget.policy_key), remembered from an earlier call, or a new one remembered
+    from now on (the least recently used of RECENT_MASKS is forgotten)."""
+    if mask is not None and mask.is_inference():  # no version counter: an in-place change could not be seen
+        return Derived()
+    key = (None if mask is None else id(mask), None if mask is None else _layout(mask), is_causal, hkv, lq, lk,
+           device, policy)
+    version = 0 if mask is None else mask._version
+    found = _recent.get(key)
+    if found is not None:
+        ref, seen_version, derived = found
+        if (ref is None or ref() is mask) and seen_version == version:
+            _recent.move_to_end(key)
+            return derived
+        del _recent[key]  # written in place, or another tensor at a freed one's id
+    derived = Derived()
+    ref = None if mask is None else weakref.ref(mask, lambda _, key=key: _recent.pop(key, None))
+    _recent[key] = (ref, version, derived)
+    while len(_recent) > RECENT_MASKS:
+        _recent.popitem(last=False)
+    return derived
+
+
 class MaskTiles:
     """One call's mask and causal flag, with its TileMaps built on first use per tiling (build them in
-    `prepare_inputs`, so a timed call only looks them up)."""
+    `prepare_inputs`, so a timed call only looks them up). `MaskTiles.of` shares what it derives with the calls
+    before it that had the same unchanged mask (`recent_derived`)."""
 
-    def __init__(self, mask: torch.Tensor | None, is_causal: bool, hkv: int, lq: int, lk: int) -> None:
+    def __init__(self, mask: torch.Tensor | None, is_causal: bool, hkv: int, lq: int, lk: int,
+                 derived: Derived | None = None) -> None:
         self.mask, self.is_causal, self.hkv, self.lq, self.lk = mask, is_causal, hkv, lq, lk
-        self._maps: dict[tuple[int, int, bool], TileMap] = {}
-        self._by_call: dict[tuple[Tiling, int, int], Plan] = {}
-        self.memo: dict[tuple, object] = {}  # a kernel's own look-ups per call shape (fused's rows and plan)
+        self._derived = derived if derived is not None else Derived()
+        self._maps, self._by_call = self._derived.maps, self._derived.by_call
+        self.memo = self._derived.memo  # a kernel's own look-ups per call shape (fused's rows and plan)
 
-    @functools.cached_property
+    @property
     def dead_before(self) -> tuple[int, ...]:
         """How many query rows before row i see no key in some batch row and head (`dead_rows`): a prefix count,
         so that `has_dead_rows` is one subtraction in a timed call. Build it in `prepare_inputs`."""
-        if self.mask is None:  # every row sees key 0 at least
-            return (0,) * (self.lq + 1)
-        dead = dead_rows(self.mask, self.is_causal, self.lq, self.lk)
-        return (0, *torch.cumsum(dead, dim=0).tolist())
+        found = self._derived.dead_before
+        if found is None:
+            if self.mask is None:  # every row sees key 0 at least
+                found = (0,) * (self.lq + 1)
+            else:
+                dead = dead_rows(self.mask, self.is_causal, self.lq, self.lk)
+                found = (0, *torch.cumsum(dead, dim=0).tolist())
+            self._derived.dead_before = found
+        return found
 
     def has_dead_rows(self, i0: int, i1: int) -> bool:
         """Whether some query row in i0:i1 sees no key (its softmax needs zeroing before it meets a GEMM)."""
@@ -225,9 +285,12 @@ class MaskTiles:
 
     @classmethod
     def of(cls, inp: SDPAInputs) -> MaskTiles:
-        """The tiles of one call's mask (as the drop-in call gives it) and causal flag."""
-        hkv = inp.key.shape[1]
-        return cls(inp.attn_mask, inp.is_causal, hkv, inp.query.shape[2], inp.key.shape[2])
+        """The tiles of one call's mask (as the drop-in call gives it) and causal flag, sharing what earlier calls
+        with the same unchanged mask, call shape and tiling policy derived."""
+        hkv, lq, lk = inp.key.shape[1], inp.query.shape[2], inp.key.shape[2]
+        dev = inp.query.device
+        derived = recent_derived(inp.attn_mask, inp.is_causal, hkv, lq, lk, dev, policy_key(dev))
+        return cls(inp.attn_mask, inp.is_causal, hkv, lq, lk, derived)
 
     def get(self, q_block: int, k_block: int, merge_runs: bool) -> TileMap:
         key = (q_block, k_block, merge_runs)

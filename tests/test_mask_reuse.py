@@ -1,0 +1,93 @@
+"""The tiled implementations (chunked, fused) derive which tiles a dense mask leaves empty once per mask, not once per
+drop-in call: a model hands every layer the same mask. What is remembered must never outlive the mask's content:
+a mask written in place (directly or through a view) is read again, an inference-mode mask (no version counter)
+is read every time, and nothing keeps a caller's mask alive."""
+from __future__ import annotations
+
+import gc
+import weakref
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import sdpa_impls
+from sdpa_impls.impls._tiled import tilemap
+from sdpa_impls.impls._tiled.tilemap import MaskTiles
+from sdpa_impls.protocol import SDPAInputs
+
+L, E = 256, 16
+TILED = ("chunked", "fused")
+
+
+def window(width: int) -> torch.Tensor:
+    i = torch.arange(L)
+    return (i[:, None] >= i[None, :]) & (i[:, None] - i[None, :] < width)
+
+
+def qkv() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return tuple(torch.randn(1, 2, L, E, generator=g) for _ in range(3))  # type: ignore[return-value]
+
+
+def derived_of(mask: torch.Tensor | None, causal: bool = False) -> tilemap.Derived:
+    q, k, v = qkv()
+    return MaskTiles.of(SDPAInputs(q, k, v, mask, 0.0, causal))._derived
+
+
+def check(name: str, mask: torch.Tensor) -> None:
+    q, k, v = qkv()
+    torch.testing.assert_close(sdpa_impls.get(name)(q, k, v, attn_mask=mask),
+                               F.scaled_dot_product_attention(q, k, v, attn_mask=mask), atol=2e-5, rtol=2e-5)
+
+
+def test_the_same_unchanged_mask_shares_its_tiles_and_another_mask_does_not() -> None:
+    mask = window(32)
+    first = derived_of(mask)
+    assert derived_of(mask) is first
+    assert derived_of(mask, causal=True) is not first  # the causal flag changes the tiles
+    assert derived_of(window(32)) is not first  # equal content, another tensor: read on its own
+    assert derived_of(mask[None]) is not first  # another view: another layout
+
+
+@pytest.mark.parametrize("name", TILED)
+@pytest.mark.parametrize("how", ["in place", "through a view"])
+def test_a_mask_written_in_place_is_read_again(name: str, how: str) -> None:
+    mask = window(32)  # a narrow window: most key tiles empty
+    check(name, mask)
+    before = derived_of(mask)
+    if how == "in place":
+        mask.copy_(window(L))  # every earlier key now seen: a stale map would skip most of them
+    else:
+        mask.view(-1)[:].copy_(window(L).view(-1))  # a view shares the mask's version counter
+    assert derived_of(mask) is not before
+    check(name, mask)
+
+
+@pytest.mark.parametrize("name", TILED)
+def test_an_inference_mode_mask_is_read_every_call(name: str) -> None:
+    with torch.inference_mode():
+        mask = window(32)
+        assert derived_of(mask) is not derived_of(mask)
+        check(name, mask)
+        mask.copy_(window(L))
+        check(name, mask)
+
+
+def test_a_remembered_mask_is_not_kept_alive() -> None:
+    mask = window(32)
+    check("fused", mask)
+    gone = weakref.ref(mask)
+    del mask
+    gc.collect()
+    assert gone() is None
+    assert all(ref is None or ref() is not None for ref, _, _ in tilemap._recent.values())
+
+
+def test_only_the_most_recent_masks_are_remembered() -> None:
+    masks = [window(8 * (i + 1)) for i in range(tilemap.RECENT_MASKS + 2)]
+    for m in masks:
+        derived_of(m)
+    assert len(tilemap._recent) <= tilemap.RECENT_MASKS
+    first = derived_of(masks[0])  # forgotten: derived again, then remembered
+    assert derived_of(masks[0]) is first
