@@ -136,19 +136,21 @@ def test_two_environments_compare_from_any_folder(tool: dict) -> None:
 
 
 @pytest.mark.parametrize("where, args, message", [
-    ("plain", [], "is not inside a git repository: continuous compares git revisions"),
-    ("plain", ["--head-env", ""], "an environment SPEC is empty"),
-    ("no-plugin", [], "declares no implementations (package other): continuous compares revisions of sdpa-bench or "
-                      "of a plug-in package"),
+    ("plain", ["continuous"], "is not inside a git repository: continuous compares git revisions"),
+    ("plain", ["continuous", "--head-env", ""], "an environment SPEC is empty"),
+    ("no-plugin", ["continuous"], "declares no implementations (package other): continuous compares revisions of "
+                                  "sdpa-bench or of a plug-in package"),
+    ("plain", ["bisect", "v1", "v2"], "is not inside a git repository: bisect searches git revisions of sdpa-bench "
+                                      "or of a plug-in package, or the releases of a package (--package NAME)"),
 ])
-def test_a_folder_continuous_cannot_use_is_one_message(tool: dict, where: str, args: list[str], message: str) -> None:
+def test_a_folder_the_gate_cannot_use_is_one_message(tool: dict, where: str, args: list[str], message: str) -> None:
     folder = tool["root"] / where
     if not folder.exists():
         folder.mkdir()
         if where == "no-plugin":
             (folder / "pyproject.toml").write_text('[project]\nname = "other"\nversion = "1"\n')
             git(folder, "init", "-q")
-    done = run(tool, "sdpa-bench", "continuous", *args, cwd=folder)
+    done = run(tool, "sdpa-bench", *args, cwd=folder)
     assert done.returncode == 2 and done.stdout == "" and "Traceback" not in done.stderr, done.stderr
     said = [line for line in done.stderr.splitlines() if not line.startswith("[")]  # progress lines start with [
     assert len(said) == 1 and message in said[0], done.stderr

@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
                       args.config, args.package, versions, args.pre)
         plan = Plan(args.preset, args.rounds, args.max_time, args.adaptive_budget, args.adaptive_rounds,
                     args.round_timeout, args.seed)
-        result = search(query, plan, find(Path.cwd(), not args.package), progress)
+        result = search(query, plan, find(Path.cwd(), not args.package, "bisect"), progress)
         sys.stdout.write(redact(render(result)))
         if args.markdown:
             write(args.markdown, render(result, markdown=True))

@@ -112,8 +112,8 @@ def _measure(plan: Plan, sides: Prepared, schedule: Schedule, work: Path, progre
     cpu = default_device() == "cpu"
     base, head, config = sides.base, sides.head, sides.config
     args = pytest_args(plan, cpu)
-    if sides.as_measured:  # the reference's code changed with torch: it is measured and judged like the rest
-        config = dataclasses.replace(config, time_reference="")
+    if sides.as_measured:  # the reference's code changed with torch: it is measured and judged like the rest, and
+        config = dataclasses.replace(config, time_reference="", speed_probe=False)  # so may the speed probe's
     if plan.time_floor is not None:
         rule = f"median:{(plan.time_floor - 1) * 100:.6g}%"
         config = dataclasses.replace(config, continuous_time=rule, continuous_time_cuda=rule)

@@ -55,10 +55,16 @@ def declared_impls(tree: Path) -> tuple[str, ...]:
     return tuple(sorted(group)) if isinstance(group, dict) else ()
 
 
-def find(start: Path, revisions: bool) -> Project:
-    """The project at `start`. `revisions`: the command compares git revisions (BASE, HEAD, or CI's base), so
-    `start` must be in the repository of sdpa-bench or of a plug-in; without them (two environments) any folder
-    does. UsageError naming what is missing otherwise."""
+# what each command does without git revisions, for the error that names what is missing
+WITHOUT_REVISIONS = {"continuous": ("compares", "two environments (--base-env and --head-env)"),
+                     "bisect": ("searches", "the releases of a package (--package NAME)")}
+
+
+def find(start: Path, revisions: bool, command: str = "continuous") -> Project:
+    """The project at `start`. `revisions`: the command (`continuous` or `bisect`) compares git revisions (BASE,
+    HEAD, or CI's base), so `start` must be in the repository of sdpa-bench or of a plug-in; without them (two
+    environments, a package's releases) any folder does. UsageError naming what is missing otherwise."""
+    verb, instead = WITHOUT_REVISIONS[command]
     try:
         root = git_root(start)
     except UsageError:  # git is not installed: needed for revisions only
@@ -67,8 +73,8 @@ def find(start: Path, revisions: bool) -> Project:
         root = None
     if root is None:
         if revisions:
-            raise UsageError(f"{start} is not inside a git repository: continuous compares git revisions of "
-                             "sdpa-bench or of a plug-in package, or two environments (--base-env and --head-env)")
+            raise UsageError(f"{start} is not inside a git repository: {command} {verb} git revisions of "
+                             f"sdpa-bench or of a plug-in package, or {instead}")
         return Project(NONE, None)
     doc = _pyproject(root)
     name = str((doc or {}).get("project", {}).get("name", ""))
@@ -81,5 +87,6 @@ def find(start: Path, revisions: bool) -> Project:
         return Project(NONE, root)
     what = (f"{root} has no pyproject.toml" if doc is None else
             f"{root / 'pyproject.toml'} declares no implementations" + (f" (package {name})" if name else ""))
-    raise UsageError(f"{what}: continuous compares revisions of sdpa-bench or of a plug-in package; {PLUGIN_HOWTO}. "
-                     "Two environments compare from any folder: --base-env SPEC --head-env SPEC")
+    raise UsageError(f"{what}: {command} {verb} revisions of sdpa-bench or of a plug-in package; {PLUGIN_HOWTO}. "
+                     + ("Two environments compare from any folder: --base-env SPEC --head-env SPEC" if command ==
+                        "continuous" else "A package's releases are searched from any folder: --package NAME"))

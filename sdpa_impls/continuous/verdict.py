@@ -5,7 +5,9 @@
 
 `base_runs` / `head_runs` are the points of each run (one pytest-benchmark file per process). Per benchmark:
 
-- time: every run's samples are divided by that run's speed as the time reference saw it (`run_speeds`),
+- time: on the CPU, every sample is divided by the machine's speed right beside it, the speed probe's times before
+  and after it (bench.probe; `_probe_scaled`), where every point carries them and the sides share one environment;
+  otherwise every run's samples are divided by that run's speed as the time reference saw it (`run_speeds`). Then
   pooled per side, and compared by a one-sided Mann–Whitney test; the p-values of all
   benchmarks are adjusted together (Benjamini–Hochberg, false discovery rate = the config's alpha). A
   benchmark is slower when its adjusted p < alpha and the whole 95 % interval of its head/base ratio of medians
@@ -49,6 +51,7 @@ EXACT_MEMORY = MemoryRule(0.0)
 HOST_FLOOR_S = 2e-6
 HOST_SHARE = 0.25  # host overhead judged where it is at least this share of base's eager time (host-bound calls)
 SLOWER, NOT_SLOWER, UNDECIDED = "slower", "not slower", "undecided"
+PROBE_UNIT = "speed probe"  # Row.unit of times scaled by the speed probe beside each sample
 
 
 def decide(interval: tuple[float, float], q: float, factor: float, fdr: float,
@@ -153,6 +156,28 @@ def run_speeds(runs: Sequence[dict[tuple[str, str], Point]], reference: str) -> 
     return speeds
 
 
+def probe_typical(runs: Sequence[dict[tuple[str, str], Point]]) -> float | None:
+    """The median speed-probe duration over every point of `runs` when every point carries probes of the same work
+    (bench.probe), else None: each sample is then scaled by this over the probes beside it (`_probe_scaled`)."""
+    points = [p for run in runs for p in run.values()]
+    if not points or not all(p.probe_s for p in points) or len({p.probe_work for p in points}) != 1:
+        return None
+    return median(x for p in points for x in p.probe_s)
+
+
+def _probe_scaled(runs: list[dict], typical: float) -> list[dict]:
+    """Every sample times `typical` / the mean of the probes right before and after it: the sample as it would
+    have taken at the machine's typical speed."""
+    out = []
+    for run in runs:
+        new = {}
+        for key, p in run.items():
+            samples = tuple(s * typical / ((p.probe_s[i] + p.probe_s[i + 1]) / 2) for i, s in enumerate(p.samples))
+            new[key] = replace(p, samples=samples, median_s=median(samples))
+        out.append(new)
+    return out
+
+
 def _scaled(runs: list[dict], speeds: list[float] | None) -> list[dict]:
     if speeds is None:
         return runs
@@ -255,9 +280,14 @@ def judge(base_runs: Sequence[Sequence[Point]], head_runs: Sequence[Sequence[Poi
     factor, fdr, reference = config.continuous_rule("cuda" if on_cuda else "cpu").factor, config.alpha, \
         config.time_reference
     base, head = _by_key(base_runs), _by_key(head_runs)
-    speeds = run_speeds(base + head, reference)
-    unit = reference if speeds is not None else ""
-    base, head = _scaled(base, speeds and speeds[:len(base)]), _scaled(head, speeds and speeds[len(base):])
+    typical = probe_typical(base + head) if config.speed_probe else None
+    if typical is not None:  # the machine's speed beside every sample: no per-run factor on top
+        speeds, unit = None, PROBE_UNIT
+        base, head = _probe_scaled(base, typical), _probe_scaled(head, typical)
+    else:
+        speeds = run_speeds(base + head, reference)
+        unit = reference if speeds is not None else ""
+        base, head = _scaled(base, speeds and speeds[:len(base)]), _scaled(head, speeds and speeds[len(base):])
     keys = list(dict.fromkeys([k for run in head for k in run] + [k for run in base for k in run]))
     rows, notes = [], []
     for key in keys:
@@ -305,7 +335,11 @@ def judge(base_runs: Sequence[Sequence[Point]], head_runs: Sequence[Sequence[Poi
                  f"per-benchmark alpha); "
                  f"not slower when the interval lies at or below {factor:.2f}; undecided otherwise, which is "
                  "reported and counted as a pass, not a failure.")
-    if speeds is not None:
+    if typical is not None:
+        notes.append(f"each sample divided by the machine's speed beside it: the mean of the speed probe's times "
+                     f"right before and after it ({base_runs[0][0].probe_work if base_runs and base_runs[0] else ''}"
+                     f"), over their median {typical * 1e6:.1f} µs.")
+    elif speeds is not None:
         notes.append(f"each run's times divided by its speed as {reference} (time_reference) saw it, the median over "
                      "cases of its time there / its time over all runs: base " + ", ".join(
                          f"{v:.3f}" for v in speeds[:len(base)]) + "; head " + ", ".join(

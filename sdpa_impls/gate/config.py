@@ -67,6 +67,9 @@ class GateConfig:
     continuous_time: str = CONTINUOUS_TIME  # `sdpa-bench continuous`: base and head measured side by side
     continuous_host: str = CONTINUOUS_HOST  # `sdpa-bench continuous` on CUDA: the smallest host-overhead growth
     continuous_time_cuda: str = CONTINUOUS_TIME_CUDA  # `continuous_time` for CUDA points (device times)
+    # `sdpa-bench continuous`: divide CPU samples by the speed probe measured next to them (bench.probe); not a
+    # setting of the file: off where the sides' environments differ, since the probe's own speed may differ too
+    speed_probe: bool = field(default=True, compare=False)
 
     def host_rule(self) -> TimeRule:
         """The host-overhead rule of `sdpa-bench continuous` (its factor)."""

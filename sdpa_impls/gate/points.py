@@ -42,6 +42,10 @@ class Point:
     ceiling_fraction: float | None = None  # achieved FLOP/s / the same run's GEMM ceiling of its dtype
     host_overhead_s: float | None = None  # CUDA: eager − device time per call (bench.devicetime), else None
     kernels: tuple[str, ...] = field(default=(), compare=False)  # one profiled call's kernels (aten ops on CPU)
+    # CPU: the speed probe's durations around the samples (bench.probe): one before the first sample and one after
+    # each, so len(samples) + 1 of them; () when not recorded
+    probe_s: tuple[float, ...] = field(default=(), compare=False)
+    probe_work: str = field(default="", compare=False)  # what the probe timed (bench.probe.WORK)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -89,7 +93,18 @@ def _point_from_benchmark(bench: object, index: int, source: str) -> Point:
         ceiling_fraction=ceiling_fraction(extra.get("tflops"), extra.get("roofline_gemm"), extra.get("ceilings")),
         host_overhead_s=_number(extra.get("host_overhead_s"), "host_overhead_s", where),
         kernels=tuple(str(k) for k in extra.get("kernels") or () if isinstance(extra.get("kernels"), list)),
+        probe_s=_probes(extra.get("probe_s"), len(data)),
+        probe_work=str(extra.get("probe") or ""),
     )
+
+
+def _probes(value: object, samples: int) -> tuple[float, ...]:
+    """The probe durations of a point when they are what bench.probe writes (samples + 1 positive numbers), else ()."""
+    if not isinstance(value, list) or len(value) != samples + 1 or not samples:
+        return ()
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0 for v in value):
+        return ()
+    return tuple(float(v) for v in value)
 
 
 def ceiling_fraction(tflops: object, gemm: object, ceilings: object) -> float | None:

@@ -20,6 +20,7 @@ from sdpa_impls.bench.check import CaseContext
 from sdpa_impls.bench.grid import Case, preset
 from sdpa_impls.bench.measure import prepare_point
 from sdpa_impls.bench.memory import peak_memory
+from sdpa_impls.bench.probe import WORK as PROBE_WORK, SpeedProbe
 from sdpa_impls.bench.result import SPEED_BASELINE, Result
 from sdpa_impls.bench.devicetime import EAGER, GRAPH, HOST, HOST_REASON, DeviceTiming, graph_sampler
 from sdpa_impls.bench.timing import MIN_SAMPLE_S, call_context, calls_per_sample, one_sample, summarize, time_closure
@@ -90,7 +91,11 @@ def test_sdpa(benchmark, request: pytest.FixtureRequest, sdpa_point: tuple[str, 
             calls = calls_per_sample(target, sdpa_device)
             sample_s = max(one_sample(target, sdpa_device, calls) * calls, 1e-9)
             rounds = min(max(int(config.getoption("benchmark_min_rounds")), int(max_time / sample_s)), MAX_ROUNDS)
-            benchmark.pedantic(target, iterations=calls, rounds=rounds, warmup_rounds=1)
+            # CPU: the machine's speed next to each sample, recorded for the side-by-side verdict (bench.probe)
+            probe = None if sdpa_device.startswith("cuda") else SpeedProbe(suite_timer(config, sdpa_device))
+            benchmark.pedantic(target, iterations=calls, rounds=rounds, warmup_rounds=1, teardown=probe)
+            if probe is not None:
+                benchmark.extra_info.update(probe_s=probe.around(rounds), probe=PROBE_WORK)
     result = Result(impl_name, case, sdpa_device, "ok", peak_memory_bytes=memory, max_error=point.max_error,
                     error_tolerance=point.error_tolerance, kernels=point.kernels, compile_s=point.compile_s,
                     op=point.op)

@@ -1,0 +1,46 @@
+"""The machine's speed at the moment of each sample of a CPU benchmark: a short fixed piece of work, timed with the
+benchmark's own clock right before its first sample and after each one.
+
+    probe = SpeedProbe(timer)          # a pytest-benchmark `teardown`: runs after the warm-up round and every round
+    benchmark.pedantic(fn, iterations=n, rounds=r, warmup_rounds=1, teardown=probe)
+    probe.around(r)  -> r + 1 durations: before sample 1, then after each sample
+
+On a shared VM the CPU time of the same call moves between two levels about 1.7× apart for seconds at a time (a
+neighbour on the same physical core), often within one benchmark, so a run's median lands on either level. Every
+kernel slows by about the same factor, and a probe measured next to a sample slows with it: dividing each sample by
+its probes (continuous.verdict) removes most of that movement. The work is a small fp32 GEMM, the same in every
+sdpa-bench and cheap beside a sample (about 0.1 ms on one core).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+SHAPE = (64, 64, 256)  # (m, k, n) of the probe's GEMM: 2 MFLOP, in L1/L2 of any CPU
+CALLS = 2
+WORK = f"{CALLS}x fp32 mm {SHAPE[0]}x{SHAPE[1]}x{SHAPE[2]}"  # recorded with the durations: sides compare only alike
+
+
+class SpeedProbe:
+    """Times CALLS GEMMs of SHAPE with `timer` each time it is called (its arguments are ignored)."""
+
+    def __init__(self, timer: Callable[[], float]) -> None:
+        m, k, n = SHAPE
+        self.timer = timer
+        self.a = torch.full((m, k), 0.5)
+        self.b = torch.full((k, n), 0.25)
+        self.out = torch.empty(m, n)
+        torch.mm(self.a, self.b, out=self.out)  # a first call outside any record
+        self.durations: list[float] = []
+
+    def __call__(self, *args: object, **kwargs: object) -> None:
+        start = self.timer()
+        for _ in range(CALLS):
+            torch.mm(self.a, self.b, out=self.out)
+        self.durations.append(self.timer() - start)
+
+    def around(self, rounds: int) -> list[float]:
+        """The probes around `rounds` samples: the one after the warm-up round (before sample 1), then the one after
+        each sample; pytest-benchmark's extra call after the rounds (when a sample holds several calls) is not one."""
+        return self.durations[:rounds + 1]
