@@ -86,8 +86,9 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
 
 def test_a_pin_change_is_measured_in_both_environments(repo: dict, offline: None, tmp_path: Path) -> None:
     """A commit that changes only a pin: each side gets its own environment, the header names the versions, and
-    the dependency's slower implementation fails by name. torch is the same on both sides, so torch_sdpa stays the
-    time unit (a torch upgrade is compared as measured: `test_torch_differs_where_its_kernels_may`)."""
+    the dependency's slower implementation fails by name. torch is the same on both sides, so times are scaled as
+    with one environment, by the CPU speed probe (a torch upgrade is compared as measured:
+    `test_torch_differs_where_its_kernels_may`)."""
     code, out, err = continuous(repo["path"], repo["old"], repo["new"], *FAST, "--env-cache", str(tmp_path / "c"),
                                 "--json", str(tmp_path / "v.json"))
     assert code == 1, out + err
@@ -97,9 +98,9 @@ def test_a_pin_change_is_measured_in_both_environments(repo: dict, offline: None
     assert "Environments:" in out and "sdpa-test-plugins (plug-ins) 0.1.0 → 0.2.0" in out
     assert "base only: sdpa-test-plugins==0.1.0 (constraint); head only: sdpa-test-plugins==0.2.0 (constraint)" in out
     assert len(list((tmp_path / "c").glob(f"*/{READY}"))) == 2 and "building" in err
-    assert all(r["unit"] == "torch_sdpa" for r in verdict["rows"])
-    assert "times in units of torch_sdpa, as with one environment: torch and the libraries it calls (Python, torch" \
-        in out
+    assert all(r["unit"] == "speed probe" for r in verdict["rows"])
+    assert "times scaled as with one environment (by the CPU speed probe, else in units of torch_sdpa): torch and " \
+           "the libraries it calls (Python, torch" in out
 
 
 def test_an_environment_is_built_once_and_never_trusted_half_built(plugins: dict, offline: None,

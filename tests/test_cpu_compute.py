@@ -26,7 +26,7 @@ CHOICE = """
 import json, torch
 from sdpa_impls.impls._tiled.budget import bf16_compute, gemm_rates
 found = bf16_compute(torch.device("cpu"))
-print(json.dumps({"dtype": str(found.dtype), "reason": found.reason, "rates": gemm_rates(torch.get_num_threads())}))
+print(json.dumps({"dtype": str(found.dtype), "reason": found.reason, "rates": gemm_rates()}))
 """
 
 
@@ -59,7 +59,7 @@ def test_an_unknown_setting_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) 
 def test_fp32_is_chosen_exactly_where_the_bf16_gemm_is_slow(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(BF16_ENV, raising=False)
     found = bf16_compute(CPU)
-    rates = budget.gemm_rates(torch.get_num_threads())
+    rates = budget.gemm_rates()
     assert found.widen == (rates["bf16"] < budget.BF16_SLOW * rates["fp32"])
     with cuda_tiling():  # a CUDA plan checked on the CPU keeps CUDA's bf16
         assert not bf16_compute(CPU).widen

@@ -54,7 +54,7 @@ def measure_class(rounds: int) -> dict:
     options = Options(warmup=1)
     points: dict[str, object] = {}
     notes = {"bf16_choice": bf16_compute(torch.device("cpu")).reason, "threads": torch.get_num_threads(),
-             "gemm_rates": gemm_rates(torch.get_num_threads()), "torch": torch.__version__,
+             "gemm_rates": gemm_rates(), "torch": torch.__version__,
              "isa": os.environ.get("ONEDNN_MAX_CPU_ISA", "native")}
 
     def prepared(label: str, impl: str, case: Case, forced: str | None = None) -> None:

@@ -203,6 +203,7 @@ def assemble(request: Request, project: Project, work: Path, folders: tuple[str,
                          "included.")
             return Prepared(base, head, notes, True, config, about)
         if reference:
-            notes.append(f"times in units of {reference}, as with one environment: torch and the libraries it calls "
+            notes.append(f"times scaled as with one environment (by the CPU speed probe, else in units of "
+                         f"{reference}): torch and the libraries it calls "
                          f"({', '.join(n for n in TORCH_STACK if seen['base'].get(n))}) are the same on both sides.")
     return Prepared(base, head, notes, False, config, about)

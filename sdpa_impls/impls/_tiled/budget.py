@@ -174,25 +174,33 @@ PROBE_REPEATS = 5
 
 
 @functools.lru_cache(maxsize=None)
-def gemm_rates(threads: int) -> dict[str, float]:
-    """GF/s of this CPU's bf16 and fp32 batched GEMMs of score-tile shape (`threads` heads of PROBE_SHAPE): the
-    best of PROBE_REPEATS calls of each, the two dtypes alternating so that a busy moment of the machine falls on
-    both, after two warm-up calls each (oneDNN's first bf16 calls build its kernels: 9 GF/s on the AMX Xeon, then
-    500). About 10 ms, once per process and thread count."""
+def gemm_rates() -> dict[str, float]:
+    """GF/s of one core's bf16 and fp32 GEMMs of one head's score tile (PROBE_SHAPE): the best of PROBE_REPEATS
+    calls of each, the two dtypes alternating, after two warm-up calls each (oneDNN's first bf16 calls build its
+    kernels: 9 GF/s on the AMX Xeon, then 500). Once per process, a few milliseconds.
+
+    One thread, timed by the thread's own CPU time: with several threads, a process busy on another core stalls
+    the GEMM's thread barrier, and both dtypes then take about the stall's time. A 2-core run whose other core was
+    busy measured 15 GF/s for bf16 against 9 for fp32 where the two are 46 and 211, and chose bf16. The ratio of
+    the two rates is the same per core as for the whole CPU."""
     import time
 
     m, k, n = PROBE_SHAPE
-    operands = {name: (torch.ones(threads, m, k, dtype=dtype), torch.ones(threads, k, n, dtype=dtype),
-                       torch.empty(threads, m, n, dtype=dtype))
+    operands = {name: (torch.ones(m, k, dtype=dtype), torch.ones(k, n, dtype=dtype), torch.empty(m, n, dtype=dtype))
                 for name, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32))}
     best = dict.fromkeys(operands, float("inf"))
-    for repeat in range(2 + PROBE_REPEATS):
-        for name, (a, b, out) in operands.items():
-            start = time.perf_counter()
-            torch.bmm(a, b, out=out)
-            if repeat >= 2:
-                best[name] = min(best[name], time.perf_counter() - start)
-    return {name: 2 * threads * m * k * n / t / 1e9 for name, t in best.items()}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for repeat in range(2 + PROBE_REPEATS):
+            for name, (a, b, out) in operands.items():
+                start = time.thread_time()
+                torch.mm(a, b, out=out)
+                if repeat >= 2:
+                    best[name] = min(best[name], time.thread_time() - start)
+    finally:
+        torch.set_num_threads(threads)
+    return {name: 2 * m * k * n / max(t, 1e-9) / 1e9 for name, t in best.items()}
 
 
 @dataclass(frozen=True)
@@ -219,7 +227,7 @@ def bf16_compute(device: torch.device) -> Bf16Compute:
             raise ValueError(f"{BF16_ENV} should be bf16 or fp32 (or unset), got {forced!r}")
         dtype = torch.bfloat16 if forced == "bf16" else torch.float32
         return Bf16Compute(dtype, f"{forced} compute ({BF16_ENV}={forced})")
-    rates = gemm_rates(torch.get_num_threads())
+    rates = gemm_rates()
     bf16, fp32 = rates["bf16"], rates["fp32"]
     slow = bf16 < BF16_SLOW * fp32
     return Bf16Compute(torch.float32 if slow else torch.bfloat16,
