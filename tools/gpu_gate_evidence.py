@@ -60,7 +60,7 @@ from continuous_evidence import base_and_aa, bounds, branch, counts_of, git  # n
 from sdpa_impls.continuous.comparison import ROUNDS as DEFAULT_ROUNDS  # noqa: E402
 
 FUSED = "sdpa_impls/impls/fused.py"
-RETURN = "        return lambda: tiled_attention(inp, forward, tiling, tiles, widen)\n"  # fused's prepared closure
+RETURN = "        return with_op(lambda: tiled_attention(inp, forward, tiling, tiles, widen), computes)\n"  # fused's prepared closure
 SCENARIOS = ("aa", "dev2", "dev5", "host20")
 CAUGHT = {"dev2": "time fused[", "dev5": "time fused[", "host20": "host fused["}
 RESAMPLES = "aa=20,dev2=10,dev5=10,host20=10"  # the goal table's trial counts
@@ -72,7 +72,7 @@ def device_regression(fraction: float) -> str:
     return (
         "        call = lambda: tiled_attention(inp, forward, tiling, tiles, widen)\n"
         "        if q.device.type != 'cuda':  # a regression planted for the GPU evidence: CUDA only\n"
-        "            return call\n"
+        "            return with_op(call, computes)\n"
         "        call()\n"
         "        torch.cuda.synchronize(q.device)\n"
         "        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)\n"
@@ -86,7 +86,7 @@ def device_regression(fraction: float) -> str:
         "            out = call()\n"
         "            torch.cuda._sleep(cycles)  # a regression: more device time on the call's stream\n"
         "            return out\n"
-        "        return slower\n")
+        "        return with_op(slower, computes)\n")
 
 
 def host_regression(fraction: float) -> str:
@@ -94,7 +94,7 @@ def host_regression(fraction: float) -> str:
     return (
         "        call = lambda: tiled_attention(inp, forward, tiling, tiles, widen)\n"
         "        if q.device.type != 'cuda':  # a regression planted for the GPU evidence: CUDA only\n"
-        "            return call\n"
+        "            return with_op(call, computes)\n"
         "        from ..bench.timing import Sampler, one_sample\n"
         "        eager = Sampler(call, q.device, warmup=1)\n"
         "        graph = Sampler(call, q.device, warmup=0, cuda_graph=True)\n"
@@ -106,7 +106,7 @@ def host_regression(fraction: float) -> str:
         "            while time.perf_counter() < stop:\n"
         "                pass\n"
         "            return call()\n"
-        "        return slower\n")
+        "        return with_op(slower, computes)\n")
 
 
 def build_repo(out: Path) -> Path:
