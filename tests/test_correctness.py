@@ -219,7 +219,7 @@ def test_measure_check_rejects_nan_even_when_naive_is_not_finite(bad: float) -> 
 def test_fp16_overflow_bound_keeps_the_usual_case_in_fp16() -> None:
     """On CUDA fused and chunked compute fp16 in fp32 only when the inputs could overflow fp16 (the bound is plain
     torch, so it is checked here); on CPU fp16 always runs in fp32, where it is also faster."""
-    from sdpa_impls.impls._tiled.online_softmax import fp16_in_fp32, fp16_may_overflow
+    from sdpa_impls.impls._tiled.compute import fp16_in_fp32, fp16_may_overflow
     from sdpa_impls.protocol import SDPAInputs
 
     gen = torch.Generator().manual_seed(0)

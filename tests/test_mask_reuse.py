@@ -74,6 +74,20 @@ def test_an_inference_mode_mask_is_read_every_call(name: str) -> None:
         check(name, mask)
 
 
+@pytest.mark.parametrize("name", TILED)
+def test_one_mask_serves_calls_of_other_batches_and_head_groups(name: str) -> None:
+    """What a kernel looks up per call (its tile rows, head groups, plans) depends on the batch and the heads as
+    well as on the mask: calls of other shapes with the same mask each get their own."""
+    mask = window(32)
+    g = torch.Generator().manual_seed(1)
+    for b, hq, hkv in ((1, 2, 2), (3, 2, 2), (2, 4, 1), (1, 2, 2)):
+        q = torch.randn(b, hq, L, E, generator=g)
+        k, v = (torch.randn(b, hkv, L, E, generator=g) for _ in range(2))
+        torch.testing.assert_close(
+            sdpa_impls.get(name)(q, k, v, attn_mask=mask, enable_gqa=hq != hkv),
+            F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=hq != hkv), atol=2e-5, rtol=2e-5)
+
+
 def test_a_remembered_mask_is_not_kept_alive() -> None:
     mask = window(32)
     check("fused", mask)

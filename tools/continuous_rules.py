@@ -6,7 +6,7 @@ Its measurements: docs/records/2026-11-24-epyc-continuous-interval-rules.md.
     python tools/continuous_rules.py --kept /work/runs/ev4 /work/runs/ev6
 
 Each rule calls a benchmark *slower* when the lower end of an interval of its head/base ratio lies above the floor
-(3 %), on times scaled by each run's speed as the time reference saw it (`verdict.run_speeds`), as `continuous`
+(3 %), on times scaled by each run's speed as the time reference saw it (`speeds.run_speeds`), as `continuous`
 does:
 
 - `bootstrap`: the two-stage bootstrap interval over runs and samples with every run in, and the pooled rank test

@@ -6,8 +6,8 @@
 `base_runs` / `head_runs` are the points of each run (one pytest-benchmark file per process). Per benchmark:
 
 - time: on the CPU, every sample is divided by the machine's speed right beside it, the speed probe's times before
-  and after it (bench.probe; `_probe_scaled`), where every point carries them and the sides share one environment;
-  otherwise every run's samples are divided by that run's speed as the time reference saw it (`run_speeds`). Then
+  and after it (bench.probe; `speeds.probe_scaled`), where every point carries them and the sides share one environment;
+  otherwise every run's samples are divided by that run's speed as the time reference saw it (`speeds.run_speeds`). Then
   pooled per side, and compared by a one-sided Mann–Whitney test; the p-values of all
   benchmarks are adjusted together (Benjamini–Hochberg, false discovery rate = the config's alpha). A
   benchmark is slower when its adjusted p < alpha and the whole 95 % interval of its head/base ratio of medians
@@ -43,7 +43,8 @@ from ..gate.fdr import bh_adjusted
 from ..gate.interval import ratio_interval
 from ..gate.points import Point
 from ..gate.ranktest import mann_whitney_u
-from ..gate.rules import FAIL, INFO, NA, PASS, Check, MemoryRule, correctness_check, relative_to
+from ..gate.rules import FAIL, INFO, NA, PASS, Check, MemoryRule, correctness_check
+from .speeds import PROBE_UNIT, probe_scaled, probe_typical, run_speeds, scaled
 
 EXACT_MEMORY = MemoryRule(0.0)
 # The least growth of the host overhead per call that fails: below a couple of microseconds, a difference in one
@@ -51,7 +52,6 @@ EXACT_MEMORY = MemoryRule(0.0)
 HOST_FLOOR_S = 2e-6
 HOST_SHARE = 0.25  # host overhead judged where it is at least this share of base's eager time (host-bound calls)
 SLOWER, NOT_SLOWER, UNDECIDED = "slower", "not slower", "undecided"
-PROBE_UNIT = "speed probe"  # Row.unit of times scaled by the speed probe beside each sample
 
 
 def decide(interval: tuple[float, float], q: float, factor: float, fdr: float,
@@ -129,59 +129,6 @@ class SideBySide:
 
 def _by_key(runs: Sequence[Sequence[Point]]) -> list[dict[tuple[str, str], Point]]:
     return [{p.key: p for p in run} for run in runs]
-
-
-def run_speeds(runs: Sequence[dict[tuple[str, str], Point]], reference: str) -> list[float] | None:
-    """How slow each run was, as the reference saw it: the median over cases of the reference's median in that
-    run divided by its median over all runs (1.0 = a typical run). None when some run lacks the reference.
-
-    One factor per run, not one per case: dividing each case by the reference's time on that case adds the
-    reference's own noise on that case (a disturbance of a second hits one benchmark, not the whole run).
-    """
-    if not reference:
-        return None
-    per_case: dict[str, list[float]] = {}
-    for run in runs:
-        for (impl, case_id), point in run.items():
-            if impl == reference and point.median_s:
-                per_case.setdefault(case_id, []).append(point.median_s)
-    typical = {case: median(values) for case, values in per_case.items()}
-    speeds = []
-    for run in runs:
-        mine = [run[(reference, c)].median_s / t for c, t in typical.items() if (reference, c) in run
-                and run[(reference, c)].median_s]
-        if not mine:
-            return None
-        speeds.append(median(mine))
-    return speeds
-
-
-def probe_typical(runs: Sequence[dict[tuple[str, str], Point]]) -> float | None:
-    """The median speed-probe duration over every point of `runs` when every point carries probes of the same work
-    (bench.probe), else None: each sample is then scaled by this over the probes beside it (`_probe_scaled`)."""
-    points = [p for run in runs for p in run.values()]
-    if not points or not all(p.probe_s for p in points) or len({p.probe_work for p in points}) != 1:
-        return None
-    return median(x for p in points for x in p.probe_s)
-
-
-def _probe_scaled(runs: list[dict], typical: float) -> list[dict]:
-    """Every sample times `typical` / the mean of the probes right before and after it: the sample as it would
-    have taken at the machine's typical speed."""
-    out = []
-    for run in runs:
-        new = {}
-        for key, p in run.items():
-            samples = tuple(s * typical / ((p.probe_s[i] + p.probe_s[i + 1]) / 2) for i, s in enumerate(p.samples))
-            new[key] = replace(p, samples=samples, median_s=median(samples))
-        out.append(new)
-    return out
-
-
-def _scaled(runs: list[dict], speeds: list[float] | None) -> list[dict]:
-    if speeds is None:
-        return runs
-    return [{k: relative_to(p, s) for k, p in run.items()} for run, s in zip(runs, speeds)]
 
 
 def _sample_runs(points: Sequence[Point]) -> list[tuple[float, ...]]:
@@ -283,11 +230,11 @@ def judge(base_runs: Sequence[Sequence[Point]], head_runs: Sequence[Sequence[Poi
     typical = probe_typical(base + head) if config.speed_probe else None
     if typical is not None:  # the machine's speed beside every sample: no per-run factor on top
         speeds, unit = None, PROBE_UNIT
-        base, head = _probe_scaled(base, typical), _probe_scaled(head, typical)
+        base, head = probe_scaled(base, typical), probe_scaled(head, typical)
     else:
         speeds = run_speeds(base + head, reference)
         unit = reference if speeds is not None else ""
-        base, head = _scaled(base, speeds and speeds[:len(base)]), _scaled(head, speeds and speeds[len(base):])
+        base, head = scaled(base, speeds and speeds[:len(base)]), scaled(head, speeds and speeds[len(base):])
     keys = list(dict.fromkeys([k for run in head for k in run] + [k for run in base for k in run]))
     rows, notes = [], []
     for key in keys:

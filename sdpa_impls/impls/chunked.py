@@ -6,7 +6,8 @@ from collections.abc import Callable
 
 import torch
 
-from ._tiled.online_softmax import chunked_forward, in_fp32, plan_tiles, tiled_attention
+from ._tiled.compute import in_fp32
+from ._tiled.online_softmax import chunked_forward, plan_tiles, tiled_attention
 from ..protocol import Implementation, SDPAInputs, Support, with_op
 from ..registry import register
 from ._tiled.budget import tiling_for

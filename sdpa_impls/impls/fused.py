@@ -6,7 +6,8 @@ from collections.abc import Callable
 
 import torch
 
-from ._tiled.online_softmax import in_fp32, plan_tiles, take, tiled_attention
+from ._tiled.compute import in_fp32
+from ._tiled.online_softmax import plan_tiles, take, tiled_attention
 from ..protocol import Implementation, SDPAInputs, Support, empty_attention, with_op
 from ..registry import register
 from ._tiled.tilemap import MaskTiles, Plan, Tiling

@@ -64,7 +64,7 @@ class CpuTiling:
     # the input-dtype tile into the fp32 one first, then work in place. torch's CPU sub/mul of mixed dtypes casts
     # into a temporary first: slower and larger than the copy and the fp32 operation (docs/explanation/tiling.md).
     CAST_FIRST = True
-    # fp16 on the CPU always computes in fp32 (`online_softmax.fp16_in_fp32`): no fp16 score tile to read from
+    # fp16 on the CPU always computes in fp32 (`compute.fp16_in_fp32`): no fp16 score tile to read from
     SOFTMAX_FROM_HALF = False
     # dS = P ⊙ (dP − rowsum(P ⊙ dP)) of a row whose keys fit one tile (fused's backward): torch's softmax-backward
     # kernel in one pass over fp32 P and dP, instead of a product, a row sum and an addcmul (three passes); the

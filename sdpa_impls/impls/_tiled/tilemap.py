@@ -228,15 +228,14 @@ def _layout(mask: torch.Tensor) -> tuple:
     return (tuple(mask.shape), mask.stride(), mask.storage_offset(), mask.dtype, mask.device)
 
 
-def recent_derived(mask: torch.Tensor | None, is_causal: bool, hkv: int, lq: int, lk: int, device: torch.device,
-                   policy: tuple) -> Derived:
-    """The Derived of this mask (the same tensor, unchanged since: same version and layout) and call shape under
-    the device's tiling `policy` (budget.policy_key), remembered from an earlier call, or a new one remembered
-    from now on (the least recently used of RECENT_MASKS is forgotten)."""
+def recent_derived(mask: torch.Tensor | None, is_causal: bool, call: tuple, policy: tuple) -> Derived:
+    """The Derived of this mask (the same tensor, unchanged since: same version and layout) and `call` (the shapes,
+    dtype and device of q, k and v: a kernel's look-ups in `memo` depend on the batch and the heads too) under the
+    device's tiling `policy` (budget.policy_key), remembered from an earlier call, or a new one remembered from
+    now on (the least recently used of RECENT_MASKS is forgotten)."""
     if mask is not None and mask.is_inference():  # no version counter: an in-place change could not be seen
         return Derived()
-    key = (None if mask is None else id(mask), None if mask is None else _layout(mask), is_causal, hkv, lq, lk,
-           device, policy)
+    key = (None if mask is None else id(mask), None if mask is None else _layout(mask), is_causal, call, policy)
     version = 0 if mask is None else mask._version
     found = _recent.get(key)
     if found is not None:
@@ -287,10 +286,10 @@ class MaskTiles:
     def of(cls, inp: SDPAInputs) -> MaskTiles:
         """The tiles of one call's mask (as the drop-in call gives it) and causal flag, sharing what earlier calls
         with the same unchanged mask, call shape and tiling policy derived."""
-        hkv, lq, lk = inp.key.shape[1], inp.query.shape[2], inp.key.shape[2]
-        dev = inp.query.device
-        derived = recent_derived(inp.attn_mask, inp.is_causal, hkv, lq, lk, dev, policy_key(dev))
-        return cls(inp.attn_mask, inp.is_causal, hkv, lq, lk, derived)
+        q, k, v = inp.query, inp.key, inp.value
+        call = (tuple(q.shape), tuple(k.shape), tuple(v.shape), q.dtype, q.device)
+        derived = recent_derived(inp.attn_mask, inp.is_causal, call, policy_key(q.device))
+        return cls(inp.attn_mask, inp.is_causal, k.shape[1], q.shape[2], k.shape[2], derived)
 
     def get(self, q_block: int, k_block: int, merge_runs: bool) -> TileMap:
         key = (q_block, k_block, merge_runs)

@@ -59,7 +59,7 @@ class TileMasker:
     For causal, only the columns of a tile that cross the diagonal are touched, by adding slices of one
     precomputed upper triangle of -inf (0 elsewhere) in the tile's dtype: an add is 5-10x faster than a
     masked_fill with a broadcast bool mask on CPU. Scores are finite (fp16 that could overflow is computed
-    in fp32, `online_softmax.fp16_in_fp32`), so -inf + score = -inf. Tiles left of the diagonal cost nothing.
+    in fp32, `compute.fp16_in_fp32`), so -inf + score = -inf. Tiles left of the diagonal cost nothing.
     The triangles are kept in `cache` (a call's `MaskTiles.memo`), where `warm` builds them before any call: a
     call then launches nothing to make them.
     """
