@@ -163,7 +163,7 @@ class CudaTiling:
 # CPU's bf16 GEMM is slower than its fp32 GEMM. With AVX-512 BF16 or AMX the bf16 GEMM is the faster one; without
 # them oneDNN emulates it, and on a 2-core Xeon with AVX-512 but no BF16 it ran at 25 GF/s against 129 GF/s for
 # fp32, which made bf16 `fused` 4.3× torch's SDPA (torch's CPU kernel computes bf16 in fp32 there). The rates are
-# measured once per process and thread count on a score-tile GEMM (`gemm_rates`); fp32 is chosen only below
+# measured once per process, on one thread, on a score-tile GEMM (`gemm_rates`); fp32 is chosen only below
 # BF16_SLOW × the fp32 rate, so a CPU where the two are close keeps bf16 in every process, not one or the other by
 # the noise of the probe. SDPA_BENCH_CPU_BF16 = "bf16" or "fp32" sets the choice (another class of CPU's path,
 # tested on this one).

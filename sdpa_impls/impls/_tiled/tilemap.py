@@ -243,7 +243,7 @@ def recent_derived(mask: torch.Tensor | None, is_causal: bool, call: tuple, poli
         if (ref is None or ref() is mask) and seen_version == version:
             _recent.move_to_end(key)
             return derived
-        del _recent[key]  # written in place, or another tensor at a freed one's id
+        _recent.pop(key, None)  # written in place (its weak reference's callback may have run meanwhile)
     derived = Derived()
     ref = None if mask is None else weakref.ref(mask, lambda _, key=key: _recent.pop(key, None))
     _recent[key] = (ref, version, derived)
