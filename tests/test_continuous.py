@@ -157,6 +157,12 @@ def test_unchanged_code_passes_and_undecided_benchmarks_get_rounds_of_their_own(
         names[side] = {b["name"] for b in json.loads((kept / f"{side}-a1.json").read_text())["benchmarks"]}
         assert len(names[side]) == adaptive["selected"][0]
     assert names["base"] == names["head"]
+    for side in ("base", "head"):  # each side's first process checks against fp64; its later ones only time
+        first, *later = ([b["extra_info"] for b in json.loads((kept / f"{side}-{tag}.json").read_text())["benchmarks"]]
+                         for tag in ("1", "2", "a1"))
+        assert all(x["checked"] and x["max_error"] <= x["error_tolerance"] for x in first), first
+        assert not any(x["checked"] or x["max_error"] is not None for run in later for x in run), later
+    assert all(c["status"] == "pass" for r in verdict["rows"] for c in r["checks"] if c["kind"] == "correctness")
     cases = {n[len("test_sdpa[naive-"):-1] for n in names["base"] if n.startswith("test_sdpa[naive-")}
     # the undecided benchmarks, and the time reference on their cases (the run's speed is read from it)
     assert cases and names["base"] == {f"test_sdpa[{impl}-{case}]" for impl in ("naive", "torch_sdpa") for case in cases}

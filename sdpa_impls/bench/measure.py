@@ -47,11 +47,11 @@ class Options:
 @dataclass(frozen=True)
 class PreparedPoint:
     """A point that passed its check: the closure to time, the check's worst error and its tolerance, and what
-    the closure ran."""
+    the closure ran (None, None and () where an earlier process already checked and profiled it)."""
 
     fn: Callable[[], object]
-    max_error: float
-    error_tolerance: float
+    max_error: float | None
+    error_tolerance: float | None
     kernels: tuple[str, ...] = ()  # what one profiled call ran: CUDA kernels, or aten ops on CPU; longest first
     compile_s: float | None = None  # the first call of a closure that compiles (compilation.compile_once)
     op: str = ""  # the library's own name for what the closure runs, where it says (its `op` attribute)
@@ -99,12 +99,15 @@ def mode_closure(impl, inputs: Inputs, mode: str) -> Callable[[], object]:
     return fn
 
 
-def prepare_point(impl_name: str, ctx: CaseContext) -> PreparedPoint:
+def prepare_point(impl_name: str, ctx: CaseContext, check: bool = True) -> PreparedPoint:
     """Reasons first (Unsupported, cheap: no reference yet), then whether it fits in memory (Unsupported), then the
     closure to time, compiled once when it declares compilation (`compile_s`: before the check, whose own call
     would otherwise compile it unseen), then the check against fp64 (WrongResult; Unsupported when the reference
     does not fit), then one profiled call outside any timed region (what it ran; DispatchMismatch when a pinned
-    backend ran another backend's kernel). Raises; the callers decide what a skip or a failure means to them."""
+    backend ran another backend's kernel). Raises; the callers decide what a skip or a failure means to them.
+
+    `check=False` leaves out the check and the profiled call: only for a process that repeats the very points an
+    earlier process of the same code, environment and inputs checked (the later rounds of `continuous`)."""
     impl = get(impl_name)
     reasons = ctx.inputs.reasons(impl)  # with the mask's structure, as the closure will be prepared
     if reasons:
@@ -112,6 +115,8 @@ def prepare_point(impl_name: str, ctx: CaseContext) -> PreparedPoint:
     ensure_fits(impl.name, point_bytes(impl.name, ctx.case), ctx.device)  # a skip, never an out-of-memory
     fn = mode_closure(impl, ctx.inputs, ctx.case.mode)
     compile_s = compile_once(fn, ctx.device)
+    if not check:
+        return PreparedPoint(fn, None, None, (), compile_s, str(getattr(fn, "op", "") or ""))
     err, tol = ctx.check(impl)
     prof = profile_call(fn, ctx.device)  # a closure that compiles runs here where a recompile raises Recompiled
     check_pinned(impl, prof)  # DispatchMismatch: a pinned backend that ran another backend's kernel

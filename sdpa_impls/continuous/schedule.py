@@ -21,6 +21,9 @@ SIDES = ("base", "head")
 FOLDER_CHARS = 8
 MAX_PADDING = 4096  # bytes: a page, so every stack alignment is reachable
 PAD_ENV = "SDPA_CONTINUOUS_PAD"
+# set to "1" in every process of a side after its first: the suite then times the points without checking them
+# against fp64 again or profiling them (the first process did, with the same code, environment and inputs)
+REPEAT_ENV = "SDPA_CONTINUOUS_REPEAT"
 
 
 class Schedule:

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from ..errors import SideError
 from ..gate.points import Point, load_points
-from .schedule import PAD_ENV, Schedule
+from .schedule import PAD_ENV, REPEAT_ENV, Schedule
 from .versions import PROBE
 
 SUITE_MODULE = "sdpa_impls.suite.test_sdpa"
@@ -76,14 +76,19 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else "(no output)"
 
 
-def side_env(side: Side, cpu: bool, padding: str = "") -> dict[str, str]:
+def side_env(side: Side, cpu: bool, padding: str = "", repeat: bool = False) -> dict[str, str]:
     """The environment of a side's processes: its install folder first on PYTHONPATH; one thread on CPU; `padding`
-    (schedule.Schedule.padding) as the value of SDPA_CONTINUOUS_PAD, so the environment's size varies per process."""
+    (schedule.Schedule.padding) as the value of SDPA_CONTINUOUS_PAD, so the environment's size varies per process;
+    `repeat`, a process after the side's first: SDPA_CONTINUOUS_REPEAT=1 (schedule.REPEAT_ENV)."""
     env = {k: v for k, v in os.environ.items() if k not in CALLER_PYTEST}
     env["PYTHONPATH"] = os.pathsep.join([str(side.site)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # the plug-ins the suite needs are named on its command line
     env[PAD_ENV] = padding
+    if repeat:  # the suite times without a second check against fp64 (sdpa_impls.suite.test_sdpa)
+        env[REPEAT_ENV] = "1"
+    else:
+        env.pop(REPEAT_ENV, None)
     if cpu:
         env["OMP_NUM_THREADS"] = "1"  # a shared CPU runner: one other process stalls a multi-thread barrier
     return env
@@ -200,14 +205,15 @@ def suite_command(side: Side, pytest_args: Sequence[str]) -> tuple[list[str], Pa
 
 
 def run_round(side: Side, out: Path, pytest_args: list[str], cpu: bool, timeout: float,
-              padding: str = "", prefix: Sequence[str] = ()) -> RoundRun:
+              padding: str = "", prefix: Sequence[str] = (), repeat: bool = False) -> RoundRun:
     """One run of the side's own benchmark suite into `out` (pytest-benchmark JSON with raw samples); `prefix`
-    goes before the interpreter (e.g. `flock LOCK`, `taskset -c 0`)."""
+    goes before the interpreter (e.g. `flock LOCK`, `taskset -c 0`); `repeat`: not the side's first run, whose
+    checks against fp64 this one does not repeat (side_env)."""
     # no plug-in is loaded but pytest-benchmark and the suite's: hypothesis' alone took 0.8-0.9 s of every process
     cmd, cwd = suite_command(side, [*pytest_args, f"--benchmark-json={out}", "--benchmark-save-data"])
     try:
-        done = subprocess.run([*prefix, *cmd], cwd=cwd, env=side_env(side, cpu, padding), capture_output=True,
-                              text=True, timeout=timeout)
+        done = subprocess.run([*prefix, *cmd], cwd=cwd, env=side_env(side, cpu, padding, repeat),
+                              capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         raise SideError(side.role, f"{side.role} {side.name}: its benchmark run took more than {timeout:g} s "
                              "(--round-timeout)") from None
@@ -237,9 +243,10 @@ def _points(side: Side, done: RoundRun) -> list[Point]:
 
 
 def run_pair(base: Side, head: Side, schedule: Schedule, pytest_args: list[str], cpu: bool, workdir: Path, tag: str,
-             timeout: float = 600.0, progress: Callable[[str], None] | None = None
+             timeout: float = 600.0, progress: Callable[[str], None] | None = None, repeat: bool = True
              ) -> tuple[list[Point], list[Point], list[str]]:
-    """One round: a run of each side, the one `schedule.first()` names first, into `workdir/<role>-<tag>.json`.
+    """One round: a run of each side, the one `schedule.first()` names first, into `workdir/<role>-<tag>.json`;
+    `repeat` unless it is the first round, whose runs check every point against fp64 (the later ones time only).
 
     Returns (base's points, head's points, head's failed tests). A run that does not produce a usable file (the
     suite could not start, or everything failed) is GateInputError naming the side.
@@ -248,7 +255,8 @@ def run_pair(base: Side, head: Side, schedule: Schedule, pytest_args: list[str],
     runs: dict[str, list[Point]] = {}
     failed: list[str] = []
     for side in (base, head) if first == "base" else (head, base):
-        done = run_round(side, workdir / f"{side.role}-{tag}.json", pytest_args, cpu, timeout, schedule.padding())
+        done = run_round(side, workdir / f"{side.role}-{tag}.json", pytest_args, cpu, timeout, schedule.padding(),
+                         repeat=repeat)
         runs[side.role] = _points(side, done)
         if side.role == "head":
             failed += [f for f in done.failed if f not in failed]
@@ -262,10 +270,12 @@ def interleaved(base: Side, head: Side, rounds: int, pytest_args: list[str], cpu
                 ) -> tuple[list[list[Point]], list[list[Point]], list[str]]:
     """`rounds` runs of each side alternating in time, which side starts each round drawn by `schedule` (one of
     each per two rounds), so a slow period, a drift of the machine or an advantage of starting first falls on both
-    sides alike. Returns (base runs, head runs, head's failed tests); GateInputError as run_pair."""
+    sides alike. The first round checks every point against fp64; the later ones, the same code, environment and
+    inputs, only time them (run_pair's `repeat`). Returns (base runs, head runs, head's failed tests); GateInputError
+    as run_pair."""
     base_runs, head_runs, failed = [], [], []
     for i in range(rounds):
-        b, h, f = run_pair(base, head, schedule, pytest_args, cpu, workdir, str(i + 1), timeout)
+        b, h, f = run_pair(base, head, schedule, pytest_args, cpu, workdir, str(i + 1), timeout, repeat=i > 0)
         base_runs.append(b)
         head_runs.append(h)
         failed += [x for x in f if x not in failed]

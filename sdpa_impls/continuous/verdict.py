@@ -26,7 +26,8 @@
   than `continuous_host`'s factor of base's largest and by more than `HOST_FLOOR_S` per call: a change that only
   adds host work then fails as host time, with the device time unchanged;
 - memory: exact (peak memory is deterministic): head's smallest peak above base's largest fails;
-- correctness: every head run's point must be ok and within tolerance; a failed head test fails;
+- correctness: every head run's point must be ok and within tolerance (the runs after a side's first only time
+  the points that run checked: nothing recorded); a failed head test fails;
 - in-run ratio rules: on the head runs, as the gate checks them (a time rule must fail in every run);
 - kernels: what only one side's profiled calls ran (information: a torch upgrade that switched backends shows);
 - a benchmark on one side only is listed: base-only fails unless allow_missing, head-only is new.
@@ -247,9 +248,9 @@ def judge(base_runs: Sequence[Sequence[Point]], head_runs: Sequence[Sequence[Poi
                                 + (" (allowed by allow_missing)" if th.allow_missing else "")))
         elif not b:
             checks.append(Check("new", h[0].label, INFO, "in head only, not in base"))
-        if h and th.correctness:
-            bad = [c for c in (correctness_check(p) for p in h) if c.status != PASS]
-            checks.append(bad[0] if bad else correctness_check(h[0]))
+        if h and th.correctness:  # the worst of head's runs: a failure, else a pass (runs after the first of a
+            found = [correctness_check(p) for p in h]  # side only time: nothing recorded), else nothing recorded
+            checks.append(next((c for status in (FAIL, PASS) for c in found if c.status == status), found[0]))
         stats = _time_stats(b, h) if b and h else None
         ratio, interval, p, slower = stats or (None, None, None, 0)
         row = Row(key[0], key[1], tuple(b), tuple(h), unit, ratio, interval, p, pairs_slower=slower)

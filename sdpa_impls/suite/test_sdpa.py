@@ -6,11 +6,15 @@ from the suite's pytest plug-in (sdpa_bench_pytest, beside the package).
 On CUDA the benchmark's time is the device time (the call captured in a CUDA graph and replayed; where it cannot
 be captured, eager calls, and `extra_info["device_time_method"]` says "eager" with the reason); `extra_info` holds
 the eager time (`median_s`) and the host overhead. On the CPU the one time is the benchmark's.
-Every point is checked against the fp64 reference first: a wrong implementation fails and never gets a time.
+Every point is checked against the fp64 reference first: a wrong implementation fails and never gets a time. The
+one exception is a process `continuous` starts to repeat a side's round (SDPA_CONTINUOUS_REPEAT=1): that side's
+first process checked and profiled the same points, so this one only times them (`extra_info["checked"]` false).
 The ceilings its `roofline_pct` is a percentage of are measured in the same session: before the first point, between
 points (at most every 30 s) and after the last (`run_ceilings`); every point is judged against their medians.
 """
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -24,6 +28,7 @@ from sdpa_impls.bench.probe import WORK as PROBE_WORK, SpeedProbe
 from sdpa_impls.bench.result import SPEED_BASELINE, Result
 from sdpa_impls.bench.devicetime import EAGER, GRAPH, HOST, HOST_REASON, DeviceTiming, graph_sampler
 from sdpa_impls.bench.timing import MIN_SAMPLE_S, call_context, calls_per_sample, one_sample, summarize, time_closure
+from sdpa_impls.continuous.schedule import REPEAT_ENV
 from sdpa_bench_pytest import suite_timer
 
 MAX_ROUNDS = 10_000
@@ -68,8 +73,9 @@ def test_sdpa(benchmark, request: pytest.FixtureRequest, sdpa_point: tuple[str, 
               sdpa_preset_name: str, run_ceilings: SessionCeilings) -> None:
     impl_name, case = sdpa_point
     benchmark.group = case.id
+    check = os.environ.get(REPEAT_ENV) != "1"
     try:  # a WrongResult (an AssertionError) fails the test before any timing
-        point = prepare_point(impl_name, case_context(case, sdpa_device))
+        point = prepare_point(impl_name, case_context(case, sdpa_device), check=check)
     except Unsupported as exc:
         pytest.skip(f"{impl_name}: {'; '.join(exc.reasons)}")
     config = request.config
@@ -110,6 +116,6 @@ def test_sdpa(benchmark, request: pytest.FixtureRequest, sdpa_point: tuple[str, 
         if impl_name == SPEED_BASELINE:
             _baseline_median[key] = result.speed_s
         result = result.with_speedup(_baseline_median.get(key))
-    benchmark.extra_info.update(result.extra_info() | {"preset": sdpa_preset_name})
+    benchmark.extra_info.update(result.extra_info() | {"preset": sdpa_preset_name, "checked": check})
     if result.median_s is not None:
         run_ceilings.timed.append((benchmark.extra_info, result))
