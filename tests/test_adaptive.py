@@ -14,7 +14,7 @@ import pytest
 
 from sdpa_impls.continuous.adaptive import extend, keyword, selection
 from sdpa_impls.continuous.render import as_dict, render
-from sdpa_impls.continuous.schedule import MAX_PADDING, PAD_ENV, REPEAT_ENV, Schedule
+from sdpa_impls.continuous.schedule import MAX_PADDING, NO_CEILINGS_ENV, PAD_ENV, REPEAT_ENV, Schedule
 from sdpa_impls.continuous.sides import Side, side_env
 from sdpa_impls.continuous.verdict import NOT_SLOWER, SLOWER, UNDECIDED, decide, judge
 from sdpa_impls.gate.config import config_from_dict
@@ -216,6 +216,7 @@ def test_a_process_environment_carries_its_padding(tmp_path: Path) -> None:
     assert env[PAD_ENV] == "x" * 123 and env["OMP_NUM_THREADS"] == "1"
     assert env["PYTHONPATH"].split(":")[0] == str(tmp_path / "site")
     assert REPEAT_ENV not in env and side_env(side, cpu=True, repeat=True)[REPEAT_ENV] == "1"
+    assert NO_CEILINGS_ENV not in env and side_env(replace(side, ceilings=False), cpu=True)[NO_CEILINGS_ENV] == "1"
 
 
 def _cuda_runs(host_us: float, runs: int, rng: np.random.Generator, device_us: float = 100.0,

@@ -162,6 +162,7 @@ def test_unchanged_code_passes_and_undecided_benchmarks_get_rounds_of_their_own(
                          for tag in ("1", "2", "a1"))
         assert all(x["checked"] and x["max_error"] <= x["error_tolerance"] for x in first), first
         assert not any(x["checked"] or x["max_error"] is not None for run in later for x in run), later
+        assert not any(x.get("ceilings") or x.get("roofline_pct") for run in (first, *later) for x in run)  # none read
     assert all(c["status"] == "pass" for r in verdict["rows"] for c in r["checks"] if c["kind"] == "correctness")
     cases = {n[len("test_sdpa[naive-"):-1] for n in names["base"] if n.startswith("test_sdpa[naive-")}
     # the undecided benchmarks, and the time reference on their cases (the run's speed is read from it)

@@ -24,6 +24,8 @@ PAD_ENV = "SDPA_CONTINUOUS_PAD"
 # set to "1" in every process of a side after its first: the suite then times the points without checking them
 # against fp64 again or profiling them (the first process did, with the same code, environment and inputs)
 REPEAT_ENV = "SDPA_CONTINUOUS_REPEAT"
+# set to "1" where no rule of the comparison reads a GEMM ceiling: the suite then measures none (2 s a process)
+NO_CEILINGS_ENV = "SDPA_CONTINUOUS_NO_CEILINGS"
 
 
 class Schedule:

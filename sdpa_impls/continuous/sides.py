@@ -34,7 +34,7 @@ from pathlib import Path
 
 from ..errors import SideError
 from ..gate.points import Point, load_points
-from .schedule import PAD_ENV, REPEAT_ENV, Schedule
+from .schedule import NO_CEILINGS_ENV, PAD_ENV, REPEAT_ENV, Schedule
 from .versions import PROBE
 
 SUITE_MODULE = "sdpa_impls.suite.test_sdpa"
@@ -49,7 +49,8 @@ class Side:
     """`role` (base, head) of the comparison: `name` for people, its source `tree` (None: only the running
     sdpa-bench), its install folder `site`, its interpreter; `bundled`: sdpa-bench is a copy of the running one
     (a plug-in's revision, or no revision), not the tree; `impls`: the implementations it measures (empty: every
-    one); `packaged`: its suite is the installed package's (check_import finds out)."""
+    one); `packaged`: its suite is the installed package's (check_import finds out); `ceilings`: its processes
+    time the GEMM ceilings (only a ceiling rule reads them)."""
 
     role: str
     name: str
@@ -59,6 +60,7 @@ class Side:
     bundled: bool = False
     impls: tuple[str, ...] = ()
     packaged: bool = True
+    ceilings: bool = True
 
 
 @dataclass(frozen=True)
@@ -79,16 +81,18 @@ def _last_line(text: str) -> str:
 def side_env(side: Side, cpu: bool, padding: str = "", repeat: bool = False) -> dict[str, str]:
     """The environment of a side's processes: its install folder first on PYTHONPATH; one thread on CPU; `padding`
     (schedule.Schedule.padding) as the value of SDPA_CONTINUOUS_PAD, so the environment's size varies per process;
-    `repeat`, a process after the side's first: SDPA_CONTINUOUS_REPEAT=1 (schedule.REPEAT_ENV)."""
+    `repeat`, a process after the side's first: SDPA_CONTINUOUS_REPEAT=1 (schedule.REPEAT_ENV); a side without
+    `ceilings`: SDPA_CONTINUOUS_NO_CEILINGS=1."""
     env = {k: v for k, v in os.environ.items() if k not in CALLER_PYTEST}
     env["PYTHONPATH"] = os.pathsep.join([str(side.site)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # the plug-ins the suite needs are named on its command line
     env[PAD_ENV] = padding
-    if repeat:  # the suite times without a second check against fp64 (sdpa_impls.suite.test_sdpa)
-        env[REPEAT_ENV] = "1"
-    else:
-        env.pop(REPEAT_ENV, None)
+    for name, on in ((REPEAT_ENV, repeat), (NO_CEILINGS_ENV, not side.ceilings)):  # read by the suite (test_sdpa)
+        if on:
+            env[name] = "1"
+        else:
+            env.pop(name, None)
     if cpu:
         env["OMP_NUM_THREADS"] = "1"  # a shared CPU runner: one other process stalls a multi-thread barrier
     return env

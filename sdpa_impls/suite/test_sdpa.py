@@ -9,6 +9,7 @@ the eager time (`median_s`) and the host overhead. On the CPU the one time is th
 Every point is checked against the fp64 reference first: a wrong implementation fails and never gets a time. The
 one exception is a process `continuous` starts to repeat a side's round (SDPA_CONTINUOUS_REPEAT=1): that side's
 first process checked and profiled the same points, so this one only times them (`extra_info["checked"]` false).
+Where no rule of a comparison reads the ceilings, `continuous` sets SDPA_CONTINUOUS_NO_CEILINGS=1 and none are timed.
 The ceilings its `roofline_pct` is a percentage of are measured in the same session: before the first point, between
 points (at most every 30 s) and after the last (`run_ceilings`); every point is judged against their medians.
 """
@@ -28,7 +29,7 @@ from sdpa_impls.bench.probe import WORK as PROBE_WORK, SpeedProbe
 from sdpa_impls.bench.result import SPEED_BASELINE, Result
 from sdpa_impls.bench.devicetime import EAGER, GRAPH, HOST, HOST_REASON, DeviceTiming, graph_sampler
 from sdpa_impls.bench.timing import MIN_SAMPLE_S, call_context, calls_per_sample, one_sample, summarize, time_closure
-from sdpa_impls.continuous.schedule import REPEAT_ENV
+from sdpa_impls.continuous.schedule import NO_CEILINGS_ENV, REPEAT_ENV
 from sdpa_bench_pytest import suite_timer
 
 MAX_ROUNDS = 10_000
@@ -73,7 +74,7 @@ def test_sdpa(benchmark, request: pytest.FixtureRequest, sdpa_point: tuple[str, 
               sdpa_preset_name: str, run_ceilings: SessionCeilings) -> None:
     impl_name, case = sdpa_point
     benchmark.group = case.id
-    check = os.environ.get(REPEAT_ENV) != "1"
+    check, ceilings = os.environ.get(REPEAT_ENV) != "1", os.environ.get(NO_CEILINGS_ENV) != "1"
     try:  # a WrongResult (an AssertionError) fails the test before any timing
         point = prepare_point(impl_name, case_context(case, sdpa_device), check=check)
     except Unsupported as exc:
@@ -87,7 +88,8 @@ def test_sdpa(benchmark, request: pytest.FixtureRequest, sdpa_point: tuple[str, 
         if benchmark.disabled:  # plain pytest: one call, as a smoke test
             benchmark(point.fn)
         else:  # one sample = `calls` back-to-back calls between two clock readings, as in time_closure and asv
-            run_ceilings.meter.sample_if_due()
+            if ceilings:
+                run_ceilings.meter.sample_if_due()
             point.fn()  # warm-up
             target = point.fn
             if sdpa_device.startswith("cuda"):  # the benchmark's time is the device time: CUDA-graph replays
@@ -117,5 +119,5 @@ def test_sdpa(benchmark, request: pytest.FixtureRequest, sdpa_point: tuple[str, 
             _baseline_median[key] = result.speed_s
         result = result.with_speedup(_baseline_median.get(key))
     benchmark.extra_info.update(result.extra_info() | {"preset": sdpa_preset_name, "checked": check})
-    if result.median_s is not None:
+    if result.median_s is not None and ceilings:
         run_ceilings.timed.append((benchmark.extra_info, result))
