@@ -6,6 +6,10 @@ and decides which benchmarks get another round; only the measuring of a round is
 """
 from __future__ import annotations
 
+import os
+import platform
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,7 +19,7 @@ import pytest
 from sdpa_impls.continuous.adaptive import extend, keyword, selection
 from sdpa_impls.continuous.render import as_dict, render
 from sdpa_impls.continuous.schedule import MAX_PADDING, NO_CEILINGS_ENV, PAD_ENV, REPEAT_ENV, Schedule
-from sdpa_impls.continuous.sides import Side, side_env
+from sdpa_impls.continuous.sides import ALLOCATOR_ENV, Side, side_env
 from sdpa_impls.continuous.verdict import NOT_SLOWER, SLOWER, UNDECIDED, decide, judge
 from sdpa_impls.gate.config import config_from_dict
 from sdpa_impls.gate.points import Point
@@ -217,6 +221,35 @@ def test_a_process_environment_carries_its_padding(tmp_path: Path) -> None:
     assert env["PYTHONPATH"].split(":")[0] == str(tmp_path / "site")
     assert REPEAT_ENV not in env and side_env(side, cpu=True, repeat=True)[REPEAT_ENV] == "1"
     assert NO_CEILINGS_ENV not in env and side_env(replace(side, ceilings=False), cpu=True)[NO_CEILINGS_ENV] == "1"
+
+
+# A child holding a 1 MiB buffer: how many of glibc's blocks have their own mapping (mallinfo2's hblks).
+MAPPED_BLOCKS = ("import ctypes\nclass M(ctypes.Structure): _fields_ = [(n, ctypes.c_size_t) for n in "
+                 "'arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost'.split()]\n"
+                 "libc = ctypes.CDLL(None); libc.mallinfo2.restype = M\n"
+                 "held = bytearray(1 << 20); print(libc.mallinfo2().hblks)")
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's allocator settings: this libc is "
+                    f"{platform.libc_ver()[0] or 'not glibc'}")
+def test_every_process_of_a_side_starts_with_the_allocator_fixed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                                 ) -> None:
+    """Left automatic, glibc maps a 1 MiB block on its own (and faults it in afresh on every use) until the first
+    such block is freed; a side's processes start with the threshold fixed where a long-running process ends up."""
+    side = Side("head", "h", tmp_path / "tree", tmp_path / "site", sys.executable)
+    plain = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "GLIBC_TUNABLES"}
+
+    def mapped(env: dict[str, str]) -> int:
+        done = subprocess.run([sys.executable, "-c", MAPPED_BLOCKS], env=env, capture_output=True, text=True,
+                              timeout=60, check=True)
+        return int(done.stdout)
+
+    assert mapped(plain) >= 1  # the automatic threshold (128 KiB) maps the buffer: what a fresh process does
+    env = side_env(side, cpu=True)
+    assert all(env[k] == v for k, v in ALLOCATOR_ENV.items())
+    assert mapped(env) == 0  # from the heap: glibc read the fixed threshold
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "2")  # a caller's own allocator settings are left as they are
+    assert not set(ALLOCATOR_ENV) & set(side_env(side, cpu=True))
 
 
 def _cuda_runs(host_us: float, runs: int, rng: np.random.Generator, device_us: float = 100.0,
