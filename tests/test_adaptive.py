@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import platform
-import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -24,6 +23,7 @@ from sdpa_impls.continuous.verdict import NOT_SLOWER, SLOWER, UNDECIDED, decide,
 from sdpa_impls.gate.config import config_from_dict
 from sdpa_impls.gate.points import Point
 from sdpa_impls.gate.rules import Check
+from test_measure import mapped_blocks
 
 CASE = "L128-E64-fp32-fwd"
 OTHER = "L96-E32-fp32-fwd+bwd"
@@ -223,13 +223,6 @@ def test_a_process_environment_carries_its_padding(tmp_path: Path) -> None:
     assert NO_CEILINGS_ENV not in env and side_env(replace(side, ceilings=False), cpu=True)[NO_CEILINGS_ENV] == "1"
 
 
-# A child holding a 1 MiB buffer: how many of glibc's blocks have their own mapping (mallinfo2's hblks).
-MAPPED_BLOCKS = ("import ctypes\nclass M(ctypes.Structure): _fields_ = [(n, ctypes.c_size_t) for n in "
-                 "'arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost'.split()]\n"
-                 "libc = ctypes.CDLL(None); libc.mallinfo2.restype = M\n"
-                 "held = bytearray(1 << 20); print(libc.mallinfo2().hblks)")
-
-
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's allocator settings: this libc is "
                     f"{platform.libc_ver()[0] or 'not glibc'}")
 def test_every_process_of_a_side_starts_with_the_allocator_fixed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -239,15 +232,10 @@ def test_every_process_of_a_side_starts_with_the_allocator_fixed(tmp_path: Path,
     side = Side("head", "h", tmp_path / "tree", tmp_path / "site", sys.executable)
     plain = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "GLIBC_TUNABLES"}
 
-    def mapped(env: dict[str, str]) -> int:
-        done = subprocess.run([sys.executable, "-c", MAPPED_BLOCKS], env=env, capture_output=True, text=True,
-                              timeout=60, check=True)
-        return int(done.stdout)
-
-    assert mapped(plain) >= 1  # the automatic threshold (128 KiB) maps the buffer: what a fresh process does
+    assert mapped_blocks(plain) == 1  # the automatic threshold (128 KiB) maps the buffer: what a fresh process does
     env = side_env(side, cpu=True)
     assert all(env[k] == v for k, v in ALLOCATOR_ENV.items())
-    assert mapped(env) == 0  # from the heap: glibc read the fixed threshold
+    assert mapped_blocks(env) == 0  # from the heap: glibc read the fixed threshold
     monkeypatch.setenv("MALLOC_ARENA_MAX", "2")  # a caller's own allocator settings are left as they are
     assert not set(ALLOCATOR_ENV) & set(side_env(side, cpu=True))
 

@@ -2,6 +2,10 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import platform
+import subprocess
+import sys
 import time
 
 import pytest
@@ -10,6 +14,7 @@ import torch
 import sdpa_impls
 from sdpa_impls.impls import torch_sdpa
 
+from sdpa_impls.bench import allocator
 from sdpa_impls.bench.check import CaseContext
 from sdpa_impls.bench.grid import Case
 from sdpa_impls.bench.measure import Options, run_case_interleaved, run_point
@@ -144,3 +149,33 @@ def test_a_backward_only_rebuild_makes_the_leaves_gradient_accumulators_anew(imp
     assert not any("first build" in accumulator(leaf).metadata for leaf in leaves)
     grads = fn()
     assert [g.shape for g in grads] == [leaf.shape for leaf in leaves]
+
+
+# A child allocating a 1 MiB buffer: whether glibc gave it a mapping of its own (mallinfo2's hblks, 1 or 0); with
+# PREPARE, after the suite's first prepare_point.
+MAPPED_BLOCKS = ("import ctypes\nclass M(ctypes.Structure): _fields_ = [(n, ctypes.c_size_t) for n in "
+                 "'arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost'.split()]\n"
+                 "libc = ctypes.CDLL(None); libc.mallinfo2.restype = M\n"
+                 "before = libc.mallinfo2().hblks; held = bytearray(1 << 20)\n"
+                 "print(libc.mallinfo2().hblks - before)")
+PREPARE = ("from sdpa_impls.bench.check import CaseContext\nfrom sdpa_impls.bench.grid import Case\n"
+           "from sdpa_impls.bench.measure import prepare_point\n"
+           "prepare_point('naive', CaseContext(Case(lq=16, lk=16, e=16), 'cpu'))\n")
+
+
+def mapped_blocks(env: dict[str, str], prepare: bool = False) -> int:
+    done = subprocess.run([sys.executable, "-c", (PREPARE if prepare else "") + MAPPED_BLOCKS], env=env,
+                          capture_output=True, text=True, timeout=120, check=True)
+    return int(done.stdout.split()[-1])
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's allocator settings: this libc is "
+                    f"{platform.libc_ver()[0] or 'not glibc'}")
+def test_a_measuring_process_fixes_glibcs_thresholds_unless_its_environment_chose() -> None:
+    """Left automatic, glibc maps a 1 MiB block on its own (faulted in afresh on every use) until the first such
+    block is freed; the first prepare_point fixes the thresholds where a long-running process ends up."""
+    plain = {k: v for k, v in os.environ.items() if not allocator.caller_chose({k: v})}
+    assert mapped_blocks(plain) == 1  # a fresh process, automatic threshold (128 KiB)
+    assert mapped_blocks(plain, prepare=True) == 0  # from the heap: the threshold is 32 MiB now
+    assert mapped_blocks(plain | {"MALLOC_ARENA_MAX": "2"}, prepare=True) == 1  # the caller's own choice stands
+    assert mapped_blocks(plain | allocator.ENV) == 0  # the same values through the environment (continuous)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from . import allocator
 from ..protocol import Unsupported
 from ..registry import get
 from .check import CaseContext, WrongResult
@@ -107,7 +108,10 @@ def prepare_point(impl_name: str, ctx: CaseContext, check: bool = True) -> Prepa
     backend ran another backend's kernel). Raises; the callers decide what a skip or a failure means to them.
 
     `check=False` leaves out the check and the profiled call: only for a process that repeats the very points an
-    earlier process of the same code, environment and inputs checked (the later rounds of `continuous`)."""
+    earlier process of the same code, environment and inputs checked (the later rounds of `continuous`).
+
+    The first call in a process fixes glibc's allocator thresholds (bench.allocator), before anything is timed."""
+    allocator.fix()
     impl = get(impl_name)
     reasons = ctx.inputs.reasons(impl)  # with the mask's structure, as the closure will be prepared
     if reasons:

@@ -32,6 +32,7 @@ from importlib import metadata
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from ..bench import allocator
 from ..errors import SideError
 from ..gate.points import Point, load_points
 from .schedule import NO_CEILINGS_ENV, PAD_ENV, REPEAT_ENV, Schedule
@@ -42,13 +43,8 @@ SUITE_PLUGIN = "sdpa_bench_pytest"  # its pytest plug-in, a module beside the pa
 LEGACY_SUITE = Path("tests") / "test_benchmarks.py"  # sdpa-bench's revisions from before the suite was packaged
 CALLER_PYTEST = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTHONHOME")  # settings of the caller's own test sessions
 DIST = "sdpa-bench"
-# glibc's allocator as a long-running process leaves it, fixed from the first allocation: blocks from 32 MiB get their
-# own mapping (glibc's highest automatic threshold), freed memory is returned above 64 MiB. Left automatic, the
-# threshold starts at 128 KiB and rises only once such a block is freed, so whether a call's temporaries fault in
-# fresh pages on every call depended on the order of the process's first allocations: naive at L 128 took 1x or 1.5x
-# from one process to the next (33 % SD between processes, 2.5 % with these; records/2026-11-28-xeon-amx-allocator).
-# Set for both sides alike, whatever their revision; a caller's own MALLOC_* settings are kept.
-ALLOCATOR_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(64 << 20)}
+# glibc's allocator thresholds, fixed in every process of both sides, whatever their revision (bench.allocator)
+ALLOCATOR_ENV = allocator.ENV
 
 
 @dataclass(frozen=True)
@@ -101,7 +97,7 @@ def side_env(side: Side, cpu: bool, padding: str = "", repeat: bool = False) -> 
             env[name] = "1"
         else:
             env.pop(name, None)
-    if not any(k.startswith("MALLOC_") or k == "GLIBC_TUNABLES" for k in env):
+    if not allocator.caller_chose(env):
         env.update(ALLOCATOR_ENV)
     if cpu:
         env["OMP_NUM_THREADS"] = "1"  # a shared CPU runner: one other process stalls a multi-thread barrier
