@@ -16,16 +16,16 @@ settings; elsewhere than glibc, nothing is done.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import platform
 
-# mallopt's parameters (glibc's malloc.h)
+# mallopt's parameters (glibc's malloc.h) and their values here
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
-STEADY = {"MALLOC_MMAP_THRESHOLD_": 32 << 20, "MALLOC_TRIM_THRESHOLD_": 64 << 20}
-ENV = {name: str(value) for name, value in STEADY.items()}  # the same, as environment variables
-
-_done: list[bool] = []
+STEADY = {M_MMAP_THRESHOLD: 32 << 20, M_TRIM_THRESHOLD: 64 << 20}
+ENV = {"MALLOC_MMAP_THRESHOLD_": str(STEADY[M_MMAP_THRESHOLD]),  # the same, as glibc's environment variables
+       "MALLOC_TRIM_THRESHOLD_": str(STEADY[M_TRIM_THRESHOLD])}
 
 
 def caller_chose(environ: dict[str, str] | os._Environ = os.environ) -> bool:
@@ -33,20 +33,14 @@ def caller_chose(environ: dict[str, str] | os._Environ = os.environ) -> bool:
     return any(k.startswith("MALLOC_") or k == "GLIBC_TUNABLES" for k in environ)
 
 
+@functools.cache
 def fix() -> bool:
     """Set the thresholds of STEADY in this process, once; whether they are set (False: not glibc, or the caller's
     environment chose its own)."""
-    if not _done:
-        _done.append(_apply())
-    return _done[0]
-
-
-def _apply() -> bool:
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc" or caller_chose():
         return False
     try:
         libc = ctypes.CDLL(None)
-        return all(libc.mallopt(param, STEADY[name]) == 1 for param, name in (
-            (M_MMAP_THRESHOLD, "MALLOC_MMAP_THRESHOLD_"), (M_TRIM_THRESHOLD, "MALLOC_TRIM_THRESHOLD_")))
+        return all(libc.mallopt(param, value) == 1 for param, value in STEADY.items())
     except (OSError, AttributeError):
         return False
