@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from sdpa_impls.cli import main
@@ -103,6 +103,7 @@ def test_a_revision_whose_constraints_are_not_utf8_is_one_message(plugin_repo: P
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(spec=st.text(max_size=24), revision=st.text(max_size=12))
+@example(spec="-:", revision="-x")  # read by argparse as options: its own error, exit 2
 def test_any_spec_or_revision_is_0_1_or_2_and_never_a_traceback(plugin_repo: Path, offline: Path, spec: str,
                                                                   revision: str) -> None:
     words = spec.split()

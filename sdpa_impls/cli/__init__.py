@@ -63,7 +63,10 @@ def main(argv: list[str] | None = None) -> int:
             if name == chosen:
                 module, command = _load(name), p
                 module.add_arguments(p)
-        args = parser.parse_args(argv)
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exc:  # argparse printed usage and its error (or --help): its status, returned
+            return exc.code if isinstance(exc.code, int) else USAGE_EXIT
         # defaults of the project's [tool.sdpa_bench.<command>] for what the command line leaves unset
         settings.apply(parser, command, argv, args, args.command, COMMANDS)
         return int(module.run(args))
