@@ -142,13 +142,19 @@ def calls_per_sample(fn: Callable[[], object], device: torch.device | str, min_s
     starts cold). Calls `fn` a few times; call it after warm-up."""
     if flush_l2 or min_sample_s <= 0:
         return 1
+    return calibrate(fn, device, min_sample_s)[0]
+
+
+def calibrate(fn: Callable[[], object], device: torch.device | str, min_sample_s: float = MIN_SAMPLE_S
+              ) -> tuple[int, float]:
+    """(calls_per_sample's answer, the seconds of one sample of that many calls, as last measured): what a
+    benchmark needs to size its rounds, without timing one more sample. Call it after warm-up."""
     calls = 1
-    while calls < MAX_CALLS_PER_SAMPLE:
+    while True:
         per_call = one_sample(fn, device, calls)
-        if per_call * calls >= min_sample_s:
-            break
+        if per_call * calls >= min_sample_s or calls >= MAX_CALLS_PER_SAMPLE:
+            return calls, per_call * calls
         calls = min(MAX_CALLS_PER_SAMPLE, max(2 * calls, math.ceil(1.2 * min_sample_s / max(per_call, 1e-9))))
-    return calls
 
 
 def _graph_replay(fn: Callable[[], object], device: torch.device) -> Callable[[], object]:

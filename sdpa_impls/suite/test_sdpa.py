@@ -8,7 +8,8 @@ be captured, eager calls, and `extra_info["device_time_method"]` says "eager" wi
 the eager time (`median_s`) and the host overhead. On the CPU the one time is the benchmark's.
 Every point is checked against the fp64 reference first: a wrong implementation fails and never gets a time. The
 one exception is a process `continuous` starts to repeat a side's round (SDPA_CONTINUOUS_REPEAT=1): that side's
-first process checked and profiled the same points, so this one only times them (`extra_info["checked"]` false).
+first process checked, profiled and measured the peak memory of the same points (exact, the same in every process),
+so this one only times them (`extra_info["checked"]` false, no `peak_memory_bytes`).
 Where no rule of a comparison reads the ceilings, `continuous` sets SDPA_CONTINUOUS_NO_CEILINGS=1 and none are timed.
 The ceilings its `roofline_pct` is a percentage of are measured in the same session: before the first point, between
 points (at most every 30 s) and after the last (`run_ceilings`); every point is judged against their medians.
@@ -28,7 +29,7 @@ from sdpa_impls.bench.memory import peak_memory
 from sdpa_impls.bench.probe import WORK as PROBE_WORK, SpeedProbe
 from sdpa_impls.bench.result import SPEED_BASELINE, Result
 from sdpa_impls.bench.devicetime import EAGER, GRAPH, HOST, HOST_REASON, DeviceTiming, graph_sampler
-from sdpa_impls.bench.timing import MIN_SAMPLE_S, call_context, calls_per_sample, one_sample, summarize, time_closure
+from sdpa_impls.bench.timing import MIN_SAMPLE_S, calibrate, call_context, summarize, time_closure
 from sdpa_impls.continuous.schedule import NO_CEILINGS_ENV, REPEAT_ENV
 from sdpa_bench_pytest import suite_timer
 
@@ -83,7 +84,7 @@ def test_sdpa(benchmark, request: pytest.FixtureRequest, sdpa_point: tuple[str, 
     max_time = float(config.getoption("benchmark_max_time"))
     how = DeviceTiming(HOST, HOST_REASON)
     with call_context(point.fn):  # e.g. a pinned backend: entered once, outside the timed region
-        memory = peak_memory(point.fn, sdpa_device)
+        memory = peak_memory(point.fn, sdpa_device) if check else None  # exact: the side's first process has it
         calls = 1
         if benchmark.disabled:  # plain pytest: one call, as a smoke test
             benchmark(point.fn)
@@ -96,8 +97,8 @@ def test_sdpa(benchmark, request: pytest.FixtureRequest, sdpa_point: tuple[str, 
                 graph, reason = graph_sampler(point.fn, sdpa_device, MIN_SAMPLE_S)
                 how = DeviceTiming(GRAPH if graph else EAGER, reason)
                 target = graph.fn if graph else point.fn
-            calls = calls_per_sample(target, sdpa_device)
-            sample_s = max(one_sample(target, sdpa_device, calls) * calls, 1e-9)
+            calls, sample_s = calibrate(target, sdpa_device)
+            sample_s = max(sample_s, 1e-9)
             rounds = min(max(int(config.getoption("benchmark_min_rounds")), int(max_time / sample_s)), MAX_ROUNDS)
             # CPU: the machine's speed next to each sample, recorded for the side-by-side verdict (bench.probe)
             probe = None if sdpa_device.startswith("cuda") else SpeedProbe(suite_timer(config, sdpa_device))
