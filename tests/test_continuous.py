@@ -158,10 +158,14 @@ def test_unchanged_code_passes_and_undecided_benchmarks_get_rounds_of_their_own(
         assert len(names[side]) == adaptive["selected"][0]
     assert names["base"] == names["head"]
     for side in ("base", "head"):  # each side's first process checks against fp64; its later ones only time
-        first, *later = ([b["extra_info"] for b in json.loads((kept / f"{side}-{tag}.json").read_text())["benchmarks"]]
-                         for tag in ("1", "2", "a1"))
+        benchmarks = [json.loads((kept / f"{side}-{tag}.json").read_text())["benchmarks"] for tag in ("1", "2", "a1")]
+        first, *later = ([b["extra_info"] for b in run] for run in benchmarks)
         assert all(x["checked"] and x["max_error"] <= x["error_tolerance"] for x in first), first
         assert not any(x["checked"] or x["max_error"] is not None for run in later for x in run), later
+        # ... as long per benchmark as the first, without the peak memory, which is exact and the first process's
+        options = [{(b["options"]["max_time"], b["options"]["min_rounds"]) for b in run} for run in benchmarks]
+        assert options == [{(0.05, 8)}] * 3, options
+        assert all(x["peak_memory_bytes"] for x in first) and not any(x["peak_memory_bytes"] for r in later for x in r)
         assert not any(x.get("ceilings") or x.get("roofline_pct") for run in (first, *later) for x in run)  # none read
     assert all(c["status"] == "pass" for r in verdict["rows"] for c in r["checks"] if c["kind"] == "correctness")
     cases = {n[len("test_sdpa[naive-"):-1] for n in names["base"] if n.startswith("test_sdpa[naive-")}

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ..continuous.comparison import ADAPTIVE_BUDGET, MAX_TIME, REPEAT_MAX_TIME, REPEAT_MIN_ROUNDS, ROUND_TIMEOUT, ROUNDS
+from ..continuous.comparison import ADAPTIVE_BUDGET, MAX_TIME, ROUND_TIMEOUT, ROUNDS
 from ..credentials import redact
 from ..errors import USAGE_EXIT, GateInputError, UsageError
 from ..fmt import fmt_duration
@@ -27,9 +27,7 @@ def add_measuring(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> 
                         help=f"processes per side, alternating (default {ROUNDS}): more, shorter runs spread a slow "
                              "period of the machine thinner")
     parser.add_argument("--max-time", type=float, default=MAX_TIME, metavar="S",
-                        help=f"pytest-benchmark's --benchmark-max-time per benchmark in each side's first process "
-                             f"(default {MAX_TIME}); the later ones take the smaller of S and {REPEAT_MAX_TIME:g}, with "
-                             f"at least {REPEAT_MIN_ROUNDS} rounds")
+                        help=f"pytest-benchmark's --benchmark-max-time per benchmark and process (default {MAX_TIME})")
     parser.add_argument("--adaptive-budget", type=float, default=ADAPTIVE_BUDGET, metavar="S",
                         help=f"seconds of extra rounds (base and head again, undecided benchmarks only) after the "
                              f"planned ones, until each benchmark is decided (default {ADAPTIVE_BUDGET:g}; 0: none)")

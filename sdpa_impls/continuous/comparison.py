@@ -30,16 +30,7 @@ from .schedule import Schedule
 from .sides import interleaved, run_pair
 from .verdict import SideBySide
 
-MAX_TIME, MIN_ROUNDS = 0.1, 8  # pytest-benchmark's time and rounds per benchmark in a side's first process
-# A side's later processes (planned rounds after the first, adaptive rounds) time each benchmark for less: processes
-# differ from each other by 3-6 % after the speed probe while one process's own samples fix its median to about 1 %,
-# so an interval narrows with more processes, not with more samples in each. Both sides' later processes get the same
-# pytest-benchmark options, which every revision's suite understands. On the 2-vCPU Xeon a later process of the ci
-# preset takes about 7 s with them, against 20 s.
-REPEAT_MAX_TIME, REPEAT_MIN_ROUNDS = 0.03, 3
-# processes per side: the first round and 9 later ones of the ci preset take about as long on 2 cores as the first and
-# 3 later ones did at the first process's settings
-ROUNDS = 10
+ROUNDS, MAX_TIME, MIN_ROUNDS = 4, 0.1, 8  # per side: 4 processes of the ci preset fit CI's 5 minutes on 2 cores
 # seconds of extra rounds for undecided benchmarks, after the planned rounds: 75 keeps the ci preset's comparison within
 # about 5 minutes on a 2-core CPU, one or two extra rounds (docs/records/2026-11-24-epyc-continuous-trials.md)
 ADAPTIVE_BUDGET = 75.0
@@ -65,8 +56,6 @@ class Plan:
     keep_runs: str | None = None
     select: str | None = None
     time_floor: float | None = None
-    repeat_max_time: float = REPEAT_MAX_TIME
-    repeat_min_rounds: int = REPEAT_MIN_ROUNDS
 
     def check(self) -> None:
         """UsageError naming the first value no comparison can use."""
@@ -76,8 +65,6 @@ class Plan:
             raise UsageError("--rounds should be at least 1")
         if self.adaptive_budget < 0:
             raise UsageError("--adaptive-budget should be at least 0 seconds")
-        if not self.repeat_max_time > 0 or self.repeat_min_rounds < 1:
-            raise UsageError("a later process's time per benchmark should be above 0 s and its rounds at least 1")
         if self.round_timeout <= 0:
             raise UsageError("--round-timeout should be more than 0 seconds")
         if self.adaptive_rounds is not None and self.adaptive_rounds < 1:
@@ -109,13 +96,9 @@ class Comparison:
         return as_dict(self.report, self.base, self.head, self.run | {"environment_notes": list(self.header)})
 
 
-def pytest_args(plan: Plan, cpu: bool, repeat: bool = False) -> list[str]:
-    """How a process of either side runs the suite; `repeat`: a side's process after its first (REPEAT_MAX_TIME)."""
+def pytest_args(plan: Plan, cpu: bool) -> list[str]:
     preset = plan.preset or ("ci" if cpu else "gpu-ci")  # gpu-ci: calls long enough to time kernels, not launches
-    max_time, min_rounds = (plan.max_time, MIN_ROUNDS)
-    if repeat:
-        max_time, min_rounds = min(plan.max_time, plan.repeat_max_time), min(MIN_ROUNDS, plan.repeat_min_rounds)
-    out = ["--sdpa-preset", preset, f"--benchmark-max-time={max_time:g}", f"--benchmark-min-rounds={min_rounds}"]
+    out = ["--sdpa-preset", preset, f"--benchmark-max-time={plan.max_time:g}", f"--benchmark-min-rounds={MIN_ROUNDS}"]
     if cpu:  # CPU time of the one-thread process: time spent waiting for the other core's work does not count
         out.append("--benchmark-timer=time.process_time")
     if plan.select:
@@ -128,7 +111,7 @@ def _measure(plan: Plan, sides: Prepared, schedule: Schedule, work: Path, progre
     """The planned rounds, then the adaptive ones: the verdict over all of them, and the planned rounds' seconds."""
     cpu = default_device() == "cpu"
     base, head, config = sides.base, sides.head, sides.config
-    args = (pytest_args(plan, cpu), pytest_args(plan, cpu, repeat=True))
+    args = pytest_args(plan, cpu)
     if sides.as_measured:  # the reference's code changed with torch: it is measured and judged like the rest, and
         config = dataclasses.replace(config, time_reference="", speed_probe=False)  # so may the speed probe's
     if not any(rule.metric == "ceiling" for rule in config.ratios):  # nothing reads them: 2 s a process saved
@@ -148,7 +131,7 @@ def _measure(plan: Plan, sides: Prepared, schedule: Schedule, work: Path, progre
             selected = ["-k", keyword(terms)]  # the undecided benchmarks, a subset of plan.select's
         except ValueError as exc:
             raise GateInputError(f"adaptive round {index}: {exc}") from None
-        return run_pair(base, head, schedule, pytest_args(dataclasses.replace(plan, select=None), cpu, True) + selected,
+        return run_pair(base, head, schedule, pytest_args(dataclasses.replace(plan, select=None), cpu) + selected,
                         cpu, runs, f"a{index}", plan.round_timeout, progress)
 
     # the first extra round is expected to take as long as a planned one (it measures fewer benchmarks, but each

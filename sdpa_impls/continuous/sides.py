@@ -275,18 +275,17 @@ def run_pair(base: Side, head: Side, schedule: Schedule, pytest_args: list[str],
     return runs["base"], runs["head"], failed
 
 
-def interleaved(base: Side, head: Side, rounds: int, pytest_args: tuple[list[str], list[str]], cpu: bool,
-                workdir: Path, schedule: Schedule, progress: Callable[[str], None] | None = None,
-                timeout: float = 600.0) -> tuple[list[list[Point]], list[list[Point]], list[str]]:
+def interleaved(base: Side, head: Side, rounds: int, pytest_args: list[str], cpu: bool, workdir: Path,
+                schedule: Schedule, progress: Callable[[str], None] | None = None, timeout: float = 600.0
+                ) -> tuple[list[list[Point]], list[list[Point]], list[str]]:
     """`rounds` runs of each side alternating in time, which side starts each round drawn by `schedule` (one of
     each per two rounds), so a slow period, a drift of the machine or an advantage of starting first falls on both
-    sides alike. The first round runs the suite with `pytest_args[0]` and checks every point against fp64; the later
-    ones, the same code, environment and inputs, run it with `pytest_args[1]` and only time (run_pair's `repeat`).
-    Returns (base runs, head runs, head's failed tests); GateInputError as run_pair."""
+    sides alike. The first round checks every point against fp64; the later ones, the same code, environment and
+    inputs, only time them (run_pair's `repeat`). Returns (base runs, head runs, head's failed tests); GateInputError
+    as run_pair."""
     base_runs, head_runs, failed = [], [], []
     for i in range(rounds):
-        b, h, f = run_pair(base, head, schedule, pytest_args[i > 0], cpu, workdir, str(i + 1), timeout,
-                           repeat=i > 0)
+        b, h, f = run_pair(base, head, schedule, pytest_args, cpu, workdir, str(i + 1), timeout, repeat=i > 0)
         base_runs.append(b)
         head_runs.append(h)
         failed += [x for x in f if x not in failed]
