@@ -19,7 +19,7 @@ from sdpa_impls.bench.check import CaseContext
 from sdpa_impls.bench.grid import Case
 from sdpa_impls.bench.measure import Options, run_case_interleaved, run_point
 from sdpa_impls.bench.result import with_speedups
-from sdpa_impls.bench.timing import call_context, same_context, time_closure
+from sdpa_impls.bench.timing import calibrate, call_context, same_context, time_closure
 
 
 def test_run_point_turns_every_outcome_into_a_result() -> None:
@@ -77,6 +77,17 @@ def test_a_sample_is_back_to_back_calls_lasting_the_minimum() -> None:
     slow = time_closure(lambda: time.sleep(3e-3), "cpu", budget_s=0.0, min_reps=2, max_reps=2, warmup=0,
                         min_sample_s=2e-3)
     assert slow.calls_per_sample == 1 and min(slow.samples) >= 3e-3
+
+
+
+def test_calibration_hands_back_the_sample_it_measured_last() -> None:
+    """The suite sizes its rounds from calibrate's own last sample instead of timing one more."""
+    x, calls = torch.randn(64, 64), []
+    n, sample_s = calibrate(lambda: calls.append(x @ x), "cpu", min_sample_s=2e-3)
+    assert 1 < n < 10_000 and sample_s >= 2e-3  # what it returns is a sample that lasted the minimum
+    assert len(calls) > n  # it tried fewer calls first
+    slow_n, slow_s = calibrate(lambda: time.sleep(3e-3), "cpu", min_sample_s=2e-3)
+    assert slow_n == 1 and slow_s >= 3e-3
 
 
 class Recorder:

@@ -102,3 +102,36 @@ def test_the_suite_records_a_probe_before_and_after_every_sample(tmp_path: Path)
     assert len(bench["extra_info"]["probe_s"]) == len(bench["stats"]["data"]) + 1
     (point,) = load_points(out)[1]
     assert len(point.probe_s) == len(point.samples) + 1 and min(point.probe_s) > 0 and point.probe_work == WORK
+
+
+def test_the_probe_times_the_machine_not_the_caches_a_sample_left_cold() -> None:
+    """A long sample evicts the probe's operands. Timed cold, as two GEMMs right after the sample, the probe after it
+    read 2-3.5 times its time after a short one on the AMX Xeon, and scaled long benchmarks by their cache misses.
+    The probe warms its operands with untimed GEMMs first and then times a stretch of them, so it reads about the
+    same after a cache-flushing call as after nothing."""
+    import time
+
+    import torch
+
+    from sdpa_impls.bench.probe import SpeedProbe
+
+    torch.set_num_threads(1)
+    probe = SpeedProbe(time.perf_counter)
+    big = torch.empty(64 << 20, dtype=torch.uint8)
+
+    def cold_pair() -> float:  # the probe as it was: two GEMMs timed right after the sample
+        start = time.perf_counter()
+        for _ in range(2):
+            torch.mm(probe.a, probe.b, out=probe.out)
+        return time.perf_counter() - start
+
+    after = {"nothing": [], "flush": [], "cold pair": [], "cold pair after nothing": []}
+    for _ in range(30):
+        probe(); after["nothing"].append(probe.durations[-1])
+        big.fill_(1); probe(); after["flush"].append(probe.durations[-1])
+        after["cold pair after nothing"].append(cold_pair())
+        big.fill_(2); after["cold pair"].append(cold_pair())
+    ratio = {k: float(np.median(v)) for k, v in after.items()}
+    if ratio["cold pair"] < 1.3 * ratio["cold pair after nothing"]:
+        pytest.skip("a 64 MiB write leaves the probe's operands in this CPU's caches: nothing to tell apart")
+    assert ratio["flush"] < 1.1 * ratio["nothing"], ratio
