@@ -115,23 +115,27 @@ def test_the_probe_times_the_machine_not_the_caches_a_sample_left_cold() -> None
 
     from sdpa_impls.bench.probe import SpeedProbe
 
-    torch.set_num_threads(1)
-    probe = SpeedProbe(time.perf_counter)
-    big = torch.empty(64 << 20, dtype=torch.uint8)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one thread, as `continuous` measures; the session's setting comes back after
+    try:
+        probe = SpeedProbe(time.perf_counter)
+        big = torch.empty(64 << 20, dtype=torch.uint8)
 
-    def cold_pair() -> float:  # the probe as it was: two GEMMs timed right after the sample
-        start = time.perf_counter()
-        for _ in range(2):
-            torch.mm(probe.a, probe.b, out=probe.out)
-        return time.perf_counter() - start
+        def cold_pair() -> float:  # the probe as it was: two GEMMs timed right after the sample
+            start = time.perf_counter()
+            for _ in range(2):
+                torch.mm(probe.a, probe.b, out=probe.out)
+            return time.perf_counter() - start
 
-    after = {"nothing": [], "flush": [], "cold pair": [], "cold pair after nothing": []}
-    for _ in range(30):
-        probe(); after["nothing"].append(probe.durations[-1])
-        big.fill_(1); probe(); after["flush"].append(probe.durations[-1])
-        after["cold pair after nothing"].append(cold_pair())
-        big.fill_(2); after["cold pair"].append(cold_pair())
-    ratio = {k: float(np.median(v)) for k, v in after.items()}
-    if ratio["cold pair"] < 1.3 * ratio["cold pair after nothing"]:
-        pytest.skip("a 64 MiB write leaves the probe's operands in this CPU's caches: nothing to tell apart")
-    assert ratio["flush"] < 1.1 * ratio["nothing"], ratio
+        after = {"nothing": [], "flush": [], "cold pair": [], "cold pair after nothing": []}
+        for _ in range(30):
+            probe(); after["nothing"].append(probe.durations[-1])
+            big.fill_(1); probe(); after["flush"].append(probe.durations[-1])
+            after["cold pair after nothing"].append(cold_pair())
+            big.fill_(2); after["cold pair"].append(cold_pair())
+        ratio = {k: float(np.median(v)) for k, v in after.items()}
+        if ratio["cold pair"] < 1.3 * ratio["cold pair after nothing"]:
+            pytest.skip("a 64 MiB write leaves the probe's operands in this CPU's caches: nothing to tell apart")
+        assert ratio["flush"] < 1.1 * ratio["nothing"], ratio
+    finally:
+        torch.set_num_threads(threads)
