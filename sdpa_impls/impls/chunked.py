@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import torch
 
-from ._tiled.compute import in_fp32
+from ._tiled.compute import in_fp32, warm_exp
 from ._tiled.online_softmax import chunked_forward, plan_tiles, tiled_attention
 from ..protocol import Implementation, SDPAInputs, Support, with_op
 from ..registry import register
@@ -47,6 +47,7 @@ class Chunked(Implementation):
 
     def prepare_inputs(self, inp: SDPAInputs) -> Callable[[], torch.Tensor]:
         q = inp.query
+        warm_exp(q.device)
         tiles = MaskTiles.of(inp)  # which tiles the mask leaves empty, full or partial: derived here, once
         q_tile, k_tile = tile_size(q.device, q.shape[0] * q.shape[1])
         if inp.mask_kind == "bool" and not inp.is_empty:

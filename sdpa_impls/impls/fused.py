@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import torch
 
-from ._tiled.compute import in_fp32
+from ._tiled.compute import in_fp32, unshifted_exp, warm_exp
 from ._tiled.online_softmax import plan_tiles, take, tiled_attention
 from ..protocol import Implementation, SDPAInputs, Support, empty_attention, with_op
 from ..registry import register
@@ -18,25 +18,30 @@ from ._tiled.tiles import (NEG_INF, TileMasker, columns_t, compact_transposed, f
 KEY_BLOCK = 64  # keys per block of the tile map: how finely a mask's empty and full keys are told apart
 
 
-def tile_shape(device: torch.device, b: int, hkv: int, g: int, lq: int, lk: int, itemsize: int) -> tuple[int, int]:
+def tile_shape(device: torch.device, b: int, hkv: int, g: int, lq: int, lk: int, itemsize: int,
+               whole: bool = False) -> tuple[int, int]:
     """(query rows, kv heads) per score tile of `itemsize`-byte scores, from the device's tiling policy
-    (`budget.CpuTiling.fused_tile`: cache-sized; `budget.CudaTiling.fused_tile`: up to 1024 rows of every head)."""
-    return tiling_for(device).fused_tile(b, hkv, g, lq, lk, itemsize)
+    (`budget.CpuTiling.fused_tile`: cache-sized; `budget.CudaTiling.fused_tile`: up to 1024 rows of every head);
+    `whole`: an inference forward whose tiles compute every key."""
+    return tiling_for(device).fused_tile(b, hkv, g, lq, lk, itemsize, whole)
 
 
-def fused_plan(tiles: MaskTiles, dev: torch.device, b: int, g: int, itemsize: int) -> tuple[int, Plan]:
-    """(query rows per tile, plan) of a fused forward whose score tiles hold `itemsize`-byte scores; worked out
-    once per call shape and thread count (a timed call only looks it up)."""
-    key = (itemsize, torch.get_num_threads())
+def fused_plan(tiles: MaskTiles, dev: torch.device, b: int, g: int, itemsize: int,
+               inference: bool = False) -> tuple[int, Plan]:
+    """(query rows per tile, plan) of a fused forward whose score tiles hold `itemsize`-byte scores (`inference`:
+    no log-sum-exp or P kept for a backward); worked out once per call shape and thread count (a timed call only
+    looks it up)."""
+    whole = inference and tiles.mask is None and not tiles.is_causal
+    key = (itemsize, torch.get_num_threads(), whole)
     found = tiles.memo.get(key)
     if found is None:
-        rows, heads = tile_shape(dev, b, tiles.hkv, g, tiles.lq, tiles.lk, itemsize)
+        rows, heads = tile_shape(dev, b, tiles.hkv, g, tiles.lq, tiles.lk, itemsize, whole)
         found = tiles.memo[key] = (rows, tiles.plan(Tiling(rows, tiles.lk, KEY_BLOCK, True), b, heads))
     return found  # type: ignore[return-value]
 
 
 def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: torch.Tensor | None,
-                  is_causal: bool, scale: float, with_lse: bool, tiles: MaskTiles,
+                  is_causal: bool, scale: float, with_lse: bool, tiles: MaskTiles, unshifted: bool = False,
                   ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Per query tile: S = scale·Q Kᵀ (one GEMM per run of non-empty key blocks, input dtype), torch.softmax in
     place, O = P V (one GEMM per run).
@@ -50,12 +55,18 @@ def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: t
     made only when the log-sum-exp is needed or a float mask is added; where the device's policy says
     `SOFTMAX_FROM_HALF` (fp16 without a float mask), the softmax itself reads the fp16 tile and writes fp32 P, and
     the mask and the row max work on the fp16 tile (exact: adding 0 or -inf, and a max, round nothing).
+    `unshifted` (`compute.unshifted_exp`, fp32 inference only): P = exp(S) in place with no row max, and one GEMM
+    of P with [V, 1] gives P V and the row sums, by which the tile's output is divided.
     """
     b, hkv, g, lq, e = q5.shape
     lk, ev, dtype, dev = k4.shape[-2], v4.shape[-1], q5.dtype, q5.device
     float_mask = mask5 is not None and mask5.dtype != torch.bool
     half = dtype != torch.float32
-    rows, plan = fused_plan(tiles, dev, b, g, 4 if half and (with_lse or float_mask) else q5.element_size())
+    unshifted = unshifted and not with_lse and not float_mask and not half
+    if unshifted:  # V beside a column of ones: one GEMM gives P V and the row sums of P
+        v4 = torch.nn.functional.pad(v4, (0, 1), value=1.0)  # faster than a cat; 16 columns timed the same as 1
+    rows, plan = fused_plan(tiles, dev, b, g, 4 if half and (with_lse or float_mask) else q5.element_size(),
+                            not with_lse)
     heads = plan.max_heads
     first = plan.tiles[0][0]
     keep_p = with_lse and rows >= lq and len(plan.groups) == 1 and len(first) == 1 and first[0].j0 == 0
@@ -68,7 +79,7 @@ def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: t
     masker = TileMasker(mask5, is_causal, rows, dev, tiles.memo)
     sbuf = torch.empty(heads * g * rows * lk, dtype=dtype, device=dev)
     fbuf = torch.empty(heads * g * rows * lk, dtype=torch.float32, device=dev) if need_f32 else sbuf
-    obuf = torch.empty(heads * g * rows * ev, dtype=dtype, device=dev)  # a contiguous GEMM output is faster
+    obuf = torch.empty(heads * g * rows * v4.shape[-1], dtype=dtype, device=dev)  # a contiguous GEMM output is faster
     # than writing into the strided rows of `out` (fp32, L=2048, E=64: 25 vs 30 ms for all P V GEMMs)
     for (bs, hs), key_rows in zip(plan.groups, plan.tiles):
         q4, out4, kt3, v3, mask_g = forward_views(q5, k4, v4, out, mask5, bs, hs)
@@ -91,10 +102,16 @@ def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: t
                 _scores_into(sd, c, qt, columns_t(kt3, kt.j0, kt.j1, compact), scale, one)
             pf = take(fbuf, n, m, cols[-1]) if need_f32 else sd  # where P is written: fp32 when needed
             s = sd if from_half or not need_f32 else pf.copy_(sd)
+            if unshifted:  # exp(S) of bounded scores, then masked keys to 0 (no -inf meets exp)
+                s.exp_()
             for kt, c in zip(key_tiles, cols):
                 if kt.masked:
-                    masker.apply_ranges_(s if one else s[..., c:c + kt.j1 - kt.j0], mask_g, i0, i1, kt.j0, kt.masked)
+                    masker.apply_ranges_(s if one else s[..., c:c + kt.j1 - kt.j0], mask_g, i0, i1, kt.j0, kt.masked,
+                                         unshifted)
             dead_here = mask5 is not None and tiles.has_dead_rows(i0, i1)  # from the mask, before any call
+            if unshifted:
+                _unshifted_tile(s, v3, key_tiles, cols, take(obuf, n, m, v4.shape[-1]), out4[:, :, i0:i1], dead_here)
+                continue
             row_max = s.amax(dim=-1, keepdim=True) if (with_lse or dead_here) else None
             if from_half:  # fp16 scores into fp32 P: one kernel on CUDA
                 p = torch.softmax(s, dim=-1, dtype=pf.dtype, out=pf)
@@ -123,6 +140,24 @@ def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: t
     return out, lse, sbuf[:b * hkv * g * lq * p_keys].view(b, hkv, g, lq, p_keys) if keep_p else None
 
 
+def _unshifted_tile(p: torch.Tensor, v3: torch.Tensor, key_tiles: list, cols: list[int], o: torch.Tensor,
+                    out: torch.Tensor, dead: bool) -> None:
+    """O of one tile `p` of unnormalized P = exp(S) (masked keys 0) into `out` (heads, G, rows, Ev): `v3` is V with
+    a column of ones after its Ev, so P [V, 1] in `o` holds P V and the row sums, and P V divided by them is the
+    output. A row with every key masked (`dead`) has sum 0 and P V 0, and gets 0."""
+    if len(key_tiles) == 1:
+        torch.bmm(p, v3[:, key_tiles[0].j0:key_tiles[0].j1], out=o)
+    else:
+        for t, (kt, c) in enumerate(zip(key_tiles, cols)):
+            pv = (p[..., c:c + kt.j1 - kt.j0], v3[:, kt.j0:kt.j1])
+            torch.bmm(*pv, out=o) if t == 0 else o.baddbmm_(*pv)
+    ev = out.shape[-1]
+    total = o[..., ev:ev + 1]
+    if dead:
+        total = torch.where(total == 0, 1.0, total)
+    torch.div(o[..., :ev].unflatten(1, out.shape[1:3]), total.unflatten(1, out.shape[1:3]), out=out)
+
+
 def _scores_into(sd: torch.Tensor, c: int, qt: torch.Tensor, kt: torch.Tensor, scale: float, whole: bool) -> None:
     """scale · Q Kᵀ into columns c: of the score tile `sd` (`whole`: all of it; with several runs of keys side by
     side, a strided destination, which torch fills through a copy)."""
@@ -144,18 +179,25 @@ class Fused(Implementation):
             return lambda: empty_attention(inp)
         q, k = inp.query, inp.key
         b, g, dev = k.shape[0], q.shape[1] // k.shape[1], q.device
+        warm_exp(dev)
         tiles = MaskTiles.of(inp)  # which tiles the mask leaves empty, full or partial: derived here, once
         tiles.has_dead_rows(0, tiles.lq)  # and which query rows see no key (built once, here)
         widen, computes = in_fp32(inp, 1)  # P is normalized before P V: each output is bounded by max|v|
+        unshifted = not inp.needs_grad and unshifted_exp(inp, q.dtype == torch.float32 or widen)
+        computes = ", ".join(filter(None, [computes, "unshifted exp" if unshifted else ""]))
         half = q.dtype != torch.float32 and not widen
         float_mask = inp.mask_kind == "float"
-        fwd_rows, _ = fused_plan(tiles, dev, b, g, 4 if half and (inp.needs_grad or float_mask) else (2 if half else 4))
         rows, _ = tile_shape(dev, b, k.shape[1], g, q.shape[2], k.shape[2], 4)
         tiling = Tiling(rows, k.shape[2], KEY_BLOCK, True)  # backward: full-width rows of key blocks
         dtypes = (q.dtype, torch.float32)  # the score tiles' dtypes: the input's, fp32 where the softmax needs it
-        TileMasker.warm(tiles.memo, inp.is_causal, fwd_rows, dev, dtypes)
+        # the plans a timed call looks up: the inference forward's (a call under no_grad too), and for training the
+        # forward's (fp32 score tiles) and the backward's
+        fwd_rows, _ = fused_plan(tiles, dev, b, g, 4 if half and float_mask else (2 if half else 4), True)
+        TileMasker.warm(tiles.memo, inp.is_causal, fwd_rows, dev, dtypes, unshifted)
         if inp.needs_grad:
+            train_rows, _ = fused_plan(tiles, dev, b, g, 4)
+            TileMasker.warm(tiles.memo, inp.is_causal, train_rows, dev, dtypes)
             plan_tiles(tiles, tiling, b, g, dev)
             TileMasker.warm(tiles.memo, inp.is_causal, min(rows, q.shape[2]), dev, dtypes)
-        forward = functools.partial(fused_forward, tiles=tiles)
+        forward = functools.partial(fused_forward, tiles=tiles, unshifted=unshifted)
         return with_op(lambda: tiled_attention(inp, forward, tiling, tiles, widen), computes)

@@ -56,6 +56,10 @@ class CpuTiling:
     # they gain nothing (the sweep of 32-512 rows in docs/records/2026-11-23-epyc-cpu-targets.md found these within
     # 1-2 % of the best)
     FUSED_ROWS = (32, 256, 32)
+    # fused's inference forward with no causal flag and no mask (no key to skip): up to 512 rows. On the AMX Xeon:
+    # fused / torch_sdpa 1.22 -> 1.17-1.19 (fp32, L 2048, E 64), 1.66-1.68 -> 1.49-1.50 (bf16, L 4096, E 128); causal,
+    # where a tile computes its diagonal block whole: slower (fp32, L 2048: 1.42-1.54 -> 1.70). docs/explanation/tiling.md
+    FUSED_ROWS_WHOLE = (32, 512, 32)
     # chunked: 128 query rows keep the GEMMs efficient while a causal row of tiles wastes at most half a tile on
     # the diagonal; the key tile (128 to 1024, a bound independent of L) then fills the budget
     CHUNKED_Q_TILE = 128
@@ -75,6 +79,11 @@ class CpuTiling:
     # torch's own copy of the strided view is element by element: the score GEMM with its copy took 0.45-0.76 of
     # the time on the AMX Xeon (docs/explanation/tiling.md). fp32 GEMMs take the strided view as it is.
     COMPACT_TRANSPOSED = True
+    # fused's fp32 inference forward with bounded scores (`compute.unshifted_exp`): P = exp(S) in place, no row max,
+    # the row sums from a column of ones beside V in the P V GEMM, instead of torch.softmax (2 G scores/s a core on the
+    # AMX Xeon, an exp pass alone 6): fused / torch_sdpa 1.29-1.31 -> 1.19-1.24 there (fp32, L 2048, E 64;
+    # docs/explanation/tiling.md). Not bf16 tiles: a bf16 exp pass costs about what the softmax does.
+    UNSHIFTED_EXP = True
 
     @property
     def score_tile_bytes(self) -> int:
@@ -86,10 +95,12 @@ class CpuTiling:
         t = self.threads
         return fit_rows(self.score_tile_bytes, bytes_per_head, t, max(t, heads), t)
 
-    def fused_tile(self, b: int, hkv: int, g: int, lq: int, lk: int, itemsize: int) -> tuple[int, int]:
-        """(query rows, kv heads): rows that fit the budget for one head per thread, then as many heads as fit."""
-        rows = fit_rows(self.score_tile_bytes, self.threads * g * lk * itemsize, *self.FUSED_ROWS)
-        rows = min(rows, lq)
+    def fused_tile(self, b: int, hkv: int, g: int, lq: int, lk: int, itemsize: int,
+                   whole: bool = False) -> tuple[int, int]:
+        """(query rows, kv heads): rows that fit the budget for one head per thread, then as many heads as fit;
+        `whole`: an inference forward whose tiles compute every key (FUSED_ROWS_WHOLE)."""
+        bounds = self.FUSED_ROWS_WHOLE if whole else self.FUSED_ROWS
+        rows = min(lq, fit_rows(self.score_tile_bytes, self.threads * g * lk * itemsize, *bounds))
         return rows, self.group_heads(b * hkv, rows * g * lk * itemsize)
 
     def chunked_tile(self, heads: int) -> tuple[int, int]:
@@ -137,6 +148,7 @@ class CudaTiling:
     SOFTMAX_BACKWARD = False
     # cuBLAS takes any batch stride: the strided Kᵀ and Vᵀ go to the GEMM as they are, no copy
     COMPACT_TRANSPOSED = False
+    UNSHIFTED_EXP = False  # a GPU tile is bound by launches, not the softmax's passes; the bound's reductions sync
 
     @property
     def score_tile_bytes(self) -> int:
@@ -146,9 +158,10 @@ class CudaTiling:
         """All heads in one group when they fit the budget (one launch covers them), else as many as fit."""
         return fit_rows(self.score_tile_bytes, bytes_per_head, 1, max(1, heads), 1)
 
-    def fused_tile(self, b: int, hkv: int, g: int, lq: int, lk: int, itemsize: int) -> tuple[int, int]:
+    def fused_tile(self, b: int, hkv: int, g: int, lq: int, lk: int, itemsize: int,
+                   whole: bool = False) -> tuple[int, int]:
         """(query rows, kv heads): up to 1024 rows of every head within the budget, then fewer heads if even
-        64 rows of all of them do not fit."""
+        64 rows of all of them do not fit (`whole` changes nothing here)."""
         rows = min(fit_rows(self.score_tile_bytes, b * hkv * g * lk * itemsize, *self.FUSED_ROWS), lq)
         return rows, self.group_heads(b * hkv, rows * g * lk * itemsize)
 
@@ -259,7 +272,7 @@ def tiling_for(device: torch.device) -> TilePolicy:
     return CudaTiling(free_device_bytes(device))
 
 
-Choice = Literal["CAST_FIRST", "SOFTMAX_FROM_HALF", "SOFTMAX_BACKWARD", "COMPACT_TRANSPOSED"]
+Choice = Literal["CAST_FIRST", "SOFTMAX_FROM_HALF", "SOFTMAX_BACKWARD", "COMPACT_TRANSPOSED", "UNSHIFTED_EXP"]
 
 
 def choice(device: torch.device, name: Choice) -> bool:

@@ -4,18 +4,31 @@
     in_fp32(inp, keys_summed) -> (widen?, what it computes in, for the point's `op`)
     fp16_in_fp32(inp, keys_summed) -> bool      # fp16: always on the CPU, on CUDA where it could overflow
     fp16_may_overflow(inp, keys_summed) -> bool
+    unshifted_exp(inp, fp32_compute) -> bool     # fused: P = exp(S) with no row max, where the scores are bounded
+    warm_exp(device)                             # the process's first parallel exp, outside any timed call
 
 bf16 follows this CPU's GEMMs (`budget.bf16_compute`). A widened call runs in fp32 and is rounded once at the end
 (`online_softmax.tiled_attention`).
 """
 from __future__ import annotations
 
+import functools
+import math
+
 import torch
 
 from ...protocol import SDPAInputs
-from .budget import bf16_compute
+from .budget import bf16_compute, choice
 
 FP16_MAX = 65504.0
+# |score| at most this for an unshifted exp: exp(S) then lies in [4e-18, 3e17], so a row's largest term is a normal
+# fp32 (or bf16) number, and so is every term within e^-47 of it (normals reach e^-87): nothing the row's sum can
+# resolve underflows, and no term overflows
+SCORE_BOUND = 40.0
+# log of the largest row sum of P V (Lk · e^bound · max|v|) an unshifted exp allows: e^80 = 5.5e34, e^8 under fp32's
+# largest number
+LOG_SUM_BOUND = 80.0
+UNSHIFTED_MIN_KEYS = 512  # below this the bound's reductions cost about what the softmax's extra passes do
 
 
 def fp16_in_fp32(inp: SDPAInputs, keys_summed: int) -> bool:
@@ -54,3 +67,43 @@ def fp16_may_overflow(inp: SDPAInputs, keys_summed: int) -> bool:
     q, k, v, bias = torch.stack(tops).float().tolist()
     score = abs(inp.softmax_scale) * inp.query.shape[-1] * q * k + bias
     return not max(score, keys_summed * v) < FP16_MAX / 2
+
+
+def unshifted_exp(inp: SDPAInputs, fp32_compute: bool) -> bool:
+    """Whether fused's inference forward may take P = exp(S) with no row max subtracted (the policy's
+    `UNSHIFTED_EXP`; row sums from the P V GEMM, O divided by them once): for fp32 compute with no float mask and
+    at least UNSHIFTED_MIN_KEYS keys, where Cauchy–Schwarz bounds every score, |scale · q·k| <= |scale| ·
+    max‖q‖ · max‖k‖, by SCORE_BOUND, and a row's sums by LOG_SUM_BOUND. A softmax is the same for any shift; the
+    max only keeps exp in range, which the bound already does. The bound reads Q, K and V once: decide it in
+    `prepare_inputs`, outside a timed call."""
+    if (not fp32_compute or inp.is_empty or inp.mask_kind == "float" or inp.key.shape[-2] < UNSHIFTED_MIN_KEYS
+            or not choice(inp.query.device, "UNSHIFTED_EXP")):
+        return False
+    low, high = torch.aminmax(inp.value)
+    q, k, v_low, v_high = torch.stack([_largest_norm(inp.query), _largest_norm(inp.key), low.float(),
+                                       high.float()]).tolist()
+    v = max(-v_low, v_high)
+    bound = abs(inp.softmax_scale) * q * k
+    if not bound <= SCORE_BOUND:  # also false for inf and NaN
+        return False
+    return math.log(inp.key.shape[-2]) + bound + math.log(max(v, 1e-30)) < LOG_SUM_BOUND
+
+
+def warm_exp(device: torch.device) -> None:
+    """Run this process's first parallel fp32 `exp_` on the CPU here (once per thread count), not in a call whose
+    answer counts. On the AMX Xeon with torch 2.13.0+cpu, the first `exp_` of a process over a tensor split between
+    threads came out up to 1.5e-4 from exp (relative) in 1 of 10 fresh processes (3 of 10 after a torch SDPA call),
+    every later call within 6e-8; with one such call made first, the next was within 6e-8 in 30 of 30 processes.
+    The tiled implementations' tiles take exp_ (docs/explanation/tiling.md)."""
+    if device.type == "cpu":
+        _warm_exp(torch.get_num_threads())
+
+
+@functools.lru_cache(maxsize=None)
+def _warm_exp(threads: int) -> None:
+    torch.zeros(threads * 65536).exp_()  # 65536 elements a thread: twice torch's grain of a parallel loop
+
+
+def _largest_norm(x: torch.Tensor) -> torch.Tensor:
+    """max over rows of ‖x‖ (last dim), in fp32 (no GEMM: a call's GEMMs are its attention's)."""
+    return torch.linalg.vector_norm(x if x.dtype == torch.float32 else x.float(), dim=-1).amax()

@@ -62,6 +62,9 @@ class TileMasker:
     in fp32, `compute.fp16_in_fp32`), so -inf + score = -inf. Tiles left of the diagonal cost nothing.
     The triangles are kept in `cache` (a call's `MaskTiles.memo`), where `warm` builds them before any call: a
     call then launches nothing to make them.
+    `zero` (fused's unshifted exp, `compute.unshifted_exp`): the tile already holds exp(S), and a masked entry gets 0,
+    by a masked_fill of 0 and a product with a triangle of 0 and 1. exp of -inf is not a fast path of torch's CPU
+    exp: a causal diagonal tile half -inf took as long as a tile twice its size (8 heads × 256 rows, AMX Xeon).
     """
 
     def __init__(self, mask5: torch.Tensor | None, is_causal: bool, max_rows: int, device: torch.device,
@@ -72,24 +75,28 @@ class TileMasker:
 
     @classmethod
     def warm(cls, cache: dict, is_causal: bool, max_rows: int, device: torch.device,
-             dtypes: tuple[torch.dtype, ...]) -> None:
+             dtypes: tuple[torch.dtype, ...], zero: bool = False) -> None:
         """Build the causal triangles of `max_rows` rows in `dtypes` into `cache` (in `prepare_inputs`)."""
         if is_causal:
             for dtype in dtypes:
-                cls(None, True, max_rows, device, cache)._upper_bias(dtype)
+                cls(None, True, max_rows, device, cache)._upper_bias(dtype, zero)
 
-    def _upper_bias(self, dtype: torch.dtype) -> torch.Tensor:
-        """(max_rows, max_rows) in `dtype`: -inf where key i0 + c lies after query i0 + r, else 0."""
-        key = ("causal-bias", self.max_rows, dtype, str(self.device))
+    def _upper_bias(self, dtype: torch.dtype, zero: bool = False) -> torch.Tensor:
+        """(max_rows, max_rows) in `dtype`: -inf where key i0 + c lies after query i0 + r, else 0 (`zero`: 0 there,
+        else 1)."""
+        key = ("causal-keep" if zero else "causal-bias", self.max_rows, dtype, str(self.device))
         bias = self._cache.get(key)
         if bias is None:
             r = self.max_rows
             upper = torch.ones((r, r), dtype=torch.bool, device=self.device).triu_(1)
-            bias = self._cache[key] = torch.zeros((r, r), dtype=dtype, device=self.device).masked_fill_(upper, NEG_INF)
+            fill, rest = (0.0, 1.0) if zero else (NEG_INF, 0.0)
+            bias = self._cache[key] = torch.full((r, r), rest, dtype=dtype, device=self.device).masked_fill_(upper, fill)
         return bias
 
-    def apply_(self, s3: torch.Tensor, mask5: torch.Tensor | None, i0: int, i1: int, j0: int, j1: int) -> None:
-        """s3 holds query rows i0:i1 × keys j0:j1 of the heads of `mask5` (b, h, G, Lq, Lk); masked -> -inf."""
+    def apply_(self, s3: torch.Tensor, mask5: torch.Tensor | None, i0: int, i1: int, j0: int, j1: int,
+               zero: bool = False) -> None:
+        """s3 holds query rows i0:i1 × keys j0:j1 of the heads of `mask5` (b, h, G, Lq, Lk); masked -> -inf (`zero`:
+        s3 holds exp(S), and masked -> 0)."""
         crosses = self.is_causal and j1 - 1 > i0
         if mask5 is None and not crosses:
             return
@@ -101,17 +108,18 @@ class TileMasker:
             if self.float_mask:
                 s5.add_(m)
             else:
-                s5.masked_fill_(m.logical_not(), NEG_INF)
+                s5.masked_fill_(m.logical_not(), 0.0 if zero else NEG_INF)
         if crosses:
             c0 = max(j0, i0 + 1)  # key i0 is kept by every row of the tile
-            s4[..., c0 - j0:].add_(self._upper_bias(s4.dtype)[: i1 - i0, c0 - i0: j1 - i0])
+            bias = self._upper_bias(s4.dtype, zero)[: i1 - i0, c0 - i0: j1 - i0]
+            s4[..., c0 - j0:].mul_(bias) if zero else s4[..., c0 - j0:].add_(bias)
 
     def apply_ranges_(self, s3: torch.Tensor, mask5: torch.Tensor | None, i0: int, i1: int, j0: int,
-                      ranges: tuple[tuple[int, int], ...]) -> None:
+                      ranges: tuple[tuple[int, int], ...], zero: bool = False) -> None:
         """`apply_` on the key ranges (a, b) of a score tile whose columns start at key j0: a tile map's partial
         blocks; its full blocks are left alone."""
         for a, b in ranges:
-            self.apply_(s3[..., a - j0: b - j0], mask5, i0, i1, a, b)
+            self.apply_(s3[..., a - j0: b - j0], mask5, i0, i1, a, b, zero)
 
 
 def head_groups(b: int, hkv: int, size: int) -> list[tuple[slice, slice]]:
