@@ -55,16 +55,14 @@ def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: t
     made only when the log-sum-exp is needed or a float mask is added; where the device's policy says
     `SOFTMAX_FROM_HALF` (fp16 without a float mask), the softmax itself reads the fp16 tile and writes fp32 P, and
     the mask and the row max work on the fp16 tile (exact: adding 0 or -inf, and a max, round nothing).
-    `unshifted` (`compute.unshifted_exp`, fp32 inference only): P = exp(S) in place with no row max, and one GEMM
-    of P with [V, 1] gives P V and the row sums, by which the tile's output is divided.
+    `unshifted` (`compute.unshifted_exp`, fp32 inference only): P = exp(S) in place with no row max, then P V and
+    the row sums of P, by which the tile's output is divided.
     """
     b, hkv, g, lq, e = q5.shape
     lk, ev, dtype, dev = k4.shape[-2], v4.shape[-1], q5.dtype, q5.device
     float_mask = mask5 is not None and mask5.dtype != torch.bool
     half = dtype != torch.float32
     unshifted = unshifted and not with_lse and not float_mask and not half
-    if unshifted:  # V beside a column of ones: one GEMM gives P V and the row sums of P
-        v4 = torch.nn.functional.pad(v4, (0, 1), value=1.0)  # faster than a cat; 16 columns timed the same as 1
     rows, plan = fused_plan(tiles, dev, b, g, 4 if half and (with_lse or float_mask) else q5.element_size(),
                             not with_lse)
     heads = plan.max_heads
@@ -79,7 +77,7 @@ def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: t
     masker = TileMasker(mask5, is_causal, rows, dev, tiles.memo)
     sbuf = torch.empty(heads * g * rows * lk, dtype=dtype, device=dev)
     fbuf = torch.empty(heads * g * rows * lk, dtype=torch.float32, device=dev) if need_f32 else sbuf
-    obuf = torch.empty(heads * g * rows * v4.shape[-1], dtype=dtype, device=dev)  # a contiguous GEMM output is faster
+    obuf = torch.empty(heads * g * rows * ev, dtype=dtype, device=dev)  # a contiguous GEMM output is faster
     # than writing into the strided rows of `out` (fp32, L=2048, E=64: 25 vs 30 ms for all P V GEMMs)
     for (bs, hs), key_rows in zip(plan.groups, plan.tiles):
         q4, out4, kt3, v3, mask_g = forward_views(q5, k4, v4, out, mask5, bs, hs)
@@ -110,7 +108,7 @@ def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: t
                                          unshifted)
             dead_here = mask5 is not None and tiles.has_dead_rows(i0, i1)  # from the mask, before any call
             if unshifted:
-                _unshifted_tile(s, v3, key_tiles, cols, take(obuf, n, m, v4.shape[-1]), out4[:, :, i0:i1], dead_here)
+                _unshifted_tile(s, v3, key_tiles, cols, take(obuf, n, m, ev), out4[:, :, i0:i1], dead_here)
                 continue
             row_max = s.amax(dim=-1, keepdim=True) if (with_lse or dead_here) else None
             if from_half:  # fp16 scores into fp32 P: one kernel on CUDA
@@ -142,20 +140,20 @@ def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: t
 
 def _unshifted_tile(p: torch.Tensor, v3: torch.Tensor, key_tiles: list, cols: list[int], o: torch.Tensor,
                     out: torch.Tensor, dead: bool) -> None:
-    """O of one tile `p` of unnormalized P = exp(S) (masked keys 0) into `out` (heads, G, rows, Ev): `v3` is V with
-    a column of ones after its Ev, so P [V, 1] in `o` holds P V and the row sums, and P V divided by them is the
-    output. A row with every key masked (`dead`) has sum 0 and P V 0, and gets 0."""
+    """O of one tile `p` of unnormalized P = exp(S) (masked keys 0) into `out` (heads, G, rows, Ev): P V in `o`,
+    divided by the row sums of P. A row with every key masked (`dead`) has sum 0 and P V 0, and gets 0. (A column
+    of ones beside V, for the sums from the GEMM, was no faster at L 2048 and slower with a window mask at L 8192,
+    where V was copied on every call and the GEMMs are narrow: docs/records/2026-11-28-xeon-amx-unshifted.md.)"""
+    total = p.sum(dim=-1, keepdim=True)
     if len(key_tiles) == 1:
         torch.bmm(p, v3[:, key_tiles[0].j0:key_tiles[0].j1], out=o)
     else:
         for t, (kt, c) in enumerate(zip(key_tiles, cols)):
             pv = (p[..., c:c + kt.j1 - kt.j0], v3[:, kt.j0:kt.j1])
             torch.bmm(*pv, out=o) if t == 0 else o.baddbmm_(*pv)
-    ev = out.shape[-1]
-    total = o[..., ev:ev + 1]
     if dead:
         total = torch.where(total == 0, 1.0, total)
-    torch.div(o[..., :ev].unflatten(1, out.shape[1:3]), total.unflatten(1, out.shape[1:3]), out=out)
+    torch.div(o.unflatten(1, out.shape[1:3]), total.unflatten(1, out.shape[1:3]), out=out)
 
 
 def _scores_into(sd: torch.Tensor, c: int, qt: torch.Tensor, kt: torch.Tensor, scale: float, whole: bool) -> None:

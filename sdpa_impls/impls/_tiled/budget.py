@@ -57,8 +57,8 @@ class CpuTiling:
     # 1-2 % of the best)
     FUSED_ROWS = (32, 256, 32)
     # fused's inference forward with no causal flag and no mask (no key to skip): up to 512 rows. On the AMX Xeon:
-    # fused / torch_sdpa 1.22 -> 1.17-1.19 (fp32, L 2048, E 64), 1.66-1.68 -> 1.49-1.50 (bf16, L 4096, E 128); causal,
-    # where a tile computes its diagonal block whole: slower (fp32, L 2048: 1.42-1.54 -> 1.70). docs/explanation/tiling.md
+    # bf16 L 4096 E 128 0.83-0.90 of the time of 256 rows; causal, where a tile computes its diagonal block whole,
+    # slower (fp32 L 2048: 1.42-1.54 -> 1.70 × torch). docs/records/2026-11-28-xeon-amx-unshifted.md
     FUSED_ROWS_WHOLE = (32, 512, 32)
     # chunked: 128 query rows keep the GEMMs efficient while a causal row of tiles wastes at most half a tile on
     # the diagonal; the key tile (128 to 1024, a bound independent of L) then fills the budget
@@ -81,8 +81,8 @@ class CpuTiling:
     COMPACT_TRANSPOSED = True
     # fused's fp32 inference forward with bounded scores (`compute.unshifted_exp`): P = exp(S) in place, no row max,
     # the row sums from a column of ones beside V in the P V GEMM, instead of torch.softmax (2 G scores/s a core on the
-    # AMX Xeon, an exp pass alone 6): fused / torch_sdpa 1.29-1.31 -> 1.19-1.24 there (fp32, L 2048, E 64;
-    # docs/explanation/tiling.md). Not bf16 tiles: a bf16 exp pass costs about what the softmax does.
+    # AMX Xeon, an exp pass alone 6): with the wider tiles, 0.87-0.90 of the old time there (fp32, L 2048, E 64;
+    # docs/explanation/tiling.md). Not bf16 tiles: there an exp pass and a row sum cost more than the softmax.
     UNSHIFTED_EXP = True
 
     @property
