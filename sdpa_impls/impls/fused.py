@@ -120,13 +120,7 @@ def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: t
             dead = row_max == NEG_INF if dead_here else None  # every key masked: softmax gave 0/0 = NaN there
             if dead is not None:  # P of those rows is 0 before any GEMM reads it: a GEMM may spread a NaN row
                 p.masked_fill_(dead, 0.0)  # into others (oneDNN's AMX bf16 kernels do), and O, dQ, dK, dV get 0
-            o = take(obuf, n, m, ev)  # (heads, G·rows, Ev)
-            if one:
-                torch.bmm(p, v3[:, key_tiles[0].j0:key_tiles[0].j1], out=o)
-            else:
-                for t, (kt, c) in enumerate(zip(key_tiles, cols)):
-                    pv = (p[..., c:c + kt.j1 - kt.j0], v3[:, kt.j0:kt.j1])
-                    torch.bmm(*pv, out=o) if t == 0 else o.baddbmm_(*pv)
+            o = _pv_into(take(obuf, n, m, ev), p, v3, key_tiles, cols)  # (heads, G·rows, Ev)
             if lse is not None:  # max P = 1 / Σ exp(s - max), so lse = max - log(max P), in fp32
                 assert row_max is not None
                 lse_t = row_max.float() - torch.log(pf.amax(dim=-1, keepdim=True))
@@ -145,15 +139,21 @@ def _unshifted_tile(p: torch.Tensor, v3: torch.Tensor, key_tiles: list, cols: li
     of ones beside V, for the sums from the GEMM, was no faster at L 2048 and slower with a window mask at L 8192,
     where V was copied on every call and the GEMMs are narrow: docs/records/2026-11-28-xeon-amx-unshifted.md.)"""
     total = p.sum(dim=-1, keepdim=True)
-    if len(key_tiles) == 1:
-        torch.bmm(p, v3[:, key_tiles[0].j0:key_tiles[0].j1], out=o)
-    else:
-        for t, (kt, c) in enumerate(zip(key_tiles, cols)):
-            pv = (p[..., c:c + kt.j1 - kt.j0], v3[:, kt.j0:kt.j1])
-            torch.bmm(*pv, out=o) if t == 0 else o.baddbmm_(*pv)
+    _pv_into(o, p, v3, key_tiles, cols)
     if dead:
         total = torch.where(total == 0, 1.0, total)
     torch.div(o.unflatten(1, out.shape[1:3]), total.unflatten(1, out.shape[1:3]), out=out)
+
+
+def _pv_into(o: torch.Tensor, p: torch.Tensor, v3: torch.Tensor, key_tiles: list, cols: list[int]) -> torch.Tensor:
+    """o = P V for a score tile whose key runs `key_tiles` lie side by side at columns `cols`: one GEMM for one
+    run (a contiguous tile, no column slices), else one per run, accumulated."""
+    if len(key_tiles) == 1:
+        return torch.bmm(p, v3[:, key_tiles[0].j0:key_tiles[0].j1], out=o)
+    for t, (kt, c) in enumerate(zip(key_tiles, cols)):
+        pv = (p[..., c:c + kt.j1 - kt.j0], v3[:, kt.j0:kt.j1])
+        torch.bmm(*pv, out=o) if t == 0 else o.baddbmm_(*pv)
+    return o
 
 
 def _scores_into(sd: torch.Tensor, c: int, qt: torch.Tensor, kt: torch.Tensor, scale: float, whole: bool) -> None:
