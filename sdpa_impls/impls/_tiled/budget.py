@@ -80,8 +80,8 @@ class CpuTiling:
     # the time on the AMX Xeon (docs/explanation/tiling.md). fp32 GEMMs take the strided view as it is.
     COMPACT_TRANSPOSED = True
     # fused's fp32 inference forward with bounded scores (`compute.unshifted_exp`): P = exp(S) in place, no row max,
-    # the row sums from a column of ones beside V in the P V GEMM, instead of torch.softmax (2 G scores/s a core on the
-    # AMX Xeon, an exp pass alone 6): with the wider tiles, 0.87-0.90 of the old time there (fp32, L 2048, E 64;
+    # its row sums, and P V divided by them, instead of torch.softmax (2 G scores/s a core on the AMX Xeon, an exp
+    # pass alone 6): with the wider tiles, 0.87-0.90 of the old time there (fp32, L 2048, E 64;
     # docs/explanation/tiling.md). Not bf16 tiles: there an exp pass and a row sum cost more than the softmax.
     UNSHIFTED_EXP = True
 
