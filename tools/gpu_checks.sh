@@ -24,13 +24,15 @@
 #          $GPU_CHECKS_WORK/gate, so a second call on the same machine adds to them. GPU_CHECKS_GATE_ARGS replaces
 #          the evidence script's --continuous-args (default "--adaptive-budget 30", so name an --adaptive-budget
 #          too), e.g. "--rounds 3 --adaptive-budget 0": shorter trials; give a second call the same
+#          GPU_CHECKS_GATE_SCENARIOS (e.g. "aa") picks the scenarios, in order, as the script's --scenarios
 #   variants  tools/fused_variants.py, bf16 then fp16: the elementwise passes of fused's and chunked's CUDA plan
 #          against their alternatives, then whole calls with CAST_FIRST (and in fp16 SOFTMAX_FROM_HALF) off and on
 #          (variants.log, variants-*.json)
 #   peers  the peer libraries from carried wheels (tools/gpu_wheels.py): joins the cut ones, installs each
 #          requirement of GPU_CHECKS_WHEELS/call-*/requirements.txt (default .whl) with pip --no-index from those
 #          folders, then a fifth of the step to the peer tests of tests/test_gpu.py and the rest to the llm preset
-#          with xformers, cudnn_frontend, flash_attn, flash_attn4, flashinfer and torch_sdpa (peers.log, peers-llm.tar)
+#          with xformers, cudnn_frontend, flash_attn, flash_attn4, flashinfer, torch_sdpa and torch_sdpa_cudnn (peers.log,
+#          peers-llm.tar)
 #   plugin the plug-in `sdpa-bench quickstart` writes, installed beside this tree: its own test against fp64 on the
 #          CPU and CUDA, then the gpu-ci preset with it and torch_sdpa on CUDA (plugin.log, plugin.tar)
 # The dry run also prints what each call carries: the working tree plus one wheel folder, in MiB.
@@ -115,6 +117,7 @@ gate_args() {  # seconds -> gate_cmd: the evidence script's command line (GPU_CH
   # continuous's arguments, its --continuous-args)
   gate_cmd=("$py" tools/gpu_gate_evidence.py --out "$work/gate" --budget $(( $1 - 60 )))
   if [ -n "${GPU_CHECKS_GATE_ARGS:-}" ]; then gate_cmd+=(--continuous-args "$GPU_CHECKS_GATE_ARGS"); fi
+  if [ -n "${GPU_CHECKS_GATE_SCENARIOS:-}" ]; then gate_cmd+=(--scenarios "$GPU_CHECKS_GATE_SCENARIOS"); fi
 }
 
 gate() {  # seconds
@@ -159,7 +162,7 @@ peers() {  # seconds: install the carried wheels, then a fifth to the peer tests
   tail -n 30 "$out/peers.log"
   secs=$(( $1 - (SECONDS - t0) - 5 ))
   [ "$secs" -gt 20 ] && sweep peers-llm "$secs" --preset llm --budget 0.1 --max-reps 50 \
-    --impl xformers,cudnn_frontend,flash_attn,flash_attn4,flashinfer,torch_sdpa
+    --impl xformers,cudnn_frontend,flash_attn,flash_attn4,flashinfer,torch_sdpa,torch_sdpa_cudnn
 }
 
 plugin() {  # seconds: a third to the quickstart plug-in's own test (CPU and CUDA), the rest to a gpu-ci sweep with it
