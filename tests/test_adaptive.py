@@ -259,18 +259,40 @@ def _host(report) -> Check:
     return next(c for c in _rows(report)[f"fused[{CASE}]"].checks if c.kind == "host")
 
 
-@pytest.mark.parametrize("host_us, verdict", [(60.0, "pass"), (72.0, "FAIL")], ids=["aa", "host+20%"])
-def test_more_host_time_alone_fails_as_host_time_with_the_device_time_unchanged(host_us: float, verdict: str) -> None:
+@pytest.mark.parametrize("host_us, runs, verdict", [(60.0, 4, "pass"), (72.0, 4, UNDECIDED), (72.0, 5, "FAIL")],
+                         ids=["aa", "host+20%-4-runs", "host+20%-5-runs"])
+def test_more_host_time_alone_fails_as_host_time_with_the_device_time_unchanged(host_us: float, runs: int,
+                                                                                verdict: str) -> None:
     """A host-bound call (60 µs of host overhead on 100 µs of device time): +20 % host work alone fails as host
-    time, and the time check, which reads the device time, does not move."""
+    time once the runs' order is significant at the gate's FDR (every head run above every base run: p = 1/70 with
+    4 runs a side, undecided, so adaptive rounds measure it again; 1/252 with 5), and the time check, which reads the
+    device time, does not move."""
     rng = np.random.default_rng(4)
-    report = judge(_cuda_runs(60.0, 4, rng), _cuda_runs(host_us, 4, rng), CONFIG)
-    host = _host(report)
-    assert host.status == verdict, host.message
-    assert _rows(report)[f"fused[{CASE}]"].decision != SLOWER
+    report = judge(_cuda_runs(60.0, runs, rng), _cuda_runs(host_us, runs, rng), CONFIG)
+    host, row = _host(report), _rows(report)[f"fused[{CASE}]"]
+    assert row.decision != SLOWER
+    assert row.verdict == verdict, host.message
+    assert (row in report.undecided) == (verdict == UNDECIDED)
+    if verdict != "pass":
+        assert f"head above base in {runs * runs} of {runs * runs} pairs of runs" in host.message
+    if verdict == UNDECIDED:
+        assert report.exit_code == 0 and host.message.startswith("not shown: host overhead 6")
+        assert "fused" in " ".join(selection(report, "torch_sdpa"))  # the adaptive rounds measure it again
+        assert "host overhead higher in every run, not yet significant" in render(report, "base", "head")
     if verdict == "FAIL":
         assert report.exit_code == 1 and host.message.startswith("more host time: host overhead 6")
-        assert "head above base in 16 of 16 pairs of runs" in host.message
+
+
+def test_a_wide_host_overhead_from_process_to_process_is_no_failure_with_few_runs() -> None:
+    """On a GPU machine one process's host overhead per call can be ten times the next's (an A/A on an H200: 22-238
+    µs for one decode benchmark). Two or three runs a side whose order happens to separate them are not evidence,
+    however far apart: with 2 runs a side that order comes by chance once in 6, with 3 once in 20."""
+    rng = np.random.default_rng(8)
+    for base_us, head_us in (((22.0, 82.0), (172.0, 238.0)), ((22.0, 46.0, 68.0), (107.0, 160.0, 238.0))):
+        base = [_cuda_runs(h, 1, rng)[0] for h in base_us]
+        head = [_cuda_runs(h, 1, rng)[0] for h in head_us]
+        report = judge(base, head, CONFIG)
+        assert report.exit_code == 0 and _host(report).message.startswith("not shown"), _host(report).message
 
 
 def test_a_device_bound_calls_host_overhead_is_reported_not_judged() -> None:

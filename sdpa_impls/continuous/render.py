@@ -61,9 +61,14 @@ def render(report: SideBySide, base: str, head: str, markdown: bool = False, run
         out += ["", "On one side only:"] + [f"{bullet}{shown(r.label)}: {r.verdict}" for r in one_side]
     if undecided:
         out += ["", f"Undecided ({len(undecided)}: neither slower nor clear of ×{report.factor:.2f} when the rounds "
-                    "ended; counted as a pass, not a failure):"]
-        out += [f"{bullet}{shown(r.label)}: ×{r.ratio:.3f}, 95% CI {r.interval[0]:.3f}–{r.interval[1]:.3f}"
+                    "ended" + (", or more host time in every run but not significantly"
+                               if any(r.host_undecided for r in undecided) else "")
+                + "; counted as a pass, not a failure):"]
+        out += [f"{bullet}{shown(r.label)}: "
+                + (f"×{r.ratio:.3f}, 95% CI {r.interval[0]:.3f}–{r.interval[1]:.3f}" if r.interval else "")
                 + (f" (low end {r.without_one:.3f} with one run left out)" if r.without_one is not None else "")
+                + ("; " if r.interval and r.host_undecided else "")
+                + ("host overhead higher in every run, not yet significant" if r.host_undecided else "")
                 + f", {len(r.base)} base and {len(r.head)} head runs" for r in undecided]
     kernels = [c for r in report.rows for c in r.checks if c.kind == "kernels"]
     if kernels:
