@@ -163,6 +163,29 @@ def test_a_backward_only_rebuild_makes_the_leaves_gradient_accumulators_anew(imp
     assert [g.shape for g in grads] == [leaf.shape for leaf in leaves]
 
 
+@pytest.mark.parametrize("impl", ["compiled", "naive"])
+def test_a_compiled_backward_only_closure_runs_with_donated_buffers_off_then_restores_them(impl: str) -> None:
+    """Backward only calls backward again on one graph (retain_graph). A compiled forward's backward that frees
+    its saved tensors refuses that (torch 2.11 on CUDA: "compiled with non-empty donated buffers"), so a closure
+    whose forward compiles runs its backward with donation off, and leaves torch's setting as it found it; a closure
+    that compiles nothing runs with the setting untouched."""
+    from sdpa_impls.bench.inputs import make_inputs
+    from sdpa_impls.bench.measure import mode_closure
+
+    inputs = make_inputs(Case(lq=64, lk=64, e=16, mode="bwd"), "cpu")
+    fn = mode_closure(sdpa_impls.get(impl), inputs, "bwd")
+    seen: list[bool] = []
+    handle = inputs.query.register_hook(lambda g: seen.append(torch._functorch.config.donated_buffer))
+    try:
+        before = torch._functorch.config.donated_buffer
+        fn()
+        fn()  # the same graph again, as every timed call after the first
+    finally:
+        handle.remove()
+    assert seen == [impl != "compiled" and before] * 2
+    assert torch._functorch.config.donated_buffer == before
+
+
 # A child allocating a 1 MiB buffer: whether glibc gave it a mapping of its own (mallinfo2's hblks, 1 or 0); with
 # PREPARE, after the suite's first prepare_point.
 MAPPED_BLOCKS = ("import ctypes\nclass M(ctypes.Structure): _fields_ = [(n, ctypes.c_size_t) for n in "
