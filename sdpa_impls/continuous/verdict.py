@@ -20,10 +20,10 @@
   above the factor with any one run of either side left out (`without_one`; none with one run a side), else undecided;
 - host overhead (CUDA points, whose time is the device time; bench.devicetime): one number per run (eager −
   device time per call), unscaled, judged only where the host is a real part of the call (base's host overhead at
-  least `HOST_SHARE` of its eager time): a device-bound call's host overhead is the queue's noise (an A/A on an
+  least `host.HOST_SHARE` of its eager time): a device-bound call's host overhead is the queue's noise (an A/A on an
   H200 saw one run of 121 µs among runs of 10-11 µs on a 150 µs call), and extra host work there hides behind
   the GPU's, as it does for a user. Head's is larger when every head run's lies above every base run's by more
-  than `continuous_host`'s factor of base's largest and by more than `HOST_FLOOR_S` per call, and the one-sided
+  than `continuous_host`'s factor of base's largest and by more than `host.HOST_FLOOR_S` per call, and the one-sided
   rank test of the runs' host overheads, adjusted over the host-bound benchmarks by Benjamini–Hochberg, is
   significant at the gate's FDR: a change that only adds host work then fails as host time, with the device time
   unchanged. The host overhead of one process can differ from the next's by a factor of two and more (an A/A on an
@@ -49,13 +49,10 @@ from ..gate.interval import ratio_interval
 from ..gate.points import Point
 from ..gate.ranktest import mann_whitney_u
 from ..gate.rules import FAIL, INFO, NA, PASS, Check, MemoryRule, correctness_check
+from .host import host_check, host_judged
 from .speeds import PROBE_UNIT, probe_scaled, probe_typical, run_speeds, scaled
 
 EXACT_MEMORY = MemoryRule(0.0)
-# The least growth of the host overhead per call that fails: below a couple of microseconds, a difference in one
-# Python attribute lookup or allocator path moves it; a provisional floor until A/A data on a GPU sets it.
-HOST_FLOOR_S = 2e-6
-HOST_SHARE = 0.25  # host overhead judged where it is at least this share of base's eager time (host-bound calls)
 SLOWER, NOT_SLOWER, UNDECIDED = "slower", "not slower", "undecided"
 
 
@@ -174,49 +171,6 @@ def _memory_check(base: Sequence[Point], head: Sequence[Point]) -> Check:
     return Check("memory", head[0].label, check.status, check.message.replace(" × 1.00", " (exact)"))
 
 
-def _host_judged(base: Sequence[Point], head: Sequence[Point]) -> float | None:
-    """The one-sided rank p-value of head's host overheads above base's, one number per run, where the host
-    overhead is judged (every run has one, and base's is at least `HOST_SHARE` of its eager time); else None."""
-    b, h = [p.host_overhead_s for p in base], [p.host_overhead_s for p in head]
-    if not b or not h or any(v is None for v in b + h):
-        return None
-    eagers = [p.median_s + p.host_overhead_s for p in base if p.median_s is not None]
-    eager = median(eagers) if eagers else 0.0
-    if eager <= 0 or median(b) < HOST_SHARE * eager:
-        return None
-    return mann_whitney_u(h, b, "greater").pvalue
-
-
-def _host_check(base: Sequence[Point], head: Sequence[Point], factor: float, fdr: float,
-                q: float | None = None, family: int = 0) -> Check | None:
-    """The host-overhead check of one benchmark (see the module docstring); None where a run of either side has no
-    host overhead (CPU points, calls timed eagerly). `q`: its rank p-value adjusted over the `family` host-judged
-    benchmarks (None: not judged)."""
-    b, h = [p.host_overhead_s for p in base], [p.host_overhead_s for p in head]
-    if not b or not h or any(v is None for v in b + h):
-        return None
-    mb, mh = median(b), median(h)
-    eagers = [p.median_s + p.host_overhead_s for p in base if p.median_s is not None]
-    eager = median(eagers) if eagers else 0.0
-    numbers = (f"host overhead {mb * 1e6:.1f} µs → {mh * 1e6:.1f} µs per call "
-               f"({f'×{mh / mb:.3f}' if mb > 0 else f'{(mh - mb) * 1e6:+.1f} µs'}), head above base in "
-               f"{sum(x > y for x in h for y in b)} of {len(b) * len(h)} pairs of runs")
-    if q is None:
-        return Check("host", head[0].label, INFO, f"not judged, device-bound ({mb / eager:.0%} of the eager time "
-                     f"is host overhead, < {HOST_SHARE:.0%}): {numbers}" if eager > 0 else f"not judged: {numbers}")
-    numbers += f", BH-adjusted p {q:.2g} over {family} host-bound benchmarks"
-    gap = min(h) - max(b)
-    if gap > HOST_FLOOR_S and min(h) > max(b) * factor:
-        if q < fdr:
-            return Check("host", head[0].label, FAIL, f"more host time: {numbers}; every head run above every base "
-                                                      f"run by more than ×{factor:.2f} and {HOST_FLOOR_S * 1e6:g} "
-                                                      f"µs, significant at FDR {fdr:g}")
-        return Check("host", head[0].label, PASS, f"not shown: {numbers}; every head run above every base run, but "
-                                                  f"not significant at FDR {fdr:g}: undecided (more runs can show "
-                                                  f"it)")
-    return Check("host", head[0].label, PASS, numbers)
-
-
 def _kernels_check(base: Sequence[Point], head: Sequence[Point]) -> Check | None:
     """What only one side's profiled calls ran (all its runs, longest first); None when the same or unrecorded."""
     ran = [list(dict.fromkeys(k for p in side for k in p.kernels)) for side in (base, head)]
@@ -287,11 +241,11 @@ def judge(base_runs: Sequence[Sequence[Point]], head_runs: Sequence[Sequence[Poi
         checks += [c for c in (kernels,) if c is not None]
         rows.append(replace(row, checks=tuple(checks)))
     # host overhead: the rank p-values of the host-bound benchmarks, adjusted over them as the times are over theirs
-    host_p = [_host_judged(r.base, r.head) if r.base and r.head else None for r in rows]
+    host_p = [host_judged(r.base, r.head) if r.base and r.head else None for r in rows]
     host_family = [i for i, p in enumerate(host_p) if p is not None]
     host_q = dict(zip(host_family, bh_adjusted([host_p[i] for i in host_family])))
     for i, r in enumerate(rows):
-        host = _host_check(r.base, r.head, config.host_rule().factor, fdr, host_q.get(i), len(host_family)) \
+        host = host_check(r.base, r.head, config.host_rule().factor, fdr, host_q.get(i), len(host_family)) \
             if r.base and r.head else None
         if host is not None:
             rows[i] = replace(r, checks=r.checks + (host,), host_undecided=host.message.startswith("not shown"))
