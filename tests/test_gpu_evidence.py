@@ -153,21 +153,23 @@ def test_gpu_checks_splits_its_seconds_between_the_steps(tmp_path: Path, seconds
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("gate_args", ["", "--rounds 3 --adaptive-budget 0"])
-def test_the_gate_step_passes_its_continuous_arguments_on(tmp_path: Path, gate_args: str) -> None:
+@pytest.mark.parametrize("gate_args, scenarios", [("", ""), ("--rounds 3 --adaptive-budget 0", "aa")])
+def test_the_gate_step_passes_its_continuous_arguments_on(tmp_path: Path, gate_args: str, scenarios: str) -> None:
     """The dry run prints the gate step's command: the evidence script with the step's budget less a minute and,
-    from GPU_CHECKS_GATE_ARGS, each real continuous's arguments as one --continuous-args; that command line is one
-    the script accepts (on this CPU it then stops for want of a GPU, not with a usage error)."""
+    from GPU_CHECKS_GATE_ARGS, each real continuous's arguments as one --continuous-args, from
+    GPU_CHECKS_GATE_SCENARIOS its --scenarios; that command line is one the script accepts (on this CPU it then
+    stops for want of a GPU, not with a usage error)."""
     import torch
 
     env = os.environ | {"PYTHON": sys.executable, "GPU_CHECKS_STEPS": "variants:150,gate", "GPU_CHECKS_DRY_RUN": "1",
-                        "GPU_CHECKS_GATE_ARGS": gate_args, "GPU_CHECKS_WORK": str(tmp_path / "work")}
+                        "GPU_CHECKS_GATE_ARGS": gate_args, "GPU_CHECKS_GATE_SCENARIOS": scenarios,
+                        "GPU_CHECKS_WORK": str(tmp_path / "work")}
     done = subprocess.run(["bash", str(ROOT / "tools" / "gpu_checks.sh"), str(tmp_path / "out"), "590"],
                           capture_output=True, text=True, cwd=ROOT, env=env, check=True)
     lines = [line for line in done.stdout.splitlines() if not line.startswith("  carried")]  # what calls carry
     assert lines[:2] == ["variants 150s", "gate 425s"] and len(lines) == 3, done.stdout
     cmd = shlex.split(lines[2])
-    tail = ["--continuous-args", gate_args] if gate_args else []
+    tail = (["--continuous-args", gate_args] if gate_args else []) + (["--scenarios", scenarios] if scenarios else [])
     assert cmd == [sys.executable, "tools/gpu_gate_evidence.py", "--out", str(tmp_path / "work" / "gate"),
                    "--budget", "365", *tail]
     if torch.cuda.is_available():
