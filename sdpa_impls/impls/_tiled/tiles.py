@@ -79,10 +79,10 @@ class TileMasker:
     exp: a causal diagonal tile half -inf took as long as a tile twice its size (8 heads × 256 rows, AMX Xeon).
     A bool mask's block is read from the caller's mask once: its negation, with the dimensions the mask broadcasts
     over (the heads, usually) kept at size 1, is kept in `cache` too, up to MASK_BLOCKS_BYTES for one cache (one
-    mask, remembered with its tile map, `tilemap.recent_derived`), and later calls fill from that small contiguous
-    block. Reading the block out of a large mask on every call, one short row of a long mask row at a time, took
-    more time than the fill: the drop-in call with a 512-key window at L 8192 (fp32, AMX Xeon) 0.40 of the causal
-    call's time, 0.30 with the blocks kept.
+    mask, remembered with its tile map for the last RECENT_MASKS masks, `tilemap.recent_derived`), and later calls
+    fill from that small contiguous block. Reading the block out of a large mask on every call, one short row of a
+    long mask row at a time, took more time than the fill: the drop-in call with a 512-key window at L 8192 (fp32,
+    AMX Xeon) took 0.33-0.35 of the causal call's time, 0.28-0.29 with the blocks kept.
     """
 
     def __init__(self, mask5: torch.Tensor | None, is_causal: bool, max_rows: int, device: torch.device,
