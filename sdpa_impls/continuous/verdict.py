@@ -27,8 +27,9 @@
   rank test of the runs' host overheads, adjusted over the host-bound benchmarks by Benjamini–Hochberg, is
   significant at the gate's FDR: a change that only adds host work then fails as host time, with the device time
   unchanged. The host overhead of one process can differ from the next's by a factor of two and more (an A/A on an
-  H200: 22-238 µs per call of one decode benchmark over the 12 runs of two trials), so the order of a few runs alone is no evidence:
-  with 2 runs a side every head run lies above every base run by chance once in 6 benchmarks, with 4 once in 70;
+  H200: 22-238 µs per call of one decode benchmark over the 12 runs of two trials), so the order of a few runs
+  alone is no evidence: with 2 runs a side every head run lies above every base run by chance once in 6
+  benchmarks, with 4 once in 70;
 - memory: exact (peak memory is deterministic): head's smallest peak above base's largest fails;
 - correctness: every head run's point must be ok and within tolerance (the runs after a side's first only time
   the points that run checked: nothing recorded); a failed head test fails;
@@ -248,7 +249,7 @@ def judge(base_runs: Sequence[Sequence[Point]], head_runs: Sequence[Sequence[Poi
         host = host_check(r.base, r.head, config.host_rule().factor, fdr, host_q.get(i), len(host_family)) \
             if r.base and r.head else None
         if host is not None:
-            rows[i] = replace(r, checks=r.checks + (host,), host_undecided=host.message.startswith("not shown"))
+            rows[i] = replace(r, checks=r.checks + (host[0],), host_undecided=host[1])
     judged = [i for i, r in enumerate(rows) if r.p is not None and r.impl != reference
               and config.thresholds(r.impl, r.case_id).time is not None]
     adjusted = bh_adjusted([rows[i].p for i in judged])
