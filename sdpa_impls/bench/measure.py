@@ -84,9 +84,10 @@ class BackwardOnly:
         if self.compile_s_before is None:
             return torch.autograd.grad(self.out, self.leaves, self.grad_out, retain_graph=True)
         # A compiled forward's backward may be built to free ("donate") the tensors it saved; called again on the
-        # same graph (retain_graph) it then refuses to run unless donation is off when the backward first runs
-        # (seen with torch 2.11 on CUDA). With the graph kept, AOTAutograd builds a backward that keeps them, so
-        # what is timed is the backward a user who retains the graph gets.
+        # same graph (retain_graph) it then refuses to run (seen with torch 2.11 on CUDA) unless donation is off
+        # while it runs: torch 2.13 checks on every backward, so the setting is turned off around each call (two
+        # attribute writes). With the graph kept, AOTAutograd builds a backward that keeps them, so what is timed
+        # is the backward a user who retains the graph gets.
         config = torch._functorch.config
         donated, config.donated_buffer = config.donated_buffer, False
         try:
