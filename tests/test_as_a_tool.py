@@ -119,6 +119,7 @@ def test_continuous_in_the_plugin_repository(tool: dict) -> None:
     assert project["impls"] == {"base": [PLUGIN, "torch_sdpa"], "head": [PLUGIN, "torch_sdpa"]}
     assert f"Compared: plug-in toy-attention ({tool['plugin']}) at each revision" in text
     assert docs["config"] == "head's pyproject.toml [tool.sdpa_bench.gate], over sdpa-bench's defaults"
+    assert "more each one process timing base and head in turn" in docs["run"]["pairing"], text  # each its plug-in
     code, slow, text = verdict(tool, tool["docs"], tool["slow"], cwd=tool["plugin"])
     failed = {f["subject"].split("[")[0] for f in slow.get("failures", [])}
     assert code == 1 and failed == {PLUGIN}, text  # torch_sdpa is the yardstick, never a failure
@@ -131,7 +132,9 @@ def test_two_environments_compare_from_any_folder(tool: dict) -> None:
     # one round: the mechanics (nothing checked out, the running sdpa-bench on both sides), not a verdict on time
     code, env, text = verdict(tool, "--base-env", python, "--head-env", python, "--impl", PLUGIN, cwd=away, rounds=1)
     assert code == 0 and env["run"]["project"]["kind"] == "none", text  # one run a side decides nothing slower
-    assert len(env["rows"]) == 10 and all(r["base_runs"] == r["head_runs"] == 1 for r in env["rows"])
+    # one interpreter on both sides: the round that checks, then one process timing both sides in turn
+    assert len(env["rows"]) == 10 and all(r["base_runs"] == r["head_runs"] == 2 for r in env["rows"])
+    assert "1 more each one process timing base and head in turn" in env["run"]["pairing"], text
     assert "on both sides, which differ only in their environments" in text
 
 

@@ -111,7 +111,9 @@ def test_a_slower_implementation_fails_naming_it(repo: dict, tmp_path: Path) -> 
     # slowed least, ×1.5-1.9 where the forward ones are ×2.5-3.6), but every one of them is measured slower.
     assert len(naive) == 5 and all(ratio > 1 for ratio in naive.values()), naive
     assert "sdpa-bench continuous: FAIL" in out and "Benjamini–Hochberg" in out
-    assert "round 2/2: " in err and "first; base and head measured" in err
+    # the first round checks in separate processes; the two after it are each one process timing both sides in turn
+    assert "round 1/1: " in err and "first; base and head measured" in err
+    assert "round 3: one process, base and head in turn" in err and "one process timing base and head in turn" in out
     assert (tmp_path / "v.md").read_text().startswith("## sdpa-bench continuous: FAIL")
 
 
@@ -145,26 +147,29 @@ def test_unchanged_code_passes_and_undecided_benchmarks_get_rounds_of_their_own(
     assert run["seed"] == 7 and run["folders"] == list(Schedule(7).folders()) and "seed 7:" in err
     adaptive = run["adaptive"]
     assert len(adaptive["selected"]) == 1 and adaptive["stopped"] == "rounds" and adaptive["spent_s"] > 0, out + err
-    assert len(run["first_side"]) == 2 + len(adaptive["selected"]) and set(run["first_side"]) <= {"base", "head"}
+    assert len(run["first_side"]) == 3 + len(adaptive["selected"]) and set(run["first_side"]) <= {"base", "head"}
+    # the two planned rounds after the first and the extra round: one process timing both sides in turn each
+    assert run["planned_rounds"] == 3 and "3 more each one process timing base and head in turn" in run["pairing"]
     assert f"seed 7: first side of each round {', '.join(run['first_side'])}" in out
     t = run["timing"]  # where the time went: what a CI budget or a shortened trial is sized from
     assert t["setup_s"] > 0 and t["planned_s"] > 0 and t["adaptive_s"] == pytest.approx(adaptive["spent_s"], abs=0.2)
-    assert t["per_round_s"] == pytest.approx(t["planned_s"] / 2, abs=0.1)
+    assert t["per_round_s"] == pytest.approx(t["planned_s"] / 3, abs=0.1)
     assert t["setup_s"] + t["planned_s"] + t["adaptive_s"] <= t["total_s"] + 0.2
-    assert re.search(r"time: \S+ in all: \S+ to check out, install and import both sides, \S+ for 2 planned round", out)
+    assert re.search(r"time: \S+ in all: \S+ to check out, install and import both sides, \S+ for 3 planned round", out)
     names = {}
     for side in ("base", "head"):
         names[side] = {b["name"] for b in json.loads((kept / f"{side}-a1.json").read_text())["benchmarks"]}
         assert len(names[side]) == adaptive["selected"][0]
     assert names["base"] == names["head"]
     for side in ("base", "head"):  # each side's first process checks against fp64; its later ones only time
-        benchmarks = [json.loads((kept / f"{side}-{tag}.json").read_text())["benchmarks"] for tag in ("1", "2", "a1")]
+        benchmarks = [json.loads((kept / f"{side}-{tag}.json").read_text())["benchmarks"]
+                      for tag in ("1", "2", "3", "a1")]
         first, *later = ([b["extra_info"] for b in run] for run in benchmarks)
         assert all(x["checked"] and x["max_error"] <= x["error_tolerance"] for x in first), first
         assert not any(x["checked"] or x["max_error"] is not None for run in later for x in run), later
         # ... as long per benchmark as the first, without the peak memory, which is exact and the first process's
         options = [{(b["options"]["max_time"], b["options"]["min_rounds"]) for b in run} for run in benchmarks]
-        assert options == [{(0.05, 8)}] * 3, options
+        assert options == [{(0.05, 8)}] * 4, options
         assert all(x["peak_memory_bytes"] for x in first) and not any(x["peak_memory_bytes"] for r in later for x in r)
         assert not any(x.get("ceilings") or x.get("roofline_pct") for run in (first, *later) for x in run)  # none read
     assert all(c["status"] == "pass" for r in verdict["rows"] for c in r["checks"] if c["kind"] == "correctness")

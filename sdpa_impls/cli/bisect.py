@@ -3,7 +3,7 @@
     sdpa-bench bisect GOOD [BAD] [--impl NAME ...] [-k EXPR] [--from VERDICT.json] [--preset NAME]
                       [--package NAME [--versions V1,V2,...] [--pre]]
                       [--rounds N] [--max-time S] [--adaptive-budget S] [--adaptive-rounds N] [--round-timeout S]
-                      [--seed N] [--env-cache DIR] [--config FILE] [--markdown FILE] [--json FILE]
+                      [--separate-processes] [--seed N] [--env-cache DIR] [--config FILE] [--markdown FILE] [--json FILE]
 
 Runs in sdpa-bench's repository or at the root of a plug-in's, as `continuous` does; BAD defaults to HEAD. With
 --package, GOOD and BAD are versions of that package and the search is over its releases between them, from any
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
         query = Query(args.good, args.bad or "HEAD", tuple(args.impl or ()), args.select, rows, args.env_cache,
                       args.config, args.package, versions, args.pre)
         plan = Plan(args.preset, args.rounds, args.max_time, args.adaptive_budget, args.adaptive_rounds,
-                    args.round_timeout, args.seed)
+                    args.round_timeout, args.seed, paired=not args.separate_processes)
         result = search(query, plan, find(Path.cwd(), not args.package, "bisect"), progress)
         sys.stdout.write(redact(render(result)))
         if args.markdown:

@@ -2,7 +2,7 @@
 
     sdpa-bench continuous [BASE [HEAD]] [--base-env SPEC] [--head-env SPEC] [--env-cache DIR] [--preset NAME]
                           [--impl NAME ...] [--rounds N] [--max-time S] [--adaptive-budget S]
-                          [--adaptive-rounds N] [--seed N]
+                          [--adaptive-rounds N] [--separate-processes] [--seed N]
                           [--config FILE] [--markdown FILE] [--json FILE] [--keep-runs DIR]
 
 asv's name and argument order. What a side is depends on where it runs (continuous.project): in sdpa-bench's
@@ -79,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
         request = Request(args.base, args.head, args.base_env, args.head_env, args.env_cache, tuple(args.impl or ()),
                           args.config)
         plan = Plan(args.preset, args.rounds, args.max_time, args.adaptive_budget, args.adaptive_rounds,
-                    args.round_timeout, args.seed, args.keep_runs)
+                    args.round_timeout, args.seed, args.keep_runs,
+                    paired=not args.separate_processes)
         comparison = compare(request, plan, find(Path.cwd(), compares_revisions(request)), progress)
         sys.stdout.write(redact(comparison.text()))
         if args.markdown:

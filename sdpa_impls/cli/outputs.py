@@ -1,7 +1,8 @@
 """What the commands that compare (`continuous`, `bisect`) share at the command line: how each comparison measures,
 progress lines with the time since the start, answers written to files, and the 0/1/2 contract held against any error.
 
-    add_measuring(parser)                # --rounds, --max-time, --adaptive-budget, --adaptive-rounds, --round-timeout
+    add_measuring(parser)                # --rounds, --max-time, --adaptive-budget, --adaptive-rounds,
+                                         # --separate-processes, --round-timeout
     progress = timed_progress()          # progress(text) prints "[  12s] text" to stderr
     write(path, text)                    # the file, credentials masked; GateInputError when it cannot be written
     guarded(command, body) -> int        # body()'s exit code, or 2 with one line for any error, never a traceback
@@ -24,8 +25,9 @@ from ..fmt import fmt_duration
 def add_measuring(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """The options of how both sides of a comparison are measured (continuous.comparison.Plan)."""
     parser.add_argument("--rounds", type=int, default=ROUNDS,
-                        help=f"processes per side, alternating (default {ROUNDS}): more, shorter runs spread a slow "
-                             "period of the machine thinner")
+                        help=f"timed rounds (default {ROUNDS}): each a process of each side, alternating, or, where "
+                             "the sides can share one (see --separate-processes), one process timing both after a first "
+                             "round that checks them; more, shorter runs spread a slow period of the machine thinner")
     parser.add_argument("--max-time", type=float, default=MAX_TIME, metavar="S",
                         help=f"pytest-benchmark's --benchmark-max-time per benchmark and process (default {MAX_TIME})")
     parser.add_argument("--adaptive-budget", type=float, default=ADAPTIVE_BUDGET, metavar="S",
@@ -34,6 +36,10 @@ def add_measuring(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> 
     parser.add_argument("--adaptive-rounds", type=int, default=None, metavar="N",
                         help="at most N extra rounds within the budget (default: as many as fit; a number of rounds "
                              "is the same on any machine, a budget in seconds is not)")
+    parser.add_argument("--separate-processes", action="store_true",
+                        help="time each side in processes of its own in every round; by default, where both sides "
+                             "share an interpreter on the CPU, the first round checks them apart and each later round "
+                             "is one process timing both in turn, which cancels the process's own speed")
     parser.add_argument("--round-timeout", type=float, default=ROUND_TIMEOUT, metavar="S",
                         help=f"the longest one side's benchmark process may run before the comparison stops with exit "
                              f"2 (default {ROUND_TIMEOUT:g}; a large preset on a slow CPU needs more)")

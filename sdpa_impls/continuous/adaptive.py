@@ -58,12 +58,14 @@ class Adaptive:
 
 @dataclass(frozen=True)
 class Outcome:
-    """The verdict over every run, the runs themselves (planned first, then extra), and the extra rounds' log."""
+    """The verdict over every run, the runs themselves (planned first, then extra), the extra rounds' log, and
+    how the rounds were measured (`pairing`, a note; continuous.comparison)."""
 
     report: SideBySide
     base_runs: list[list[Point]]
     head_runs: list[list[Point]]
     adaptive: Adaptive
+    pairing: str = ""
 
 
 def _test_name(point: Point) -> str:
@@ -91,12 +93,12 @@ def keyword(terms: Sequence[str]) -> str:
 def extend(base_runs: Sequence[Sequence[Point]], head_runs: Sequence[Sequence[Point]], failed: Sequence[str],
            config: GateConfig, measure: Measure, budget_s: float, first_estimate_s: float = 0.0,
            clock: Callable[[], float] = time.monotonic, progress: Callable[[str], None] | None = None,
-           max_rounds: int | None = None) -> Outcome:
+           max_rounds: int | None = None, paired_from: int | None = None) -> Outcome:
     """Judge the planned runs, then run extra rounds on the undecided benchmarks while the budget allows.
 
     `budget_s` is the time the extra rounds may take in all (0: none); `first_estimate_s` what the first extra
     round is expected to take; `clock` reads seconds (time.monotonic); `max_rounds` the most extra rounds within the
-    budget (None: as many as fit). Failed head tests of every round count.
+    budget (None: as many as fit); `paired_from`, as verdict.judge. Failed head tests of every round count.
     """
     if budget_s < 0:
         raise ValueError(f"the adaptive budget should be at least 0 seconds, got {budget_s!r}")
@@ -104,7 +106,7 @@ def extend(base_runs: Sequence[Sequence[Point]], head_runs: Sequence[Sequence[Po
         raise ValueError(f"the most adaptive rounds should be at least 1, got {max_rounds!r}")
     base, head, fails = [list(r) for r in base_runs], [list(r) for r in head_runs], list(failed)
     planned = len(head)
-    report = judge(base, head, config, fails, planned)
+    report = judge(base, head, config, fails, planned, paired_from)
     spent, estimate, selected = 0.0, first_estimate_s, []
     stopped = "none" if budget_s == 0 else "decided"
     while report.undecided and budget_s > 0:
@@ -126,5 +128,5 @@ def extend(base_runs: Sequence[Sequence[Point]], head_runs: Sequence[Sequence[Po
         base.append(b)
         head.append(h)
         fails += [x for x in f if x not in fails]
-        report = judge(base, head, config, fails, planned)
+        report = judge(base, head, config, fails, planned, paired_from)
     return Outcome(report, base, head, Adaptive(budget_s, spent, tuple(selected), stopped))

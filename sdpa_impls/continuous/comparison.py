@@ -5,9 +5,11 @@ search over commits or releases would ask again at each step. The command line o
     pytest_args(plan, cpu) -> [str]      # how every process of a side runs the suite
 
 In order: the leftovers of killed runs swept (continuous.revisions), a work folder of its own; both sides assembled
-(continuous.assemble: checked out, given their environments, installed, imported); `plan.rounds` interleaved
-processes a side (continuous.sides, which side first drawn from the seed: continuous.schedule); extra rounds for the
-benchmarks still undecided, within the adaptive budget (continuous.adaptive), judged by the gate's rules
+(continuous.assemble: checked out, given their environments, installed, imported); where the sides can share a
+process (continuous.pairs: the CPU, one interpreter), a first round of a process a side that checks, then
+`plan.rounds` rounds of one process timing both in turn; else `plan.rounds` interleaved processes a side
+(continuous.sides; which side first drawn from the seed: continuous.schedule); extra rounds for the benchmarks still
+undecided, within the adaptive budget, measured the same way (continuous.adaptive), judged by the gate's rules
 (continuous.verdict); the work folder and its worktrees removed, whatever happened.
 """
 from __future__ import annotations
@@ -26,8 +28,9 @@ from .assemble import Prepared, Request, assemble
 from .project import Project
 from .render import as_dict, render
 from .revisions import new_workdir, remove_checkout, sweep_stale
+from .pairs import PairUnavailable, paired_round, unpairable
 from .schedule import Schedule
-from .sides import interleaved, run_pair
+from .sides import Side, interleaved, run_pair
 from .verdict import SideBySide
 
 ROUNDS, MAX_TIME, MIN_ROUNDS = 4, 0.1, 8  # per side: 4 processes of the ci preset fit CI's 5 minutes on 2 cores
@@ -44,7 +47,9 @@ class Plan:
     benchmark's time per benchmark, the extra rounds' budget and count, the longest a process may run, the seed of
     the order of sides (None: a fresh one), and a folder to keep every run's JSON in; `select`, a pytest -k
     expression that narrows the preset's benchmarks, and `time_floor`, the factor a time must clear to be decided
-    (None: the config's continuous_time), which a search over commits sets from the effect it looks for."""
+    (None: the config's continuous_time), which a search over commits sets from the effect it looks for;
+    `paired`: where the sides can share a process (continuous.pairs), the first round checks in separate processes
+    and each of `rounds` more times both sides in one process, in turn."""
 
     preset: str | None = None
     rounds: int = ROUNDS
@@ -56,6 +61,7 @@ class Plan:
     keep_runs: str | None = None
     select: str | None = None
     time_floor: float | None = None
+    paired: bool = True
 
     def check(self) -> None:
         """UsageError naming the first value no comparison can use."""
@@ -107,8 +113,9 @@ def pytest_args(plan: Plan, cpu: bool) -> list[str]:
 
 
 def _measure(plan: Plan, sides: Prepared, schedule: Schedule, work: Path, progress: Callable[[str], None]
-             ) -> tuple[Outcome, float]:
-    """The planned rounds, then the adaptive ones: the verdict over all of them, and the planned rounds' seconds."""
+             ) -> tuple[Outcome, float, int]:
+    """The planned rounds, then the adaptive ones: the verdict over all of them, the planned rounds' seconds and
+    their number."""
     cpu = default_device() == "cpu"
     base, head, config = sides.base, sides.head, sides.config
     args = pytest_args(plan, cpu)
@@ -122,23 +129,85 @@ def _measure(plan: Plan, sides: Prepared, schedule: Schedule, work: Path, progre
     runs = Path(plan.keep_runs) if plan.keep_runs else work / "runs"
     runs.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
-    base_runs, head_runs, failed = interleaved(base, head, plan.rounds, args, cpu, runs, schedule, progress,
-                                               plan.round_timeout)
+    why_not = unpairable(base, head, cpu) if plan.paired else "--separate-processes"
+    pairing = Pairing(base, head, schedule, runs, plan, progress, why_not)
+    base_runs, head_runs, failed = interleaved(base, head, 1 if pairing.on else plan.rounds, args, cpu, runs,
+                                               schedule, progress, plan.round_timeout)
+    timed_from = time.monotonic()
+    if pairing.on:
+        for i in range(plan.rounds):
+            b, h, f = pairing.round([], str(i + 2), args)
+            if not pairing.on:  # the first paired process failed: separate processes, as many rounds as planned
+                base_runs.append(b)
+                head_runs.append(h)
+                more = interleaved(base, head, plan.rounds - 2, args, cpu, runs, schedule, progress,
+                                   plan.round_timeout, first_tag=3) if plan.rounds > 2 else ([], [], [])
+                base_runs += more[0]
+                head_runs += more[1]
+                failed += [x for x in [*f, *more[2]] if x not in failed]
+                break
+            base_runs.append(b)
+            head_runs.append(h)
+            failed += [x for x in f if x not in failed]
     planned_s = time.monotonic() - start
+    per_round = (time.monotonic() - timed_from) / plan.rounds if pairing.used else planned_s / plan.rounds
 
     def extra(terms: list[str], index: int) -> tuple[list, list, list[str]]:
         try:
             selected = ["-k", keyword(terms)]  # the undecided benchmarks, a subset of plan.select's
         except ValueError as exc:
             raise GateInputError(f"adaptive round {index}: {exc}") from None
-        return run_pair(base, head, schedule, pytest_args(dataclasses.replace(plan, select=None), cpu) + selected,
-                        cpu, runs, f"a{index}", plan.round_timeout, progress)
+        args = pytest_args(dataclasses.replace(plan, select=None), cpu) + selected
+        if pairing.used:
+            return pairing.round(terms, f"a{index}", args)
+        return run_pair(base, head, schedule, args, cpu, runs, f"a{index}", plan.round_timeout, progress)
 
     # the first extra round is expected to take as long as a planned one (it measures fewer benchmarks, but each
     # process still starts, imports torch and samples the ceilings): the budget is not overrun by guessing low
-    return extend(base_runs, head_runs, failed, config, extra, plan.adaptive_budget,
-                  first_estimate_s=planned_s / plan.rounds, progress=progress,
-                  max_rounds=plan.adaptive_rounds), planned_s
+    outcome = extend(base_runs, head_runs, failed, config, extra, plan.adaptive_budget, first_estimate_s=per_round,
+                     progress=progress, max_rounds=plan.adaptive_rounds, paired_from=1 if pairing.used else None)
+    return dataclasses.replace(outcome, pairing=pairing.note()), planned_s, len(base_runs)
+
+
+class Pairing:
+    """The rounds after the first, each one process timing both sides in turn (continuous.pairs), while the sides
+    can share one; `why_not` says why they cannot from the start. A paired process that fails turns the pairing off
+    when it was the first (the comparison goes on in separate processes), else measures that round in separate
+    processes."""
+
+    def __init__(self, base: Side, head: Side, schedule: Schedule, runs: Path, plan: Plan,
+                 progress: Callable[[str], None], why_not: str | None) -> None:
+        self.base, self.head, self.schedule, self.runs, self.plan, self.progress = base, head, schedule, runs, plan, \
+            progress
+        self.why_not, self.used, self.fallbacks = why_not, 0, []
+
+    @property
+    def on(self) -> bool:
+        return self.why_not is None
+
+    def round(self, names: list[str], tag: str, args: list[str]) -> tuple[list, list, list[str]]:
+        first = self.schedule.first()
+        try:
+            b, h = paired_round(self.base, self.head, (self.runs / "base-1.json", self.runs / "head-1.json"), names,
+                                first, self.runs, tag, self.plan.max_time, MIN_ROUNDS, self.plan.round_timeout,
+                                self.schedule.padding())
+        except PairUnavailable as exc:
+            if not self.used:
+                self.why_not = str(exc)
+            self.fallbacks.append(f"round {tag}: {exc}")
+            self.progress(f"round {tag}: not paired ({exc}); separate processes")
+            return run_pair(self.base, self.head, self.schedule, args, True, self.runs, tag, self.plan.round_timeout,
+                            self.progress)
+        self.used += 1
+        self.progress(f"round {tag}: one process, base and head in turn ({first} first), {len(b)} benchmarks")
+        return b, h, []
+
+    def note(self) -> str:
+        if not self.used:
+            return f"rounds: each side in processes of its own ({self.why_not})."
+        text = (f"rounds: the first in separate processes (checks, memory, kernels); {self.used} more each one "
+                f"process timing base and head in turn, their times the ones compared")
+        return text + (f"; measured apart: {'; '.join(self.fallbacks)}." if self.fallbacks else ".")
 
 
 def _timing(setup_s: float, planned_s: float, rounds: int, adaptive_s: float, total_s: float) -> tuple[dict, str]:
@@ -164,18 +233,18 @@ def _compare(request: Request, plan: Plan, project: Project, work: Path, progres
     start = time.monotonic()
     sides = assemble(request, project, work, folders, progress)
     setup_s = time.monotonic() - start
-    outcome, planned_s = _measure(plan, sides, schedule, work, progress)
-    timing, timing_note = _timing(setup_s, planned_s, plan.rounds, outcome.adaptive.spent_s, time.monotonic() - start)
+    outcome, planned_s, planned = _measure(plan, sides, schedule, work, progress)
+    timing, timing_note = _timing(setup_s, planned_s, planned, outcome.adaptive.spent_s, time.monotonic() - start)
     run_notes = (f"seed {schedule.seed}: first side of each round {', '.join(schedule.orders)}; side folders "
                  f"{folders[0]} (base) and {folders[1]} (head); each process's environment padded to a random size.",
-                 outcome.adaptive.note(), timing_note)
+                 outcome.pairing, outcome.adaptive.note(), timing_note)
     base, head = sides.base, sides.head
     run = {"seed": schedule.seed, "first_side": list(schedule.orders), "folders": list(folders),
-           "planned_rounds": plan.rounds, "select": plan.select,
+           "planned_rounds": planned, "select": plan.select,
            "environments": {s.role: s.python for s in (base, head)},
            "project": {"kind": project.kind, "root": str(project.root or ""), "package": project.package,
                        "sdpa_bench": sdpa_impls.__version__, "impls": {s.role: list(s.impls) for s in (base, head)}},
-           "adaptive": dataclasses.asdict(outcome.adaptive), "timing": timing}
+           "adaptive": dataclasses.asdict(outcome.adaptive), "timing": timing, "pairing": outcome.pairing}
     return Comparison(outcome.report, base.name, head.name, sides.about, tuple(sides.notes), run_notes, run)
 
 

@@ -276,20 +276,21 @@ def run_pair(base: Side, head: Side, schedule: Schedule, pytest_args: list[str],
 
 
 def interleaved(base: Side, head: Side, rounds: int, pytest_args: list[str], cpu: bool, workdir: Path,
-                schedule: Schedule, progress: Callable[[str], None] | None = None, timeout: float = 600.0
-                ) -> tuple[list[list[Point]], list[list[Point]], list[str]]:
+                schedule: Schedule, progress: Callable[[str], None] | None = None, timeout: float = 600.0,
+                first_tag: int = 1) -> tuple[list[list[Point]], list[list[Point]], list[str]]:
     """`rounds` runs of each side alternating in time, which side starts each round drawn by `schedule` (one of
     each per two rounds), so a slow period, a drift of the machine or an advantage of starting first falls on both
     sides alike. The first round checks every point against fp64; the later ones, the same code, environment and
-    inputs, only time them (run_pair's `repeat`). Returns (base runs, head runs, head's failed tests); GateInputError
-    as run_pair."""
+    inputs, only time them (run_pair's `repeat`). `first_tag`: the number of the first of these rounds (files and
+    progress lines), when earlier rounds ran otherwise. Returns (base runs, head runs, head's failed tests);
+    GateInputError as run_pair."""
     base_runs, head_runs, failed = [], [], []
-    for i in range(rounds):
-        b, h, f = run_pair(base, head, schedule, pytest_args, cpu, workdir, str(i + 1), timeout, repeat=i > 0)
+    for n in range(first_tag, first_tag + rounds):
+        b, h, f = run_pair(base, head, schedule, pytest_args, cpu, workdir, str(n), timeout, repeat=n > 1)
         base_runs.append(b)
         head_runs.append(h)
         failed += [x for x in f if x not in failed]
         if progress:
-            progress(f"round {i + 1}/{rounds}: {schedule.orders[-1]} first; base and head measured, "
+            progress(f"round {n}/{first_tag + rounds - 1}: {schedule.orders[-1]} first; base and head measured, "
                      f"{len(b)} and {len(h)} benchmarks")
     return base_runs, head_runs, failed

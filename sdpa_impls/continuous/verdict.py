@@ -1,6 +1,6 @@
 """Judge two revisions measured side by side (interleaved runs of one machine) by the gate's rules.
 
-    judge(base_runs, head_runs, config, head_failures=(), planned=None) -> SideBySide
+    judge(base_runs, head_runs, config, head_failures=(), planned=None, paired_from=None) -> SideBySide
     decide(interval, q, factor, fdr, without_one=None) -> "slower" | "not slower" | "undecided"
 
 `base_runs` / `head_runs` are the points of each run (one pytest-benchmark file per process). Per benchmark:
@@ -17,7 +17,13 @@
   bootstrap over runs, then samples: samples of one run are not independent, and a process can be a few per cent
   faster or slower than the next for its whole life, so only runs show how far the sides really differ. For the
   same reason a slower decision must not rest on one process: it also needs the interval's lower end to stay
-  above the factor with any one run of either side left out (`without_one`; none with one run a side), else undecided;
+  above the factor with any one run of either side left out (`without_one`; none with one run a side), else undecided.
+  With `paired_from` (continuous.pairs), run i of base and run i of head from that index on were one process timing
+  both sides in turn: the times compared are those rounds' (the earlier ones checked), as measured (the two sides'
+  samples alternate, so the machine's speed falls on both alike, and dividing by the probe would only add its own
+  jitter: ×0.94-1.06 against ×0.99-1.01 as measured, in one A/A run), the interval resamples rounds with their two
+  sides together, so the process's own speed cancels, and `without_one` leaves one round out. A benchmark in none of
+  those rounds is judged on all its runs, unpaired;
 - host overhead (CUDA points, whose time is the device time; bench.devicetime): one number per run (eager −
   device time per call), unscaled, judged only where the host is a real part of the call (base's host overhead at
   least `host.HOST_SHARE` of its eager time): a device-bound call's host overhead is the queue's noise (an A/A on an
@@ -41,16 +47,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from statistics import median
 
 from ..gate.compare import compare_points
 from ..gate.config import GateConfig
 from ..gate.fdr import bh_adjusted
-from ..gate.interval import ratio_interval
 from ..gate.points import Point
-from ..gate.ranktest import mann_whitney_u
 from ..gate.rules import FAIL, INFO, NA, PASS, Check, MemoryRule, correctness_check
 from .host import host_check, host_judged
+from .timestats import paired_rounds, time_stats, without_one
 from .speeds import PROBE_UNIT, probe_scaled, probe_typical, run_speeds, scaled
 
 EXACT_MEMORY = MemoryRule(0.0)
@@ -86,6 +90,7 @@ class Row:
     p: float | None = None  # one-sided rank test, head slower than base
     q: float | None = None  # p adjusted over the preset (Benjamini–Hochberg)
     pairs_slower: int = 0  # pairs of (base run, head run) in which head's median is the larger
+    paired: tuple[tuple[Point, Point], ...] = ()  # the rounds whose (base, head) times were compared, when paired
     without_one: float | None = None  # the lowest interval low end with one run left out (rows that need it)
     checks: tuple[Check, ...] = ()
     decision: str | None = None  # SLOWER, NOT_SLOWER or UNDECIDED for a timed benchmark, else None
@@ -136,31 +141,6 @@ def _by_key(runs: Sequence[Sequence[Point]]) -> list[dict[tuple[str, str], Point
     return [{p.key: p for p in run} for run in runs]
 
 
-def _sample_runs(points: Sequence[Point]) -> list[tuple[float, ...]]:
-    """Each run's samples (its median alone where it kept none); runs with neither left out."""
-    return [r for r in (p.samples or ((p.median_s,) if p.median_s else ()) for p in points) if r]
-
-
-def _time_stats(base: list[Point], head: list[Point]) -> tuple[float, tuple[float, float], float, int] | None:
-    b_runs, h_runs = _sample_runs(base), _sample_runs(head)
-    if not b_runs or not h_runs:
-        return None
-    b_all, h_all = [s for r in b_runs for s in r], [s for r in h_runs for s in r]
-    ratio = median(h_all) / median(b_all) if median(b_all) > 0 else float("inf")
-    p = mann_whitney_u(h_all, b_all, "greater").pvalue
-    slower = sum(median(h) > median(b) for b in b_runs for h in h_runs)
-    return ratio, ratio_interval(b_runs, h_runs), p, slower
-
-
-def _without_one(base: list[Point], head: list[Point]) -> float | None:
-    """The lowest lower end of the head/base interval over every way of leaving one run of either side out (a side
-    of one run is kept whole); None when neither side has two runs."""
-    b_runs, h_runs = _sample_runs(base), _sample_runs(head)
-    lows = [ratio_interval(b_runs[:i] + b_runs[i + 1:], h_runs)[0] for i in range(len(b_runs)) if len(b_runs) > 1]
-    lows += [ratio_interval(b_runs, h_runs[:i] + h_runs[i + 1:])[0] for i in range(len(h_runs)) if len(h_runs) > 1]
-    return min(lows) if lows else None
-
-
 def _memory_check(base: Sequence[Point], head: Sequence[Point]) -> Check:
     b = [p for p in base if p.peak_memory_bytes is not None]
     h = [p for p in head if p.peak_memory_bytes is not None]
@@ -185,12 +165,11 @@ def _kernels_check(base: Sequence[Point], head: Sequence[Point]) -> Check | None
 def _time_check(row: Row, factor: float, fdr: float, family: int) -> Check:
     unit = f"scaled by {row.unit}'s run speed" if row.unit else "as measured"
     lo, hi = row.interval
-    pairs = len(row.base) * len(row.head)
+    pairs = f"{len(row.paired)} rounds" if row.paired else f"{len(row.base) * len(row.head)} pairs of runs"
     numbers = (f"head/base {row.ratio:.3f} (95% CI {lo:.3f}–{hi:.3f}, times {unit}), "
-               f"p={row.p:.2g}, BH-adjusted {row.q:.2g} over {family}, head slower in {row.pairs_slower} of "
-               f"{pairs} pairs of runs")
+               f"p={row.p:.2g}, BH-adjusted {row.q:.2g} over {family}, head slower in {row.pairs_slower} of {pairs}")
     if row.without_one is not None:
-        numbers += f"; lowest with one run left out {row.without_one:.3f}"
+        numbers += f"; lowest with one {'round' if row.paired else 'run'} left out {row.without_one:.3f}"
     if row.decision == SLOWER:
         return Check("time", row.label, FAIL, f"slower: {numbers}; interval above {factor:.2f}, significant at "
                                               f"FDR {fdr:g}")
@@ -202,14 +181,17 @@ def _time_check(row: Row, factor: float, fdr: float, family: int) -> Check:
 
 
 def judge(base_runs: Sequence[Sequence[Point]], head_runs: Sequence[Sequence[Point]], config: GateConfig,
-          head_failures: Sequence[str] = (), planned: int | None = None) -> SideBySide:
+          head_failures: Sequence[str] = (), planned: int | None = None, paired_from: int | None = None
+          ) -> SideBySide:
     """Every check of `sdpa-bench continuous` on the measured runs (at least one run per side); a pure function of
     the points. Runs may hold a subset of the benchmarks (the adaptive rounds): each benchmark pools the runs that
-    have it. The in-run rules use the first `planned` head runs (all by default), the runs of every benchmark."""
+    have it. The in-run rules use the first `planned` head runs (all by default), the runs of every benchmark.
+    `paired_from`: the index of the first round measured in one process for both sides (module docstring)."""
     on_cuda = any(str(p.case.get("device", "")).startswith("cuda") for run in head_runs for p in run)
     factor, fdr, reference = config.continuous_rule("cuda" if on_cuda else "cpu").factor, config.alpha, \
         config.time_reference
     base, head = _by_key(base_runs), _by_key(head_runs)
+    raw_base, raw_head = base, head  # a paired round's two sides saw the same machine: no probe's jitter on top
     typical = probe_typical(base + head) if config.speed_probe else None
     if typical is not None:  # the machine's speed beside every sample: no per-run factor on top
         speeds, unit = None, PROBE_UNIT
@@ -233,9 +215,14 @@ def judge(base_runs: Sequence[Sequence[Point]], head_runs: Sequence[Sequence[Poi
         if h and th.correctness:  # the worst of head's runs: a failure, else a pass (runs after the first of a
             found = [correctness_check(p) for p in h]  # side only time: nothing recorded), else nothing recorded
             checks.append(next((c for status in (FAIL, PASS) for c in found if c.status == status), found[0]))
-        stats = _time_stats(b, h) if b and h else None
+        pairs = paired_rounds(raw_base, raw_head, key, paired_from) if paired_from is not None else ()
+        if pairs:
+            stats = time_stats([pb for pb, _ in pairs], [ph for _, ph in pairs], paired=True)
+        else:
+            stats = time_stats(b, h) if b and h else None
         ratio, interval, p, slower = stats or (None, None, None, 0)
-        row = Row(key[0], key[1], tuple(b), tuple(h), unit, ratio, interval, p, pairs_slower=slower)
+        row = Row(key[0], key[1], tuple(b), tuple(h), "" if pairs else unit, ratio, interval, p, pairs_slower=slower,
+                  paired=pairs)
         if b and h and th.memory is not None:
             checks.append(_memory_check(b, h))
         kernels = _kernels_check(b, h) if b and h else None
@@ -257,7 +244,7 @@ def judge(base_runs: Sequence[Sequence[Point]], head_runs: Sequence[Sequence[Poi
         row = replace(rows[i], q=q)
         decision = decide(row.interval, q, factor, fdr)
         if decision == SLOWER:  # would be slower: does it rest on one run? (one run a side: nothing to leave out)
-            row = replace(row, without_one=_without_one(list(row.base), list(row.head)))
+            row = replace(row, without_one=without_one(list(row.base), list(row.head), row.paired))
             decision = UNDECIDED if row.without_one is None else decide(row.interval, q, factor, fdr, row.without_one)
         row = replace(row, decision=decision)
         rows[i] = replace(row, checks=row.checks + (_time_check(row, factor, fdr, len(judged)),))
@@ -265,8 +252,14 @@ def judge(base_runs: Sequence[Sequence[Point]], head_runs: Sequence[Sequence[Poi
         if r.impl == reference and r.p is not None:
             rows[i] = replace(r, checks=r.checks + (
                 Check("time", r.label, NA, f"the time reference, not judged (head/base {r.ratio:.3f})"),))
-    notes.append(f"{len(base_runs)} base and {len(head_runs)} head runs, interleaved in separate processes; "
-                 f"samples pooled per side.")
+    if paired_from is not None:
+        notes.append(f"{len(base_runs)} rounds: the first {paired_from} in separate processes (checks, memory, "
+                     f"kernels), each later one a process timing base and head in turn; the times compared are the "
+                     f"later rounds' as measured, samples pooled per side, the interval resampling rounds with both "
+                     f"their sides (what a process's own speed adds cancels).")
+    else:
+        notes.append(f"{len(base_runs)} base and {len(head_runs)} head runs, interleaved in separate processes; "
+                     f"samples pooled per side.")
     notes.append(f"time: slower when the 95% interval of head/base lies above {factor:.2f}, also with any one run "
                  f"left out, and the one-sided Mann–Whitney p, adjusted over the {len(judged)} timed benchmarks by "
                  f"Benjamini–Hochberg, is < {fdr:g} (a false discovery rate of {fdr:g} over the preset, not a "

@@ -1,0 +1,78 @@
+"""Rounds in which one process times both sides in turn, for two sides that share an interpreter on the CPU.
+
+    unpairable(base, head, cpu)  -> str | None    # why these sides cannot share a process; None when they can
+    paired_round(base, head, templates, names, first, workdir, tag, ...) -> (base points, head points)
+
+A process's own speed, which moves a benchmark by 2-5 % (SD) from one process to the next on a shared VM for the
+whole process, is shared by both sides' code in one process: their ratio spreads 0.5-1.2 %
+(docs/records/2026-11-28-xeon-bf16-pairs.md). The process is continuous.pair_process, run as a script with the
+sides' interpreter; each side's samples come out as a pytest-benchmark file shaped like its first process's
+(`templates`), so the verdict reads them as it reads any run. Anything that keeps the process from writing both
+files is PairUnavailable, with the process's last line: the caller measures that round in separate processes.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..gate.points import Point, load_points
+from .sides import Side, _last_line, side_env
+
+PAIR_SCRIPT = Path(__file__).with_name("pair_process.py")
+
+
+class PairUnavailable(Exception):
+    """A paired round could not be measured; the message says why."""
+
+
+def unpairable(base: Side, head: Side, cpu: bool) -> str | None:
+    """Why the two sides cannot share one process (None: they can)."""
+    if not cpu:
+        return "on CUDA each side runs in processes of its own (the device time is the GPU's, not the process's)"
+    if base.python != head.python:
+        return "the sides run in different environments"
+    if not (base.packaged and head.packaged):
+        return "a side's benchmark suite is not in its package (a revision from before it was)"
+    return None
+
+
+def pair_env(base: Side, head: Side, padding: str) -> dict[str, str]:
+    """A repeat process's environment (continuous.sides.side_env), without either side's folder on PYTHONPATH:
+    the paired process puts each first in turn."""
+    env = side_env(head, True, padding, repeat=True)
+    theirs = {str(base.site), str(head.site)}
+    rest = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p not in theirs]
+    if rest:
+        env["PYTHONPATH"] = os.pathsep.join(rest)
+    else:
+        env.pop("PYTHONPATH", None)
+    return env
+
+
+def paired_round(base: Side, head: Side, templates: tuple[Path, Path], names: Sequence[str], first: str,
+                 workdir: Path, tag: str, max_time: float, min_rounds: int, timeout: float, padding: str = ""
+                 ) -> tuple[list[Point], list[Point]]:
+    """One process timing `names` (every benchmark of both templates when empty) of both sides in turn, `first`
+    taking the first sample; its files are `workdir/<role>-<tag>.json`. PairUnavailable when it cannot."""
+    outs = {side.role: workdir / f"{side.role}-{tag}.json" for side in (base, head)}
+    spec = {"sides": {side.role: {"site": str(side.site), "template": str(template), "out": str(outs[side.role])}
+                      for side, template in zip((base, head), templates)},
+            "names": list(names), "first": first, "max_time": max_time, "min_rounds": min_rounds}
+    spec_path = workdir / f"pair-{tag}.json"
+    spec_path.write_text(json.dumps(spec), encoding="utf-8")
+    try:
+        done = subprocess.run([head.python, str(PAIR_SCRIPT), str(spec_path)], cwd=workdir,
+                              env=pair_env(base, head, padding), capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise PairUnavailable(f"the paired process took more than {timeout:g} s (--round-timeout)") from None
+    except OSError as exc:
+        raise PairUnavailable(f"the paired process could not start ({exc.strerror or exc})") from None
+    if done.returncode != 0 or not all(path.is_file() for path in outs.values()):
+        raise PairUnavailable(f"the paired process stopped (exit {done.returncode}): {_last_line(done.stderr)}")
+    points = [load_points(outs[role])[1] for role in ("base", "head")]
+    if not points[0] or not points[1]:
+        raise PairUnavailable(f"no benchmark could be prepared on both sides: {_last_line(done.stderr)}")
+    return points[0], points[1]
