@@ -13,7 +13,7 @@ so a lazy import inside a call finds its own side's code.
 SPEC holds, per side (`base`, `head`): its install folder (`site`), the JSON file of its first process
 (`template`: the suite's own output, which names every benchmark, its preset and case) and the file to write
 (`out`); `names`, the benchmarks to time (test names; empty: every benchmark both templates hold); `first`, the
-side of the first sample; `max_time` and `min_rounds`, as the suite sizes its rounds.
+side imported first and of the first sample (the comparison draws it per round, so neither side is always first); `max_time` and `min_rounds`, as the suite sizes its rounds.
 Per benchmark, each side prepares its own closure on its own inputs with its own `prepare_point` (no check: its
 first process checked), calibrates its own calls per sample, and then the sides take one sample each in turn (the
 first side alternating), the speed probe timed after every sample. Each side's file is its template with those
@@ -139,12 +139,12 @@ def run(spec: dict) -> None:
 
     torch.set_num_threads(1)
     sides = [Side(role, spec["sides"][role]) for role in SIDES]
-    for side in sides:
+    first = SIDES.index(spec.get("first", "base"))
+    for side in (sides if first == 0 else sides[::-1]):  # imported first: the side that samples first, drawn per round
         load(side, sides)
     clock = time.process_time
     entries = [_entries(side) for side in sides]
     names = [n for n in entries[1] if n in entries[0] and (not spec.get("names") or n in spec["names"])]
-    first = SIDES.index(spec.get("first", "base"))
     activate(sides[1], sides)
     probe = sides[1].api["SpeedProbe"](clock)
     work = str(sides[1].api["WORK"])
