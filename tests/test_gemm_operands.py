@@ -10,7 +10,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import sdpa_impls
-from sdpa_impls.impls._tiled.budget import CpuTiling, cuda_tiling, forced_tiling
+from sdpa_impls.impls._tiled.budget import BF16_ENV, CpuTiling, cuda_tiling, forced_tiling
 from sdpa_impls.protocol import SDPAInputs
 
 GEMMS = {torch.ops.aten.bmm.default, torch.ops.aten.bmm.out, torch.ops.aten.baddbmm.default,
@@ -59,7 +59,9 @@ def test_key_ranges_reach_the_bf16_gemms_compact_and_the_answers_stay(monkeypatc
                                                                       heads: int) -> None:
     """With the choice on, every transposed bf16 operand is one oneDNN takes as it is; with it off, some are not
     (the case slices key ranges); the output and the gradients are the same bit for bit. Planned with a fixed CPU
-    policy (2 threads, 1 MiB L2), so the tiles, and what they slice, are this test's on any machine."""
+    policy (2 threads, 1 MiB L2), so the tiles, and what they slice, are this test's on any machine, and bf16
+    computed in bf16: a CPU whose bf16 GEMM is the slower would compute it in fp32, with no bf16 GEMM to test."""
+    monkeypatch.setenv(BF16_ENV, "bf16")
     gen = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, heads, lk, 32, generator=gen).to(torch.bfloat16).requires_grad_() for _ in range(3))
     attn_mask = None

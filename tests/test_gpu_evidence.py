@@ -82,7 +82,8 @@ def test_a_real_trial_is_kept_and_resampled_into_the_table(scratch: Path) -> Non
     """One real `continuous` (the smoke preset on this CPU, two rounds a side, short) through the script's own
     runner, then resampled trials judged on the runs it kept, and the table."""
     repo = scratch / "repo"
-    r = ev.real_trial(repo, "aa", scratch, ["--preset", "smoke", "--rounds", "2",
+    # separate processes, as on a GPU (where the sides never share one): the runs the script resamples
+    r = ev.real_trial(repo, "aa", scratch, ["--preset", "smoke", "--rounds", "2", "--separate-processes",
                                              "--max-time", "0.01", "--adaptive-budget", "0"])
     assert r["exit"] in (0, 1) and r["kind"] == "real" and r["wall_s"] > 0, r["stderr_tail"]
     kept = sorted((scratch / "aa-00").glob("*.json"))

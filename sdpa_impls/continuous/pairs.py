@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -61,11 +62,12 @@ def paired_round(base: Side, head: Side, templates: tuple[Path, Path], names: Se
     spec = {"sides": {side.role: {"site": str(side.site), "template": str(template), "out": str(outs[side.role])}
                       for side, template in zip((base, head), templates)},
             "names": list(names), "first": first, "max_time": max_time, "min_rounds": min_rounds}
-    spec_path = workdir / f"pair-{tag}.json"
-    spec_path.write_text(json.dumps(spec), encoding="utf-8")
     try:
-        done = subprocess.run([head.python, str(PAIR_SCRIPT), str(spec_path)], cwd=workdir,
-                              env=pair_env(base, head, padding), capture_output=True, text=True, timeout=timeout)
+        with tempfile.TemporaryDirectory(prefix="sdpa-pair-") as tmp:  # not among the runs a caller keeps
+            spec_path = Path(tmp) / "spec.json"
+            spec_path.write_text(json.dumps(spec), encoding="utf-8")
+            done = subprocess.run([head.python, str(PAIR_SCRIPT), str(spec_path)], cwd=tmp,
+                                  env=pair_env(base, head, padding), capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         raise PairUnavailable(f"the paired process took more than {timeout:g} s (--round-timeout)") from None
     except OSError as exc:
