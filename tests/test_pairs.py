@@ -127,6 +127,7 @@ def _template(path: Path) -> Path:
     bench = {"name": f"test_sdpa[naive-{CASE}]", "fullname": f"test_sdpa[naive-{CASE}]", "group": CASE,
              "stats": {"data": [1e-3], "median": 1e-3},
              "extra_info": {"impl": "naive", "case": CASE, "preset": "ci", "peak_memory_bytes": 123, "max_error": 0.0,
+                            "tflops": 1.5,
                             "error_tolerance": 1e-3, "kernels": ["aten::bmm"]}}
     path.write_text(json.dumps({"machine_info": {"sdpa_bench": {"cpu": "test"}}, "benchmarks": [bench]}))
     return path
@@ -146,7 +147,9 @@ def test_one_process_times_both_trees_in_turn(tmp_path: Path) -> None:
     assert bp.peak_memory_bytes is None and bp.max_error is None and bp.kernels == ()
     assert hp.median_s / bp.median_s > 1.15, (hp.median_s, bp.median_s)
     doc = json.loads((tmp_path / "head-2.json").read_text())
-    assert doc["benchmarks"][0]["extra_info"]["paired"] is True and doc["machine_info"]["sdpa_bench"]["cpu"] == "test"
+    extra = doc["benchmarks"][0]["extra_info"]
+    assert extra["paired"] is True and doc["machine_info"]["sdpa_bench"]["cpu"] == "test"
+    assert extra["tflops"] is None and extra["calls_per_sample"] >= 1  # nothing derived from the template's time
 
 
 def test_a_tree_that_cannot_be_paired_is_refused_with_its_reason(tmp_path: Path) -> None:

@@ -120,17 +120,19 @@ def prepare(side: Side, sides: list[Side], extra: dict) -> tuple[object, int, fl
     return point.fn, calls, sample_s
 
 
-def timed(bench: dict, samples: list[float], probes: list[float], work: str) -> dict:
-    """The template's benchmark with these per-call samples and probes, as a repeat process would write it."""
+def timed(bench: dict, samples: list[float], probes: list[float], work: str, calls: int) -> dict:
+    """The template's benchmark with these per-call samples and probes, as a repeat process would write it: what
+    only the first process measures, and what the template derived from its own time, left empty."""
     out = copy.deepcopy(bench)
     stats = out.setdefault("stats", {})
     stats.update(data=samples, median=statistics.median(samples), min=min(samples), max=max(samples),
                  mean=statistics.fmean(samples), rounds=len(samples))
     extra = out.setdefault("extra_info", {})
     extra.update({key: None for key in ("peak_memory_bytes", "max_error", "error_tolerance", "roofline_pct",
-                                          "roofline_gemm", "ceilings")})
+                                          "roofline_gemm", "ceilings", "tflops", "gbps", "iqr_s",
+                                          "speedup_vs_torch_sdpa")})
     extra.update(kernels=[], checked=False, probe_s=probes, probe=work, median_s=statistics.median(samples),
-                 paired=True)
+                 calls_per_sample=calls, paired=True)
     return out
 
 
@@ -179,7 +181,7 @@ def run(spec: dict) -> None:
                 probe()
                 probes[i].append(probe.durations[-1])
         for i in (0, 1):
-            written[i].append(timed(entries[i][name], samples[i], probes[i], work))
+            written[i].append(timed(entries[i][name], samples[i], probes[i], work, prepared[i][1]))
         print(f"{name}: {rounds} samples a side", file=sys.stderr, flush=True)
     for side, benches in zip(sides, written):
         doc = {k: v for k, v in side.template.items() if k != "benchmarks"} | {"benchmarks": benches}
