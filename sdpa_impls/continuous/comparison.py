@@ -197,7 +197,7 @@ class Pairing:
             self.fallbacks.append(f"round {tag}: {exc}")
             self.progress(f"round {tag}: not paired ({exc}); separate processes")
             return run_pair(self.base, self.head, self.schedule, args, True, self.runs, tag, self.plan.round_timeout,
-                            self.progress)
+                            self.progress, first=first)  # the side this round drew: one draw per round
         self.used += 1
         self.progress(f"round {tag}: one process, base and head in turn ({first} first), {len(b)} benchmarks")
         return b, h, []

@@ -253,15 +253,16 @@ def _points(side: Side, done: RoundRun) -> list[Point]:
 
 
 def run_pair(base: Side, head: Side, schedule: Schedule, pytest_args: list[str], cpu: bool, workdir: Path, tag: str,
-             timeout: float = 600.0, progress: Callable[[str], None] | None = None, repeat: bool = True
-             ) -> tuple[list[Point], list[Point], list[str]]:
+             timeout: float = 600.0, progress: Callable[[str], None] | None = None, repeat: bool = True,
+             first: str | None = None) -> tuple[list[Point], list[Point], list[str]]:
     """One round: a run of each side, the one `schedule.first()` names first, into `workdir/<role>-<tag>.json`;
-    `repeat` unless it is the first round, whose runs check every point against fp64 (the later ones time only).
+    `repeat` unless it is the first round, whose runs check every point against fp64 (the later ones time only);
+    `first`, the side already drawn for this round (a paired round measured apart after all), else drawn here.
 
     Returns (base's points, head's points, head's failed tests). A run that does not produce a usable file (the
     suite could not start, or everything failed) is GateInputError naming the side.
     """
-    first = schedule.first()
+    first = first or schedule.first()
     runs: dict[str, list[Point]] = {}
     failed: list[str] = []
     for side in (base, head) if first == "base" else (head, base):
