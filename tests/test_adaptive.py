@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from sdpa_impls.continuous.adaptive import extend, keyword, selection
+from sdpa_impls.continuous.comparison import ADAPTIVE_BUDGET, ENV_BUDGET_FACTOR, choose_budget
 from sdpa_impls.continuous.render import as_dict, render
 from sdpa_impls.continuous.schedule import MAX_PADDING, NO_CEILINGS_ENV, PAD_ENV, REPEAT_ENV, Schedule
 from sdpa_impls.continuous.sides import ALLOCATOR_ENV, Side, side_env
@@ -333,3 +334,26 @@ def test_the_host_and_cuda_floors_are_config_keys_and_a_bad_one_is_refused() -> 
     for key in ("continuous_host", "continuous_time_cuda"):
         with pytest.raises(GateInputError, match=key):
             config_from_dict({key: "fast"}, "test")
+
+
+def test_the_budget_grows_with_the_planned_rounds_only_where_the_environments_differ(tmp_path: Path) -> None:
+    """Where no process can time both sides (their environments differ), only more processes narrow an interval:
+    the extra rounds get a multiple of the planned rounds' time. One environment keeps CI's fixed budget, and a
+    budget given is used as given; the note says which."""
+    base = Side("base", "b", None, tmp_path / "b", "/envs/one/bin/python")
+    same = replace(base, role="head", site=tmp_path / "h")
+    other = replace(same, python="/envs/two/bin/python")
+    assert choose_budget(None, base, same, 600.0) == (ADAPTIVE_BUDGET, "the default where both sides share an "
+                                                                      "environment")
+    budget, why = choose_budget(None, base, other, 300.0)
+    assert budget == ENV_BUDGET_FACTOR * 300.0 > ADAPTIVE_BUDGET and "environments differ" in why and "5m" in why
+    assert choose_budget(None, base, other, 10.0)[0] == ADAPTIVE_BUDGET  # never less than one environment gets
+    assert choose_budget(30.0, base, other, 300.0) == (30.0, "as given")
+    assert choose_budget(0.0, base, same, 300.0)[0] == 0.0
+    machine = Machine(1.05, run_spread=0.03)
+    planned = machine.planned((1.0, 1.3))
+    out = extend(*planned, [], CONFIG, machine.measure, budget_s=100, first_estimate_s=30, clock=machine.clock,
+                 budget_from=why)
+    assert out.adaptive.note().endswith(f"budget 100 s, {why}.") and out.adaptive.budget_from == why
+    off = extend(*planned, [], CONFIG, machine.measure, budget_s=0, clock=machine.clock, budget_from="as given")
+    assert off.adaptive.note() == "adaptive rounds: off (no budget)."

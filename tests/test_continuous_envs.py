@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from sdpa_impls.continuous.comparison import ADAPTIVE_BUDGET, ENV_BUDGET_FACTOR
 from sdpa_impls.continuous.envcache import READY, prepare
 from sdpa_impls.continuous.envs import Declared, EnvSpec, declared, parse_spec, unmet
 from sdpa_impls.continuous.revisions import snapshot_working_tree
@@ -88,8 +89,10 @@ def test_a_pin_change_is_measured_in_both_environments(repo: dict, offline: None
     """A commit that changes only a pin: each side gets its own environment, the header names the versions, and
     the dependency's slower implementation fails by name. torch is the same on both sides, so times are scaled as
     with one environment, by the CPU speed probe (a torch upgrade is compared as measured:
-    `test_torch_differs_where_its_kernels_may`)."""
-    code, out, err = continuous(repo["path"], repo["old"], repo["new"], *FAST, "--env-cache", str(tmp_path / "c"),
+    `test_torch_differs_where_its_kernels_may`). The extra rounds' budget is the one for two environments (at most
+    one round here: the budget's size, not its use, is under test)."""
+    code, out, err = continuous(repo["path"], repo["old"], repo["new"], *FAST, "--adaptive-budget", "auto",
+                                "--adaptive-rounds", "1", "--env-cache", str(tmp_path / "c"),
                                 "--json", str(tmp_path / "v.json"))
     assert code == 1, out + err
     verdict = json.loads((tmp_path / "v.json").read_text())
@@ -99,6 +102,10 @@ def test_a_pin_change_is_measured_in_both_environments(repo: dict, offline: None
     assert "base only: sdpa-test-plugins==0.1.0 (constraint); head only: sdpa-test-plugins==0.2.0 (constraint)" in out
     assert len(list((tmp_path / "c").glob(f"*/{READY}"))) == 2 and "building" in err
     assert all(r["unit"] == "speed probe" for r in verdict["rows"])
+    adaptive, planned_s = verdict["run"]["adaptive"], verdict["run"]["timing"]["planned_s"]
+    assert "environments differ" in adaptive["budget_from"] and len(adaptive["selected"]) <= 1
+    assert adaptive["budget_s"] == pytest.approx(max(ADAPTIVE_BUDGET, ENV_BUDGET_FACTOR * planned_s), abs=0.5)
+    assert f"budget {adaptive['budget_s']:.0f} s, {ENV_BUDGET_FACTOR:g}× the planned rounds'" in out
     assert "times scaled as with one environment (by the CPU speed probe, else in units of torch_sdpa): torch and " \
            "the libraries it calls (Python, torch" in out
 
@@ -190,3 +197,4 @@ def test_torch_differs_where_its_kernels_may() -> None:
         assert torch_differs(base, base | {name: other}), name
     assert differences(base, base | {"torch": "2.14.1+cu130", "CUDA": "13.0"}) == [
         "torch 2.13.0+cpu → 2.14.1+cu130", "CUDA - → 13.0"]
+

@@ -37,6 +37,10 @@ def test_a_table_sets_defaults_and_the_command_line_wins(tmp_path: Path) -> None
     given = parsed(tmp_path, toml, ["--impl", "chunked", "--rounds", "4", "--preset", "ci"])
     assert (given.impl, given.rounds, given.preset) == (["chunked"], 4, "ci")  # 4 is the default, given on purpose
     assert given.adaptive_budget == 120.0
+    # "auto" (and no value at all) leaves the budget to the comparison: continuous.comparison.choose_budget
+    assert parsed(tmp_path, '[tool.sdpa_bench.continuous]\nadaptive_budget = "auto"\n', []).adaptive_budget is None
+    assert parsed(tmp_path, toml, ["--adaptive-budget", "auto"]).adaptive_budget is None
+    assert parsed(tmp_path, "", []).adaptive_budget is None
 
 
 @pytest.mark.parametrize("toml, words", [
@@ -44,6 +48,7 @@ def test_a_table_sets_defaults_and_the_command_line_wins(tmp_path: Path) -> None
     ('[tool.sdpa_bench.continuous]\nrounds = "six"\n', "rounds: should be an integer"),
     ('[tool.sdpa_bench.continuous]\npreset = "nope"\n', "'nope' is not one of"),
     ('[tool.sdpa_bench.continuous]\nimpl = "naive"\n', "impl: should be a list of strings"),
+    ('[tool.sdpa_bench.continuous]\nadaptive_budget = "long"\n', "should be a number of seconds or 'auto'"),
     ('[tool.sdpa_bench.contnuous]\nrounds = 6\n', "[tool.sdpa_bench.contnuous] names no command"),
     ('[tool.sdpa_bench]\npreset = "ci"\n', "holds tables only"),
     ('[tool.sdpa_bench.continuous\n', "not valid TOML"),

@@ -16,7 +16,8 @@ is checked out into a temporary worktree, pip-installed into its own folder (no 
 interpreter of its environment, and its suite runs in alternating processes (which side starts each round drawn
 from a recorded seed, continuous.schedule) with identical settings: one thread and CPU time of the process on CPU,
 CUDA events on GPU. Benchmarks still undecided after the planned rounds get more rounds of their own within
---adaptive-budget (continuous.adaptive). Environments (continuous.envs): both sides run with this interpreter when
+--adaptive-budget (continuous.adaptive; by default 75 s, or twice the planned rounds' time where the sides'
+environments differ: continuous.comparison.choose_budget). Environments (continuous.envs): both sides run with this interpreter when
 the revisions declare the same dependencies; when they differ, a side whose declaration this environment does not
 satisfy gets an environment built for it (cached). --base-env / --head-env name a side's environment outright (an
 interpreter, or requirements to install on top of this environment); with neither revision given, both sides are

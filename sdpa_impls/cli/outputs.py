@@ -10,16 +10,31 @@ progress lines with the time since the start, answers written to files, and the 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ..continuous.comparison import ADAPTIVE_BUDGET, MAX_TIME, ROUND_TIMEOUT, ROUNDS
+from ..continuous.comparison import ADAPTIVE_BUDGET, ENV_BUDGET_FACTOR, MAX_TIME, ROUND_TIMEOUT, ROUNDS
 from ..credentials import redact
 from ..errors import USAGE_EXIT, GateInputError, UsageError
 from ..fmt import fmt_duration
+
+
+def budget(text: str) -> float | None:
+    """--adaptive-budget's value: seconds, or "auto" (None: continuous.comparison.choose_budget); a negative number
+    is Plan.check's to refuse, with the other options' values."""
+    if text.strip().lower() == "auto":
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds):
+        raise argparse.ArgumentTypeError(f"should be a number of seconds or 'auto', got {text!r}")
+    return seconds
 
 
 def add_measuring(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
@@ -30,9 +45,11 @@ def add_measuring(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> 
                              "round that checks them; more, shorter runs spread a slow period of the machine thinner")
     parser.add_argument("--max-time", type=float, default=MAX_TIME, metavar="S",
                         help=f"pytest-benchmark's --benchmark-max-time per benchmark and process (default {MAX_TIME})")
-    parser.add_argument("--adaptive-budget", type=float, default=ADAPTIVE_BUDGET, metavar="S",
+    parser.add_argument("--adaptive-budget", type=budget, default=None, metavar="S",
                         help=f"seconds of extra rounds (base and head again, undecided benchmarks only) after the "
-                             f"planned ones, until each benchmark is decided (default {ADAPTIVE_BUDGET:g}; 0: none)")
+                             f"planned ones, until each benchmark is decided (0: none; default, or 'auto': "
+                             f"{ADAPTIVE_BUDGET:g} where both sides share an environment, {ENV_BUDGET_FACTOR:g}x the "
+                             f"planned rounds' time, at least {ADAPTIVE_BUDGET:g}, where their environments differ)")
     parser.add_argument("--adaptive-rounds", type=int, default=None, metavar="N",
                         help="at most N extra rounds within the budget (default: as many as fit; a number of rounds "
                              "is the same on any machine, a budget in seconds is not)")

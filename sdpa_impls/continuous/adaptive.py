@@ -32,18 +32,24 @@ KEYWORD = re.compile(r"[\w:+\-.\[\]\\/]+")  # what a pytest -k identifier may ho
 class Adaptive:
     """What the extra rounds did: the budget, the time they took, how many benchmarks each measured, why they
     stopped ("decided": nothing left undecided; "budget": the next round would not fit; "rounds": as many rounds as
-    allowed; "none": no budget)."""
+    allowed; "none": no budget), and where the budget came from (`budget_from`, a phrase; "" unsaid)."""
 
     budget_s: float
     spent_s: float
     selected: tuple[int, ...]
     stopped: str
+    budget_from: str = ""
 
     @property
     def rounds(self) -> int:
         return len(self.selected)
 
     def note(self) -> str:
+        text = self._note()
+        return f"{text[:-1]}; budget {self.budget_s:.0f} s, {self.budget_from}." if self.budget_from and self.budget_s \
+            else text
+
+    def _note(self) -> str:
         if not self.selected:
             return {"decided": "adaptive rounds: none needed, every timed benchmark was decided.",
                     "none": "adaptive rounds: off (no budget)."}.get(
@@ -93,12 +99,13 @@ def keyword(terms: Sequence[str]) -> str:
 def extend(base_runs: Sequence[Sequence[Point]], head_runs: Sequence[Sequence[Point]], failed: Sequence[str],
            config: GateConfig, measure: Measure, budget_s: float, first_estimate_s: float = 0.0,
            clock: Callable[[], float] = time.monotonic, progress: Callable[[str], None] | None = None,
-           max_rounds: int | None = None, paired_from: int | None = None) -> Outcome:
+           max_rounds: int | None = None, paired_from: int | None = None, budget_from: str = "") -> Outcome:
     """Judge the planned runs, then run extra rounds on the undecided benchmarks while the budget allows.
 
     `budget_s` is the time the extra rounds may take in all (0: none); `first_estimate_s` what the first extra
     round is expected to take; `clock` reads seconds (time.monotonic); `max_rounds` the most extra rounds within the
-    budget (None: as many as fit); `paired_from`, as verdict.judge. Failed head tests of every round count.
+    budget (None: as many as fit); `paired_from`, as verdict.judge; `budget_from`, where the budget came from (for
+    the note). Failed head tests of every round count.
     """
     if budget_s < 0:
         raise ValueError(f"the adaptive budget should be at least 0 seconds, got {budget_s!r}")
@@ -129,4 +136,4 @@ def extend(base_runs: Sequence[Sequence[Point]], head_runs: Sequence[Sequence[Po
         head.append(h)
         fails += [x for x in f if x not in fails]
         report = judge(base, head, config, fails, planned, paired_from)
-    return Outcome(report, base, head, Adaptive(budget_s, spent, tuple(selected), stopped))
+    return Outcome(report, base, head, Adaptive(budget_s, spent, tuple(selected), stopped, budget_from))

@@ -37,6 +37,11 @@ ROUNDS, MAX_TIME, MIN_ROUNDS = 4, 0.1, 8  # per side: 4 processes of the ci pres
 # seconds of extra rounds for undecided benchmarks, after the planned rounds: 75 keeps the ci preset's comparison within
 # about 5 minutes on a 2-core CPU, one or two extra rounds (docs/records/2026-11-24-epyc-continuous-trials.md)
 ADAPTIVE_BUDGET = 75.0
+# where the sides run in different environments, the extra rounds may take this many times the planned rounds' time
+# (at least ADAPTIVE_BUDGET): no process can time both sides there, so each benchmark's interval narrows only with
+# more processes; with torch 2.13.0 against 2.14.1 on a 2-core Xeon, 4 rounds decided 13 of 24 rows and 14 rounds 22
+# (docs/records/2026-11-29-xeon-bf16-paired-trials.md, docs/records/2026-11-29-xeon-bf16-env-budget.md)
+ENV_BUDGET_FACTOR = 2.0
 ROUND_TIMEOUT = 1800.0  # one process of one side: the ci preset takes ~25 s, the quick preset with six implementations
                         # more than 600 s on a 2-core CPU
 
@@ -49,12 +54,13 @@ class Plan:
     expression that narrows the preset's benchmarks, and `time_floor`, the factor a time must clear to be decided
     (None: the config's continuous_time), which a search over commits sets from the effect it looks for;
     `paired`: where the sides can share a process (continuous.pairs), the first round checks in separate processes
-    and each of `rounds` more times both sides in one process, in turn."""
+    and each of `rounds` more times both sides in one process, in turn. `adaptive_budget` None: chosen by
+    `choose_budget` once the planned rounds are measured."""
 
     preset: str | None = None
     rounds: int = ROUNDS
     max_time: float = MAX_TIME
-    adaptive_budget: float = ADAPTIVE_BUDGET
+    adaptive_budget: float | None = None
     adaptive_rounds: int | None = None
     round_timeout: float = ROUND_TIMEOUT
     seed: int | None = None
@@ -69,7 +75,7 @@ class Plan:
             raise UsageError(f"the time floor should be a factor above 1, got {self.time_floor!r}")
         if self.rounds < 1:
             raise UsageError("--rounds should be at least 1")
-        if self.adaptive_budget < 0:
+        if self.adaptive_budget is not None and self.adaptive_budget < 0:
             raise UsageError("--adaptive-budget should be at least 0 seconds")
         if self.round_timeout <= 0:
             raise UsageError("--round-timeout should be more than 0 seconds")
@@ -110,6 +116,20 @@ def pytest_args(plan: Plan, cpu: bool) -> list[str]:
     if plan.select:
         out += ["-k", plan.select]
     return out
+
+
+def choose_budget(given: float | None, base: Side, head: Side, planned_s: float) -> tuple[float, str]:
+    """The seconds the extra rounds may take, and why: `given` where the command line or the settings name it; else
+    ADAPTIVE_BUDGET where both sides run in one environment (what CI's comparison of two revisions gets), and
+    ENV_BUDGET_FACTOR times the planned rounds' `planned_s` (at least ADAPTIVE_BUDGET) where their environments
+    differ: there each round is a process of each side, and only more of them narrow an interval."""
+    if given is not None:
+        return given, "as given"
+    if base.python == head.python:
+        return ADAPTIVE_BUDGET, "the default where both sides share an environment"
+    budget = max(ADAPTIVE_BUDGET, ENV_BUDGET_FACTOR * planned_s)
+    return budget, (f"{ENV_BUDGET_FACTOR:g}× the planned rounds' {fmt_duration(planned_s)}, the default where the "
+                    "sides' environments differ")
 
 
 def _measure(plan: Plan, sides: Prepared, schedule: Schedule, work: Path, progress: Callable[[str], None]
@@ -164,8 +184,10 @@ def _measure(plan: Plan, sides: Prepared, schedule: Schedule, work: Path, progre
 
     # the first extra round is expected to take as long as a planned one (it measures fewer benchmarks, but each
     # process still starts, imports torch and samples the ceilings): the budget is not overrun by guessing low
-    outcome = extend(base_runs, head_runs, failed, config, extra, plan.adaptive_budget, first_estimate_s=per_round,
-                     progress=progress, max_rounds=plan.adaptive_rounds, paired_from=1 if pairing.used else None)
+    budget, why = choose_budget(plan.adaptive_budget, base, head, planned_s)
+    outcome = extend(base_runs, head_runs, failed, config, extra, budget, first_estimate_s=per_round,
+                     progress=progress, max_rounds=plan.adaptive_rounds, paired_from=1 if pairing.used else None,
+                     budget_from=why)
     return dataclasses.replace(outcome, pairing=pairing.note()), planned_s, len(base_runs)
 
 
