@@ -198,3 +198,32 @@ def test_torch_differs_where_its_kernels_may() -> None:
     assert differences(base, base | {"torch": "2.14.1+cu130", "CUDA": "13.0"}) == [
         "torch 2.13.0+cpu → 2.14.1+cu130", "CUDA - → 13.0"]
 
+
+def test_an_environment_without_the_test_extra_is_named_with_the_cure(tmp_path: Path) -> None:
+    """A side whose interpreter has torch and sdpa-bench's dependencies but not pytest-benchmark (the package
+    installed without its `test` extra): exit 2 with one line that names what is missing and how to install it,
+    before any round runs. The environment is real: a virtual environment whose only packages are this one's,
+    pytest and its plug-ins left out."""
+    import sysconfig
+
+    stage = tmp_path / "stage"
+    stage.mkdir()
+    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
+        if not entry.name.lower().startswith(("pytest", "_pytest", "pytest_benchmark", "sdpa", "__editable__")) \
+                and not entry.name.endswith(".pth"):
+            (stage / entry.name).symlink_to(entry)
+    venv = tmp_path / "no-test-extra"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    site = next(venv.glob("lib/python3*/site-packages"))
+    (site / "stage.pth").write_text(f"{stage}\n")
+    python = venv / "bin" / "python"
+    probe = ("import importlib.util as u, torch\n"
+             "print(*(u.find_spec(m) is None for m in ('pytest', 'pytest_benchmark')))")
+    premise = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, timeout=120)
+    assert premise.stdout.split() == ["True", "True"], premise.stderr  # torch imports there, pytest does not
+    code, out, err = continuous(tmp_path, "--base-env", str(python), "--head-env", sys.executable, "--preset", "smoke",
+                                "--impl", "naive", *FAST[4:])
+    message = [line for line in err.splitlines() if not line.startswith("[")]
+    assert code == 2 and out == "" and "Traceback" not in err and len(message) == 1, err
+    assert "base sdpa-bench " in message[0] and f"its environment ({python}) lacks pytest and pytest-benchmark" \
+        in message[0] and "pip install 'sdpa-bench[test]'" in message[0], message

@@ -23,6 +23,7 @@ sdpa-bench from before the suite shipped in the package runs its tests/test_benc
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import os
 import shutil
@@ -33,7 +34,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..bench import allocator
-from ..errors import SideError
+from ..errors import GateInputError, SideError
 from ..gate.points import Point, load_points
 from .schedule import NO_CEILINGS_ENV, PAD_ENV, REPEAT_ENV, Schedule
 from .versions import PROBE
@@ -120,12 +121,15 @@ def bundle_running(site: Path) -> None:
     """Copy the sdpa-bench that runs this command into `site`: its package folder, the suite's pytest plug-in beside
     it, and a dist-info folder with its name, version and entry points, so the side imports exactly this sdpa-bench
     whatever its environment holds (an editable install is copied from its source folder)."""
-    import sdpa_bench_pytest
     import sdpa_impls
 
+    plugin = importlib.util.find_spec(SUITE_PLUGIN)  # found, not imported: it imports pytest, which the side's
+    if plugin is None or plugin.origin is None:      # own import check asks for, by name (check_import)
+        raise GateInputError(f"{SUITE_PLUGIN}, the suite's pytest plug-in, is not installed beside sdpa_impls: "
+                             "reinstall sdpa-bench")
     shutil.copytree(Path(sdpa_impls.__file__).parent, site / "sdpa_impls",
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"), dirs_exist_ok=True)
-    shutil.copy2(sdpa_bench_pytest.__file__, site / f"{SUITE_PLUGIN}.py")
+    shutil.copy2(plugin.origin, site / f"{SUITE_PLUGIN}.py")
     version = sdpa_impls.__version__
     info = site / f"sdpa_bench-{version}.dist-info"
     info.mkdir(parents=True, exist_ok=True)
@@ -170,6 +174,7 @@ wanted = json.loads(sys.argv[1])
 print(json.dumps({"packaged": None not in (importlib.util.find_spec("sdpa_impls.suite"),
                                            importlib.util.find_spec("sdpa_bench_pytest")),
                   "missing": [n for n in wanted if n not in known],
+                  "lacks": [m for m in ("pytest", "pytest_benchmark") if importlib.util.find_spec(m) is None],
                   "broken": {n: sdpa_impls.get(n).error for n in wanted
                              if n in known and isinstance(sdpa_impls.get(n), broken_type)}}))
 """
@@ -190,6 +195,11 @@ def check_import(side: Side, cpu: bool) -> tuple[Side, dict[str, str | None]]:
     except (IndexError, ValueError, AssertionError):
         raise SideError(side.role, f"{side.role} {side.name}: its import check printed no result (its last line: "
                              f"{_last_line(done.stdout)})") from None
+    if found.get("lacks"):  # the suite runs under pytest-benchmark, which the package's test extra brings
+        raise SideError(side.role, f"{side.role} {side.name}: its environment ({side.python}) lacks "
+                                   f"{' and '.join(m.replace('_', '-') for m in found['lacks'])}, which run the "
+                                   "benchmark suite: install sdpa-bench's test extra there (pip install "
+                                   "'sdpa-bench[test]')")
     if found["missing"]:
         raise SideError(side.role, f"{side.role} {side.name}: has no implementation named "
                              f"{', '.join(found['missing'])} (known: sdpa-bench list)")
