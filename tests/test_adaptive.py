@@ -347,7 +347,8 @@ def test_the_budget_grows_with_the_planned_rounds_only_where_the_environments_di
                                                                       "environment")
     budget, why = choose_budget(None, base, other, 300.0)
     assert budget == ENV_BUDGET_FACTOR * 300.0 > ADAPTIVE_BUDGET and "environments differ" in why and "5m" in why
-    assert choose_budget(None, base, other, 10.0)[0] == ADAPTIVE_BUDGET  # never less than one environment gets
+    floor, why_floor = choose_budget(None, base, other, 10.0)  # never less than one environment gets
+    assert floor == ADAPTIVE_BUDGET and "environments differ" in why_floor and "10s is less" in why_floor
     assert choose_budget(30.0, base, other, 300.0) == (30.0, "as given")
     assert choose_budget(0.0, base, same, 300.0)[0] == 0.0
     machine = Machine(1.05, run_spread=0.03)

@@ -127,9 +127,11 @@ def choose_budget(given: float | None, base: Side, head: Side, planned_s: float)
         return given, "as given"
     if base.python == head.python:
         return ADAPTIVE_BUDGET, "the default where both sides share an environment"
-    budget = max(ADAPTIVE_BUDGET, ENV_BUDGET_FACTOR * planned_s)
-    return budget, (f"{ENV_BUDGET_FACTOR:g}× the planned rounds' {fmt_duration(planned_s)}, the default where the "
-                    "sides' environments differ")
+    if ENV_BUDGET_FACTOR * planned_s < ADAPTIVE_BUDGET:
+        return ADAPTIVE_BUDGET, (f"the least where the sides' environments differ ({ENV_BUDGET_FACTOR:g}× the planned "
+                                 f"rounds' {fmt_duration(planned_s)} is less)")
+    return ENV_BUDGET_FACTOR * planned_s, (f"{ENV_BUDGET_FACTOR:g}× the planned rounds' {fmt_duration(planned_s)}, "
+                                           "the default where the sides' environments differ")
 
 
 def _measure(plan: Plan, sides: Prepared, schedule: Schedule, work: Path, progress: Callable[[str], None]
