@@ -8,17 +8,17 @@
 asv's name and argument order. What a side is depends on where it runs (continuous.project): in sdpa-bench's
 repository, each revision of sdpa-bench, measured with its own suite; at the root of a plug-in's repository (its
 pyproject.toml declares sdpa_impls entry points), each revision of the plug-in installed beside a copy of the
-running sdpa-bench, whose suite measures the implementations that revision declares and the time reference; and
-with --base-env / --head-env outside such a repository, the running sdpa-bench alone. BASE and HEAD are git
-revisions; HEAD defaults to the working tree (uncommitted and untracked files included). Without BASE:
-$SDPA_CONTINUOUS_BASE, else the fork point of HEAD from main, else HEAD~1 (continuous.revisions.ci_base). Each side
-is checked out into a temporary worktree, pip-installed into its own folder (no dependencies, no network) for the
-interpreter of its environment, and its suite runs in alternating processes (which side starts each round drawn
-from a recorded seed, continuous.schedule) with identical settings: one thread and CPU time of the process on CPU,
-CUDA events on GPU. Benchmarks still undecided after the planned rounds get more rounds of their own within
---adaptive-budget (continuous.adaptive; by default 75 s, or twice the planned rounds' time where the sides'
-environments differ: continuous.comparison.choose_budget). Environments (continuous.envs): both sides run with this interpreter when
-the revisions declare the same dependencies; when they differ, a side whose declaration this environment does not
+running sdpa-bench, whose suite measures the implementations that revision declares and the time reference; and with
+--base-env / --head-env outside such a repository, the running sdpa-bench alone. BASE and HEAD are git revisions;
+HEAD defaults to the working tree (uncommitted and untracked files included). Without BASE: $SDPA_CONTINUOUS_BASE,
+else the fork point of HEAD from main, else HEAD~1 (continuous.revisions.ci_base). Each side is checked out into a
+temporary worktree, pip-installed into its own folder (no dependencies, no network) for the interpreter of its
+environment, and its suite runs in alternating processes (which side starts each round drawn from a recorded seed,
+continuous.schedule) with identical settings: one thread and CPU time of the process on CPU, CUDA events on GPU.
+Benchmarks still undecided after the planned rounds get more rounds of their own within --adaptive-budget
+(continuous.adaptive; by default 75 s, or twice the planned rounds' time where the sides' environments differ:
+continuous.comparison.choose_budget). Environments (continuous.envs): both sides run with this interpreter when the
+revisions declare the same dependencies; when they differ, a side whose declaration this environment does not
 satisfy gets an environment built for it (cached). --base-env / --head-env name a side's environment outright (an
 interpreter, or requirements to install on top of this environment); with neither revision given, both sides are
 then the working tree (or the running sdpa-bench). Where the sides' interpreters differ, the header names the
@@ -26,8 +26,7 @@ versions that differ; where torch differs (or a library its kernels call), times
 reference (torch's SDPA) judged like the rest. A row whose profiled kernels differ says so. The verdict
 (continuous.verdict) is printed as a table; exit 0 pass, 1 regression, 2 unusable input (a folder that is neither
 repository, a revision that does not exist, install, import or run: one message). This module only parses and
-prints: the comparison itself is continuous.comparison.compare.
-"""
+prints: the comparison itself is continuous.comparison.compare."""
 from __future__ import annotations
 
 import argparse
