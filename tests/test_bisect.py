@@ -15,6 +15,8 @@ import pytest
 
 from sdpa_impls.cli import main
 from sdpa_impls.continuous.bisect import comparison_budget
+from sdpa_impls.continuous.lines import between
+from sdpa_impls.continuous.revisions import first_parents
 from sdpa_impls.continuous.steps import rows_from_verdict, selection_of
 from sdpa_impls.errors import UsageError
 from test_as_a_tool import PLUGIN, SLOWER
@@ -91,6 +93,9 @@ def test_a_range_with_nothing_planted_is_no_regression(history: dict, tmp_path: 
     (["", "{slow}"], "GOOD is an empty revision name"),
     (["{good}", "{fixed}", "-k", "no_such_case"], "no benchmark of its suite is selected"),
     (["{good}", "--from", "missing.json"], "--from missing.json: cannot be read"),
+    (["{good}", ""], "BAD is an empty revision name"),  # an unset variable in CI, never HEAD by default
+    (["{good}", "{fixed}", "--json", "{repo}/pyproject.toml/answer.json"], "answer.json: cannot write"),
+    (["--package", "torch", "2.13.0", "2.14.1", "--versions", "2.14.0", "--pre"], "--versions names them"),
 ])
 def test_unusable_input_is_one_message_and_exit_2(history: dict, args: list[str], message: str) -> None:
     filled = [a.format(**history) for a in args]
@@ -156,6 +161,41 @@ def test_the_rows_of_a_failed_gate_are_what_is_searched(tmp_path: Path) -> None:
     assert selection_of(rows, None, "torch_sdpa") == (
         "[fused-L1024-E64-fp32-fwd] or [chunked-L128-E64-bf16-causal-fwd] or [torch_sdpa-L1024-E64-fp32-fwd] or "
         "[torch_sdpa-L128-E64-bf16-causal-fwd]")
+    verdict.write_text(json.dumps({"rows": ["fused", "L1024-E64-fp32-fwd"]}))
+    with pytest.raises(UsageError, match="not a verdict of `sdpa-bench continuous --json`"):
+        rows_from_verdict(str(verdict))
     verdict.write_text(json.dumps({"rows": [{"impl": "fused", "case": "x", "decision": "not slower"}]}))
     with pytest.raises(UsageError, match="no benchmark in it was slower"):
         rows_from_verdict(str(verdict))
+
+
+def test_a_local_build_is_the_release_it_builds() -> None:
+    """An index of local builds (a CPU or CUDA index: 2.13.0+cpu) or with nightlies offers each release once, by its
+    public version, between GOOD and BAD."""
+    offered = ["2.12.0+cpu", "2.13.0", "2.13.0+cpu", "2.14.0+cpu", "2.15.0.dev20261101+cu126", "2.15.0+cpu", "2.16.0"]
+    assert between(offered, "2.13.0", "2.15.0") == ["2.13.0", "2.14.0", "2.15.0.dev20261101", "2.15.0"]
+    assert between(offered, "2.12.0+cpu", "2.14.0+cpu") == ["2.12.0+cpu", "2.13.0", "2.14.0+cpu"]
+    with pytest.raises(UsageError, match="is not older than BAD"):
+        between(offered, "2.13.0+cpu", "2.13.0")
+
+
+def test_a_good_merged_in_from_a_side_branch_starts_the_line_at_its_merge(tmp_path: Path) -> None:
+    """main: A, B, then the merge of a side branch (A, GOOD), then C. B lacks GOOD's code, so it is not between GOOD
+    and C: the search tests the merge and C only."""
+    repo = tmp_path / "r"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "a").write_text("a")
+    a = commit(repo, "A")
+    (repo / "b").write_text("b")
+    commit(repo, "B")
+    git(repo, "checkout", "-q", "-b", "side", a)
+    (repo / "s").write_text("s")
+    good = commit(repo, "GOOD")
+    git(repo, "checkout", "-q", "main")
+    git(repo, "merge", "-q", "--no-ff", "-m", "merge side", "side")
+    merge = git(repo, "rev-parse", "HEAD")
+    (repo / "c").write_text("c")
+    c = commit(repo, "C")
+    assert first_parents(repo, good, c) == [merge, c]
+    assert first_parents(repo, a, c) == [git(repo, "rev-parse", "main~2"), merge, c]  # on the line: as before

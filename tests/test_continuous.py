@@ -207,6 +207,11 @@ def test_a_bad_seed_or_budget_is_one_message(repo: dict, flag: str, value: str, 
     assert code == 2 and out == "" and err.count("\n") == 1 and message in err
 
 
+def test_an_answer_that_could_not_be_written_is_refused_before_measuring(repo: dict) -> None:
+    code, out, err = continuous(repo["path"], repo["good"], *FAST, "--json", str(repo["path"]))
+    assert code == 2 and out == "" and err.count("\n") == 1 and "cannot write (it is a folder)" in err, err
+
+
 def test_ci_base_names_main_before_the_change(repo: dict) -> None:
     path = repo["path"]
     assert ci_base(path, {"SDPA_CONTINUOUS_BASE": "v1.0"}) == ("v1.0", "$SDPA_CONTINUOUS_BASE")

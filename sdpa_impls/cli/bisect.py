@@ -28,7 +28,7 @@ from ..continuous.project import find
 from ..continuous.steps import rows_from_verdict
 from ..credentials import redact
 from ..errors import UsageError
-from .outputs import add_measuring, guarded, timed_progress, write
+from .outputs import add_measuring, guarded, timed_progress, writable, write
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,7 +59,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     each = parser.add_argument_group("each comparison (as `continuous`)")
     add_measuring(each)
     each.add_argument("--seed", type=int, default=None, metavar="N",
-                      help="seed of the first comparison's order of sides; step i uses N+i (default: fresh ones)")
+                      help="seeds the comparisons' order of sides: step i, as the progress lines number them from 1, "
+                           "uses N+i (default: fresh ones)")
     parser.add_argument("--env-cache", metavar="DIR",
                         help="where built environments are kept: the releases of --package, and revisions that "
                              "declare other dependencies (default: $SDPA_BENCH_ENV_CACHE, else "
@@ -82,8 +83,13 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("--package needs BAD: the later version, known to be slower")
         if (args.versions or args.pre) and not args.package:
             raise UsageError("--versions and --pre choose releases: give --package too")
+        if args.versions and args.pre:
+            raise UsageError("--pre chooses among the releases the index offers, --versions names them: give one")
+        for path in (args.markdown, args.json):
+            if path:
+                writable(path)  # before a search of many minutes, not after it
         versions = tuple(v.strip() for v in args.versions.split(",") if v.strip()) if args.versions else None
-        query = Query(args.good, args.bad or "HEAD", tuple(args.impl or ()), args.select, rows, args.env_cache,
+        query = Query(args.good, "HEAD" if args.bad is None else args.bad, tuple(args.impl or ()), args.select, rows, args.env_cache,
                       args.config, args.package, versions, args.pre)
         plan = Plan(args.preset, args.rounds, args.max_time, args.adaptive_budget, args.adaptive_rounds,
                     args.round_timeout, args.seed, paired=not args.separate_processes)

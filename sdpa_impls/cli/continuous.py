@@ -39,7 +39,7 @@ from ..continuous.assemble import Request, compares_revisions
 from ..continuous.comparison import Plan, compare
 from ..continuous.project import find
 from ..credentials import redact
-from .outputs import add_measuring, guarded, timed_progress, write
+from .outputs import add_measuring, guarded, timed_progress, writable, write
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -76,6 +76,9 @@ def run(args: argparse.Namespace) -> int:
     progress = timed_progress()
 
     def body() -> int:
+        for path in (args.markdown, args.json):
+            if path:
+                writable(path)  # before the rounds, not after them
         request = Request(args.base, args.head, args.base_env, args.head_env, args.env_cache, tuple(args.impl or ()),
                           args.config)
         plan = Plan(args.preset, args.rounds, args.max_time, args.adaptive_budget, args.adaptive_rounds,

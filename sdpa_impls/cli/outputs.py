@@ -1,9 +1,11 @@
 """What the commands that compare (`continuous`, `bisect`) share at the command line: how each comparison measures,
-progress lines with the time since the start, answers written to files, and the 0/1/2 contract held against any error.
+progress lines with the time since the start, answers written to files, and the exit-code contract held against
+any error (exit 2 for anything that is not an answer).
 
     add_measuring(parser)                # --rounds, --max-time, --adaptive-budget, --adaptive-rounds,
                                          # --separate-processes, --round-timeout
     progress = timed_progress()          # progress(text) prints "[  12s] text" to stderr
+    writable(path)                       # GateInputError up front where the answer's file could not be written
     write(path, text)                    # the file, credentials masked; GateInputError when it cannot be written
     guarded(command, body) -> int        # body()'s exit code, or 2 with one line for any error, never a traceback
 """
@@ -69,6 +71,20 @@ def timed_progress() -> Callable[[str], None]:
         print(redact(f"[{fmt_duration(time.perf_counter() - start):>5}] {text}"), file=sys.stderr, flush=True)
 
     return progress
+
+
+def writable(path: str) -> None:
+    """GateInputError now, before any measuring, where `path` could not be written at the end: a folder, or a
+    folder that cannot be made or written in."""
+    target = Path(path)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise GateInputError(f"{path}: cannot write ({exc.strerror or exc})") from None
+    if target.is_dir():
+        raise GateInputError(f"{path}: cannot write (it is a folder)")
+    if not os.access(target if target.exists() else target.parent, os.W_OK):
+        raise GateInputError(f"{path}: cannot write (permission denied)")
 
 
 def write(path: str, text: str) -> None:

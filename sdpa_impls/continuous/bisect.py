@@ -25,7 +25,8 @@ adaptive rounds), read as a three-way verdict. No statistics of its own: a step'
 
 At most `comparison_budget(N)` = 2·⌈log₂ N⌉ + 3 comparisons for N commits; a search that would need more stops
 UNKNOWN. Exit status: 0 no regression, 1 culprit found and confirmed, 3 a regression between GOOD and BAD whose
-culprit was not pinned down (the commits left are named), 2 unusable input (command line).
+culprit was not pinned down (the commits left are named); 2, from the command, for anything that is not an answer
+(unusable input, a GOOD or BAD that cannot be measured).
 """
 from __future__ import annotations
 

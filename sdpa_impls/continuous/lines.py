@@ -17,11 +17,15 @@ import re
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from ..errors import UsageError
 from .assemble import Request
 from .project import Project
 from .revisions import changed_files, describe, first_parents, parent, resolve
+
+if TYPE_CHECKING:
+    from packaging.version import Version
 
 PACKAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
@@ -54,7 +58,7 @@ def commits(project: Project, good: str, bad: str, template: Request) -> Line:
                 lambda c: parent(root, c), lambda a, b: changed_files(root, a, b), "commit", project)
 
 
-def _key(version: str) -> object:
+def _key(version: str) -> "Version":
     from packaging.version import InvalidVersion, Version
 
     try:
@@ -80,13 +84,18 @@ def index_versions(package: str, python: str = sys.executable, pre: bool = False
 
 
 def between(versions: Sequence[str], good: str, bad: str) -> list[str]:
-    """GOOD, the versions after it up to BAD, and BAD, in version order; UsageError when GOOD is not older."""
-    low, high = _key(good), _key(bad)
+    """GOOD, the releases after it up to BAD, and BAD, in version order; UsageError when GOOD is not older."""
+    # a local build (2.13.0+cpu, a nightly's +cu126) is the same release as its public version to a search, and
+    # `==2.13.0` installs whichever build the index has: each release once, by its public version, between the ends
+    low, high = _public(good), _public(bad)
     if not low < high:
         raise UsageError(f"GOOD {good} is not older than BAD {bad}: name an older GOOD, or swap them")
-    # a local build (2.13.0+cpu) is the same release as 2.13.0 to a search: public versions only between the ends
-    inside = sorted({v for v in versions if "+" not in v and low < _key(v) < high}, key=_key)
-    return [good, *inside, bad]
+    inside = sorted({v for v in map(_public, versions) if low < v < high})
+    return [good, *(str(v) for v in inside), bad]
+
+
+def _public(version: str) -> "Version":
+    return _key(_key(version).public)
 
 
 def releases(project: Project, package: str, good: str, bad: str, template: Request,

@@ -61,7 +61,7 @@ def describe(root: Path, commit: str) -> str:
 
 
 def first_parents(root: Path, good: str, bad: str) -> list[str]:
-    """The commits of BAD's first-parent line that GOOD does not contain, oldest first, BAD last: what a search
+    """The commits of BAD's first-parent line that descend from GOOD, oldest first, BAD last: what a search
     between them tests (a merge is one step; bisect again inside it). UsageError when GOOD is not an ancestor of BAD
     or is BAD itself."""
     if good == bad:
@@ -69,7 +69,11 @@ def first_parents(root: Path, good: str, bad: str) -> list[str]:
     if _git(root, "merge-base", "--is-ancestor", good, bad, check=False).returncode != 0:
         raise UsageError(f"GOOD ({describe(root, good)}) is not an ancestor of BAD ({describe(root, bad)}): "
                          "name an older GOOD, or swap them")
-    return _git(root, "rev-list", "--first-parent", "--reverse", bad, f"^{good}").stdout.split()
+    line = _git(root, "rev-list", "--first-parent", "--reverse", bad, f"^{good}").stdout.split()
+    # GOOD merged in from a side branch: BAD's first-parent line before that merge lacks GOOD's code, so it is not
+    # between GOOD and BAD; the line starts at the merge
+    after_good = set(_git(root, "rev-list", "--ancestry-path", f"{good}..{bad}").stdout.split())
+    return [c for c in line if c in after_good]
 
 
 def parent(root: Path, commit: str) -> str:

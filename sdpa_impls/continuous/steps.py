@@ -118,7 +118,7 @@ def rows_from_verdict(path: str) -> tuple[tuple[str, str], ...]:
         rows = tuple((r["impl"], r["case"]) for r in data["rows"] if r.get("decision") == SLOWER)
     except OSError as exc:
         raise UsageError(f"--from {path}: cannot be read ({exc.strerror or exc})") from None
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # not JSON, or rows that are not objects
         raise UsageError(f"--from {path}: not a verdict of `sdpa-bench continuous --json` ({exc})") from None
     if not rows:
         raise UsageError(f"--from {path}: no benchmark in it was slower (decision \"slower\"): nothing to search for")
