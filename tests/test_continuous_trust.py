@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import signal
 import subprocess
@@ -193,6 +194,41 @@ def test_the_cache_is_bounded_and_listed(offline: Path, tmp_path: Path) -> None:
     assert envcache.prune(offline, 30 * 86400.0) == []  # used just now
     gone = envcache.prune(offline, 30 * 86400.0, now=time.time() + 31 * 86400.0)
     assert [e.folder for e in gone] == [folder] and not folder.exists()
+
+
+def test_a_size_cap_removes_the_least_recently_used_and_never_one_in_use(offline: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    offline.mkdir()
+    now = time.time()
+
+    def entry(name: str, age_s: float) -> Path:
+        folder = offline / name
+        folder.mkdir()
+        (folder / envcache.READY).write_text(json.dumps({"spec": f"pkg=={name}"}))
+        (folder / "blob").write_bytes(b"\0" * (2 << 20))
+        (folder / envcache.LAST_USE).touch()
+        os.utime(folder / envcache.LAST_USE, (now - age_s, now - age_s))
+        return folder
+
+    oldest, older, recent, built = entry("a1", 5 * 86400), entry("b2", 86400), entry("c3", 60), entry("d4", 0)
+    # 8 MiB held, 5 MB allowed: the least recently used go first until it fits; the new build and the one used a
+    # minute ago (a side of the comparison running now) stay
+    gone = envcache.prune(offline, 30 * 86400.0, keep=built, now=now, max_bytes=5_000_000)
+    assert [e.folder for e in gone] == [oldest, older] and recent.exists() and built.exists()
+    assert envcache.prune(offline, 30 * 86400.0, keep=built, now=now, max_bytes=5_000_000) == []  # fits
+    assert envcache.prune(offline, 30 * 86400.0, keep=built, now=now, max_bytes=1) == []  # only ones in use left
+    listed, err = io.StringIO(), io.StringIO()
+    monkeypatch.setenv(envcache.MAX_SIZE_ENV, "0.001")
+    with contextlib.redirect_stdout(listed):
+        assert main(["envs"]) == 0
+    assert "(at most 0.001 GB, $SDPA_BENCH_ENV_CACHE_MAX_GB)" in listed.getvalue()
+    monkeypatch.setenv(envcache.MAX_SIZE_ENV, "lots")
+    with contextlib.redirect_stderr(err):
+        assert main(["envs"]) == 2
+    assert err.getvalue().count("\n") == 1 and "$SDPA_BENCH_ENV_CACHE_MAX_GB should be a positive number" in err.getvalue()
+    with pytest.raises(UsageError, match="SDPA_BENCH_ENV_CACHE_MAX_GB"):  # before a build, not after it
+        envcache.prepare(EnvSpec("torch", requirements=("torch",)), None)
+    assert sorted(p.name for p in offline.iterdir() if p.is_dir()) == ["c3", "d4"]
 
 
 def test_a_build_killed_midway_is_never_trusted(offline: Path, tmp_path: Path) -> None:

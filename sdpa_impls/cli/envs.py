@@ -1,12 +1,13 @@
 """`envs`: the environments `continuous` built and cached (--base-env / --head-env, or what a revision declares),
-with their size and last use; `--prune` removes those unused for a while, and the remains of dead builds."""
+with their size and last use; `--prune` removes those unused for a while, the least recently used beyond a size cap,
+and the remains of dead builds."""
 from __future__ import annotations
 
 import argparse
 import time
 from pathlib import Path
 
-from ..continuous.envcache import MAX_AGE_DAYS, entries, open_cache, prune
+from ..continuous.envcache import MAX_AGE_DAYS, MAX_SIZE_ENV, RECENT_S, entries, open_cache, prune, size_cap
 from ..errors import UsageError
 from ..fmt import fmt_bytes, fmt_duration, table
 
@@ -15,19 +16,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--env-cache", metavar="DIR", type=Path,
                    help="the cache (default: $SDPA_BENCH_ENV_CACHE, else ~/.cache/sdpa-bench/envs)")
     p.add_argument("--prune", action="store_true",
-                   help="remove the environments unused for --older-than days, and the remains of dead builds")
+                   help="remove the environments unused for --older-than days, then the least recently used while "
+                        "the cache holds more than --max-gb, and the remains of dead builds")
     p.add_argument("--older-than", type=float, default=MAX_AGE_DAYS, metavar="DAYS",
                    help=f"with --prune: unused for more than this many days (default {MAX_AGE_DAYS:g}, which "
                         "`continuous` also removes by itself; 0: every one not in use now)")
+    p.add_argument("--max-gb", type=float, default=None, metavar="GB",
+                   help=f"with --prune: the most the cache may hold (default: ${MAX_SIZE_ENV}, which `continuous` "
+                        f"and `bisect` also keep to after each build; unset: no cap). An environment used in the last "
+                        f"{RECENT_S / 60:g} minutes is kept")
 
 
 def run(args: argparse.Namespace) -> int:
     if args.older_than < 0:
         raise UsageError("--older-than should be at least 0 days")
+    if args.max_gb is not None and not 0 <= args.max_gb < float("inf"):
+        raise UsageError("--max-gb should be a number of GB, at least 0")
+    if args.max_gb is not None and not args.prune:
+        raise UsageError("--max-gb applies to --prune: give --prune too")
+    cap = size_cap() if args.max_gb is None else int(args.max_gb * 1e9)
     cache = open_cache(args.env_cache)
     now = time.time()
     if args.prune:
-        gone = prune(cache, args.older_than * 86400.0, now=now)
+        gone = prune(cache, args.older_than * 86400.0, now=now, max_bytes=cap)
         print(f"removed {len(gone)} environment(s), {fmt_bytes(sum(e.size for e in gone))}, from {cache}")
         for entry in gone:
             print(f"  {entry.folder.name}  {entry.spec or '(a build that did not finish)'}")
@@ -35,7 +46,8 @@ def run(args: argparse.Namespace) -> int:
     found = entries(cache)
     rows = [[e.folder.name, e.spec or "(a build that did not finish)", fmt_bytes(e.size),
              f"{fmt_duration(now - e.last_use)} ago"] for e in found]
-    print(f"{cache}: {len(found)} environment(s), {fmt_bytes(sum(e.size for e in found))}")
+    capped = f" (at most {cap / 1e9:g} GB, ${MAX_SIZE_ENV})" if cap is not None else ""
+    print(f"{cache}: {len(found)} environment(s), {fmt_bytes(sum(e.size for e in found))}{capped}")
     if rows:
         print(table(["folder", "built for", "size", "last used"], rows))
     return 0

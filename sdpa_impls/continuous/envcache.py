@@ -4,7 +4,8 @@ when pip would build the same one, built where a crash leaves nothing trusted, b
     prepare(spec, cache, progress, scratch) -> Env   # the interpreter of a SPEC's environment, built once
     build(folder, requirements, constraints) -> s    # a layered environment in `folder`, uncached
     default_cache() -> Path
-    entries(cache) -> [Entry]  /  prune(cache, older_than_s) -> [Entry]  /  open_cache(cache) -> Path
+    entries(cache) -> [Entry]  /  prune(cache, older_than_s, max_bytes=None) -> [Entry]  /  open_cache(cache) -> Path
+    size_cap() -> bytes | None                       # $SDPA_BENCH_ENV_CACHE_MAX_GB
 
 An environment is a virtual environment layered on the running one: a `.pth` line adds this environment's
 site-packages behind the new one's own, so it holds exactly this environment plus what pip installs on top.
@@ -16,7 +17,9 @@ VCS reference without a commit or hash: `pkg @ git+URL@main`) keeps no key: its 
 A build happens in a unique folder beside the cache's entries, pip in its own process group (killed with the
 build), and becomes an entry only by a rename once its marker is written: a build that failed or was killed is
 never trusted, and its folder is removed by the next prune. Each entry records its last use; entries unused for
-`MAX_AGE_DAYS` are removed when a comparison builds (and by `sdpa-bench envs --prune`). The cache must belong to
+`MAX_AGE_DAYS` are removed when a comparison builds (and by `sdpa-bench envs --prune`), and so are the least
+recently used ones while the cache holds more than `$SDPA_BENCH_ENV_CACHE_MAX_GB` (a torch environment is about
+5 GB; one used in the last `RECENT_S` counts as in use and stays). The cache must belong to
 the user and be writable by no one else: it holds interpreters that run, so it is not shared with other jobs.
 """
 from __future__ import annotations
@@ -48,6 +51,8 @@ BUILDING = ".building-"  # a build in progress, or the remains of one that died
 PIP_TIMEOUT_S = 3600.0  # a CUDA build of torch is several GB
 LOCK_WAIT_S = PIP_TIMEOUT_S + 300.0  # another run's build of the same environment
 MAX_AGE_DAYS = 30.0
+MAX_SIZE_ENV = "SDPA_BENCH_ENV_CACHE_MAX_GB"
+RECENT_S = 600.0  # an entry used this recently may be a side of the comparison running now: never evicted for size
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,21 @@ class Entry:
     spec: str
     size: int
     last_use: float
+
+
+def size_cap() -> int | None:
+    """The most bytes the cache may hold, from $SDPA_BENCH_ENV_CACHE_MAX_GB (unset or empty: no cap but age);
+    UsageError naming the variable for a value that is not a positive number."""
+    text = os.environ.get(MAX_SIZE_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        gb = float(text)
+    except ValueError:
+        gb = float("nan")
+    if not gb > 0 or gb == float("inf"):
+        raise UsageError(f"${MAX_SIZE_ENV} should be a positive number of GB, got {text!r}")
+    return int(gb * 1e9)
 
 
 def default_cache() -> Path:
@@ -185,6 +205,7 @@ def prepare(spec: EnvSpec, cache: Path | None = None, progress: Callable[[str], 
         seconds = build(folder, spec.requirements, spec.constraints, shown)
         return Env(str(python_of(folder)), f"built in {seconds:.0f} s for this run (not cached)", shown)
     cache = open_cache(cache)
+    cap = size_cap()  # a bad value is refused before a build, not after it
     key = cache_key(spec)
     folder = cache / key
     fd = _lock(cache / f"{key}.lock", progress)
@@ -207,7 +228,10 @@ def prepare(spec: EnvSpec, cache: Path | None = None, progress: Callable[[str], 
             raise
     finally:
         os.close(fd)
-    prune(cache, MAX_AGE_DAYS * 86400.0, keep=folder)
+    gone = prune(cache, MAX_AGE_DAYS * 86400.0, keep=folder, max_bytes=cap)
+    if progress and gone and cap is not None:
+        progress(f"environment cache: removed {len(gone)} environment(s) unused the longest, to hold it within "
+                 f"${MAX_SIZE_ENV} = {cap / 1e9:g} GB: " + ", ".join(e.spec or e.folder.name for e in gone))
     return Env(str(python_of(folder)), f"built in {seconds:.0f} s into {folder}", shown)
 
 
@@ -229,29 +253,52 @@ def entries(cache: Path) -> list[Entry]:
     return sorted(out, key=lambda e: e.last_use)
 
 
-def prune(cache: Path, older_than_s: float, keep: Path | None = None, now: float | None = None) -> list[Entry]:
+def prune(cache: Path, older_than_s: float, keep: Path | None = None, now: float | None = None,
+          max_bytes: int | None = None) -> list[Entry]:
     """Remove the entries last used more than `older_than_s` ago and the remains of dead builds older than an hour
-    (or any age, with `older_than_s` 0), each under its lock and skipped while another run holds it; the removed."""
+    (or any age, with `older_than_s` 0); then, while the cache holds more than `max_bytes`, the least recently used
+    of the others, except `keep` and those used in the last `RECENT_S`. Each under its lock and skipped while another
+    run holds it; the removed, least recently used first."""
     now = time.time() if now is None else now
     removed = []
+    remaining = []
     for entry in entries(cache):
         dead_build = entry.folder.name.startswith(BUILDING)
         limit = min(older_than_s, 3600.0) if dead_build else older_than_s
         if entry.folder == keep or now - entry.last_use < limit:
-            continue
-        key = entry.folder.name.removeprefix(BUILDING).split("-")[0]
-        try:
-            fd = os.open(cache / f"{key}.lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
-        except OSError:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:  # in use: a build, or a run that found it
-            os.close(fd)
-            continue
-        try:
-            shutil.rmtree(entry.folder, ignore_errors=True)
+            remaining.append(entry)
+        elif _remove(cache, entry):
             removed.append(entry)
-        finally:
-            os.close(fd)
+        else:
+            remaining.append(entry)
+    if max_bytes is not None:
+        held = sum(e.size for e in remaining)
+        for entry in remaining:  # least recently used first
+            if held <= max_bytes:
+                break
+            if entry.folder == keep or now - entry.last_use < RECENT_S:
+                continue
+            if _remove(cache, entry):
+                removed.append(entry)
+                held -= entry.size
     return removed
+
+
+def _remove(cache: Path, entry: Entry) -> bool:
+    """Remove one entry under its key's lock; False while another run holds the lock (a build, or a run that found
+    it) or the lock cannot be opened."""
+    key = entry.folder.name.removeprefix(BUILDING).split("-")[0]
+    try:
+        fd = os.open(cache / f"{key}.lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # in use
+        os.close(fd)
+        return False
+    try:
+        shutil.rmtree(entry.folder, ignore_errors=True)
+        return True
+    finally:
+        os.close(fd)
