@@ -21,7 +21,7 @@ from sdpa_impls.continuous.render import as_dict, render
 from sdpa_impls.continuous.schedule import MAX_PADDING, NO_CEILINGS_ENV, PAD_ENV, REPEAT_ENV, Schedule
 from sdpa_impls.continuous.sides import ALLOCATOR_ENV, Side, side_env
 from sdpa_impls.continuous.verdict import NOT_SLOWER, SLOWER, UNDECIDED, decide, judge
-from sdpa_impls.gate.config import config_from_dict
+from sdpa_impls.gate.config import config_from_dict, load_config
 from sdpa_impls.gate.points import Point
 from sdpa_impls.gate.rules import Check
 from test_measure import mapped_blocks
@@ -330,7 +330,9 @@ def test_the_host_and_cuda_floors_are_config_keys_and_a_bad_one_is_refused() -> 
     config = config_from_dict({"continuous_host": "median:25%", "continuous_time_cuda": "median:2%"}, "test")
     assert config.host_rule().factor == pytest.approx(1.25)
     assert config.continuous_rule("cuda").factor == pytest.approx(1.02)
-    assert config.continuous_rule("cpu").factor == pytest.approx(1.05)  # continuous_time's default
+    # continuous_time unset: the package's default, the same as defaults.toml's (what a project that sets nothing gets)
+    assert config.continuous_rule("cpu").factor == pytest.approx(1.03)
+    assert load_config(None, start=Path("/")).continuous_rule("cpu").factor == pytest.approx(1.03)
     for key in ("continuous_host", "continuous_time_cuda"):
         with pytest.raises(GateInputError, match=key):
             config_from_dict({key: "fast"}, "test")
