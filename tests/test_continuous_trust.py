@@ -225,7 +225,8 @@ def test_a_size_cap_removes_the_least_recently_used_and_never_one_in_use(offline
     monkeypatch.setenv(envcache.MAX_SIZE_ENV, "lots")
     with contextlib.redirect_stderr(err):
         assert main(["envs"]) == 2
-    assert err.getvalue().count("\n") == 1 and "$SDPA_BENCH_ENV_CACHE_MAX_GB should be a positive number" in err.getvalue()
+    said = err.getvalue()
+    assert said.count("\n") == 1 and "$SDPA_BENCH_ENV_CACHE_MAX_GB should be a positive number" in said, said
     with pytest.raises(UsageError, match="SDPA_BENCH_ENV_CACHE_MAX_GB"):  # before a build, not after it
         envcache.prepare(EnvSpec("torch", requirements=("torch",)), None)
     assert sorted(p.name for p in offline.iterdir() if p.is_dir()) == ["c3", "d4"]

@@ -85,12 +85,11 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("--versions and --pre choose releases: give --package too")
         if args.versions and args.pre:
             raise UsageError("--pre chooses among the releases the index offers, --versions names them: give one")
-        for path in (args.markdown, args.json):
-            if path:
-                writable(path)  # before a search of many minutes, not after it
+        writable(args.markdown, args.json)  # before a search of many minutes, not after it
         versions = tuple(v.strip() for v in args.versions.split(",") if v.strip()) if args.versions else None
-        query = Query(args.good, "HEAD" if args.bad is None else args.bad, tuple(args.impl or ()), args.select, rows, args.env_cache,
-                      args.config, args.package, versions, args.pre)
+        bad = "HEAD" if args.bad is None else args.bad  # an empty BAD is refused, never read as HEAD
+        query = Query(args.good, bad, tuple(args.impl or ()), args.select, rows, args.env_cache, args.config,
+                      args.package, versions, args.pre)
         plan = Plan(args.preset, args.rounds, args.max_time, args.adaptive_budget, args.adaptive_rounds,
                     args.round_timeout, args.seed, paired=not args.separate_processes)
         result = search(query, plan, find(Path.cwd(), not args.package, "bisect"), progress)

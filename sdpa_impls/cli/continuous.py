@@ -76,9 +76,7 @@ def run(args: argparse.Namespace) -> int:
     progress = timed_progress()
 
     def body() -> int:
-        for path in (args.markdown, args.json):
-            if path:
-                writable(path)  # before the rounds, not after them
+        writable(args.markdown, args.json)  # before the rounds, not after them
         request = Request(args.base, args.head, args.base_env, args.head_env, args.env_cache, tuple(args.impl or ()),
                           args.config)
         plan = Plan(args.preset, args.rounds, args.max_time, args.adaptive_budget, args.adaptive_rounds,

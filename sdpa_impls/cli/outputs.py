@@ -5,7 +5,7 @@ any error (exit 2 for anything that is not an answer).
     add_measuring(parser)                # --rounds, --max-time, --adaptive-budget, --adaptive-rounds,
                                          # --separate-processes, --round-timeout
     progress = timed_progress()          # progress(text) prints "[  12s] text" to stderr
-    writable(path)                       # GateInputError up front where the answer's file could not be written
+    writable(*paths)                     # GateInputError up front where an answer's file could not be written
     write(path, text)                    # the file, credentials masked; GateInputError when it cannot be written
     guarded(command, body) -> int        # body()'s exit code, or 2 with one line for any error, never a traceback
 """
@@ -73,18 +73,19 @@ def timed_progress() -> Callable[[str], None]:
     return progress
 
 
-def writable(path: str) -> None:
-    """GateInputError now, before any measuring, where `path` could not be written at the end: a folder, or a
-    folder that cannot be made or written in."""
-    target = Path(path)
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise GateInputError(f"{path}: cannot write ({exc.strerror or exc})") from None
-    if target.is_dir():
-        raise GateInputError(f"{path}: cannot write (it is a folder)")
-    if not os.access(target if target.exists() else target.parent, os.W_OK):
-        raise GateInputError(f"{path}: cannot write (permission denied)")
+def writable(*paths: str | None) -> None:
+    """GateInputError now, before any measuring, where one of `paths` (None: not asked for) could not be written at
+    the end: a folder, or a folder that cannot be made or written in."""
+    for path in filter(None, paths):
+        target = Path(path)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise GateInputError(f"{path}: cannot write ({exc.strerror or exc})") from None
+        if target.is_dir():
+            raise GateInputError(f"{path}: cannot write (it is a folder)")
+        if not os.access(target if target.exists() else target.parent, os.W_OK):
+            raise GateInputError(f"{path}: cannot write (permission denied)")
 
 
 def write(path: str, text: str) -> None:
