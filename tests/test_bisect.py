@@ -94,7 +94,7 @@ def test_a_range_with_nothing_planted_is_no_regression(history: dict, tmp_path: 
     (["{good}", "{fixed}", "-k", "no_such_case"], "no benchmark of its suite is selected"),
     (["{good}", "--from", "missing.json"], "--from missing.json: cannot be read"),
     (["{good}", ""], "BAD is an empty revision name"),  # an unset variable in CI, never HEAD by default
-    (["{good}", "{fixed}", "--json", "{repo}/pyproject.toml/answer.json"], "answer.json: cannot write"),
+    (["{good}", "{fixed}", "--json", "{repo}/pyproject.toml/answer.json"], "pyproject.toml is a file, not a folder)"),
     (["--package", "torch", "2.13.0", "2.14.1", "--versions", "2.14.0", "--pre"], "--versions names them"),
 ])
 def test_unusable_input_is_one_message_and_exit_2(history: dict, args: list[str], message: str) -> None:

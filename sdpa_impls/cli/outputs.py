@@ -78,6 +78,9 @@ def writable(*paths: str | None) -> None:
     the end: a folder, or a folder that cannot be made or written in."""
     for path in filter(None, paths):
         target = Path(path)
+        in_the_way = next((p for p in target.parents if p.exists() and not p.is_dir()), None)
+        if in_the_way is not None:
+            raise GateInputError(f"{path}: cannot write ({in_the_way} is a file, not a folder)")
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
