@@ -50,10 +50,12 @@ def selected_preset(config: pytest.Config) -> str:
 def selected_impls(config: pytest.Config) -> list[str]:
     import sdpa_impls
     from sdpa_impls.bench.result import SPEED_BASELINE
+    from sdpa_impls.registry import loaded
 
-    wanted = config.getoption("sdpa_impl") or sdpa_impls.names()
-    for name in wanted:
-        sdpa_impls.get(name)  # unknown names fail the run with the list of known ones
+    named = config.getoption("sdpa_impl")
+    wanted = named or sdpa_impls.names()
+    for name in named or ():  # an unknown name fails the run with the list of known ones, and so does a plug-in
+        loaded(name)  # named on purpose that does not load (unnamed, its points skip, saying why)
     # the speed baseline runs first in each case, so the others can report a speedup against it
     return sorted(dict.fromkeys(wanted), key=lambda n: n != SPEED_BASELINE)
 
@@ -87,7 +89,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     try:
         cases = preset(selected_preset(config))
         impls = selected_impls(config)
-    except (ValueError, LookupError) as exc:
+    except (ValueError, LookupError, ImportError) as exc:
         raise pytest.UsageError(str(exc)) from None
     points = [(impl, case) for case in cases for impl in impls]  # case-major: one fp64 reference per case
     metafunc.parametrize(SUITE_FIXTURE, points, ids=[f"{impl}-{case.id}" for impl, case in points])

@@ -45,6 +45,10 @@ class BrokenPlugin(Implementation):
         return [f"plug-in failed to load: {self.error}"]
 
 
+class PluginLoadError(ImportError):
+    """A plug-in asked for by name failed to load: where a skip would hide that its kernel never ran."""
+
+
 def _load_plugins() -> None:
     global _plugins_loaded
     if _plugins_loaded:
@@ -88,3 +92,12 @@ def get(name: str) -> SDPAImplementation:
         return _REGISTRY[name]
     except KeyError:
         raise LookupError(f"unknown implementation {name!r}; known: {', '.join(_REGISTRY)}") from None
+
+
+def loaded(name: str) -> SDPAImplementation:
+    """`get(name)` for a name the user chose (a plug-in's own test, `--impl`): a plug-in that failed to load raises
+    PluginLoadError naming why, instead of standing in with that reason, so its tests fail rather than skip."""
+    impl = get(name)
+    if isinstance(impl, BrokenPlugin):
+        raise PluginLoadError(f"plug-in {name!r} failed to load: {impl.error}")
+    return impl

@@ -5,16 +5,17 @@ gradients too in the backward modes).
     cases(preset="smoke")                  -> (Case, ...)            # the cases of a preset (bench.grid)
     check(name, case, device="cpu", seed=0) -> (max error, tolerance)
         Unsupported (a NotImplementedError) with the implementation's reasons: a skip, not a failure;
-        WrongResult (an AssertionError) naming the tensor and its error: a failure.
+        WrongResult (an AssertionError) naming the tensor and its error: a failure;
+        PluginLoadError (an ImportError) where the plug-in named does not load: a failure, not a skip.
 """
 from __future__ import annotations
 
 from .bench.check import CaseContext, WrongResult
 from .bench.grid import Case, preset
 from .protocol import Unsupported
-from .registry import get
+from .registry import PluginLoadError, loaded
 
-__all__ = ["Case", "Unsupported", "WrongResult", "cases", "check"]
+__all__ = ["Case", "PluginLoadError", "Unsupported", "WrongResult", "cases", "check"]
 
 
 def cases(name: str = "smoke") -> tuple[Case, ...]:
@@ -24,8 +25,8 @@ def cases(name: str = "smoke") -> tuple[Case, ...]:
 
 def check(name: str, case: Case, device: str = "cpu", seed: int = 0) -> tuple[float, float]:
     """Run implementation `name` once on `case`'s seeded inputs (and its backward, in a backward mode) and compare
-    with float64: (worst error, its tolerance), or Unsupported / WrongResult as the module says."""
-    impl = get(name)
+    with float64: (worst error, its tolerance), or Unsupported / WrongResult / PluginLoadError as the module says."""
+    impl = loaded(name)
     context = CaseContext(case, device, seed)
     reasons = context.inputs.reasons(impl)
     if reasons:

@@ -104,6 +104,28 @@ def test_run_and_the_packaged_suite_work_outside_any_repository(tool: dict) -> N
     assert suite.returncode == 0 and "5 passed" in suite.stdout, suite.stdout + suite.stderr
 
 
+def test_a_plugin_that_does_not_load_fails_where_it_is_named(tool: dict) -> None:
+    """A plug-in whose import fails is a reason in `list` and a skip in a sweep over everything, but where it is
+    named (its own test, `run --impl`, the suite's --sdpa-impl) it fails: a CI that runs them never stays green with
+    a kernel that never ran."""
+    kernel = tool["plugin"] / "src" / PLUGIN / "__init__.py"
+    text = kernel.read_text()
+    kernel.write_text(text + "\nimport toy_kernel_library_that_is_not_installed\n")
+    try:
+        tested = run(tool, "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", cwd=tool["plugin"])
+        assert tested.returncode == 1 and "PluginLoadError" in tested.stdout and " skipped" not in tested.stdout, \
+            tested.stdout[-3000:]
+        swept = run(tool, "sdpa-bench", "run", "--preset", "smoke", "--impl", PLUGIN, "--out",
+                    str(tool["root"] / "never"), cwd=tool["root"])
+        assert swept.returncode == 2 and swept.stderr.count("\n") == 1, swept.stderr
+        assert f"plug-in {PLUGIN!r} failed to load: ModuleNotFoundError" in swept.stderr, swept.stderr
+        suite = run(tool, "python", "-m", "pytest", "--pyargs", "sdpa_impls.suite.test_sdpa", "-q", "-p",
+                    "no:cacheprovider", "--benchmark-disable", "--sdpa-impl", PLUGIN, cwd=tool["root"])
+        assert suite.returncode not in (0, 5) and "failed to load" in suite.stdout + suite.stderr, suite.stdout
+    finally:
+        kernel.write_text(text)
+
+
 def verdict(tool: dict, *args: str, cwd: Path, rounds: int = 2) -> tuple[int, dict, str]:
     out = tool["root"] / f"verdict-{len(list(tool['root'].glob('verdict-*')))}.json"
     done = run(tool, "sdpa-bench", "continuous", *args, *FAST, "--rounds", str(rounds), "--json", str(out), cwd=cwd)

@@ -18,7 +18,7 @@ from ..bench.machine import machine_differences, machine_info, source_revision
 from ..bench.measure import Options, run_case
 from ..errors import UsageError
 from ..fmt import fmt_duration
-from ..registry import names
+from ..registry import PluginLoadError, loaded, names
 from ..report import results as store
 from ..report.write import write_report
 from .progress import Progress
@@ -94,6 +94,11 @@ def _impls(requested: list[str] | None) -> list[str] | None:
     unknown = [n for n in chosen if n not in names()]
     if unknown:
         raise UsageError(f"unknown implementation {', '.join(map(repr, unknown))}; known: {', '.join(names())}")
+    for name in chosen:  # a plug-in named on purpose that does not load would only skip every point
+        try:
+            loaded(name)
+        except PluginLoadError as exc:
+            raise UsageError(f"--impl {name}: {exc}") from None
     return list(dict.fromkeys(chosen))
 
 
