@@ -55,6 +55,7 @@ def tool(tmp_path_factory: pytest.TempPathFactory) -> dict:
     out = {"root": root, "venv": root / "venv", "bin": python_of(root / "venv").parent, "plugin": root / "toy-attention"}
     done = run(out, "sdpa-bench", "quickstart", "--name", PLUGIN, "--dest", str(out["plugin"]), cwd=root)
     assert done.returncode == 0, done.stdout + done.stderr
+    out["quickstart"] = done.stderr
     meta = out["plugin"] / "pyproject.toml"  # judged at 25 %: a CI machine is shared with other jobs
     meta.write_text(meta.read_text() + 'continuous_time = "median:25%"\n')
     done = run(out, "python", "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--no-build-isolation",
@@ -80,7 +81,13 @@ def test_the_wheel_is_what_runs_and_carries_its_data(tool: dict) -> None:
     assert done.returncode == 0, done.stderr
     package, defaults = json.loads(done.stdout)
     assert Path(package).is_relative_to(tool["venv"]) and Path(defaults).is_file(), (package, defaults)
-    assert (tool["plugin"] / ".github" / "workflows" / "sdpa-bench.yml").is_file()  # the template is package data
+    workflow = (tool["plugin"] / ".github" / "workflows" / "sdpa-bench.yml").read_text()  # the template is package data
+    # installed from a wheel, which no CI runner has: a place to fill in, never a name a public index could serve
+    assert '"sdpa-bench[test] @ git+https://HOST/OWNER/sdpa-bench@COMMIT"' in workflow, workflow
+    assert "replace HOST/OWNER/sdpa-bench@COMMIT" in tool["quickstart"], tool["quickstart"]
+    # its .gitignore kept what `pip install -e .` made out of the first commit
+    tracked = git(tool["plugin"], "ls-files").split()
+    assert ".gitignore" in tracked and not [f for f in tracked if ".egg-info" in f], tracked
 
 
 def test_the_scaffolded_plugin_is_listed_and_its_test_passes(tool: dict) -> None:

@@ -22,7 +22,10 @@ from ..errors import UsageError
 TEMPLATE = Path(__file__).parent / "template"
 HIDDEN = {"github": ".github", "gitignore": ".gitignore"}  # stored without the dot: package data globs skip dot-files
 SUFFIX = ".tmpl"
-TEMPLATE_REQUIREMENT = '"sdpa-bench[test]>=0.1"'  # the workflow's install line as the template has it
+# the workflow's install line as the template has it: a place to fill in that fails loudly, never a name a public
+# index could serve (sdpa-bench is on none, and whoever took the name there would run in every such CI)
+PLACEHOLDER = "sdpa-bench[test] @ git+https://HOST/OWNER/sdpa-bench@COMMIT"
+TEMPLATE_REQUIREMENT = f'"{PLACEHOLDER}"'
 DIST = "sdpa-bench"
 
 
@@ -61,8 +64,8 @@ def _without_credentials(url: str) -> str:
 
 def requirement() -> tuple[str, str]:
     """The requirement the plug-in's CI installs sdpa-bench with: the git address and commit this one was installed
-    from (its PEP 610 record, credentials removed), else this version from an index; and a note for the user when
-    CI cannot install it that way (installed from a local folder or file)."""
+    from (its PEP 610 record, credentials removed), else this version from the index it came from; installed from a
+    local folder or file, the template's placeholder (PLACEHOLDER), with a note for the user to fill it in."""
     import sdpa_impls
 
     version = sdpa_impls.__version__
@@ -77,10 +80,9 @@ def requirement() -> tuple[str, str]:
     url, vcs = str(origin.get("url", "")), origin.get("vcs_info") or {}
     if vcs.get("vcs") == "git" and not url.startswith("file:"):
         return f"{DIST}[test] @ git+{_without_credentials(url)}@{vcs.get('commit_id', '')}", ""
-    return fallback, (f"this sdpa-bench was installed from {_without_credentials(url)}, which a CI runner cannot "
-                      f"install from: the workflow installs {fallback!r}; put where your CI gets sdpa-bench "
-                      "(e.g. 'sdpa-bench[test] @ git+https://HOST/OWNER/sdpa-bench@COMMIT') in "
-                      ".github/workflows/sdpa-bench.yml")
+    return PLACEHOLDER, (f"this sdpa-bench was installed from {_without_credentials(url)}, which a CI runner cannot "
+                         "install from: in .github/workflows/sdpa-bench.yml, replace HOST/OWNER/sdpa-bench@COMMIT "
+                         "with where your CI gets sdpa-bench (it is on no public index)")
 
 
 def _renamed(text: str, names: Names) -> str:
@@ -96,8 +98,8 @@ def files(names: Names, install: str) -> dict[str, str]:
     out = {}
     for path in sorted(p for p in TEMPLATE.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
         parts = list(path.relative_to(TEMPLATE).parts)
+        parts[-1] = parts[-1].removesuffix(SUFFIX)  # first: a file at the top (gitignore.tmpl) is hidden by its name
         parts[0] = HIDDEN.get(parts[0], parts[0])
-        parts[-1] = parts[-1].removesuffix(SUFFIX)
         text = _renamed(path.read_text(encoding="utf-8"), names)
         if parts[-1].endswith(".yml"):
             text = text.replace(TEMPLATE_REQUIREMENT, json.dumps(install))
