@@ -154,6 +154,25 @@ def test_continuous_in_the_plugin_repository(tool: dict) -> None:
     assert code == 1 and failed == {PLUGIN}, text  # torch_sdpa is the yardstick, never a failure
 
 
+def test_a_wrong_answer_is_named_wrong_with_its_error(tool: dict) -> None:
+    """A head whose kernel answers wrongly fails as wrong, naming the point, its error and the tolerance, not as a
+    benchmark missing from head."""
+    kernel = tool["plugin"] / "src" / PLUGIN / "__init__.py"
+    text = kernel.read_text()
+    last = "        return (p @ v.float()).to(q.dtype)"
+    assert text.count(last) == 1
+    kernel.write_text(text.replace(last, "        return (1.1 * (p @ v.float())).to(q.dtype)"))
+    try:
+        code, wrong, said = verdict(tool, tool["docs"], cwd=tool["plugin"], rounds=1)
+    finally:
+        kernel.write_text(text)
+    failed = {(f["kind"], f["subject"].split("[")[0]) for f in wrong.get("failures", [])}
+    assert code == 1 and ("correctness", PLUGIN) in failed, said
+    messages = [f["message"] for f in wrong["failures"] if f["kind"] == "correctness"]
+    assert all(m.startswith("wrong, so not timed: ") and "> tolerance" in m for m in messages), messages
+    assert len(messages) == 5 and "wrong, so not timed" in said, said  # every smoke point, in the printed verdict
+
+
 def test_two_environments_compare_from_any_folder(tool: dict) -> None:
     away = tool["root"] / "no-repository"
     away.mkdir()

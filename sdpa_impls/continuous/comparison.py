@@ -154,7 +154,8 @@ def _measure(plan: Plan, sides: Prepared, schedule: Schedule, work: Path, progre
     why_not = unpairable(base, head, cpu) if plan.paired else "--separate-processes"
     pairing = Pairing(base, head, schedule, runs, plan, progress, why_not)
     base_runs, head_runs, failed = interleaved(base, head, 1 if pairing.on else plan.rounds, args, cpu, runs,
-                                               schedule, progress, plan.round_timeout)
+                                               schedule, progress, plan.round_timeout,
+                                               last=1 + plan.rounds if pairing.on else None)
     timed_from = time.monotonic()
     if pairing.on:
         for i in range(plan.rounds):
@@ -223,7 +224,8 @@ class Pairing:
             return run_pair(self.base, self.head, self.schedule, args, True, self.runs, tag, self.plan.round_timeout,
                             self.progress, first=first)  # the side this round drew: one draw per round
         self.used += 1
-        self.progress(f"round {tag}: one process, base and head in turn ({first} first), {len(b)} benchmarks")
+        of = "" if tag.startswith("a") else f"/{1 + self.plan.rounds}"  # an adaptive round's number is its own
+        self.progress(f"round {tag}{of}: one process, base and head in turn ({first} first), {len(b)} benchmarks")
         return b, h, []
 
     def note(self) -> str:

@@ -92,6 +92,7 @@ def side_env(side: Side, cpu: bool, padding: str = "", repeat: bool = False) -> 
     env["PYTHONPATH"] = os.pathsep.join([str(side.site)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # the plug-ins the suite needs are named on its command line
+    env["COLUMNS"] = "1000"  # pytest cuts a failed test's summary line to the terminal's width: the message whole
     env[PAD_ENV] = padding
     for name, on in ((REPEAT_ENV, repeat), (NO_CEILINGS_ENV, not side.ceilings)):  # read by the suite (test_sdpa)
         if on:
@@ -288,13 +289,15 @@ def run_pair(base: Side, head: Side, schedule: Schedule, pytest_args: list[str],
 
 def interleaved(base: Side, head: Side, rounds: int, pytest_args: list[str], cpu: bool, workdir: Path,
                 schedule: Schedule, progress: Callable[[str], None] | None = None, timeout: float = 600.0,
-                first_tag: int = 1) -> tuple[list[list[Point]], list[list[Point]], list[str]]:
+                first_tag: int = 1, last: int | None = None
+                ) -> tuple[list[list[Point]], list[list[Point]], list[str]]:
     """`rounds` runs of each side alternating in time, which side starts each round drawn by `schedule` (one of
     each per two rounds), so a slow period, a drift of the machine or an advantage of starting first falls on both
     sides alike. The first round checks every point against fp64; the later ones, the same code, environment and
     inputs, only time them (run_pair's `repeat`). `first_tag`: the number of the first of these rounds (files and
-    progress lines), when earlier rounds ran otherwise. Returns (base runs, head runs, head's failed tests);
-    GateInputError as run_pair."""
+    progress lines), when earlier rounds ran otherwise; `last`: the number of the comparison's last planned round,
+    when later rounds run otherwise (the progress lines' "round n/last"). Returns (base runs, head runs, head's
+    failed tests); GateInputError as run_pair."""
     base_runs, head_runs, failed = [], [], []
     for n in range(first_tag, first_tag + rounds):
         b, h, f = run_pair(base, head, schedule, pytest_args, cpu, workdir, str(n), timeout, repeat=n > 1)
@@ -302,6 +305,6 @@ def interleaved(base: Side, head: Side, rounds: int, pytest_args: list[str], cpu
         head_runs.append(h)
         failed += [x for x in f if x not in failed]
         if progress:
-            progress(f"round {n}/{first_tag + rounds - 1}: {schedule.orders[-1]} first; base and head measured, "
-                     f"{len(b)} and {len(h)} benchmarks")
+            progress(f"round {n}/{last or first_tag + rounds - 1}: {schedule.orders[-1]} first; base and head "
+                     f"measured, {len(b)} and {len(h)} benchmarks")
     return base_runs, head_runs, failed

@@ -38,7 +38,8 @@
   benchmarks, with 4 once in 70;
 - memory: exact (peak memory is deterministic): head's smallest peak above base's largest fails;
 - correctness: every head run's point must be ok and within tolerance (the runs after a side's first only time
-  the points that run checked: nothing recorded); a failed head test fails;
+  the points that run checked: nothing recorded); a failed head test fails, a wrong answer (WrongResult) named as
+  such with its error and tolerance;
 - in-run ratio rules: on the head runs, as the gate checks them (a time rule must fail in every run);
 - kernels: what only one side's profiled calls ran (information: a torch upgrade that switched backends shows);
 - a benchmark on one side only is listed: base-only fails unless allow_missing, head-only is new.
@@ -58,6 +59,25 @@ from .timestats import paired_rounds, time_stats, without_one
 from .speeds import PROBE_UNIT, probe_scaled, probe_typical, run_speeds, scaled
 
 EXACT_MEMORY = MemoryRule(0.0)
+WRONG = "WrongResult"  # the exception a point further from fp64 than its tolerance raises (bench.check)
+
+
+def failed_test(line: str) -> tuple[str, str]:
+    """A line of pytest's short summary ("FAILED path::test_sdpa[impl-case] - Error: message") as the benchmark's
+    label (`impl[case]`, the test's own id where it is not the suite's) and the error's message ("" if none)."""
+    nodeid, _, message = line.split(" ", 1)[-1].partition(" - ")
+    test = nodeid.rpartition("::")[2]
+    params = test.partition("[")[2].removesuffix("]")
+    impl, _, case = params.partition("-")
+    label = f"{impl}[{case}]" if test.startswith("test_sdpa[") and case else test
+    return label, message.strip()
+
+
+def _suite_check(line: str) -> Check:
+    label, message = failed_test(line)
+    if WRONG in message:  # the point's answer, not the suite, is what failed: say so, with the error it had
+        return Check("correctness", label, FAIL, "wrong, so not timed: " + message.split(f"{WRONG}: ", 1)[-1])
+    return Check("suite", label, FAIL, "head's test failed" + (f": {message}" if message else ""))
 SLOWER, NOT_SLOWER, UNDECIDED = "slower", "not slower", "undecided"
 
 
@@ -201,6 +221,7 @@ def judge(base_runs: Sequence[Sequence[Point]], head_runs: Sequence[Sequence[Poi
         unit = reference if speeds is not None else ""
         base, head = scaled(base, speeds and speeds[:len(base)]), scaled(head, speeds and speeds[len(base):])
     keys = list(dict.fromkeys([k for run in head for k in run] + [k for run in base for k in run]))
+    failed_in_head = {failed_test(line)[0] for line in head_failures}
     rows, notes = [], []
     for key in keys:
         b, h = [run[key] for run in base if key in run], [run[key] for run in head if key in run]
@@ -208,7 +229,8 @@ def judge(base_runs: Sequence[Sequence[Point]], head_runs: Sequence[Sequence[Poi
         th = config.thresholds(*key)
         if not h:
             status = INFO if th.allow_missing else FAIL
-            checks.append(Check("missing", b[0].label, status, f"in base ({len(b)} runs) but not in head"
+            why = ": its test failed there" if b[0].label in failed_in_head else ""
+            checks.append(Check("missing", b[0].label, status, f"in base ({len(b)} runs) but not in head{why}"
                                 + (" (allowed by allow_missing)" if th.allow_missing else "")))
         elif not b:
             checks.append(Check("new", h[0].label, INFO, "in head only, not in base"))
@@ -280,6 +302,6 @@ def judge(base_runs: Sequence[Sequence[Point]], head_runs: Sequence[Sequence[Poi
     notes.append("memory: exact (peak memory is deterministic); 95% CI: two-stage bootstrap over runs and samples.")
     full = list(head_runs[:planned] if planned is not None else head_runs)
     inrun = compare_points(None, full[0], config, repeats=full[1:]) if full and full[0] else None
-    suite = tuple(Check("suite", line, FAIL, "a test of head's benchmark suite failed") for line in head_failures)
+    suite = tuple(_suite_check(line) for line in head_failures)
     return SideBySide(tuple(rows), inrun.ratios if inrun else (), suite, tuple(notes), factor, fdr,
                       config.source)
