@@ -234,12 +234,24 @@ def test_list_shows_every_implementation_and_why_xformers_cannot_run(tmp_path):
     (["run", "--preset", "smoke", "--device", "cpu", "--cuda-graph"], "--cuda-graph needs --device cuda"),
     (["run", "--preset", "smoke", "--min-sample", "-1"], "--min-sample must be >= 0"),
     (["report", "{tmp}/nothing-here"], "does not exist"),
+    # what argparse refuses is one line too, not the usage block before it
+    (["continuous", "--preset", "smok"], "sdpa-bench continuous: error: argument --preset: invalid choice: 'smok'"),
+    (["run", "--budget", "x"], "sdpa-bench run: error: argument --budget: invalid float value: 'x'"),
+    (["nope"], "sdpa-bench: error: argument COMMAND: invalid choice: 'nope'"),
+    (["gate", "--baseline", "{tmp}/a.json", "--candidate", "{tmp}/b.json"], "a.json, {tmp}/b.json: no such files"),
 ])
 def test_user_errors_exit_2_with_one_clear_message(tmp_path, args, message):
     proc = cli(*[a.replace("{tmp}", str(tmp_path)) for a in args])
     assert proc.returncode == 2
-    assert message in proc.stderr and "Traceback" not in proc.stderr
-    assert proc.stderr.count("error:") == 1
+    assert message.replace("{tmp}", str(tmp_path)) in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.stderr.count("error:") == 1 and proc.stderr.count("\n") == 1, proc.stderr
+
+
+def test_version_names_the_package() -> None:
+    import sdpa_impls
+
+    proc = cli("--version")
+    assert proc.returncode == 0 and proc.stdout == f"sdpa-bench {sdpa_impls.__version__}\n", proc
 
 
 def test_unwritable_out_corrupt_resume_and_existing_results_exit_2(tmp_path):
@@ -272,3 +284,11 @@ def test_compare_puts_two_sweeps_side_by_side_through_the_gate(smoke, tmp_path):
     assert "xformers[" not in proc.stdout  # skipped points are not measurements
     missing = cli("compare", str(out), str(tmp_path / "nowhere"))
     assert missing.returncode == 2 and "does not exist" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_impl_names_are_repeated_or_comma_separated_in_every_command() -> None:
+    from sdpa_impls.cli.outputs import impl_names
+
+    assert impl_names(["fused,naive", " torch_sdpa ", "naive", ","]) == ("fused", "naive", "torch_sdpa")
+    assert impl_names(None) == ()
+

@@ -193,9 +193,13 @@ def test_a_base_that_does_not_import_is_unusable(repo: dict) -> None:
     assert "does not import: ModuleNotFoundError: No module named 'sdpa_bench_module_that_does_not_exist'" in message[0]
 
 
-def test_an_unknown_revision_is_unusable(repo: dict) -> None:
+def test_an_unknown_revision_is_unusable(repo: dict, tmp_path: Path) -> None:
     code, _, err = continuous(repo["path"], "no-such-branch", *FAST)
-    assert code == 2 and "'no-such-branch' is not a revision" in err
+    assert code == 2 and "'no-such-branch' is not a revision" in err and "shallow" not in err
+    shallow = tmp_path / "shallow"  # CI's default checkout: one commit
+    subprocess.run(["git", "clone", "-q", "--depth", "1", f"file://{repo['path']}", str(shallow)], check=True)
+    code, _, err = continuous(shallow, "HEAD~1", *FAST)
+    assert code == 2 and "'HEAD~1' is not a revision" in err and "the clone is shallow" in err, err
 
 
 @pytest.mark.parametrize("flag, value, message", [("--seed", "-1", "--seed: the seed should be a non-negative"),

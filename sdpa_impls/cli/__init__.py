@@ -10,8 +10,9 @@ import argparse
 import importlib
 import os
 import sys
+from typing import NoReturn
 
-from .. import settings
+from .. import __version__, settings
 from ..credentials import redact
 from ..errors import USAGE_EXIT, UsageError
 
@@ -50,10 +51,20 @@ def _load(name: str) -> object:
         raise
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a mistake on the command line is one line (which argument, what is wrong, where help is), as
+    every other bad input is, not the usage block and then the error."""
+
+    def error(self, message: str) -> NoReturn:
+        print(redact(f"{self.prog}: error: {message} (see `{self.prog} --help`)"), file=sys.stderr)
+        raise SystemExit(USAGE_EXIT)
+
+
 def main(argv: list[str] | None = None) -> int:
     # not list(argv): once the `list` command's module is imported, `list` in this package's namespace is that module
     argv = sys.argv[1:] if argv is None else [*argv]
-    parser = argparse.ArgumentParser(prog="sdpa-bench", description="Benchmark scaled dot-product attention.")
+    parser = _Parser(prog="sdpa-bench", description="Benchmark scaled dot-product attention.")
+    parser.add_argument("--version", action="version", version=f"sdpa-bench {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     chosen = _command_in(argv)
     try:

@@ -28,7 +28,7 @@ from ..continuous.project import find
 from ..continuous.steps import rows_from_verdict
 from ..credentials import redact
 from ..errors import UsageError
-from .outputs import add_measuring, guarded, timed_progress, writable, write
+from .outputs import add_measuring, guarded, impl_names, timed_progress, writable, write
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,7 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     what = parser.add_argument_group("what to measure (default: the preset's benchmarks of every implementation, or "
                                      "a plug-in's own)")
     what.add_argument("--impl", action="append", metavar="NAME",
-                      help="measure only this implementation (repeatable); the time reference is always added")
+                      help="measure only this implementation (repeat, or comma-separate); the time reference is "
+                           "always added")
     what.add_argument("-k", dest="select", metavar="EXPR",
                       help="pytest -k expression over the suite's test names, e.g. 'L1024 and fwd' or "
                            "'naive-L512-E64-fp32-fwd'")
@@ -88,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         writable(args.markdown, args.json)  # before a search of many minutes, not after it
         versions = tuple(v.strip() for v in args.versions.split(",") if v.strip()) if args.versions else None
         bad = "HEAD" if args.bad is None else args.bad  # an empty BAD is refused, never read as HEAD
-        query = Query(args.good, bad, tuple(args.impl or ()), args.select, rows, args.env_cache, args.config,
+        query = Query(args.good, bad, impl_names(args.impl), args.select, rows, args.env_cache, args.config,
                       args.package, versions, args.pre)
         plan = Plan(args.preset, args.rounds, args.max_time, args.adaptive_budget, args.adaptive_rounds,
                     args.round_timeout, args.seed, paired=not args.separate_processes)

@@ -39,7 +39,7 @@ from ..continuous.assemble import Request, compares_revisions
 from ..continuous.comparison import Plan, compare
 from ..continuous.project import find
 from ..credentials import redact
-from .outputs import add_measuring, guarded, timed_progress, writable, write
+from .outputs import add_measuring, guarded, impl_names, timed_progress, writable, write
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,7 +58,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", choices=list(PRESETS), default=None,
                         help="grid preset to measure; default: ci on CPU, gpu-ci on CUDA")
     parser.add_argument("--impl", action="append", metavar="NAME",
-                        help="measure only this implementation (repeatable); the time reference is always added")
+                        help="measure only this implementation (repeat, or comma-separate); the time reference is "
+                             "always added")
     add_measuring(parser)
     parser.add_argument("--seed", type=int, default=None, metavar="N",
                         help="seed of the random order of sides, folder names and environment sizes (default: a "
@@ -77,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
 
     def body() -> int:
         writable(args.markdown, args.json)  # before the rounds, not after them
-        request = Request(args.base, args.head, args.base_env, args.head_env, args.env_cache, tuple(args.impl or ()),
+        request = Request(args.base, args.head, args.base_env, args.head_env, args.env_cache, impl_names(args.impl),
                           args.config)
         plan = Plan(args.preset, args.rounds, args.max_time, args.adaptive_budget, args.adaptive_rounds,
                     args.round_timeout, args.seed, args.keep_runs,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -57,6 +58,9 @@ def run(args: argparse.Namespace) -> int:
     """Exit code: 0 pass, 1 regression, 2 unusable input (one message on stderr, no traceback)."""
     try:
         config = load_config(args.config)
+        missing = [str(path) for path in [*(args.baseline or ()), *args.candidate] if not os.path.lexists(path)]
+        if missing:  # every one named at once, not one a try
+            raise GateInputError(f"{', '.join(missing)}: no such file{'s' if len(missing) > 1 else ''}")
         runs = [load_points(path) for path in args.candidate]
         cand_machine, candidate = runs[0]
         bases = [load_points(path) for path in args.baseline or ()]

@@ -51,7 +51,10 @@ def resolve(root: Path, rev: str) -> str:
     """The full commit hash `rev` names (a branch, tag, hash, HEAD~2, ...); UsageError when it names none."""
     done = _git(root, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", check=False)
     if done.returncode != 0:
-        raise UsageError(f"{rev!r} is not a revision of {root} (git rev-parse found no commit)")
+        shallow = _git(root, "rev-parse", "--is-shallow-repository", check=False).stdout.strip() == "true"
+        hint = ("; the clone is shallow: fetch the history (git fetch --unshallow; in GitHub Actions, "
+                "actions/checkout with fetch-depth: 0)") if shallow else ""
+        raise UsageError(f"{rev!r} is not a revision of {root} (git rev-parse found no commit){hint}")
     return done.stdout.strip()
 
 
