@@ -292,3 +292,12 @@ def test_impl_names_are_repeated_or_comma_separated_in_every_command() -> None:
     assert impl_names(["fused,naive", " torch_sdpa ", "naive", ","]) == ("fused", "naive", "torch_sdpa")
     assert impl_names(None) == ()
 
+
+def test_a_session_on_busy_cpus_says_so_in_the_report() -> None:
+    from sdpa_impls.report.markdown import sessions_text
+
+    meta = {"sessions": [{"first_point": 1, "source": "abc1234", "started": "t0"},
+                         {"first_point": 4, "source": "abc1234", "started": "t1", "load_average": 1.93}]}
+    text = sessions_text(meta, 6)
+    assert "points 1–3: abc1234, started t0;" in text
+    assert "points 4–6: abc1234, started t1 on busy CPUs (load average 1.93" in text

@@ -62,6 +62,26 @@ def cpu_features() -> dict:
             "onednn_max_cpu_isa": os.environ.get(ONEDNN_ISA_ENV)}
 
 
+BUSY_LOAD = 1.0  # one process's worth of work on the CPUs: enough to stall a multi-thread barrier
+
+
+def busy_cpus() -> tuple[float, str] | None:
+    """(the 1-minute load average, a line saying what it does to the times) where other processes keep this
+    machine's CPUs busy, read before a sweep's first point (its own work is not in it yet); None on a quiet machine
+    or where the system keeps no load average. torch's threads wait for each other at every barrier, so one other
+    busy process can make each call many times slower, and no sample says so."""
+    try:
+        load = os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return None
+    if load < BUSY_LOAD:
+        return None
+    return load, (f"the CPUs are busy before the sweep starts: load average {load:.1f} over the last minute on "
+                  f"{os.cpu_count()} CPUs, torch using {torch.get_num_threads()} threads. Other processes slow and "
+                  "scatter the times (threads stall waiting for each other): measure on a quiet machine, or with "
+                  "fewer threads (OMP_NUM_THREADS=1)")
+
+
 def describe_cpu(machine: dict) -> str:
     """The CPU of a `machine_info()` dict with its bf16 features, e.g. "Intel(R) Xeon(R), AVX-512 BF16 yes, AMX no"."""
     features = machine.get("cpu_features") or {}

@@ -14,7 +14,7 @@ import torch
 
 from ..bench import grid
 from ..bench.ceilings import RunCeilings, needed_ceilings
-from ..bench.machine import machine_differences, machine_info, source_revision
+from ..bench.machine import busy_cpus, machine_differences, machine_info, source_revision
 from ..bench.measure import Options, run_case
 from ..errors import UsageError
 from ..fmt import fmt_duration
@@ -265,6 +265,10 @@ def run(args: argparse.Namespace) -> int:
     progress.note(f"sweep: preset {meta['preset']}{' shard ' + meta['shard'] if meta['shard'] else ''}, "
                   f"{len(meta['case_ids'])} cases × {len(meta['impls'])} implementations on "
                   f"{meta['machine']['device_name']}; saving to {out / store.RESULTS_FILE}")
+    busy = busy_cpus() if device == "cpu" else None
+    if busy:  # said, and kept with the session's other facts (report.md lists them)
+        meta["sessions"][-1]["load_average"] = round(busy[0], 2)
+        progress.note(f"warning: {busy[1]}")
     dtypes = sorted({c.dtype for c in grid.preset(meta["preset"]) if c.id in set(meta["case_ids"])})
     run_ceilings = RunCeilings(device, needed_ceilings(dtypes, device), meta.get("ceiling_samples"))
     progress.note("measuring this run's ceilings (a large GEMM per dtype, a copy); again between cases …")

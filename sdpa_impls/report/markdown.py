@@ -63,6 +63,8 @@ def sessions_text(meta: dict, finished: int) -> str:
     parts = [f"points 1–{first - 1}: not recorded"] if first > 1 else []
     ends = [s["first_point"] - 1 for s in sessions[1:]] + [finished]
     parts += [f"points {s['first_point']}–{last}: {s['source']}, started {s['started']}"
+              + (f" on busy CPUs (load average {s['load_average']:g}: times slowed and scattered)"
+                 if "load_average" in s else "")
               for s, last in zip(sessions, ends) if last >= s["first_point"]]
     return "Code that measured it: " + "; ".join(parts) + ".\n" if parts else ""
 
