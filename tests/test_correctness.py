@@ -11,6 +11,7 @@ import torch
 
 import sdpa_impls
 from sdpa_impls import max_abs_error, reference, tolerance
+from sdpa_impls.reference import naive_rounding, vetted_baseline
 from sdpa_impls.impls._tiled.online_softmax import chunked_forward, tiled_backward
 from sdpa_impls.impls._tiled.tiles import grouped
 from sdpa_impls.impls._tiled.tilemap import MaskTiles, Tiling
@@ -132,7 +133,14 @@ def expected(case, dtype: torch.dtype, device: str):
                            device=device).to(dtype)
     ref, ref_grads = _run(reference, args, grad_out if case.grad else None)
     naive_errs = _errors(sdpa_impls.get("naive"), args, grad_out if case.grad else None, ref, ref_grads)
-    return args, grad_out, ref, ref_grads, naive_errs
+    names = ("out", "dq", "dk", "dv")[:len(naive_errs)]
+
+    def rounded() -> float:  # the benchmarks' rule: naive's own error vetted (reference.vetted_baseline)
+        with torch.no_grad():
+            return max_abs_error(reference(**args, rounding=naive_rounding(dtype)), ref)
+    vetted = vetted_baseline(dict(zip(names, naive_errs)), dict(zip(names, (ref, *(ref_grads or ())))), dtype,
+                             rounded)
+    return args, grad_out, ref, ref_grads, [vetted[n] for n in names]
 
 
 def _run(fn, args: dict, grad_out: torch.Tensor | None):
@@ -214,6 +222,28 @@ def test_measure_check_rejects_nan_even_when_naive_is_not_finite(bad: float) -> 
     with pytest.raises(WrongResult, match="NaN or inf where the fp64 reference is finite"):
         ctx.check(_Returns(bad))
     assert tolerance(math.inf, torch.float32, ref_out) < 1  # a non-finite baseline excuses nothing
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_a_wrong_naive_is_wrong_itself_and_loosens_no_other_tolerance(monkeypatch, dtype: str) -> None:
+    """naive is the error baseline, so a naive 5 % off must fail the rule itself, and the tolerance it hands the
+    others must stay within 3 floors (2 × at most one floor, + the floor), not grow with its error."""
+    from sdpa_impls.bench.check import CaseContext, WrongResult
+    from sdpa_impls.bench.grid import Case
+    from sdpa_impls.reference import ERROR_FLOOR
+
+    naive = sdpa_impls.get("naive")
+    right = naive.forward
+    monkeypatch.setattr(naive, "forward", lambda inp: right(inp) * 1.05)
+    case = Case(lq=128, lk=128, e=64, dtype=dtype, mode="fwd+bwd")
+    ctx = CaseContext(case, "cpu")
+    with pytest.raises(WrongResult, match=r"naive: max \|error\| of .* vs fp64 is"):
+        ctx.check(naive)
+    monkeypatch.setattr(naive, "forward", right)
+    err, tol = ctx.check(sdpa_impls.get("chunked"))  # the baseline was measured with the wrong naive
+    ref_out, ref_grads, _ = ctx.expected()
+    magnitude = max(1.0, *(float(t.abs().max()) for t in (ref_out, *ref_grads)))
+    assert err <= tol <= 3 * ERROR_FLOOR[case.torch_dtype] * magnitude, (err, tol)
 
 
 def test_fp16_overflow_bound_keeps_the_usual_case_in_fp16() -> None:
