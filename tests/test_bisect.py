@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from sdpa_impls.cli import main
-from sdpa_impls.continuous.bisect import comparison_budget
+from sdpa_impls.continuous.bisect import UNDECIDED, Search, comparison_budget
+from sdpa_impls.continuous.bisect_render import render
 from sdpa_impls.continuous.lines import between
 from sdpa_impls.continuous.revisions import first_parents
 from sdpa_impls.continuous.steps import rows_from_verdict, selection_of
@@ -64,6 +65,8 @@ def test_the_planted_culprit_is_found_and_the_broken_commit_skipped(history: dic
     found = json.loads(answer.read_text())
     assert code == 1 and found["answer"] == "culprit", out + err
     assert found["culprit"].startswith(history["slow"][:7]) and found["culprit"].endswith("three times"), out
+    assert (found["culprit_id"], found["good_id"]) == (history["slow"], history["good"])  # full hashes, for scripts
+    assert found["commit_ids"][-1] == found["bad_id"] == history["slow"]
     assert found["files"] == [f"M src/{PLUGIN}/__init__.py"]
     # the commit whose pyproject.toml does not parse was tried first (the middle of three), skipped, never blamed
     skipped = {name.split()[0]: why for name, why in found["skipped"].items()}
@@ -77,13 +80,31 @@ def test_the_planted_culprit_is_found_and_the_broken_commit_skipped(history: dic
     assert "CULPRIT" in out and "## sdpa-bench bisect: CULPRIT `" in (tmp_path / "answer.md").read_text()
 
 
+def test_an_answer_that_could_not_tell_is_undecided_not_no_regression() -> None:
+    """No row slower at the endpoints but one undecided: exit 4, said as such, never "no regression" (exit 0)."""
+    row = "toy_attention[L128-E64-fp32-fwd]"
+    search = Search("aaaaaaa good", "bbbbbbb bad", ["bbbbbbb bad"], answer=UNDECIDED, undecided=[row])
+    assert search.exit_code == 4
+    text = render(search)
+    assert text.startswith("sdpa-bench bisect: UNDECIDED: GOOD and BAD could not be told apart on 1 row(s)"), text
+    assert "NO REGRESSION" not in text and "4: undecided" in text
+
+
 def test_a_range_with_nothing_planted_is_no_regression(history: dict, tmp_path: Path) -> None:
     answer = tmp_path / "answer.json"
-    code, out, err = bisect(history["repo"], history["good"], history["fixed"], *FAST, "--json", str(answer))
+    readme = history["repo"] / "README.md"  # an uncommitted edit: searched by nobody, and said so
+    text = readme.read_text()
+    readme.write_text(text + "\nan edit not yet committed\n")
+    try:
+        code, out, err = bisect(history["repo"], history["good"], history["fixed"], *FAST, "--json", str(answer))
+    finally:
+        readme.write_text(text)
     found = json.loads(answer.read_text())
     assert code == 0 and found["answer"] == "no regression" and not found["rows"], out + err
     assert [s["kind"] for s in found["steps"]] == ["endpoints"]  # nothing is searched
     assert "NO REGRESSION" in out
+    assert "warning: the working tree has uncommitted changes (README.md)" in err
+    assert any("which bisect does not measure" in note for note in found["notes"]), found["notes"]
 
 
 @pytest.mark.parametrize("args, message", [
@@ -96,9 +117,13 @@ def test_a_range_with_nothing_planted_is_no_regression(history: dict, tmp_path: 
     (["{good}", ""], "BAD is an empty revision name"),  # an unset variable in CI, never HEAD by default
     (["{good}", "{fixed}", "--json", "{repo}/pyproject.toml/answer.json"], "pyproject.toml is a file, not a folder)"),
     (["--package", "torch", "2.13.0", "2.14.1", "--versions", "2.14.0", "--pre"], "--versions names them"),
+    (["{good}", "{fixed}", "-k", "L128 and"], "-k 'L128 and' is no pytest -k expression: expected"),
+    (["{good}", "{fixed}", "--impl", "nosuch"], "nothing can be searched: GOOD {good7}"),  # named as the user does
+    (["{good}", "{fixed}", "--max-time", "-1"], "--max-time should be more than 0 seconds"),
 ])
 def test_unusable_input_is_one_message_and_exit_2(history: dict, args: list[str], message: str) -> None:
     filled = [a.format(**history) for a in args]
+    message = message.format(good7=history["good"][:7])
     fast = [] if "-k" in filled else ["--preset", "smoke", "--rounds", "2"]
     code, out, err = bisect(history["repo"], *filled, *fast)
     assert code == 2 and message in err and "Traceback" not in err, out + err

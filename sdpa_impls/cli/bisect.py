@@ -10,8 +10,8 @@ Runs in sdpa-bench's repository or at the root of a plug-in's, as `continuous` d
 folder (continuous.lines). Every
 step is one `continuous` comparison of two commits, restricted to the rows under test (continuous.bisect says how
 steps are judged and searched). Exit 0 no regression between GOOD and BAD, 1 culprit found and confirmed, 3 GOOD and
-BAD differ but the culprit was not pinned down (the commits it is among are named), 2 unusable input. This module
-only parses and prints.
+BAD differ but the culprit was not pinned down (the commits it is among are named), 4 undecided (no row slower, some
+the endpoints could not tell apart), 2 unusable input. This module only parses and prints.
 """
 from __future__ import annotations
 
@@ -73,7 +73,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Exit code: 0 no regression, 1 culprit, 3 not pinned down, 2 for anything else (one message, no traceback)."""
+    """Exit code: 0 no regression, 1 culprit, 3 not pinned down, 4 undecided, 2 for anything else (one message, no
+    traceback)."""
     progress = timed_progress()
 
     def body() -> int:

@@ -6,7 +6,8 @@ adaptive rounds), read as a three-way verdict. No statistics of its own: a step'
 
 1. Endpoints: GOOD against BAD at the gate's floor (continuous_time, ×1.03 on a CPU). The rows under test are the
    benchmarks BAD is slower on; with none, the answer is "no regression between GOOD and BAD" and nothing is
-   searched (a row still undecided there is named, as `continuous` names it, and does not start a search).
+   searched, unless a row is still undecided there: then the answer is UNDECIDED (the endpoints could not tell
+   GOOD and BAD apart on it, so "no regression" would be a guess), and nothing is searched either.
 2. A step asks whether a commit already has the change. Each row under test moved by at least r, the low end of its
    endpoint interval, so the step's floor is the geometric midpoint between unchanged and changed, t = √r (the
    smallest r among the rows; a row whose peak memory grew is searched by its exact peak instead, continuous.steps):
@@ -25,8 +26,9 @@ adaptive rounds), read as a three-way verdict. No statistics of its own: a step'
 
 At most `comparison_budget(N)` = 2·⌈log₂ N⌉ + 3 comparisons for N commits; a search that would need more stops
 UNKNOWN. Exit status: 0 no regression, 1 culprit found and confirmed, 3 a regression between GOOD and BAD whose
-culprit was not pinned down (the commits left are named); 2, from the command, for anything that is not an answer
-(unusable input, a GOOD or BAD that cannot be measured).
+culprit was not pinned down (the commits left are named), 4 undecided (no row slower at the endpoints, but some
+row neither slower nor clear of the floor); 2, from the command, for anything that is not an answer (unusable
+input, a GOOD or BAD that cannot be measured).
 """
 from __future__ import annotations
 
@@ -41,15 +43,16 @@ from ..fmt import fmt_duration
 from ..gate.config import load_config
 from .adaptive import keyword, selection
 from .assemble import Request
-from .comparison import Comparison, Plan, compare
+from .comparison import Comparison, Plan, check_keyword, compare
 from .lines import commits, releases
 from .project import NONE, Project
+from .revisions import uncommitted
 from .steps import (DIFFERENT, SAME, SKIPPED, UNKNOWN, RowStep, Step, memory_failed, row_steps, selection_of,
                     step_notes, verdict_of)
 from .verdict import SLOWER
 
-NO_REGRESSION, CULPRIT, INCONCLUSIVE = "no regression", "culprit", "inconclusive"
-EXIT = {NO_REGRESSION: 0, CULPRIT: 1, INCONCLUSIVE: 3}
+NO_REGRESSION, CULPRIT, INCONCLUSIVE, UNDECIDED = "no regression", "culprit", "inconclusive", "undecided"
+EXIT = {NO_REGRESSION: 0, CULPRIT: 1, INCONCLUSIVE: 3, UNDECIDED: 4}
 ENDPOINTS, SEARCH, AGAINST_BAD, CONFIRM = "endpoints", "search", "against BAD", "confirm"
 
 
@@ -79,7 +82,7 @@ class Query:
 
 @dataclasses.dataclass
 class Search:
-    """The answer: NO_REGRESSION, CULPRIT or INCONCLUSIVE, the culprit (hash and subject) or the commits it is among,
+    """The answer: NO_REGRESSION, CULPRIT, INCONCLUSIVE or UNDECIDED, the culprit (hash and subject) or the commits it is among,
     the rows under test with their endpoint ratios, every step, and what differs between the culprit and its
     parent."""
 
@@ -97,6 +100,7 @@ class Search:
     seconds: float = 0.0
     unit: str = "commit"
     undecided: list[str] = dataclasses.field(default_factory=list)  # rows neither slower nor clear at the endpoints
+    ids: dict[str, str] = dataclasses.field(default_factory=dict)  # each name above -> its full commit hash (version)
 
     @property
     def exit_code(self) -> int:
@@ -115,8 +119,10 @@ class _Searcher:
             if not value or not value.strip():
                 raise UsageError(f"{name} is an empty {'version' if query.package else 'revision name'}: name one")
         plan.check()
+        check_keyword(query.select)
         self.query, self.plan, self.progress = query, plan, progress
         template = Request(None, None, None, None, query.env_cache, query.impl, query.config)
+        warning = ""
         if query.package:
             self.line = releases(project, query.package, query.good, query.bad, template, query.versions, query.pre)
         else:
@@ -125,12 +131,21 @@ class _Searcher:
                                  "repository or at the root of a plug-in's (or give --package to search a package's "
                                  "releases)")
             self.line = commits(project, query.good, query.bad, template)
+            changed = uncommitted(self.line.project.root) if self.line.project.root else []
+            if changed:  # `continuous` compares the working tree; a search over commits cannot see these edits
+                shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+                warning = (f"the working tree has uncommitted changes ({shown}), which bisect does not measure: "
+                           "it searches commits, up to BAD. Commit them to have them searched.")
+                progress(f"warning: {warning}")
         self.project = self.line.project
         self.good, self.bad = self.line.points[0], self.line.points[-1]
         self.commits = list(self.line.points[1:])
         self.budget = comparison_budget(len(self.commits))
         self.result = Search(self.line.name(self.good), self.line.name(self.bad),
-                             [self.line.name(c) for c in self.commits], unit=self.line.unit)
+                             [self.line.name(c) for c in self.commits], unit=self.line.unit,
+                             ids={self.line.name(p): p for p in self.line.points})
+        if warning:
+            self.result.notes.append(warning)
         self.labels: tuple[str, ...] = ()
         self.memory: frozenset[str] = frozenset()
         self.floor = 0.0
@@ -166,8 +181,10 @@ class _Searcher:
         self.select = selection_of(self.query.rows, self.query.select, reference)
         try:
             comparison, step = self._compare(ENDPOINTS, self.good, self.bad)
-        except SideError as exc:
-            raise GateInputError(f"GOOD and BAD cannot be compared, so nothing can be searched: {exc}") from None
+        except SideError as exc:  # named as the user named them: GOOD is the endpoints' base, BAD their head
+            which = {"base": "GOOD", "head": "BAD"}.get(exc.role, exc.role)
+            raise GateInputError(f"GOOD and BAD cannot be compared, so nothing can be searched: {which} "
+                                 f"{str(exc).removeprefix(exc.role + ' ')}") from None
         report = comparison.report
         bigger = [r for r in report.rows if memory_failed(r)]  # exact: searched by peak memory, not time
         slower = [r for r in report.rows if r.decision == SLOWER and r not in bigger]
@@ -175,8 +192,9 @@ class _Searcher:
         self.result.undecided = undecided
         if undecided:
             self.result.notes.append(f"undecided between GOOD and BAD ({len(undecided)}): {', '.join(undecided)}; "
-                                     "not searched (neither slower nor clear of the floor, as `continuous` counts "
-                                     "them).")
+                                     "not searched (neither slower nor clear of the floor after the extra rounds): "
+                                     "run again with more --rounds, or fewer rows (-k, --from), before trusting "
+                                     "that nothing changed there.")
         if not slower and not bigger:
             return False
         self.memory = frozenset(r.label for r in bigger)
@@ -201,12 +219,12 @@ class _Searcher:
     def _ask(self, index: int) -> str:
         """The verdict on commit `index`: DIFFERENT (has the change), SAME, UNKNOWN, or SKIPPED (it does not
         install, import or run; GOOD and BAD did, at the endpoints)."""
-        commit, role = self.commits[index], "head"
+        commit, role, start = self.commits[index], "head", time.monotonic()
         try:
             _, step = self._compare(SEARCH, self.good, commit)
             if step.verdict != UNKNOWN or self.result.comparisons >= self.budget:
                 return step.verdict
-            role = "base"
+            role, start = "base", time.monotonic()  # a skip's time is the comparison that failed
             _, other = self._compare(AGAINST_BAD, commit, self.bad)
             return {SAME: DIFFERENT, DIFFERENT: SAME}.get(other.verdict, UNKNOWN)
         except SideError as exc:
@@ -215,7 +233,8 @@ class _Searcher:
             described = self.line.name(commit)
             reason = str(exc).removeprefix(f"{exc.role} {described}: ")
             self.result.skipped[described] = reason
-            self.result.steps.append(Step("skip", "", described, SKIPPED, self.floor, notes=(reason,)))
+            self.result.steps.append(Step("skip", "", described, SKIPPED, self.floor,
+                                          seconds=time.monotonic() - start, notes=(reason,)))
             self.progress(f"{described}: skipped, {reason}")
             return SKIPPED
 
@@ -225,7 +244,7 @@ class _Searcher:
                       f"{self.result.bad}; at most {self.budget} comparisons")
         try:
             if not self._endpoints():
-                self.result.answer = NO_REGRESSION
+                self.result.answer = UNDECIDED if self.result.undecided else NO_REGRESSION
                 return self.result
             self._search()
         finally:

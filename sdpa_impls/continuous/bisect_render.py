@@ -9,11 +9,11 @@ import dataclasses
 from collections import Counter
 
 from ..fmt import cell, code, fmt_duration, table
-from .bisect import CULPRIT, INCONCLUSIVE, NO_REGRESSION, Search, Step
+from .bisect import CULPRIT, INCONCLUSIVE, NO_REGRESSION, UNDECIDED, Search, Step
 
 EXIT_MEANING = ("exit 0: no regression between GOOD and BAD; 1: culprit found and confirmed against its parent; "
-                "3: GOOD and BAD differ but the culprit was not pinned down (the candidates left are named); 2: "
-                "unusable input.")
+                "3: GOOD and BAD differ but the culprit was not pinned down (the candidates left are named); 4: "
+                "undecided, no row slower but some the endpoints could not tell apart; 2: unusable input.")
 
 
 def _headline(search: Search, shown) -> str:
@@ -21,8 +21,8 @@ def _headline(search: Search, shown) -> str:
         return f"CULPRIT {shown(search.culprit)}"
     if search.answer == INCONCLUSIVE:
         return f"INCONCLUSIVE: the first slower {search.unit} is one of {len(search.among)}"
-    if search.undecided:  # said in the headline: "no regression" here means none was decided, as the gate reads it
-        return f"NO REGRESSION found between GOOD and BAD ({len(search.undecided)} row(s) undecided)"
+    if search.answer == UNDECIDED:  # no row slower, but "no regression" would be a guess for these
+        return f"UNDECIDED: GOOD and BAD could not be told apart on {len(search.undecided)} row(s), none is slower"
     return "NO REGRESSION between GOOD and BAD"
 
 
@@ -70,7 +70,7 @@ def render(search: Search, markdown: bool = False) -> str:
                        fmt_duration(s.seconds)]
                       for i, s in enumerate(search.steps, 1)], markdown).splitlines()
     notes = [*search.notes, EXIT_MEANING]
-    if search.answer == NO_REGRESSION and not search.rows:
+    if search.answer in (NO_REGRESSION, UNDECIDED) and not search.rows:
         notes.insert(0, "no benchmark was slower at BAD than at GOOD by more than the gate's floor; nothing was "
                         "searched.")
     out += ["", "Steps' rows in full: --json."] if any(len(s.rows) > 1 for s in search.steps) else []
@@ -79,8 +79,13 @@ def render(search: Search, markdown: bool = False) -> str:
 
 
 def as_dict(search: Search) -> dict:
-    """JSON-ready: the answer and exit code, the culprit or the commits left, the rows under test, every step."""
+    """JSON-ready: the answer and exit code, the culprit or the commits left, the rows under test, every step. Each
+    commit is named as the text shows it ("abc1234 subject") and, under the same key with `_id`, by its full hash
+    (a release by its version), for a script to check out or tag."""
+    ids = search.ids.get
     return {"answer": search.answer, "exit_code": search.exit_code, "good": search.good, "bad": search.bad,
+            "good_id": ids(search.good), "bad_id": ids(search.bad), "culprit_id": ids(search.culprit or ""),
+            "commit_ids": [ids(c) for c in search.commits], "among_ids": [ids(c) for c in search.among],
             "commits": search.commits, "culprit": search.culprit, "among": search.among, "files": search.files,
             "skipped": search.skipped, "undecided": search.undecided,
             "rows": [dataclasses.asdict(r) for r in search.rows],

@@ -15,6 +15,7 @@ undecided, within the adaptive budget, measured the same way (continuous.adaptiv
 from __future__ import annotations
 
 import dataclasses
+import math
 import shutil
 import time
 from collections.abc import Callable
@@ -75,12 +76,33 @@ class Plan:
             raise UsageError(f"the time floor should be a factor above 1, got {self.time_floor!r}")
         if self.rounds < 1:
             raise UsageError("--rounds should be at least 1")
-        if self.adaptive_budget is not None and self.adaptive_budget < 0:
-            raise UsageError("--adaptive-budget should be at least 0 seconds")
-        if self.round_timeout <= 0:
-            raise UsageError("--round-timeout should be more than 0 seconds")
+        if self.adaptive_budget is not None and not 0 <= self.adaptive_budget < math.inf:
+            raise UsageError(f"--adaptive-budget should be at least 0 seconds and finite, got {self.adaptive_budget!r}")
+        if not 0 < self.round_timeout < math.inf:
+            raise UsageError(f"--round-timeout should be more than 0 seconds and finite, got {self.round_timeout!r}")
+        if not 0 < self.max_time < math.inf:
+            raise UsageError(f"--max-time should be more than 0 seconds and finite, got {self.max_time!r}")
         if self.adaptive_rounds is not None and self.adaptive_rounds < 1:
             raise UsageError("--adaptive-rounds should be at least 1")
+        check_keyword(self.select)
+
+
+def check_keyword(expression: str | None) -> None:
+    """UsageError where `expression` is no pytest -k expression, before any side is installed (else each side's
+    suite refuses it, and the error reads as that revision's). Checked with pytest's own parser where this
+    environment has pytest; its internals move between releases, so anything else it raises is left to the run."""
+    if not expression:
+        return
+    try:
+        from _pytest.mark.expression import Expression
+    except ImportError:
+        return
+    try:
+        Expression.compile(expression)
+    except SyntaxError as exc:
+        raise UsageError(f"-k {expression!r} is no pytest -k expression: {exc.msg}") from None
+    except Exception:  # another pytest's parser: the suite's own run will say
+        return
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,6 +8,7 @@ the working tree (uncommitted and untracked files included, ignored files left o
     parent(root, commit) -> commit  /  changed_files(root, old, new) -> [path]
     checkout(root, commit, dest)  /  remove_checkout(root, dest)
     snapshot_working_tree(root, dest)
+    uncommitted(root) -> [path]                  # tracked files the working tree changes, against HEAD
     new_workdir() -> Path  /  sweep_stale(root) -> [Path]   # a run's own folder; those that killed runs left
     ci_base(root, environ) -> (revision, why)
 """
@@ -100,6 +101,13 @@ def remove_checkout(root: Path, dest: Path) -> None:
     _git(root, "worktree", "remove", "--force", str(dest), check=False)
     shutil.rmtree(dest, ignore_errors=True)
     _git(root, "worktree", "prune", check=False)
+
+
+def uncommitted(root: Path) -> list[str]:
+    """The tracked files whose working-tree content differs from HEAD (untracked files left out: a search over
+    commits never had them)."""
+    done = _git(root, "status", "--porcelain", "--untracked-files=no", check=False)
+    return [line[3:] for line in done.stdout.splitlines() if len(line) > 3] if done.returncode == 0 else []
 
 
 def snapshot_working_tree(root: Path, dest: Path) -> None:

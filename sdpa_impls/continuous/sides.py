@@ -174,7 +174,7 @@ known = sdpa_impls.names()
 wanted = json.loads(sys.argv[1])
 print(json.dumps({"packaged": None not in (importlib.util.find_spec("sdpa_impls.suite"),
                                            importlib.util.find_spec("sdpa_bench_pytest")),
-                  "missing": [n for n in wanted if n not in known],
+                  "missing": [n for n in wanted if n not in known], "known": known,
                   "lacks": [m for m in ("pytest", "pytest_benchmark") if importlib.util.find_spec(m) is None],
                   "broken": {n: sdpa_impls.get(n).error for n in wanted
                              if n in known and isinstance(sdpa_impls.get(n), broken_type)}}))
@@ -203,7 +203,7 @@ def check_import(side: Side, cpu: bool) -> tuple[Side, dict[str, str | None]]:
                                    "'sdpa-bench[test]')")
     if found["missing"]:
         raise SideError(side.role, f"{side.role} {side.name}: has no implementation named "
-                             f"{', '.join(found['missing'])} (known: sdpa-bench list)")
+                             f"{', '.join(found['missing'])} (it has {', '.join(found.get('known', ()))})")
     if found["broken"]:
         raise SideError(side.role, f"{side.role} {side.name}: " + "; ".join(
             f"{name}: plug-in failed to load: {error}" for name, error in found["broken"].items()))
