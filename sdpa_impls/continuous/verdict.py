@@ -78,6 +78,8 @@ def _suite_check(line: str) -> Check:
     if WRONG in message:  # the point's answer, not the suite, is what failed: say so, with the error it had
         return Check("correctness", label, FAIL, "wrong, so not timed: " + message.split(f"{WRONG}: ", 1)[-1])
     return Check("suite", label, FAIL, "head's test failed" + (f": {message}" if message else ""))
+
+
 SLOWER, NOT_SLOWER, UNDECIDED = "slower", "not slower", "undecided"
 
 
