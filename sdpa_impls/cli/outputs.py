@@ -4,7 +4,7 @@ any error (exit 2 for anything that is not an answer).
 
     add_measuring(parser)                # --rounds, --max-time, --adaptive-budget, --adaptive-rounds,
                                          # --separate-processes, --round-timeout
-    impl_names(values) -> (name, ...)    # --impl's values, each repeated or comma-separated, as `run` takes them
+    impl_names(values) -> (name, ...)    # --impl's values, repeated or comma-separated (run takes them so too)
     progress = timed_progress()          # progress(text) prints "[  12s] text" to stderr
     writable(*paths)                     # GateInputError up front where an answer's file could not be written
     write(path, text)                    # the file, credentials masked; GateInputError when it cannot be written
@@ -27,7 +27,7 @@ from ..fmt import fmt_duration
 
 
 def impl_names(values: list[str] | None) -> tuple[str, ...]:
-    """The names given as `--impl a --impl b` or `--impl a,b` (as `run` takes them), each once, in order."""
+    """The names given as `--impl a --impl b` or `--impl a,b`, each once, in order."""
     return tuple(dict.fromkeys(n.strip() for item in values or () for n in item.split(",") if n.strip()))
 
 

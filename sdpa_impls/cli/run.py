@@ -21,6 +21,7 @@ from ..fmt import fmt_duration
 from ..registry import PluginLoadError, loaded, names
 from ..report import results as store
 from ..report.write import write_report
+from .outputs import impl_names
 from .progress import Progress
 
 OPTION_FLAGS = {"budget_s": "--budget", "min_reps": "--min-reps", "max_reps": "--max-reps", "warmup": "--warmup",
@@ -88,9 +89,9 @@ def auto_shard(env: dict[str, str]) -> tuple[int, int, int | None]:
 
 
 def _impls(requested: list[str] | None) -> list[str] | None:
-    if not requested:
+    chosen = list(impl_names(requested))
+    if not chosen:
         return None
-    chosen = [n.strip() for item in requested for n in item.split(",") if n.strip()]
     unknown = [n for n in chosen if n not in names()]
     if unknown:
         raise UsageError(f"unknown implementation {', '.join(map(repr, unknown))}; known: {', '.join(names())}")
@@ -99,7 +100,7 @@ def _impls(requested: list[str] | None) -> list[str] | None:
             loaded(name)
         except PluginLoadError as exc:
             raise UsageError(f"--impl {name}: {exc}") from None
-    return list(dict.fromkeys(chosen))
+    return chosen
 
 
 def _options(args: argparse.Namespace) -> tuple[dict, Options]:
