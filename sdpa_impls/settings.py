@@ -116,13 +116,16 @@ def apply(top: argparse.ArgumentParser, parser: argparse.ArgumentParser, argv: l
     if command in NOT_OPTIONS or not table:
         return ""
     where = f"{path} [tool.sdpa_bench.{command}]"
-    options = {a.dest: a for a in parser._actions if a.option_strings and a.dest != "help"}
+    # a key is a long option's name (--budget: budget), never argparse's name for where it is kept (budget_s):
+    # --no-memory keeps False in `memory`, so `memory = true` would switch memory off
+    options = {flag[2:].replace("-", "_"): a for a in parser._actions if a.dest != "help"
+               for flag in a.option_strings if flag.startswith("--")}
     on_command_line = given(top, parser, argv)
     for key, value in table.items():
         action = options.get(key.replace("-", "_"))
         if action is None:
             raise UsageError(f"{where}: {key!r} is not an option of `sdpa-bench {command}`; its options: "
-                             f"{', '.join(sorted(a.option_strings[-1].lstrip('-') for a in options.values()))}")
+                             f"{', '.join(sorted(k.replace('_', '-') for k in options))}")
         parsed = _value(action, value, f"{where}: {key}")
         if action.dest not in on_command_line:
             setattr(args, action.dest, parsed)

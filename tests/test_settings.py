@@ -65,3 +65,24 @@ def test_a_mistake_in_the_table_is_one_line_exit_2(tmp_path: Path, toml: str, wo
         os.chdir(here)
     assert code == 2 and words in err.getvalue() and err.getvalue().count("\n") == 1, err.getvalue()
     assert "pyproject.toml" in err.getvalue()
+
+
+def test_a_key_is_the_long_options_name_even_where_argparse_keeps_it_under_another(tmp_path: Path) -> None:
+    """`run --budget` is kept in `budget_s` and `--no-memory` in `memory`: the table takes `budget` and `no-memory`,
+    as the options read, and refuses the inner names (`memory = true` would have switched memory off)."""
+    from sdpa_impls.cli import run as run_cli
+
+    def run_args(toml: str) -> argparse.Namespace:
+        (tmp_path / "pyproject.toml").write_text(toml)
+        top = argparse.ArgumentParser(prog="sdpa-bench")
+        parser = top.add_subparsers(dest="command").add_parser("run")
+        run_cli.add_arguments(parser)
+        args = top.parse_args(["run"])
+        settings.apply(top, parser, ["run"], args, "run", COMMANDS, start=tmp_path)
+        return args
+
+    args = run_args('[tool.sdpa_bench.run]\nbudget = 60\nno-memory = true\nmin-sample = 0.002\n')
+    assert (args.budget_s, args.memory, args.min_sample_s) == (60.0, False, 0.002)
+    for inner in ("budget_s = 60", "memory = true"):
+        with pytest.raises(settings.UsageError, match="is not an option of `sdpa-bench run`; its options: .*budget"):
+            run_args(f"[tool.sdpa_bench.run]\n{inner}\n")
