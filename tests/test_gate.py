@@ -104,6 +104,15 @@ def test_same_tree_passes(runs: dict[str, Path], tmp_path: Path) -> None:
     assert "2 baseline and 2 candidate runs" in out and "in units of naive's time" in out
 
 
+def test_a_time_reference_that_did_not_run_is_said_so(runs: dict[str, Path], tmp_path: Path) -> None:
+    """These runs hold no torch_sdpa: the times are compared as measured, and the verdict must say that, not that
+    they were compared in units of torch_sdpa's time."""
+    _, out, err = gate(tmp_path, "--baseline", runs["base"], "--candidate", runs["same"],
+                       config='time_reference = "torch_sdpa"\ntime = "median:60%"\n')
+    assert "times compared as measured: torch_sdpa (time_reference) did not run" in out, out + err
+    assert "in units of torch_sdpa" not in out, out
+
+
 def test_injected_slowdown_fails_naming_the_benchmark(runs: dict[str, Path], tmp_path: Path) -> None:
     code, out, err = gate(tmp_path, "--baseline", runs["base"], "--baseline", runs["base2"],
                           "--candidate", runs["slow"], "--json", tmp_path / "verdict.json", config=REF_NAIVE)

@@ -242,9 +242,9 @@ PRESETS: dict[str, tuple[Case, ...]] = {
                    heads_q=(12,), heads_kv=(12,))
     ),
 }
-# One asv run of the gpu preset would take about 1 h 45 min on one GPU (376 cases x 15 implementations at about 1.1 s
+# One asv run of the gpu preset would take about 2 h on one GPU (376 cases x 17 implementations at about 1.1 s
 # a point: an estimate from `sdpa-bench run --preset llm` on an H200, not a measurement), too long for every commit.
-# `gpu-history` is the part of it a history per commit affords, 44 cases, about 12 minutes by the same estimate
+# `gpu-history` is the part of it a history per commit affords, 44 cases, about 14 minutes by the same estimate
 # (docs/explanation/asv-design.md): bf16 at L in {1024, 4096, 16384}, E in {64, 128}, causal on/off, every mode; two
 # mask structures at L = 8192; the serve batches. Its cases are the gpu preset's own, so their ids (and graphs) are the same.
 PRESETS["gpu-history"] = tuple(

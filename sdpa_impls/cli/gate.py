@@ -44,7 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--markdown", metavar="FILE", help="also write the verdict as Markdown (e.g. a PR comment)")
     parser.add_argument("--json", metavar="FILE", help="also write the verdict as JSON")
     parser.add_argument("--allow-different-machines", action="store_true", default=None,
-                        help="compare absolute times even when CPU, GPU, threads or torch differ")
+                        help="compare absolute times even when the machines differ (CPU, GPU, driver, threads, "
+                             "torch, CUDA, cuDNN, xformers or timer; config: allow_different_machines)")
 
 
 def _write(path: str, text: str) -> None:

@@ -135,8 +135,19 @@ def compare_points(baseline: Sequence[Point] | None, candidate: Sequence[Point],
                      _row_checks(base.get(k), cand.get(k), config, times_ok, baseline is not None, pairs))
                  for k in keys)
     if config.time_reference and baseline is not None and times_ok:
-        notes.append(f"times compared in units of {config.time_reference}'s time on the same case and run "
-                     "(time_reference), so a busier machine during one run cancels out.")
+        timed = {r.case_id for r in rows if r.impl != config.time_reference
+                 and any(c.kind == "time" and c.status != NA for c in r.checks)}
+        unreferenced = sorted(c for c in timed if not all((config.time_reference, c) in run
+                                                          for run in (*b_runs, *c_runs)))
+        ref = config.time_reference
+        if len(unreferenced) < len(timed):
+            notes.append(f"times compared in units of {ref}'s time on the same case and run (time_reference), so "
+                         "a busier machine during one run cancels out" + (
+                             f"; as measured on {len(unreferenced)} case(s) where {ref} did not run in every run"
+                             if unreferenced else "") + ".")
+        elif timed:
+            notes.append(f"times compared as measured: {ref} (time_reference) did not run on these cases in every "
+                         "run.")
     unsampled = sum(1 for r in rows for c in r.checks if c.kind == "time" and "factor alone" in c.message)
     if unsampled:
         notes.append(f"{unsampled} time check(s) had too few raw samples for the rank test and used the factor alone.")
