@@ -63,6 +63,9 @@ def test_run_writes_results_json_with_every_point_and_its_samples(smoke):
         assert r["roofline_pct"] == pytest.approx(judged.roofline_pct) and r["roofline_pct"] > 0
     skipped = {r["impl"]: r["reason"] for r in doc["results"] if r["status"] == "skipped"}
     assert "device=cpu" in skipped["xformers"] or "not installed" in skipped["xformers"]
+    # the speed-up the CSV and the report show is in the JSON too
+    assert all(r["speedup_vs_torch_sdpa"] == 1.0 for r in ok if r["impl"] == "torch_sdpa")
+    assert all(r["speedup_vs_torch_sdpa"] > 0 for r in ok), [r["speedup_vs_torch_sdpa"] for r in ok]
 
 
 def test_csv_rows_match_the_json(smoke):
@@ -185,7 +188,7 @@ def test_sigterm_stops_a_run_the_way_ctrl_c_does(tmp_path):
     assert 1 <= len(saved) < len(preset("smoke")), "the run finished before it could be terminated"
     assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
     assert f"terminated (SIGTERM); {len(saved)} of {len(preset('smoke'))} points are saved" in err
-    assert f"sdpa-bench run --out {out} --resume" in err and "Traceback" not in err
+    assert f"sdpa-bench run --out {out} --resume" in err.strip().splitlines()[-1] and "Traceback" not in err
     assert (out / "report.md").exists()
 
 
@@ -210,6 +213,12 @@ def test_shards_are_disjoint_and_merge_into_the_whole_preset(tmp_path):
     assert [m["sessions"] for m in doc["meta"]["merged_from"]] == [load(d)["meta"]["sessions"] for d in dirs]
     again = cli("merge", str(tmp_path / "twice"), str(dirs[0]), str(dirs[0]))
     assert again.returncode == 2 and "is one shard given twice" in again.stderr
+    other = tmp_path / "other-seed"  # shard 2 again, measured otherwise: not a part of the same sweep
+    proc = cli("run", "--preset", "smoke", "--impl", "naive", "--shard", "2/2", "--out", str(other), *FAST,
+               "--no-memory", "--no-plots", "--seed", "7")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    mixed = cli("merge", str(tmp_path / "mixed"), str(dirs[0]), str(other))
+    assert mixed.returncode == 2 and "were run with different seeds (0 against 7)" in mixed.stderr, mixed.stderr
 
 
 def test_list_shows_every_implementation_and_why_xformers_cannot_run(tmp_path):
@@ -271,6 +280,14 @@ def test_unwritable_out_corrupt_resume_and_existing_results_exit_2(tmp_path):
                "--no-memory", "--no-plots")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert len(load(corrupt)["results"]) == len(preset("smoke"))
+
+
+def test_a_resume_with_other_options_is_refused_in_the_options_words(smoke):
+    out, _ = smoke  # measured with memory, unsharded
+    for flag, said in ((["--no-memory"], "holds a sweep with memory measured, not --no-memory"),
+                       (["--shard", "1/2"], "holds a sweep with no --shard, not --shard 1/2")):
+        proc = cli("run", "--preset", "smoke", "--out", str(out), "--resume", *flag)
+        assert proc.returncode == 2 and said in proc.stderr, proc.stderr
 
 
 def test_compare_puts_two_sweeps_side_by_side_through_the_gate(smoke, tmp_path):

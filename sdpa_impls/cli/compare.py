@@ -10,6 +10,7 @@ from ..gate.config import load_config
 from ..gate.points import Point, points_from_results
 from ..gate.render import render_verdict
 from ..report import results as store
+from .outputs import writable
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -19,7 +20,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                                      "[tool.sdpa_bench.gate], else built-in defaults")
     p.add_argument("--markdown", type=Path, metavar="FILE", help="also write the comparison as Markdown")
     p.add_argument("--allow-different-machines", action="store_true", default=None,
-                   help="compare absolute times even when CPU, GPU, threads or torch differ")
+                   help="compare absolute times even when the machines differ (CPU, GPU, driver, threads, torch, "
+                        "CUDA, cuDNN, xformers or timer)")
 
 
 def measured_points(directory: Path) -> tuple[dict, list[Point]]:
@@ -34,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
 
     `compare` informs; `sdpa-bench gate` is the command that fails a change.
     """
+    writable(args.markdown and str(args.markdown))  # before the table is printed, not after
     machine_a, a = measured_points(args.dir_a)
     machine_b, b = measured_points(args.dir_b)
     if not b:

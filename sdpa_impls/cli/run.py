@@ -34,7 +34,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                     "if set, else 'gpu' on a CUDA machine and 'cpu' elsewhere)")
     p.add_argument("--impl", action="append", metavar="NAME",
                    help="implementation to run (repeat, or comma-separate; default: all, see `list`)")
-    p.add_argument("--out", type=Path, metavar="DIR", help="output folder (default: results/<preset>)")
+    p.add_argument("--out", type=Path, metavar="DIR", help="output folder (default: results/<preset>, with --shard "
+                                                          "I/N results/<preset>-shardIofN)")
     p.add_argument("--shard", metavar="I/N", help="run only shard I of N (cases whose index is I-1 mod N); join the "
                                                   "shards with `merge`. `auto`: I and N from torchrun (RANK, "
                                                   "WORLD_SIZE; GPU LOCAL_RANK) or a SLURM array, each shard in "
@@ -119,10 +120,19 @@ def _options(args: argparse.Namespace) -> tuple[dict, Options]:
     return given, opts
 
 
+def _shown(what: str, value: object) -> str:
+    """An option's value as the command line says it (--no-memory keeps False in `memory`)."""
+    if what == "--no-memory":
+        return what if value is False else "memory measured"
+    if isinstance(value, bool) or value is None:
+        return what if value else f"no {what}"
+    return f"{what} {value}"
+
+
 def _conflict(what: str, given: object, saved: object, out: Path) -> None:
     if given is not None and given != saved:
-        raise UsageError(f"{out} holds a sweep with {what} {saved}, not {given}: --resume continues it as it "
-                         f"was started (drop the option), or choose another --out")
+        raise UsageError(f"{out} holds a sweep with {_shown(what, saved)}, not {_shown(what, given)}: --resume "
+                         f"continues it as it was started (drop the option), or choose another --out")
 
 
 def _resume(out: Path, args: argparse.Namespace, impls: list[str] | None, given: dict) -> store.Sweep:
@@ -272,21 +282,21 @@ def run(args: argparse.Namespace) -> int:
         progress.note(f"warning: {busy[1]}")
     dtypes = sorted({c.dtype for c in grid.preset(meta["preset"]) if c.id in set(meta["case_ids"])})
     run_ceilings = RunCeilings(device, needed_ceilings(dtypes, device), meta.get("ceiling_samples"))
-    progress.note("measuring this run's ceilings (a large GEMM per dtype, a copy); again between cases …")
-    run_ceilings.sample()
-    meta.update(run_ceilings.meta())
-    store.save(out, sweep)
     try:
         with terminate_as_interrupt():
+            progress.note("measuring this run's ceilings (a large GEMM per dtype, a copy); again between cases …")
+            run_ceilings.sample()
+            meta.update(run_ceilings.meta())
+            store.save(out, sweep)
             run_pending(sweep, out, progress, run_ceilings)
     except KeyboardInterrupt as exc:
         progress.close()
         meta["wall_s"] = meta.get("wall_s", 0.0) + progress.wall_s
         store.save(out, sweep)
-        how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
-        print(f"sdpa-bench: {how}; {len(sweep.done())} of {total} points are saved in "
-              f"{out / store.RESULTS_FILE}; continue with: sdpa-bench run --out {out} --resume", file=sys.stderr)
         write_report(out, sweep, plots=False)
+        how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+        print(f"sdpa-bench: {how}; {len(sweep.done())} of {total} points are saved in "  # last: what to do next
+              f"{out / store.RESULTS_FILE}; continue with: sdpa-bench run --out {out} --resume", file=sys.stderr)
         return 128 + signal.SIGTERM if isinstance(exc, Terminated) else 130
     judge(sweep, run_ceilings)
     progress.close()

@@ -113,7 +113,7 @@ def write_markdown(path: Path, sweep: Sweep, layout: SweepTable, images: list[tu
              "matched the fp64 reference.\n"]
     if not sweep.complete:
         parts.append(f"**Incomplete**: {len(sweep.done())} of {sweep.planned} points finished "
-                     "(continue with `run --resume`).\n")
+                     f"(continue with `sdpa-bench run --out {path.parent} --resume`).\n")
     if layout.cases:
         parts.append(summary(layout, markdown=True))
     if layout.not_run:

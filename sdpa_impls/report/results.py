@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..bench.measure import Options
-from ..bench.result import Result
+from ..bench.result import Result, with_speedups
 from ..errors import UsageError
 
 RESULTS_FILE = "results.json"
@@ -50,9 +50,10 @@ def _result_from(d: dict) -> Result:
 
 
 def to_text(sweep: Sweep) -> str:
-    """JSON with the metadata indented and one result per line (samples included: the gate needs them)."""
+    """JSON with the metadata indented and one result per line (samples included: the gate needs them), each with
+    its speed-up against torch_sdpa's result of the same case, as the CSV and the report have it."""
     head = json.dumps({"format": FORMAT, "version": VERSION, "meta": sweep.meta}, indent=1)
-    rows = ",\n".join(json.dumps(r.as_dict()) for r in sweep.results)
+    rows = ",\n".join(json.dumps(r.as_dict()) for r in with_speedups(sweep.results))
     return head[:-2] + ',\n "results": [\n' + rows + "\n ]\n}\n"
 
 
@@ -78,7 +79,7 @@ def load(directory: Path) -> Sweep:
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"cannot read {path}: {exc}") from None
     except ValueError as exc:
-        raise UsageError(f"{path} is not valid JSON ({exc}); it is corrupt: move it away or use another --out")
+        raise UsageError(f"{path} is not valid JSON ({exc}); it is corrupt: move it away (for `run`, or choose another --out)")
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise UsageError(f"{path} is not an sdpa-bench results file (no \"format\": \"{FORMAT}\")")
     if doc.get("version") != VERSION:
@@ -121,6 +122,19 @@ def prepare_dir(directory: Path) -> Path:
     return directory
 
 
+# what the shards of one sweep share (run --shard I/N with the same options): merged, the report states them once
+MERGED_ALIKE = (("options", "timing options"), ("seed", "seeds"), ("impls", "implementations"),
+                ("shard", "shard counts"))
+
+
+def _alike(meta: dict, key: str) -> object:
+    if key == "shard":  # "I/N": the N
+        return str(meta.get("shard") or "1/1").rpartition("/")[2]
+    if key == "impls":
+        return ",".join(meta.get("impls") or ())
+    return meta.get(key)
+
+
 def merge(sweeps: list[tuple[Path, Sweep]], all_case_ids: list[str] | None = None) -> Sweep:
     """Join shard results of one preset into one sweep; UsageError on mixed presets or repeated points."""
     presets = {s.meta.get("preset") for _, s in sweeps}
@@ -129,6 +143,13 @@ def merge(sweeps: list[tuple[Path, Sweep]], all_case_ids: list[str] | None = Non
     devices = {s.meta.get("device") for _, s in sweeps}
     if len(devices) != 1:
         raise UsageError(f"cannot merge sweeps on different devices: {', '.join(sorted(map(str, devices)))}")
+    first_dir, first_meta = sweeps[0][0], sweeps[0][1].meta
+    for directory, sweep in sweeps[1:]:  # one sweep cut in shards: every shard measured as the others did
+        for key, what in MERGED_ALIKE:
+            mine, theirs = _alike(first_meta, key), _alike(sweep.meta, key)
+            if mine != theirs:
+                raise UsageError(f"cannot merge {first_dir} and {directory}: they were run with different {what} "
+                                 f"({mine} against {theirs}); shards of one sweep share them")
     seen: dict[tuple[str, str], Path] = {}
     results: list[Result] = []
     impls: list[str] = []
