@@ -211,6 +211,8 @@ def test_shards_are_disjoint_and_merge_into_the_whole_preset(tmp_path):
     # each shard's start stays with its shard: the merged sweep was measured by both, not by the first one
     assert "sessions" not in doc["meta"]
     assert [m["sessions"] for m in doc["meta"]["merged_from"]] == [load(d)["meta"]["sessions"] for d in dirs]
+    said = (merged / "report.md").read_text()  # and the report says which code measured each shard
+    assert "Code that measured it: shard 1/2: " in said and "; shard 2/2: " in said, said[:1500]
     again = cli("merge", str(tmp_path / "twice"), str(dirs[0]), str(dirs[0]))
     assert again.returncode == 2 and "is one shard given twice" in again.stderr
     other = tmp_path / "other-seed"  # shard 2 again, measured otherwise: not a part of the same sweep

@@ -57,6 +57,11 @@ def sweep_summary(sweep: Sweep) -> str:
 def sessions_text(meta: dict, finished: int) -> str:
     """Which code measured which points (in the order they finished): one entry per start or resume of `run`."""
     sessions = meta.get("sessions") or []
+    if not sessions and meta.get("merged_from"):  # a merged sweep: each shard's own starts and resumes
+        shards = [f"shard {m.get('shard') or '?'}: " + ", then ".join(
+                      f"{s['source']}, started {s['started']}" for s in m.get("sessions") or ())
+                  for m in meta["merged_from"] if m.get("sessions")]
+        return "Code that measured it: " + "; ".join(shards) + ".\n" if shards else ""
     if not sessions:
         return ""
     first = sessions[0]["first_point"]
