@@ -82,9 +82,9 @@ class Query:
 
 @dataclasses.dataclass
 class Search:
-    """The answer: NO_REGRESSION, CULPRIT, INCONCLUSIVE or UNDECIDED, the culprit (hash and subject) or the commits it is among,
-    the rows under test with their endpoint ratios, every step, and what differs between the culprit and its
-    parent."""
+    """The answer: NO_REGRESSION, CULPRIT, INCONCLUSIVE or UNDECIDED, the culprit (hash and subject) or the
+    commits it is among, the rows under test with their endpoint ratios, every step, and what differs between the
+    culprit and its parent."""
 
     good: str
     bad: str

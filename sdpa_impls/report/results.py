@@ -79,7 +79,8 @@ def load(directory: Path) -> Sweep:
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"cannot read {path}: {exc}") from None
     except ValueError as exc:
-        raise UsageError(f"{path} is not valid JSON ({exc}); it is corrupt: move it away (for `run`, or choose another --out)")
+        raise UsageError(f"{path} is not valid JSON ({exc}); it is corrupt: move it away (for `run`, or choose "
+                         "another --out)")
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise UsageError(f"{path} is not an sdpa-bench results file (no \"format\": \"{FORMAT}\")")
     if doc.get("version") != VERSION:
