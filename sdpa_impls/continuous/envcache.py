@@ -41,7 +41,7 @@ from pathlib import Path
 from ..credentials import redact
 from ..errors import GateInputError, UsageError
 from .envkey import cache_key, pinned, underlay_dirs
-from .envs import Env, EnvSpec, is_path, python_of
+from .envs import Env, EnvSpec, is_path, python_of, user_path
 
 CACHE_ENV = "SDPA_BENCH_ENV_CACHE"
 READY = "sdpa-bench-env.json"  # the marker: written before the folder is renamed into place
@@ -145,8 +145,7 @@ def build(folder: Path, requirements: Sequence[str], constraints: str = "", what
     if constraints:
         pins.write_text(constraints, encoding="utf-8")
         cmd += ["-c", str(pins)]
-    cmd += [str(Path(w).expanduser().resolve()) if is_path(w) and Path(w).expanduser().exists() else w
-            for w in requirements]
+    cmd += [str(user_path(w).resolve()) if is_path(w) and user_path(w).exists() else w for w in requirements]
     try:
         _pip(cmd, what or " ".join(requirements))
     finally:

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 
-from .envs import EnvSpec, is_path, requirement_lines
+from .envs import EnvSpec, is_path, requirement_lines, user_path
 
 SKIP_TOP = {"build", "dist", ".tox", ".venv", ".eggs"}  # a local package's build outputs, at its top only
 SKIP_ANY = {".git", ".hg", "__pycache__"}
@@ -95,9 +95,9 @@ def pinned(spec: EnvSpec) -> bool:
     for option, value in _parsed(spec.requirements):
         if option in ("", "-e", "--editable"):
             requirements.append(value)
-        elif option in ("-r", "--requirement") and Path(value).expanduser().is_file():
+        elif option in ("-r", "--requirement") and user_path(value).is_file():
             try:
-                requirements += requirement_lines(Path(value).expanduser().read_text(encoding="utf-8"))
+                requirements += requirement_lines(user_path(value).read_text(encoding="utf-8"))
             except (OSError, UnicodeDecodeError):
                 pass  # pip will say what is wrong with it
     return all(_pinned_url(url) for url in map(_url, requirements) if url is not None)
@@ -109,7 +109,7 @@ def _fingerprint(words: Sequence[str]) -> list[str]:
     out = []
     for option, value in _parsed(words):
         local = option in FILE_OPTIONS or (option == "" and is_path(value)) or value.startswith("file:")
-        path = Path(value.removeprefix("file://")).expanduser()
+        path = user_path(value.removeprefix("file://"))
         out.append(f"{option} {value}={_fingerprint_path(path)}" if local and path.exists() else f"{option} {value}")
     return out
 

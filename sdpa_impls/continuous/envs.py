@@ -139,6 +139,16 @@ def is_path(word: str) -> bool:
     return not word.startswith("-") and (os.sep in word or "/" in word or word.startswith((".", "~")))
 
 
+def user_path(word: str) -> Path:
+    """`word` as a path, `~` and `~user` expanded; UsageError where `~user` names no user of this machine (pathlib
+    raises RuntimeError there)."""
+    try:
+        return Path(word).expanduser()
+    except RuntimeError:
+        raise UsageError(f"{word}: {word.split('/')[0]} names no user of this machine, so the path cannot be "
+                         "expanded") from None
+
+
 def parse_spec(text: str) -> EnvSpec:
     """--base-env / --head-env (module docstring): an interpreter, or requirements split like a shell line and
     given to pip as they are (`torch==2.14.1 xformers==0.0.35`, `./my-plugin`, `-r FILE`). UsageError for an empty
@@ -151,7 +161,7 @@ def parse_spec(text: str) -> EnvSpec:
         raise UsageError("an environment SPEC is empty: name an interpreter or requirements")
     if len(words) == 1:
         word = words[0]
-        path = Path(word).expanduser()
+        path = user_path(word)
         python = _interpreter(path) if is_path(word) or path.is_absolute() else None
         if python is None and INTERPRETER_NAME.fullmatch(word):
             python = shutil.which(word)
