@@ -234,6 +234,24 @@ def test_list_shows_every_implementation_and_why_xformers_cannot_run(tmp_path):
     assert re.search(r"^naive\s+yes\s+yes\s+yes", proc.stdout, re.M)
     versions = next(line for line in proc.stdout.splitlines() if line.startswith("versions:"))
     assert "torch 2." in versions and "xformers" in versions and "CUDA" in versions
+    table = proc.stdout.split("why not\n", 1)[1].split("\n\n", 1)[0]
+    blocks = re.split(r"\n(?=\S)", table)  # an implementation's line and the reasons under it
+    assert len(blocks) == len(names())
+    from sdpa_impls.cli.list import DTYPES, FEATURES
+    label = "|".join(re.escape(k) for k in [*DTYPES, *FEATURES])
+    for block in blocks:
+        first, *rest = block.splitlines()
+        reasons = [re.sub(rf"^(?:(?:{label})(?:, )?)+: ", "", line.strip())
+                   for line in [first.split("  ")[-1], *rest] if line.strip() not in ("", "yes", "no", "-")]
+        assert len(reasons) == len(set(reasons)), block  # each reason said once, not once per dtype
+
+
+def test_list_says_each_reason_once_and_labels_what_it_stops():
+    from sdpa_impls.cli.list import _grouped
+    everywhere = {"fp32": ["a", "b", "fp32 is not supported"], "bf16": ["a", "b"], "fp16": ["a", "b"]}
+    assert _grouped(everywhere, nothing_runs=True) == ["a", "b", "fp32: fp32 is not supported"]
+    assert _grouped({"bwd": ["no backward"]}, nothing_runs=False) == ["bwd: no backward"]
+    assert _grouped({"fp16": ["x"], "bwd": ["x", "y"]}, nothing_runs=False) == ["fp16, bwd: x", "bwd: y"]
 
 
 @pytest.mark.parametrize("args, message", [

@@ -32,7 +32,7 @@ def _reasons(impl_name: str, case: Case, device: str) -> list[str]:
 
 
 def probe(impl_name: str, device: str) -> tuple[dict[str, bool | None], list[str]]:
-    """({dtype or feature: runs? (None = not probed)}, the reasons against, each labelled unless common to all)."""
+    """({dtype or feature: runs? (None = not probed)}, the reasons against, each once, labelled unless common to all)."""
     verdict: dict[str, bool | None] = {}
     found: dict[str, list[str]] = {}
     for dtype in DTYPES:
@@ -46,13 +46,18 @@ def probe(impl_name: str, device: str) -> tuple[dict[str, bool | None], list[str
         case = Case(**({"lq": PROBE_L, "lk": PROBE_L, "e": PROBE_E, "dtype": first} | change))
         found[label] = _reasons(impl_name, case, device)
         verdict[label] = not found[label]
-    failing = {k: v for k, v in found.items() if v}
-    if failing and all(v == next(iter(failing.values())) for v in failing.values()) and first is None:
-        return verdict, next(iter(failing.values()))  # the same obstacle everywhere: say it once
-    lines = []
+    return verdict, _grouped({k: v for k, v in found.items() if v}, nothing_runs=first is None)
+
+
+def _grouped(failing: dict[str, list[str]], nothing_runs: bool) -> list[str]:
+    """Each reason once, in first-seen order: bare where nothing runs and every dtype meets it, else after the
+    dtypes or features it stops."""
+    where: dict[str, list[str]] = {}
     for label, reasons in failing.items():
-        lines += [f"{label}: {r}" for r in reasons]
-    return verdict, lines
+        for reason in reasons:
+            where.setdefault(reason, []).append(label)
+    return [reason if nothing_runs and len(labels) == len(failing) else f"{', '.join(labels)}: {reason}"
+            for reason, labels in where.items()]
 
 
 def run(args: argparse.Namespace) -> int:
