@@ -4,6 +4,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import statistics
 import signal
 import subprocess
 import sys
@@ -213,6 +214,22 @@ def test_shards_are_disjoint_and_merge_into_the_whole_preset(tmp_path):
     assert [m["sessions"] for m in doc["meta"]["merged_from"]] == [load(d)["meta"]["sessions"] for d in dirs]
     said = (merged / "report.md").read_text()  # and the report says which code measured each shard
     assert "Code that measured it: shard 1/2: " in said and "; shard 2/2: " in said, said[:1500]
+    for d, shard in zip(dirs, ("1/2", "2/2")):  # and the ceilings each shard's points are judged against
+        gemm = load(d)["meta"]["ceilings"]["gemm_flops_fp32"]
+        assert re.search(rf"\| ceilings measured by shard {shard} \|[^\n]*GEMM fp32 {gemm / 1e12:.3g} TFLOP/s", said), said
+    assert "ceilings measured in this run" not in said
+    pooled = {}  # the merged sweep's own ceilings pool both shards' samples: each dtype's roof is there
+    for d in dirs:
+        for key, values in load(d)["meta"]["ceiling_samples"].items():
+            pooled.setdefault(key, []).extend(values)
+    assert doc["meta"]["ceilings"] == {k: statistics.median(v) for k, v in pooled.items() if v}
+    assert doc["meta"]["ceiling_samples"] == pooled
+    from sdpa_impls.report.markdown import machine_lines  # shards run on two machines: each one's is shown
+    elsewhere = doc["meta"] | {"merged_from": [doc["meta"]["merged_from"][0], doc["meta"]["merged_from"][1] | {
+        "machine": doc["meta"]["merged_from"][1]["machine"] | {"threads": 96}}]}
+    rows = "\n".join(machine_lines(elsewhere))
+    assert "| CPU, shard 1/2 |" in rows and re.search(r"\| CPU, shard 2/2 \| .*, 96 torch threads \|", rows), rows
+    assert "| CPU |" in said and "shard 1/2 |" not in said.split("ceilings measured by")[0]
     again = cli("merge", str(tmp_path / "twice"), str(dirs[0]), str(dirs[0]))
     assert again.returncode == 2 and "is one shard given twice" in again.stderr
     other = tmp_path / "other-seed"  # shard 2 again, measured otherwise: not a part of the same sweep

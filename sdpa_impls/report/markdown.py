@@ -13,29 +13,49 @@ REPORT_FILE = "report.md"
 
 
 def machine_lines(meta: dict) -> list[str]:
-    m = meta.get("machine") or {}
+    """The machine's rows and the ceilings measured with it; a merged sweep's per shard where its shards differ."""
+    shards = meta.get("merged_from") or []
+    if len(shards) < 2:
+        rows = _machine_rows(meta.get("machine") or {})
+        ceilings = _ceilings_text(meta.get("ceilings") or {}, meta.get("ceiling_spread") or {})
+        rows += [("ceilings measured in this run", ceilings)] if ceilings else []
+        return [f"| {k} | {v} |" for k, v in rows]
+    rows, machines = [], [s.get("machine") or {} for s in shards]
+    if all(m == machines[0] for m in machines):
+        rows += _machine_rows(machines[0])
+    else:  # shards of one sweep run on several machines: each result was measured on its own shard's
+        for s, m in zip(shards, machines):
+            rows += [(f"{k}, shard {s.get('shard') or '?'}", v) for k, v in _machine_rows(m)]
+    for s in shards:  # each shard's results are judged against the ceilings it measured
+        ceilings = _ceilings_text(s.get("ceilings") or {}, s.get("ceiling_spread") or {})
+        rows += [(f"ceilings measured by shard {s.get('shard') or '?'}", ceilings)] if ceilings else []
+    return [f"| {k} | {v} |" for k, v in rows]
+
+
+def _machine_rows(m: dict) -> list[tuple[str, str]]:
     gpu = m.get("gpu") or {}
     rows = [("device", f"{m.get('device', '?')}" + (f": {gpu.get('name')}" if gpu else ""))]
     if gpu:
         rows.append(("GPU", f"{gpu.get('name')}, {fmt_bytes(gpu.get('memory_bytes'))}, compute capability "
                             f"{gpu.get('capability')}, driver {gpu.get('driver') or '?'}"))
-    rows += [("CPU", f"{describe_cpu(m)} ({m.get('machine', '?')}), {m.get('threads', '?')} torch threads"),
-             ("versions", f"torch {m.get('torch')}, CUDA {m.get('cuda') or 'none'}, cuDNN {m.get('cudnn') or 'none'}, "
-                          f"xformers {m.get('xformers') or 'not installed'}, python {m.get('python')}")]
-    ceil, spread = meta.get("ceilings") or {}, meta.get("ceiling_spread") or {}
-    if ceil:
-        def shown(key: str, value: float, scale: float, unit: str) -> str:
-            s = spread.get(key)
-            if not s:
-                return f"{value / scale:.3g} {unit}"
-            return (f"{value / scale:.3g} {unit} (median of {s['n']}, {s['min'] / scale:.3g}–{s['max'] / scale:.3g}"
-                    + (f", {s['shape']}" if s.get("shape") else "") + ")")
-        parts = [f"GEMM {k.rsplit('_', 1)[1]} " + shown(k, v, 1e12, "TFLOP/s") for k, v in sorted(ceil.items())
-                 if k.startswith("gemm_flops_")]
-        if "copy_bytes_per_s" in ceil:
-            parts.append("copy " + shown("copy_bytes_per_s", ceil["copy_bytes_per_s"], 1e9, "GB/s"))
-        rows.append(("ceilings measured in this run", ", ".join(parts)))
-    return [f"| {k} | {v} |" for k, v in rows]
+    return rows + [
+        ("CPU", f"{describe_cpu(m)} ({m.get('machine', '?')}), {m.get('threads', '?')} torch threads"),
+        ("versions", f"torch {m.get('torch')}, CUDA {m.get('cuda') or 'none'}, cuDNN {m.get('cudnn') or 'none'}, "
+                     f"xformers {m.get('xformers') or 'not installed'}, python {m.get('python')}")]
+
+
+def _ceilings_text(ceil: dict, spread: dict) -> str:
+    def shown(key: str, value: float, scale: float, unit: str) -> str:
+        s = spread.get(key)
+        if not s:
+            return f"{value / scale:.3g} {unit}"
+        return (f"{value / scale:.3g} {unit} (median of {s['n']}, {s['min'] / scale:.3g}–{s['max'] / scale:.3g}"
+                + (f", {s['shape']}" if s.get("shape") else "") + ")")
+    parts = [f"GEMM {k.rsplit('_', 1)[1]} " + shown(k, v, 1e12, "TFLOP/s") for k, v in sorted(ceil.items())
+             if k.startswith("gemm_flops_")]
+    if "copy_bytes_per_s" in ceil:
+        parts.append("copy " + shown("copy_bytes_per_s", ceil["copy_bytes_per_s"], 1e9, "GB/s"))
+    return ", ".join(parts)
 
 
 def sweep_summary(sweep: Sweep) -> str:
@@ -59,7 +79,7 @@ def sessions_text(meta: dict, finished: int) -> str:
     sessions = meta.get("sessions") or []
     if not sessions and meta.get("merged_from"):  # a merged sweep: each shard's own starts and resumes
         shards = [f"shard {m.get('shard') or '?'}: " + ", then ".join(
-                      f"{s['source']}, started {s['started']}" for s in m.get("sessions") or ())
+                      f"{s['source']}, started {s['started']}" + _busy(s) for s in m.get("sessions") or ())
                   for m in meta["merged_from"] if m.get("sessions")]
         return "Code that measured it: " + "; ".join(shards) + ".\n" if shards else ""
     if not sessions:
@@ -67,11 +87,15 @@ def sessions_text(meta: dict, finished: int) -> str:
     first = sessions[0]["first_point"]
     parts = [f"points 1–{first - 1}: not recorded"] if first > 1 else []
     ends = [s["first_point"] - 1 for s in sessions[1:]] + [finished]
-    parts += [f"points {s['first_point']}–{last}: {s['source']}, started {s['started']}"
-              + (f" on busy CPUs (load average {s['load_average']:g}: times slowed and scattered)"
-                 if "load_average" in s else "")
+    parts += [f"points {s['first_point']}–{last}: {s['source']}, started {s['started']}" + _busy(s)
               for s, last in zip(sessions, ends) if last >= s["first_point"]]
     return "Code that measured it: " + "; ".join(parts) + ".\n" if parts else ""
+
+
+def _busy(session: dict) -> str:
+    if "load_average" not in session:
+        return ""
+    return f" on busy CPUs (load average {session['load_average']:g}: times slowed and scattered)"
 
 
 def device_time(results: list[Result]) -> str:

@@ -193,6 +193,9 @@ def _vs_length(sweep: Sweep, ok: list[Result], mode: str, colors: dict[str, tupl
 def _roofline(sweep: Sweep, ok: list[Result], colors: dict[str, tuple], not_run: list[str], path: Path) -> bool:
     """Achieved TFLOP/s against arithmetic intensity, under this machine's measured roof, one panel per dtype."""
     ceil = sweep.meta.get("ceilings") or {}
+    shards = sweep.meta.get("merged_from") or []  # pooled over shards of one machine, else one shard's each
+    whose = ("" if all(s.get("machine") == shards[0].get("machine") for s in shards)
+             else " (one shard's; report.md lists each shard's)")
     by_dtype: dict[str, list[Result]] = defaultdict(list)
     for r in ok:
         if r.tflops:
@@ -213,7 +216,8 @@ def _roofline(sweep: Sweep, ok: list[Result], colors: dict[str, tuple], not_run:
             knee = peak / bw
             xs = [lo] + ([knee] if lo < knee < hi else []) + [hi]
             ax.plot(xs, [min(peak, x * bw) / 1e12 for x in xs], color="black", lw=1.5)
-            ax.annotate(f"roof: GEMM {gemm.rsplit('_', 1)[1]} {peak / 1e12:.3g} TFLOP/s, copy {bw / 1e9:.3g} GB/s",
+            ax.annotate(f"roof: GEMM {gemm.rsplit('_', 1)[1]} {peak / 1e12:.3g} TFLOP/s, copy {bw / 1e9:.3g} GB/s"
+                        + whose,
                         (0.98, 0.03), xycoords="axes fraction", ha="right", va="bottom", fontsize=7,
                         bbox={"boxstyle": "round", "fc": "white", "ec": "none", "alpha": 0.8})
         roof = [min(peak, x * bw) / 1e12 for x in (min(ai), max(ai))] if peak and bw else []

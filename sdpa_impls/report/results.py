@@ -136,6 +136,23 @@ def _alike(meta: dict, key: str) -> object:
     return meta.get(key)
 
 
+def _pooled_ceilings(metas: list[dict]) -> dict:
+    """The merged sweep's ceilings: every shard's samples pooled where the shards ran on one machine (a shard
+    samples only its own dtypes' GEMMs), else each ceiling from the first shard that measured it."""
+    from ..bench.ceilings import RunCeilings
+    same = all(m.get("machine") == metas[0].get("machine") for m in metas)
+    samples: dict[str, list[float]] = {}
+    shapes: dict[str, str] = {}
+    for m in metas:
+        for key, values in (m.get("ceiling_samples") or {}).items():
+            if values and (same or key not in samples):
+                samples.setdefault(key, []).extend(values)
+                shapes.setdefault(key, ((m.get("ceiling_spread") or {}).get(key) or {}).get("shape"))
+    pooled = RunCeilings(metas[0].get("device") or "cpu", tuple(samples), samples)
+    pooled.shapes = {k: v for k, v in shapes.items() if v}
+    return pooled.meta()
+
+
 def merge(sweeps: list[tuple[Path, Sweep]], all_case_ids: list[str] | None = None) -> Sweep:
     """Join shard results of one preset into one sweep; UsageError on mixed presets or repeated points."""
     presets = {s.meta.get("preset") for _, s in sweeps}
@@ -169,10 +186,12 @@ def merge(sweeps: list[tuple[Path, Sweep]], all_case_ids: list[str] | None = Non
         case_ids = [c for c in all_case_ids if c in set(case_ids)]
     first = sweeps[0][1].meta
     meta = {k: v for k, v in first.items() if k not in ("shard", "case_ids", "impls", "sessions")}
+    meta |= _pooled_ceilings([s.meta for _, s in sweeps])
     meta |= {"shard": None, "impls": impls, "case_ids": case_ids,
              "wall_s": sum(s.meta.get("wall_s") or 0.0 for _, s in sweeps),
              "merged_from": [{"dir": str(d), "shard": s.meta.get("shard"), "machine": s.meta.get("machine"),
                               "ceilings": s.meta.get("ceilings"),  # each shard's results are judged against its own
+                              "ceiling_spread": s.meta.get("ceiling_spread"),
                               "sessions": s.meta.get("sessions")}
                              for d, s in sweeps]}
     return Sweep(meta, results)
