@@ -9,6 +9,7 @@ nothing for it.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable
 
 import pytest
@@ -17,6 +18,7 @@ SUITE_FIXTURE = "sdpa_point"
 DEFAULT_TIMER = "time.perf_counter"  # pytest-benchmark's --benchmark-timer when none is given
 CUDA_TIMER = "sdpa_impls.bench.timing.cuda_event_clock"
 _SUITE_SELECTED = "_sdpa_bench_suite"  # set on the config when the session collected the suite's tests
+PRESET_VARIABLE = "SDPA_BENCH_PRESET"  # sdpa_impls.bench.grid.PRESET_ENV, named here without importing torch
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -25,8 +27,38 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="grid preset to benchmark (smoke, ci, quick, cpu, gpu, ...: docs/reference/presets.md); "
                          "default: $SDPA_BENCH_PRESET, else the device's preset with --benchmark-only, else 'smoke'")
     group.addoption("--sdpa-impl", action="append", default=None, metavar="NAME",
-                    help="benchmark only this implementation (repeatable); default: every registered one")
-    group.addoption("--sdpa-device", default=None, metavar="DEVICE", help="cpu or cuda; default: cuda when available")
+                    help="benchmark only this implementation (repeatable, or comma-separated); default: every "
+                         "registered one")
+    group.addoption("--sdpa-device", default=None, metavar="DEVICE",
+                    help="cpu or cuda (cuda:N); default: cuda when available")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The suite's options, and $SDPA_BENCH_PRESET, are checked before anything is collected, so that a typo is
+    one line and pytest's usage error (exit 4), as in pytest's own options. Sessions that name none of them
+    import nothing here."""
+    if not (config.getoption("sdpa_preset") or config.getoption("sdpa_impl") or config.getoption("sdpa_device")
+            or os.environ.get(PRESET_VARIABLE, "").strip()):
+        return
+    try:
+        device = config.getoption("sdpa_device")
+        if device:
+            _check_device(device)
+        selected_preset(config)
+        selected_impls(config)
+    except (ValueError, LookupError, ImportError) as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def _check_device(device: str) -> None:
+    import torch
+
+    try:
+        kind = torch.device(device).type
+    except RuntimeError:
+        kind = None
+    if kind not in ("cpu", "cuda"):
+        raise ValueError(f"--sdpa-device {device}: the suite runs on cpu or cuda (cuda:N)")
 
 
 def device_of(config: pytest.Config) -> str:
@@ -43,7 +75,9 @@ def selected_preset(config: pytest.Config) -> str:
         preset(name)  # a typo fails the run with the list of known presets
         return name
     if not config.getoption("benchmark_only", False):
-        return os.environ.get(PRESET_ENV) or "smoke"
+        name = os.environ.get(PRESET_ENV, "").strip() or "smoke"
+        preset(name)
+        return name
     return default_preset_name(device_of(config))
 
 
@@ -52,7 +86,7 @@ def selected_impls(config: pytest.Config) -> list[str]:
     from sdpa_impls.bench.result import SPEED_BASELINE
     from sdpa_impls.registry import loaded
 
-    named = config.getoption("sdpa_impl")
+    named = [n.strip() for given in config.getoption("sdpa_impl") or () for n in given.split(",") if n.strip()]
     wanted = named or sdpa_impls.names()
     for name in named or ():  # an unknown name fails the run with the list of known ones, and so does a plug-in
         loaded(name)  # named on purpose that does not load (unnamed, its points skip, saying why)
@@ -95,11 +129,22 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize(SUITE_FIXTURE, points, ids=[f"{impl}-{case.id}" for impl, case in points])
 
 
+# pytest-benchmark's options that the suite's own sampling replaces (docs/explanation/measurement.md): a sample is
+# the fewest back-to-back calls lasting 1 ms, after one warm-up call and one warm-up round, in every front end
+REPLACED_OPTIONS = ("--benchmark-min-time", "--benchmark-warmup", "--benchmark-calibration-precision")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     suite = [item for item in items if SUITE_FIXTURE in getattr(item, "fixturenames", ())]
     if not suite:
         return
     setattr(config, _SUITE_SELECTED, True)
+    given = [*config.invocation_params.args, *config.getini("addopts")]
+    replaced = sorted({o for o in REPLACED_OPTIONS for arg in given if str(arg).startswith(o)})
+    if replaced:
+        warnings.warn(pytest.PytestConfigWarning(
+            f"sdpa-bench's suite samples as `sdpa-bench run` and asv do (the fewest calls lasting 1 ms, one warm-up "
+            f"round): {', '.join(replaced)} do not change its benchmarks"))
     if _cuda_events(config, device_of(config)):  # only the suite's benchmarks: a session's other ones keep theirs
         timer = suite_timer(config, device_of(config))
         for item in suite:
@@ -108,12 +153,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-benchmark, which may not be installed
 def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:
-    if not getattr(config, _SUITE_SELECTED, False):
-        return
+    if getattr(config, _SUITE_SELECTED, False):
+        machine_info["sdpa_bench"] = _suite_machine(config)
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_benchmark_compare_machine_info(config: pytest.Config, machine_info: dict, compared_benchmark: dict) -> None:
+    """--benchmark-compare reads the saved run's machine before this session has collected anything, so before
+    the suite's tests set `sdpa_bench`: against a saved run of the suite, describe it here, so that pytest-benchmark
+    compares the suite's machine fields (torch, threads, timer) rather than warning that the machine differs."""
+    if "sdpa_bench" in (compared_benchmark.get("machine_info") or {}) and "sdpa_bench" not in machine_info:
+        machine_info["sdpa_bench"] = _suite_machine(config)
+
+
+def _suite_machine(config: pytest.Config) -> dict:
     from sdpa_impls.bench.machine import machine_info as describe_machine
 
     device = device_of(config)
-    machine_info["sdpa_bench"] = describe_machine(device, timer=timer_name(config, device))
+    return describe_machine(device, timer=timer_name(config, device))
 
 
 @pytest.fixture(scope="session")

@@ -33,9 +33,11 @@ SLOWER = ("    def forward(self, inp: SDPAInputs) -> torch.Tensor:\n",
           "    def _once(self, inp: SDPAInputs) -> torch.Tensor:\n")
 
 
-def run(tool: dict, *args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
-    """A command of the wheel's environment (`sdpa-bench`, `python`), as a user types it, from `cwd`."""
+def run(tool: dict, *args: str, cwd: Path, timeout: float = 600, **extra: str) -> subprocess.CompletedProcess:
+    """A command of the wheel's environment (`sdpa-bench`, `python`), as a user types it, from `cwd`, with the
+    environment variables `extra` set."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SDPA_", "PYTEST_")) and k != "PYTHONPATH"}
+    env |= extra
     exe = tool["bin"] / args[0] if (tool["bin"] / args[0]).exists() else Path(args[0])
     return subprocess.run([str(exe), *args[1:]], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
@@ -111,6 +113,42 @@ def test_run_and_the_packaged_suite_work_outside_any_repository(tool: dict) -> N
     assert suite.returncode == 0 and "5 passed" in suite.stdout, suite.stdout + suite.stderr
 
 
+SUITE = ("python", "-m", "pytest", "--pyargs", "sdpa_impls.suite.test_sdpa", "-q", "-p", "no:cacheprovider")
+
+
+@pytest.mark.parametrize("args, said", [
+    (("--sdpa-preset", "smok"), "unknown preset 'smok'"),
+    (("--sdpa-impl", "naive,nope"), "unknown implementation 'nope'"),
+    (("--sdpa-device", "meta"), "--sdpa-device meta: the suite runs on cpu or cuda"),
+])
+def test_the_packaged_suite_refuses_a_typo_in_one_line(tool: dict, args: tuple[str, ...], said: str) -> None:
+    """pytest's own usage error (exit 4, one line), as for pytest's options, not a collection error's traceback."""
+    done = run(tool, *SUITE, *args, cwd=tool["root"])
+    assert done.returncode == 4 and f"ERROR: {said}" in done.stderr, done.stdout + done.stderr
+    assert "Traceback" not in done.stdout + done.stderr and "collecting" not in done.stdout, done.stdout
+
+
+def test_benchmark_compare_compares_the_suites_machine_fields(tool: dict) -> None:
+    """pytest-benchmark compares the saved run's machine before anything is collected: the suite's own fields
+    (torch, threads, timer) are compared then too, so a run saved here a moment ago is the same machine, and
+    another thread count is not."""
+    away = tool["root"] / "compare"
+    away.mkdir()
+    timed = (*SUITE, "--benchmark-only", "--sdpa-preset", "smoke", "--sdpa-impl", "naive,torch_sdpa",
+             "--benchmark-max-time", "0.01")
+    saved = run(tool, *timed, "--benchmark-autosave", cwd=away)
+    assert saved.returncode == 0 and "10 passed" in saved.stdout, saved.stdout + saved.stderr
+    again = run(tool, *timed, "--benchmark-compare", cwd=away)
+    said = again.stdout + again.stderr
+    assert again.returncode == 0 and "Comparing against benchmarks from" in said, said
+    assert "machine_info is different" not in said, said
+    threads = run(tool, *timed, "--benchmark-compare", "--benchmark-min-time=0.01", cwd=away, OMP_NUM_THREADS="1")
+    said = threads.stdout + threads.stderr
+    assert threads.returncode == 0 and "machine_info is different" in said, said
+    assert "--benchmark-min-time do not change its benchmarks" in said, said  # the suite samples as run does
+    assert '"threads": 1' in said.split("machine_info is different", 1)[1], said
+
+
 def test_a_plugin_that_does_not_load_fails_where_it_is_named(tool: dict) -> None:
     """A plug-in whose import fails is a reason in `list` and a skip in a sweep over everything, but where it is
     named (its own test, `run --impl`, the suite's --sdpa-impl) it fails: a CI that runs them never stays green with
@@ -128,7 +166,8 @@ def test_a_plugin_that_does_not_load_fails_where_it_is_named(tool: dict) -> None
         assert f"plug-in {PLUGIN!r} failed to load: ModuleNotFoundError" in swept.stderr, swept.stderr
         suite = run(tool, "python", "-m", "pytest", "--pyargs", "sdpa_impls.suite.test_sdpa", "-q", "-p",
                     "no:cacheprovider", "--benchmark-disable", "--sdpa-impl", PLUGIN, cwd=tool["root"])
-        assert suite.returncode not in (0, 5) and "failed to load" in suite.stdout + suite.stderr, suite.stdout
+        assert suite.returncode == 4 and "failed to load" in suite.stderr, suite.stdout + suite.stderr
+        assert "Traceback" not in suite.stdout + suite.stderr, suite.stdout + suite.stderr
     finally:
         kernel.write_text(text)
 
