@@ -65,6 +65,31 @@ def test_command_line_entry_point(tmp_path: Path) -> None:
         "sdpa-bench gate: error: cut.json: not valid JSON, truncated or corrupt (Expecting value at line 1 column 17)"]
 
 
+def test_a_session_with_other_benchmarks_is_gated_on_the_suites_alone(tmp_path: Path) -> None:
+    """A project's own benchmarks saved in the same pytest-benchmark file as the suite's: the gate judges the
+    suite's, names what it left out, and a file with none of the suite's is one clear error."""
+    (tmp_path / "test_mine.py").write_text("def test_my_kernel(benchmark):\n    benchmark(sum, range(100))\n")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_mine.py", "--pyargs",
+                           "sdpa_impls.suite.test_sdpa", "--benchmark-only", "--sdpa-preset", "smoke", "--sdpa-impl",
+                           "naive", "--benchmark-max-time", "0.01", "--benchmark-json", "both.json"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "6 passed" in done.stdout, done.stdout + done.stderr
+    (tmp_path / "base.json").write_text((tmp_path / "both.json").read_text())
+    code, out, err = gate(tmp_path, "--baseline", "base.json", "--candidate", "both.json")
+    assert code == 0 and "naive" in out, out + err
+    for path in ("base.json", "both.json"):
+        assert f"{path}: left out 1 benchmark not from sdpa-bench's suite (test_mine.py::test_my_kernel)" in err, err
+    mine = json.loads((tmp_path / "both.json").read_text())
+    mine["benchmarks"] = [b for b in mine["benchmarks"] if "test_my_kernel" in b["fullname"]]
+    (tmp_path / "mine.json").write_text(json.dumps(mine))
+    code, out, err = gate(tmp_path, "--candidate", "mine.json")
+    assert code == 2 and err.strip().splitlines() == [
+        "sdpa-bench gate: error: mine.json: nothing comparable, none of its 1 benchmarks comes from sdpa-bench's "
+        "suite (e.g. test_mine.py::test_my_kernel)"], err
+    with pytest.raises(GateInputError, match="not written by the sdpa-bench suite"):  # the strict form stays
+        load_points(tmp_path / "both.json")
+
+
 # ---------- real pytest-benchmark runs ----------
 
 @pytest.fixture(scope="module")

@@ -62,13 +62,23 @@ def run(args: argparse.Namespace) -> int:
         missing = [str(path) for path in [*(args.baseline or ()), *args.candidate] if not os.path.lexists(path)]
         if missing:  # every one named at once, not one a try
             raise GateInputError(f"{', '.join(missing)}: no such file{'s' if len(missing) > 1 else ''}")
-        runs = [load_points(path) for path in args.candidate]
+        others: dict[str, list[str]] = {str(path): [] for path in [*args.candidate, *(args.baseline or ())]}
+        runs = [load_points(path, others[str(path)]) for path in args.candidate]
         cand_machine, candidate = runs[0]
-        bases = [load_points(path) for path in args.baseline or ()]
+        bases = [load_points(path, others[str(path)]) for path in args.baseline or ()]
         for path, (_, points) in zip(args.candidate + (args.baseline or []), runs + bases):
+            if not points and others[str(path)]:
+                raise GateInputError(f"{path}: nothing comparable, none of its {len(others[str(path)])} benchmarks "
+                                     f"comes from sdpa-bench's suite (e.g. {others[str(path)][0]})")
             if not points:
                 raise GateInputError(f"{path}: nothing comparable, the file holds no benchmarks "
                                      "(did every benchmark skip or fail?)")
+        for path, names in others.items():  # a session that ran other benchmarks beside the suite's
+            names = list(dict.fromkeys(names))  # a file given twice (as baseline and candidate) is named once
+            if names:
+                print(f"sdpa-bench gate: {path}: left out {len(names)} benchmark{'s' if len(names) > 1 else ''} "
+                      f"not from sdpa-bench's suite ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})",
+                      file=sys.stderr)
         for paths, group in ((args.candidate, runs), (args.baseline or [], bases)):
             for path, (machine, _) in zip(paths[1:], group[1:]):
                 diffs = machine_differences(group[0][0], machine)

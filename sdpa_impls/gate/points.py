@@ -4,6 +4,7 @@ Public API (independent of the pytest-benchmark file format):
 
     Point(impl, case_id, median_s, samples, peak_memory_bytes, max_error, error_tolerance, status, case, name)
     load_points(path) -> (machine: dict, points: list[Point])     # a pytest-benchmark JSON file
+    load_points(path, others=[]) -> ...                           # ... that may hold other benchmarks too
     points_from_results(results) -> list[Point]                   # the CLI's own `measure.Result` rows
 
 `machine` is `sdpa_impls.bench.machine.machine_info()` (pytest-benchmark files carry it as
@@ -64,10 +65,23 @@ def _number(value: object, what: str, where: str) -> float | None:
     return float(value)
 
 
+def _benchmark_name(bench: dict, index: int) -> str:
+    return str(bench.get("fullname") or bench.get("name") or f"benchmarks[{index}]")
+
+
+def _is_other(bench: object) -> bool:
+    """A benchmark of another test in the same session: no sense of sdpa-bench's suite in its name or extra_info."""
+    if not isinstance(bench, dict):
+        return False
+    extra = bench.get("extra_info")
+    ours = isinstance(extra, dict) and ("impl" in extra or "case" in extra)
+    return not ours and "test_sdpa[" not in _benchmark_name(bench, 0)
+
+
 def _point_from_benchmark(bench: object, index: int, source: str) -> Point:
     if not isinstance(bench, dict):
         raise GateInputError(f"{source}: benchmarks[{index}] is not an object")
-    name = str(bench.get("fullname") or bench.get("name") or f"benchmarks[{index}]")
+    name = _benchmark_name(bench, index)
     where = f"{source}: benchmark {name}"
     extra = bench.get("extra_info") or {}
     stats = bench.get("stats")
@@ -114,11 +128,13 @@ def ceiling_fraction(tflops: object, gemm: object, ceilings: object) -> float | 
     return float(tflops) * 1e12 / float(ceilings[gemm])
 
 
-def load_points(path: str | Path) -> tuple[dict, list[Point]]:
+def load_points(path: str | Path, others: list[str] | None = None) -> tuple[dict, list[Point]]:
     """(machine, points) of a pytest-benchmark JSON file written by the sdpa-bench suite.
 
-    Raises GateInputError when the file is missing, unreadable, not JSON (corrupt or truncated),
-    not a pytest-benchmark file, or holds the same implementation × case twice.
+    With a list `others`, the file may also hold the benchmarks of other tests run in the same session: they are
+    left out, and their names appended to it. Raises GateInputError when the file is missing, unreadable, not JSON
+    (corrupt or truncated), not a pytest-benchmark file, holds the same implementation × case twice, or (without
+    `others`) holds a benchmark the suite did not write.
     """
     path = Path(path)
     try:
@@ -138,7 +154,11 @@ def load_points(path: str | Path) -> tuple[dict, list[Point]]:
     machine = dict(info.get("sdpa_bench") or {})
     if not machine and isinstance(info.get("cpu"), dict):  # a plain pytest-benchmark file: what it knows
         machine = {"cpu": info["cpu"].get("brand_raw")}
-    points = [_point_from_benchmark(b, i, str(path)) for i, b in enumerate(doc["benchmarks"])]
+    benchmarks = list(enumerate(doc["benchmarks"]))
+    if others is not None:
+        others += [_benchmark_name(b, i) for i, b in benchmarks if _is_other(b)]
+        benchmarks = [(i, b) for i, b in benchmarks if not _is_other(b)]
+    points = [_point_from_benchmark(b, i, str(path)) for i, b in benchmarks]
     seen: dict[tuple[str, str], str] = {}
     for p in points:
         if p.key in seen:
