@@ -109,11 +109,11 @@ def test_only_the_most_recent_masks_are_remembered() -> None:
 
 @pytest.mark.parametrize("name", TILED)
 def test_a_mask_changed_inside_its_partial_tiles_is_read_again(name: str) -> None:
-    """The negated mask blocks a call keeps (TileMasker) belong to the mask as it was: a change that leaves the tile
+    """The mask blocks a call keeps (TileMasker) belong to the mask as it was: a change that leaves the tile
     map as it is (the same tiles partial) but moves entries inside them is read again."""
     mask = window(32)
     check(name, mask)
-    assert any(k[0] == "negated mask" for k in derived_of(mask).memo if isinstance(k, tuple))
+    assert any(k[0] == "mask block" for k in derived_of(mask).memo if isinstance(k, tuple))
     mask[1::3, :].logical_and_(torch.eye(L, dtype=torch.bool)[1::3, :].logical_not())  # drop the diagonal of some
     mask[1::3, 0] = True  # rows, keep key 0 for them: no row left empty, the tiles' states unchanged
     check(name, mask)
@@ -129,11 +129,13 @@ def test_the_kept_blocks_hold_each_mask_element_once_and_stop_at_their_budget(mo
     mask = window(32)
     out = sdpa_impls.get("fused")(q, k, v, attn_mask=mask)
     memo = MaskTiles.of(SDPAInputs(q, k, v, mask, 0.0, False)).memo
-    blocks = [b for key, b in memo.items() if isinstance(key, tuple) and key[0] == "negated mask"]
-    assert blocks and all(b.shape[1] == 1 and b.is_contiguous() for b in blocks)
-    assert memo["negated mask bytes"] == sum(b.numel() for b in blocks) <= mask.numel()  # not once per head (4)
+    blocks = [b for key, b in memo.items() if isinstance(key, tuple) and key[0] == "mask block"]
+    assert blocks and all(b.shape[1] == 1 and b.is_contiguous() and b.dtype == q.dtype for b in blocks)
+    # each element once, not once per head (4): in the scores' dtype, 4 bytes an element
+    assert memo["mask block bytes"] == sum(b.numel() * 4 for b in blocks) <= mask.numel() * 4
+    assert all(set(b.unique().tolist()) == {0.0, float("-inf")} for b in blocks)  # added to the scores
     monkeypatch.setattr(tiles, "MASK_BLOCKS_BYTES", 0)
     fresh = window(32)
     torch.testing.assert_close(sdpa_impls.get("fused")(q, k, v, attn_mask=fresh), out, atol=0, rtol=0)
     kept = MaskTiles.of(SDPAInputs(q, k, v, fresh, 0.0, False)).memo
-    assert not any(isinstance(key, tuple) and key[0] == "negated mask" for key in kept)
+    assert not any(isinstance(key, tuple) and key[0] == "mask block" for key in kept)

@@ -53,7 +53,7 @@ def mask_scores_(s: torch.Tensor, mask5: torch.Tensor | None, is_causal: bool,
     return s
 
 
-MASK_BLOCKS_BYTES = 32 << 20  # the negated bool-mask blocks one TileMasker cache keeps (bytes: one per element)
+MASK_BLOCKS_BYTES = 32 << 20  # the bool-mask blocks one TileMasker cache keeps, as scores of the tile's dtype
 
 
 def unexpanded(m: torch.Tensor) -> torch.Tensor:
@@ -75,14 +75,16 @@ class TileMasker:
     The triangles are kept in `cache` (a call's `MaskTiles.memo`), where `warm` builds them before any call: a
     call then launches nothing to make them.
     `zero` (fused's unshifted exp, `compute.unshifted_exp`): the tile already holds exp(S), and a masked entry gets 0,
-    by a masked_fill of 0 and a product with a triangle of 0 and 1. exp of -inf is not a fast path of torch's CPU
+    by a product with a block or triangle of 0 and 1. exp of -inf is not a fast path of torch's CPU
     exp: a causal diagonal tile half -inf took as long as a tile twice its size (8 heads × 256 rows, AMX Xeon).
-    A bool mask's block is read from the caller's mask once: its negation, with the dimensions the mask broadcasts
-    over (the heads, usually) kept at size 1, is kept in `cache` too, up to MASK_BLOCKS_BYTES for one cache (one
-    mask, remembered with its tile map for the last RECENT_MASKS masks, `tilemap.recent_derived`), and later calls
-    fill from that small contiguous block. Reading the block out of a large mask on every call, one short row of a
-    long mask row at a time, took more time than the fill: the drop-in call with a 512-key window at L 8192 (fp32,
-    AMX Xeon) took 0.33-0.35 of the causal call's time, 0.28-0.29 with the blocks kept.
+    A bool mask's block is read from the caller's mask once, into a block of the scores' dtype (0 and -inf, or 1
+    and 0 for `zero`) with the dimensions the mask broadcasts over (the heads, usually) kept at size 1. It is kept in
+    `cache` too, up to MASK_BLOCKS_BYTES for one cache (one mask, remembered with its tile map for the last
+    RECENT_MASKS masks, `tilemap.recent_derived`), and later calls add or multiply that small contiguous block in
+    (`_bool_block_`). Reading the block out of a large mask on every call, one short row of a long mask row at a
+    time, took more time than the fill: the drop-in call with a 512-key window at L 8192 (fp32, AMX Xeon) took
+    0.33-0.35 of the causal call's time, 0.28-0.29 with negated bool blocks kept and filled from; then 0.244 with
+    blocks of the scores' dtype (docs/records/2026-11-29-xeon-bf16-mask-products.md, a Xeon without AMX).
     """
 
     def __init__(self, mask5: torch.Tensor | None, is_causal: bool, max_rows: int, device: torch.device,
@@ -126,22 +128,30 @@ class TileMasker:
             if self.float_mask:
                 s5.add_(m)
             else:
-                s5.masked_fill_(self._negated(m), 0.0 if zero else NEG_INF)
+                self._bool_block_(s5, m, zero)
         if crosses:
             c0 = max(j0, i0 + 1)  # key i0 is kept by every row of the tile
             bias = self._upper_bias(s4.dtype, zero)[: i1 - i0, c0 - i0: j1 - i0]
             s4[..., c0 - j0:].mul_(bias) if zero else s4[..., c0 - j0:].add_(bias)
 
-    def _negated(self, m: torch.Tensor) -> torch.Tensor:
-        """~m, the block of a bool mask: from the cache, or read now and kept while the cache has room."""
-        key = ("negated mask", m.storage_offset(), tuple(m.shape), m.stride())
+    def _bool_block_(self, s5: torch.Tensor, m: torch.Tensor, zero: bool) -> None:
+        """Masked entries of the score block `s5` (b, h, G, rows, keys) to -inf (`zero`: to 0), where the bool mask
+        block `m` is False: by adding a kept block of 0 and -inf (`zero`: multiplying by one of 1 and 0) in the
+        scores' dtype, else, past MASK_BLOCKS_BYTES, by a masked_fill from the mask. Exact either way, as scores are
+        finite: -inf + s = -inf, 0 · exp(s) = 0. The kept form is the faster by far: a masked_fill of a bool block
+        took 2 ms for 8 heads × 256 rows × 320 keys in fp32, the product 23 µs (torch 2.13, 2-vCPU Xeon)."""
+        key = ("mask block", zero, s5.dtype, m.storage_offset(), tuple(m.shape), m.stride())
         found = self._cache.get(key)
         if found is None:
-            found = unexpanded(m).logical_not()  # a new contiguous tensor, without the broadcast dimensions
-            held = self._cache.get("negated mask bytes", 0) + found.numel()
-            if held <= MASK_BLOCKS_BYTES:
-                self._cache[key], self._cache["negated mask bytes"] = found, held
-        return found
+            keep = unexpanded(m)  # without the broadcast dimensions: one block, whatever the heads
+            held = self._cache.get("mask block bytes", 0) + keep.numel() * s5.element_size()
+            if held > MASK_BLOCKS_BYTES:
+                s5.masked_fill_(keep.logical_not(), 0.0 if zero else NEG_INF)
+                return
+            found = keep.to(s5.dtype) if zero else torch.zeros(keep.shape, dtype=s5.dtype, device=s5.device
+                                                                ).masked_fill_(keep.logical_not(), NEG_INF)
+            self._cache[key], self._cache["mask block bytes"] = found, held
+        s5.mul_(found) if zero else s5.add_(found)
 
     def apply_ranges_(self, s3: torch.Tensor, mask5: torch.Tensor | None, i0: int, i1: int, j0: int,
                       ranges: tuple[tuple[int, int], ...], zero: bool = False) -> None:
