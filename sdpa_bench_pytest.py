@@ -125,8 +125,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         impls = selected_impls(config)
     except (ValueError, LookupError, ImportError) as exc:
         raise pytest.UsageError(str(exc)) from None
-    points = [(impl, case) for case in cases for impl in impls]  # case-major: one fp64 reference per case
-    metafunc.parametrize(SUITE_FIXTURE, points, ids=[f"{impl}-{case.id}" for impl, case in points])
+    # case-major: one fp64 reference per case. Each point is (implementation, case id): plain strings, so that
+    # pytest-benchmark's JSON keeps them as its `params` (a Case object would be "UNSERIALIZABLE[...]" there)
+    points = [(impl, case.id) for case in cases for impl in impls]
+    metafunc.parametrize(SUITE_FIXTURE, points, ids=[f"{impl}-{case_id}" for impl, case_id in points])
 
 
 # pytest-benchmark's options that the suite's own sampling replaces (docs/explanation/measurement.md): a sample is

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from sdpa_impls.bench.check import CaseContext
-from sdpa_impls.bench.grid import Case
+from sdpa_impls.bench.grid import Case, preset
 from sdpa_impls.bench.kernels import DispatchMismatch, backends_in, check_pinned, profile_call
 from sdpa_impls.bench.measure import Options, failed, run_point
 from sdpa_impls.bench.result import Result
@@ -85,6 +85,8 @@ def test_results_json_csv_and_pytest_benchmark_extra_info_carry_the_record(tmp_p
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     benches = json.loads(out.read_text())["benchmarks"]
     assert benches and all(FLASH_CPU in b["extra_info"]["kernels"] for b in benches)
+    # the point's parameter is JSON itself (implementation, case id), so --benchmark-group-by=param reads it
+    assert [b["params"]["sdpa_point"] for b in benches] == [["torch_sdpa_flash", c.id] for c in preset("smoke")]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device: records CUDA kernel names")

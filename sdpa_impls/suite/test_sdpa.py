@@ -71,9 +71,10 @@ def run_ceilings(request: pytest.FixtureRequest, sdpa_device: str, sdpa_preset_n
         session.judge()
 
 
-def test_sdpa(benchmark, request: pytest.FixtureRequest, sdpa_point: tuple[str, Case], sdpa_device: str,
+def test_sdpa(benchmark, request: pytest.FixtureRequest, sdpa_point: tuple[str, str], sdpa_device: str,
               sdpa_preset_name: str, run_ceilings: SessionCeilings) -> None:
-    impl_name, case = sdpa_point
+    impl_name, case_id = sdpa_point
+    case = next(c for c in preset(sdpa_preset_name) if c.id == case_id)
     benchmark.group = case.id
     check, ceilings = os.environ.get(REPEAT_ENV) != "1", os.environ.get(NO_CEILINGS_ENV) != "1"
     try:  # a WrongResult (an AssertionError) fails the test before any timing
