@@ -7,8 +7,10 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -78,6 +80,44 @@ def test_the_planted_culprit_is_found_and_the_broken_commit_skipped(history: dic
     assert found["comparisons"] <= comparison_budget(len(found["commits"])), found["comparisons"]
     assert [r["label"] for r in found["rows"]] == [f"{PLUGIN}[L128-E64-fp32-fwd]"]  # torch_sdpa is the yardstick
     assert "CULPRIT" in out and "## sdpa-bench bisect: CULPRIT `" in (tmp_path / "answer.md").read_text()
+
+
+def test_an_interrupted_search_keeps_its_steps_and_resumes_from_them(history: dict, tmp_path: Path) -> None:
+    """SIGTERM (a CI job's time limit; Ctrl-C is the same with exit 130) during a search: exit 143, every finished
+    step already in --json (answer "interrupted"), and the last line says how to go on. --resume takes those steps
+    as they were and measures only the rest, to the same culprit; a finished answer given to --resume measures
+    nothing; a search measured otherwise is refused."""
+    saved = tmp_path / "steps.json"
+    proc = subprocess.Popen([sys.executable, "-m", "sdpa_impls", "bisect", history["good"], "HEAD", *FAST, "--json",
+                             str(saved)], cwd=history["repo"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:  # the endpoints and the skipped commit are done
+        with contextlib.suppress(OSError, ValueError):
+            if len(json.loads(saved.read_text())["steps"]) >= 2:
+                break
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    stopped = json.loads(saved.read_text())
+    assert proc.returncode == 128 + signal.SIGTERM and "Traceback" not in err, err[-3000:]
+    assert stopped["answer"] == "interrupted" and stopped["exit_code"] is None, stopped["answer"]
+    done = [s["kind"] for s in stopped["steps"]]
+    assert done[:2] == ["endpoints", "skip"] and "confirm" not in done, done
+    assert err.strip().splitlines()[-1].endswith(f"run the same command with --resume {saved}"), err[-1000:]
+    resumed = tmp_path / "resumed.json"
+    code, out, err = bisect(history["repo"], history["good"], "HEAD", *FAST, "--json", str(resumed), "--resume",
+                            str(saved))
+    found = json.loads(resumed.read_text())
+    assert code == 1 and found["culprit_id"] == history["slow"], out + err
+    assert found["steps"][:len(done)] == stopped["steps"], err  # taken as they were measured
+    assert f"step 1 (endpoints): {history['slow'][:7]} against {history['good'][:7]}: DIFFERENT (from {saved}" in err
+    measured = [line for line in err.splitlines() if ": measuring" in line]
+    assert len(measured) == len(found["steps"]) - len(done) > 0, err  # only what the interrupted search had not
+    code, out, err = bisect(history["repo"], history["good"], "HEAD", *FAST, "--resume", str(resumed))
+    assert code == 1 and "CULPRIT" in out and ": measuring" not in err, out + err  # a finished answer, replayed
+    code, _, err = bisect(history["repo"], history["good"], "HEAD", *FAST, "--rounds", "3", "--resume", str(resumed))
+    assert code == 2 and "that search was measured otherwise (rounds 2 there, 3 here)" in err, err
 
 
 def test_an_answer_that_could_not_tell_is_undecided_not_no_regression() -> None:

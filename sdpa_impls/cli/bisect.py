@@ -4,6 +4,7 @@
                       [--package NAME [--versions V1,V2,...] [--pre]]
                       [--rounds N] [--max-time S] [--adaptive-budget S] [--adaptive-rounds N] [--round-timeout S]
                       [--separate-processes] [--seed N] [--env-cache DIR] [--config FILE] [--markdown FILE] [--json FILE]
+                      [--resume FILE]
 
 Runs in sdpa-bench's repository or at the root of a plug-in's, as `continuous` does; BAD defaults to HEAD. With
 --package, GOOD and BAD are versions of that package and the search is over its releases between them, from any
@@ -11,17 +12,21 @@ folder (continuous.lines). Every
 step is one `continuous` comparison of two commits, restricted to the rows under test (continuous.bisect says how
 steps are judged and searched). Exit 0 no regression between GOOD and BAD, 1 culprit found and confirmed, 3 GOOD and
 BAD differ but the culprit was not pinned down (the commits it is among are named), 4 undecided (no row slower, some
-the endpoints could not tell apart), 2 unusable input. This module only parses and prints.
+the endpoints could not tell apart), 2 unusable input. With --json, the file holds every finished step as soon as it
+is measured (answer "in progress", then "interrupted" after Ctrl-C or SIGTERM, exit 130 or 143), and --resume takes
+an earlier search's steps from such a file instead of measuring them again. This module only parses and prints.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 
 from ..bench.grid import PRESETS
-from ..continuous.bisect import Query, search
+from ..continuous.bisect import INTERRUPTED, IN_PROGRESS, Query, Search, load_replay, search
 from ..continuous.bisect_render import as_dict, render
 from ..continuous.comparison import Plan
 from ..continuous.project import find
@@ -29,6 +34,7 @@ from ..continuous.steps import rows_from_verdict
 from ..credentials import redact
 from ..errors import UsageError
 from .outputs import add_measuring, guarded, impl_names, timed_progress, writable, write
+from .run import Terminated, terminate_as_interrupt
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -69,7 +75,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE",
                         help="gate settings (TOML); default: each step's head's pyproject.toml [tool.sdpa_bench.gate]")
     parser.add_argument("--markdown", metavar="FILE", help="also write the answer as Markdown")
-    parser.add_argument("--json", metavar="FILE", help="also write the answer as JSON")
+    parser.add_argument("--json", metavar="FILE",
+                        help="also write the answer as JSON; every finished step is saved there as soon as it is "
+                             "measured, for --resume")
+    parser.add_argument("--resume", metavar="FILE",
+                        help="take the steps of an earlier search of the same GOOD and BAD, with the same settings, "
+                             "from its --json (interrupted or finished) instead of measuring them again")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -94,7 +105,18 @@ def run(args: argparse.Namespace) -> int:
                       args.package, versions, args.pre)
         plan = Plan(args.preset, args.rounds, args.max_time, args.adaptive_budget, args.adaptive_rounds,
                     args.round_timeout, args.seed, paired=not args.separate_processes)
-        result = search(query, plan, find(Path.cwd(), not args.package, "bisect"), progress)
+        replay = load_replay(args.resume, query, plan) if args.resume else None
+        so_far: list[Search] = []
+
+        def saved(partial: Search) -> None:  # every finished step on disk as soon as it is measured
+            so_far[:] = [partial]
+            if args.json:
+                _save(args.json, partial, IN_PROGRESS)
+        try:
+            with terminate_as_interrupt():
+                result = search(query, plan, find(Path.cwd(), not args.package, "bisect"), progress, replay, saved)
+        except KeyboardInterrupt as exc:
+            return _interrupted(args, so_far[0] if so_far else None, isinstance(exc, Terminated))
         sys.stdout.write(redact(render(result)))
         if args.markdown:
             write(args.markdown, render(result, markdown=True))
@@ -104,3 +126,27 @@ def run(args: argparse.Namespace) -> int:
         return result.exit_code
 
     return guarded("bisect", body)
+
+
+def _save(path: str, partial: Search, unfinished: str) -> None:
+    """The search so far, replacing `path` whole (a reader never sees half a file)."""
+    temporary = f"{path}.partial"
+    write(temporary, json.dumps(as_dict(partial, unfinished), indent=1) + "\n")
+    os.replace(temporary, path)
+
+
+def _interrupted(args: argparse.Namespace, partial: Search | None, terminated: bool) -> int:
+    """Ctrl-C or SIGTERM: the finished steps saved (--json) or printed, and how to go on as the last line."""
+    how = "terminated (SIGTERM)" if terminated else "interrupted"
+    steps = len(partial.steps) if partial else 0
+    if partial is not None and args.json:
+        _save(args.json, partial, INTERRUPTED)
+        said = (f"{steps} finished step(s) are saved in {args.json}; to go on from them, run the same command with "
+                f"--resume {args.json}")
+    elif partial is not None and steps:
+        sys.stdout.write(redact(render(partial, unfinished=INTERRUPTED)))  # not lost; without --json, not resumable
+        said = f"{steps} finished step(s) are printed above; with --json FILE they are saved for --resume"
+    else:
+        said = "no step had finished"
+    print(redact(f"sdpa-bench bisect: {how}; {said}"), file=sys.stderr)
+    return 128 + signal.SIGTERM if terminated else 130

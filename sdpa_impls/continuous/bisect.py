@@ -2,7 +2,8 @@
 comparison of two revisions (continuous.comparison.compare: interleaved sides, rank test, bootstrap interval,
 adaptive rounds), read as a three-way verdict. No statistics of its own: a step's verdict is verdict.decide's.
 
-    search(query, plan, project, progress) -> Search
+    search(query, plan, project, progress, replay=None, on_step=None) -> Search
+    load_replay(path, query, plan) -> Replay     # the steps of an earlier search (its --json), to resume or replay
 
 1. Endpoints: GOOD against BAD at the gate's floor (continuous_time, ×1.03 on a CPU). The rows under test are the
    benchmarks BAD is slower on; with none, the answer is "no regression between GOOD and BAD" and nothing is
@@ -25,14 +26,19 @@ adaptive rounds), read as a three-way verdict. No statistics of its own: a step'
    reported as changed elsewhere in the range.
 
 At most `comparison_budget(N)` = 2·⌈log₂ N⌉ + 3 comparisons for N commits; a search that would need more stops
-UNKNOWN. Exit status: 0 no regression, 1 culprit found and confirmed, 3 a regression between GOOD and BAD whose
-culprit was not pinned down (the commits left are named), 4 undecided (no row slower at the endpoints, but some
-row neither slower nor clear of the floor); 2, from the command, for anything that is not an answer (unusable
-input, a GOOD or BAD that cannot be measured).
+UNKNOWN. The search is a function of its steps' verdicts: given the steps of an earlier search of the same line with
+the same settings (`Replay`, read from its JSON, finished or interrupted), it takes each step that asks the same
+question from there, measured then, and measures only from the first step it does not have.
+
+Exit status: 0 no regression, 1 culprit found and confirmed, 3 a regression between GOOD and BAD whose culprit was
+not pinned down (the commits left are named), 4 undecided (no row slower at the endpoints, but some row neither
+slower nor clear of the floor); 2, from the command, for anything that is not an answer (unusable input, a GOOD or
+BAD that cannot be measured).
 """
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import time
 from collections.abc import Callable
@@ -54,6 +60,62 @@ from .verdict import SLOWER
 NO_REGRESSION, CULPRIT, INCONCLUSIVE, UNDECIDED = "no regression", "culprit", "inconclusive", "undecided"
 EXIT = {NO_REGRESSION: 0, CULPRIT: 1, INCONCLUSIVE: 3, UNDECIDED: 4}
 ENDPOINTS, SEARCH, AGAINST_BAD, CONFIRM = "endpoints", "search", "against BAD", "confirm"
+IN_PROGRESS, INTERRUPTED = "in progress", "interrupted"  # what a --json written before the answer says
+REPLAY_FORMAT = 1
+
+
+def settings_of(query: Query, plan: Plan) -> dict:
+    """What every step's verdict depends on besides the commits, as JSON: a resumed search must share all of it."""
+    return {"preset": plan.preset, "rounds": plan.rounds, "max_time": plan.max_time,
+            "adaptive_budget": plan.adaptive_budget, "adaptive_rounds": plan.adaptive_rounds, "paired": plan.paired,
+            "impl": list(query.impl), "select": query.select, "rows": [list(r) for r in query.rows],
+            "config": query.config, "package": query.package,
+            "versions": list(query.versions) if query.versions is not None else None, "pre": query.pre}
+
+
+@dataclasses.dataclass
+class Replay:
+    """The steps of an earlier search and what its endpoints decided (`Search.state`), read from its JSON."""
+
+    source: str
+    steps: list[Step]
+    state: dict
+    good_id: str
+    bad_id: str
+    commit_ids: list[str]
+
+
+def _step(d: dict) -> Step:
+    rows = tuple(RowStep(r["label"], r.get("ratio"), tuple(r["interval"]) if r.get("interval") else None,
+                         r["verdict"], r.get("memory") or "") for r in d.get("rows") or ())
+    return Step(d["kind"], d["base"], d["head"], d["verdict"], d["floor"], rows, d.get("seconds") or 0.0,
+                tuple(d.get("notes") or ()))
+
+
+def load_replay(path: str | Path, query: Query, plan: Plan) -> Replay:
+    """The steps of the search whose `--json` is `path`; UsageError where it is not one, or was made with other
+    settings (`settings_of`), so that none of its verdicts would be this search's."""
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"--resume {path}: no such file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UsageError(f"--resume {path}: not the JSON of a bisect ({exc})") from None
+    saved = doc.get("resume") if isinstance(doc, dict) else None
+    if not isinstance(saved, dict) or saved.get("format") != REPLAY_FORMAT:
+        raise UsageError(f"--resume {path}: not the --json of a bisect this sdpa-bench can resume")
+    mine = settings_of(query, plan)
+    theirs = saved.get("settings") or {}
+    differ = [f"{k} {theirs.get(k)!r} there, {v!r} here" for k, v in mine.items() if theirs.get(k) != v]
+    if differ:
+        raise UsageError(f"--resume {path}: that search was measured otherwise ({'; '.join(differ)}): its "
+                         "verdicts are not this one's")
+    try:
+        steps = [_step(d) for d in doc.get("steps") or ()]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UsageError(f"--resume {path}: a step cannot be read ({type(exc).__name__}: {exc})") from None
+    return Replay(str(path), steps, saved.get("state") or {}, doc.get("good_id") or "", doc.get("bad_id") or "",
+                  list(doc.get("commit_ids") or ()))
 
 
 def comparison_budget(commits: int) -> int:
@@ -101,6 +163,8 @@ class Search:
     unit: str = "commit"
     undecided: list[str] = dataclasses.field(default_factory=list)  # rows neither slower nor clear at the endpoints
     ids: dict[str, str] = dataclasses.field(default_factory=dict)  # each name above -> its full commit hash (version)
+    settings: dict = dataclasses.field(default_factory=dict)  # what the steps' verdicts depend on (`settings_of`)
+    state: dict = dataclasses.field(default_factory=dict)  # what the endpoints decided: rows, floor, selection
 
     @property
     def exit_code(self) -> int:
@@ -114,7 +178,8 @@ class Search:
 class _Searcher:
     """The state of one search; `run()` fills `self.result`."""
 
-    def __init__(self, query: Query, plan: Plan, project: Project, progress: Callable[[str], None]) -> None:
+    def __init__(self, query: Query, plan: Plan, project: Project, progress: Callable[[str], None],
+                 replay: Replay | None = None, on_step: Callable[[Search], None] | None = None) -> None:
         for name, value in (("GOOD", query.good), ("BAD", query.bad)):
             if not value or not value.strip():
                 raise UsageError(f"{name} is an empty {'version' if query.package else 'revision name'}: name one")
@@ -143,7 +208,14 @@ class _Searcher:
         self.budget = comparison_budget(len(self.commits))
         self.result = Search(self.line.name(self.good), self.line.name(self.bad),
                              [self.line.name(c) for c in self.commits], unit=self.line.unit,
-                             ids={self.line.name(p): p for p in self.line.points})
+                             ids={self.line.name(p): p for p in self.line.points}, settings=settings_of(query, plan))
+        self.on_step = on_step or (lambda search: None)
+        self.replay, self.reused, self.source = replay, 0, replay.source if replay else ""
+        if replay is not None and (replay.good_id, replay.bad_id, replay.commit_ids) != (
+                self.good, self.bad, list(self.commits)):
+            raise UsageError(f"--resume {replay.source}: that search was over {replay.good_id[:12]}.."
+                             f"{replay.bad_id[:12]} ({len(replay.commit_ids)} {self.line.unit}s), this one over "
+                             f"{self.good[:12]}..{self.bad[:12]} ({len(self.commits)}): give the same GOOD and BAD")
         if warning:
             self.result.notes.append(warning)
         self.labels: tuple[str, ...] = ()
@@ -151,9 +223,40 @@ class _Searcher:
         self.floor = 0.0
         self.select: str | None = None
 
-    def _compare(self, kind: str, base: str, head: str) -> tuple[Comparison, Step]:
+    def _reused(self, kind: str, base: str, head: str, tentative: bool = False) -> Step | None:
+        """The earlier search's step that asks this question next (the same kind, base and head), appended to this
+        search's steps; None, and no more reuse, where it asked another (its verdicts led elsewhere) or had no more.
+        `tentative`: a question it may not have asked (whether a commit was skipped): None and nothing more."""
+        index = len(self.result.steps)
+        if self.replay is None or index >= len(self.replay.steps):
+            return None
+        step = self.replay.steps[index]
+        if (step.kind, step.base, step.head) != (kind, base, head) and tentative:
+            return None
+        if kind == ENDPOINTS and "labels" not in self.replay.state:  # stopped before its endpoints were read
+            self.replay = None
+            return None
+        if (step.kind, step.base, step.head) != (kind, base, head):
+            self.result.notes.append(f"resumed from {self.replay.source} up to step {index}, where that search asked "
+                                     "another question; measured from there.")
+            self.replay = None
+            return None
+        self.result.steps.append(step)
+        self.reused += 1
+        self.progress(f"step {index + 1} ({kind}): {head[:7] if self.line.unit == 'commit' else head} against "
+                      f"{base[:7] if self.line.unit == 'commit' and base else base or '-'}: {step.verdict} (from "
+                      f"{self.replay.source}, measured in {fmt_duration(step.seconds)})")
+        self.on_step(self.result)
+        return step
+
+    def _compare(self, kind: str, base: str, head: str) -> tuple[Comparison | None, Step]:
+        """One comparison of base against head, its step appended; (None, step) where an earlier search's step
+        answers it (`_reused`)."""
         index = len(self.result.steps) + 1
         names = self.line.name(base), self.line.name(head)
+        reused = self._reused(kind, *names)
+        if reused is not None:
+            return None, reused
         short = [n[:7] if self.line.unit == "commit" else n for n in names]
         tag = f"step {index} ({kind}): {short[1]} against {short[0]}"
         judged = [f"{len(self.labels) - len(self.memory)} by time at ×{self.floor:.4f}"] if self.floor else []
@@ -172,6 +275,7 @@ class _Searcher:
                     time.monotonic() - start, step_notes(comparison, labels))
         self.result.steps.append(step)
         self.progress(f"{tag}: {step.verdict} ({fmt_duration(step.seconds)})")
+        self.on_step(self.result)
         return comparison, step
 
     def _endpoints(self) -> bool:
@@ -181,6 +285,8 @@ class _Searcher:
         self.select = selection_of(self.query.rows, self.query.select, reference)
         try:
             comparison, step = self._compare(ENDPOINTS, self.good, self.bad)
+            if comparison is None:  # an earlier search's endpoints: what they decided comes with them
+                return self._restore(step)
         except SideError as exc:  # named as the user named them: GOOD is the endpoints' base, BAD their head
             which = {"base": "GOOD", "head": "BAD"}.get(exc.role, exc.role)
             raise GateInputError(f"GOOD and BAD cannot be compared, so nothing can be searched: {which} "
@@ -196,6 +302,7 @@ class _Searcher:
                                      "run again with more --rounds, or fewer rows (-k, --from), before trusting "
                                      "that nothing changed there.")
         if not slower and not bigger:
+            self._keep_state()
             return False
         self.memory = frozenset(r.label for r in bigger)
         self.labels = tuple(r.label for r in slower + bigger)
@@ -214,12 +321,42 @@ class _Searcher:
         if bigger:
             self.result.notes.append(f"{len(bigger)} row(s) searched by peak memory, which is exact: a step is "
                                      "DIFFERENT where head's peak lies above base's.")
+        self._keep_state()
+        return True
+
+    def _keep_state(self) -> None:
+        """What the endpoints decided, kept with the answer (and its --json) for a search that resumes this one."""
+        self.result.state = {"labels": list(self.labels), "memory": sorted(self.memory), "floor": self.floor,
+                             "select": self.select, "undecided": list(self.result.undecided),
+                             "notes": list(self.result.notes)}
+        self.on_step(self.result)
+
+    def _restore(self, step: Step) -> bool:
+        """`_endpoints` for endpoints an earlier search measured: its rows under test, floor, selection, undecided
+        rows and notes. False where it found nothing to search."""
+        state = self.replay.state if self.replay is not None else {}
+        if "labels" not in state:
+            raise UsageError(f"--resume {self.replay.source if self.replay else ''}: it holds its endpoints but not "
+                             "what they decided")
+        self.labels, self.memory = tuple(state["labels"]), frozenset(state.get("memory") or ())
+        self.floor, self.select = float(state.get("floor") or 0.0), state.get("select")
+        self.result.undecided = list(state.get("undecided") or ())
+        self.result.notes.extend(n for n in state.get("notes") or () if n not in self.result.notes)
+        self.result.state = dict(state)
+        if not self.labels:
+            return False
+        self.result.rows = step.rows
+        self.progress("rows under test: " + "; ".join(r.text() for r in self.result.rows))
         return True
 
     def _ask(self, index: int) -> str:
         """The verdict on commit `index`: DIFFERENT (has the change), SAME, UNKNOWN, or SKIPPED (it does not
         install, import or run; GOOD and BAD did, at the endpoints)."""
         commit, role, start = self.commits[index], "head", time.monotonic()
+        described = self.line.name(commit)
+        if self._reused("skip", "", described, tentative=True) is not None:  # the earlier search could not run it
+            self.result.skipped[described] = self.result.steps[-1].notes[0] if self.result.steps[-1].notes else ""
+            return SKIPPED
         try:
             _, step = self._compare(SEARCH, self.good, commit)
             if step.verdict != UNKNOWN or self.result.comparisons >= self.budget:
@@ -236,6 +373,7 @@ class _Searcher:
             self.result.steps.append(Step("skip", "", described, SKIPPED, self.floor,
                                           seconds=time.monotonic() - start, notes=(reason,)))
             self.progress(f"{described}: skipped, {reason}")
+            self.on_step(self.result)
             return SKIPPED
 
     def run(self) -> Search:
@@ -249,6 +387,9 @@ class _Searcher:
             self._search()
         finally:
             self.result.seconds = time.monotonic() - start
+            if self.reused:
+                self.result.notes.append(f"steps 1–{self.reused} were measured by an earlier search and taken from "
+                                         f"its answer ({self.source}); the time above is this run's.")
         return self.result
 
     def _search(self) -> None:
@@ -311,6 +452,9 @@ class _Searcher:
                                          "change in the range adds to it.")
 
 
-def search(query: Query, plan: Plan, project: Project, progress: Callable[[str], None]) -> Search:
-    """The search of the module docstring; UsageError (GateInputError) when GOOD and BAD cannot be compared."""
-    return _Searcher(query, plan, project, progress).run()
+def search(query: Query, plan: Plan, project: Project, progress: Callable[[str], None],
+           replay: Replay | None = None, on_step: Callable[[Search], None] | None = None) -> Search:
+    """The search of the module docstring; UsageError (GateInputError) when GOOD and BAD cannot be compared.
+    `replay`: an earlier search's steps, taken where they ask the same questions (`load_replay`); `on_step(search)`
+    after every step, e.g. to save the steps so far."""
+    return _Searcher(query, plan, project, progress, replay, on_step).run()

@@ -9,14 +9,16 @@ import dataclasses
 from collections import Counter
 
 from ..fmt import cell, code, fmt_duration, table
-from .bisect import CULPRIT, INCONCLUSIVE, NO_REGRESSION, UNDECIDED, Search, Step
+from .bisect import CULPRIT, INCONCLUSIVE, NO_REGRESSION, REPLAY_FORMAT, UNDECIDED, Search, Step
 
 EXIT_MEANING = ("exit 0: no regression between GOOD and BAD; 1: culprit found and confirmed against its parent; "
                 "3: GOOD and BAD differ but the culprit was not pinned down (the candidates left are named); 4: "
                 "undecided, no row slower but some the endpoints could not tell apart; 2: unusable input.")
 
 
-def _headline(search: Search, shown) -> str:
+def _headline(search: Search, shown, unfinished: str | None = None) -> str:
+    if unfinished:
+        return f"{unfinished.upper()} after {len(search.steps)} step(s), no answer yet"
     if search.answer == CULPRIT:
         return f"CULPRIT {shown(search.culprit)}"
     if search.answer == INCONCLUSIVE:
@@ -36,22 +38,24 @@ def _rows_cell(step: Step) -> str:
     return f"{len(step.rows)} rows: " + ", ".join(f"{n} {v}" for v, n in counts.most_common()) + spread
 
 
-def render(search: Search, markdown: bool = False) -> str:
+def render(search: Search, markdown: bool = False, unfinished: str | None = None) -> str:
     """The answer first (culprit, or the commits left, or no regression), the rows under test, what differs at the
-    culprit, every step with its verdict and time, then notes."""
+    culprit, every step with its verdict and time, then notes. `unfinished`: the steps of a search stopped before its
+    answer ("interrupted"), said as such."""
     shown = code if markdown else str  # in Markdown, what a person wrote (subjects, names, paths) is a code span
     in_cell = cell if markdown else str
 
     def short(name: str) -> str:  # a commit by its abbreviated hash, a release by its whole name
         return name.split(" ")[0] if search.unit == "commit" else name
     bullet = "- " if markdown else "  "
-    out = [f"{'## ' if markdown else ''}sdpa-bench bisect: {_headline(search, shown)} — GOOD {shown(search.good)}, "
+    out = [f"{'## ' if markdown else ''}sdpa-bench bisect: {_headline(search, shown, unfinished)} — GOOD "
+           f"{shown(search.good)}, "
            f"BAD {shown(search.bad)}, {len(search.commits)} {search.unit}(s), {search.comparisons} comparison(s), "
            f"{fmt_duration(search.seconds)}", ""]
     if search.rows:
         out += ["Slower or bigger at BAD than at GOOD (the rows under test):"]
         out += [f"{bullet}{shown(r.text())}" for r in search.rows] + [""]
-    if search.answer == CULPRIT:
+    if search.answer == CULPRIT and not unfinished:
         confirm = search.steps[-1]
         out += [f"Culprit {shown(search.culprit)}, against its parent {shown(confirm.base)}:"]
         out += [f"{bullet}{shown(r.text())}" for r in confirm.rows]
@@ -59,7 +63,7 @@ def render(search: Search, markdown: bool = False) -> str:
             out += [f"{bullet}files changed: " + ", ".join(shown(f) for f in search.files[:20])
                     + (f" and {len(search.files) - 20} more" if len(search.files) > 20 else "")]
         out += [f"{bullet}{shown(n)}" for n in confirm.notes if not n.startswith("adaptive")] + [""]
-    elif search.answer == INCONCLUSIVE:
+    elif search.answer == INCONCLUSIVE and not unfinished:
         out += [f"The first slower {search.unit} is one of:"] + [f"{bullet}{shown(c)}" + (
             f" (skipped: {shown(search.skipped[c])})" if c in search.skipped else "") for c in search.among] + [""]
     if search.steps:
@@ -70,7 +74,7 @@ def render(search: Search, markdown: bool = False) -> str:
                        fmt_duration(s.seconds)]
                       for i, s in enumerate(search.steps, 1)], markdown).splitlines()
     notes = [*search.notes, EXIT_MEANING]
-    if search.answer in (NO_REGRESSION, UNDECIDED) and not search.rows:
+    if search.answer in (NO_REGRESSION, UNDECIDED) and not search.rows and not unfinished:
         notes.insert(0, "no benchmark was slower at BAD than at GOOD by more than the gate's floor; nothing was "
                         "searched.")
     out += ["", "Steps' rows in full: --json."] if any(len(s.rows) > 1 for s in search.steps) else []
@@ -78,10 +82,12 @@ def render(search: Search, markdown: bool = False) -> str:
     return "\n".join(out) + "\n"
 
 
-def as_dict(search: Search) -> dict:
+def as_dict(search: Search, unfinished: str | None = None) -> dict:
     """JSON-ready: the answer and exit code, the culprit or the commits left, the rows under test, every step. Each
     commit is named as the text shows it ("abc1234 subject") and, under the same key with `_id`, by its full hash
-    (a release by its version), for a script to check out or tag."""
+    (a release by its version), for a script to check out or tag. `resume` holds what a search that resumes this
+    one needs (`bisect --resume`). `unfinished` ("in progress", "interrupted"): the steps so far, with that as the
+    answer and no exit code."""
     ids = search.ids.get
     return {"answer": search.answer, "exit_code": search.exit_code, "good": search.good, "bad": search.bad,
             "good_id": ids(search.good), "bad_id": ids(search.bad), "culprit_id": ids(search.culprit or ""),
@@ -90,4 +96,6 @@ def as_dict(search: Search) -> dict:
             "skipped": search.skipped, "undecided": search.undecided,
             "rows": [dataclasses.asdict(r) for r in search.rows],
             "comparisons": search.comparisons, "seconds": round(search.seconds, 1),
-            "steps": [dataclasses.asdict(s) for s in search.steps], "notes": search.notes}
+            "steps": [dataclasses.asdict(s) for s in search.steps], "notes": search.notes,
+            "resume": {"format": REPLAY_FORMAT, "settings": search.settings, "state": search.state}} | (
+        {"answer": unfinished, "exit_code": None} if unfinished else {})
