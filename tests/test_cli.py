@@ -1,6 +1,7 @@
 """The command line as a user runs it: real subprocesses, real sweeps, every file checked, kill and resume."""
 from __future__ import annotations
 
+import copy
 import csv
 import json
 import re
@@ -173,23 +174,27 @@ def test_killed_run_resumes_without_repeating_finished_points(tmp_path):
 
 
 def test_sigterm_stops_a_run_the_way_ctrl_c_does(tmp_path):
-    """A batch scheduler's time limit sends SIGTERM: the finished points, a report and the resume command stay."""
-    out = tmp_path / "terminated"
+    """A batch scheduler's time limit sends SIGTERM: the finished points, a report and the resume command stay (one
+    that can be pasted, for a folder with a space). Meanwhile no other `run` may write the same folder."""
+    out = tmp_path / "terminated run"
     cmd = [sys.executable, "-m", "sdpa_impls", "run", "--preset", "smoke", "--impl", "naive", "--out", str(out),
-           *CPU, "--budget", "0.25", "--min-reps", "2", "--warmup", "1", "--no-memory", "--no-plots"]
+           *CPU, "--budget", "1", "--min-reps", "2", "--warmup", "1", "--no-memory", "--no-plots"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
         if (out / "results.json").exists() and load(out)["results"]:
             break
         time.sleep(0.05)
+    second = cli("run", "--preset", "smoke", "--impl", "naive", "--out", str(out), "--resume", *CPU)
+    assert second.returncode == 2 and "is being written by another `sdpa-bench run` (process " in second.stderr, \
+        second.stderr
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     saved = load(out)["results"]
     assert 1 <= len(saved) < len(preset("smoke")), "the run finished before it could be terminated"
     assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
     assert f"terminated (SIGTERM); {len(saved)} of {len(preset('smoke'))} points are saved" in err
-    assert f"sdpa-bench run --out {out} --resume" in err.strip().splitlines()[-1] and "Traceback" not in err
+    assert f"sdpa-bench run --out '{out}' --resume" in err.strip().splitlines()[-1] and "Traceback" not in err
     assert (out / "report.md").exists()
 
 
@@ -263,6 +268,16 @@ def test_list_shows_every_implementation_and_why_xformers_cannot_run(tmp_path):
         assert len(reasons) == len(set(reasons)), block  # each reason said once, not once per dtype
 
 
+def test_a_reader_that_goes_away_is_no_error_of_the_tool():
+    """`sdpa-bench list | head -1`: the pipe closes before the tool has written; the status is the one a shell gives a
+    writer its pipe stopped (141), with no message, not exit 2 and "an error sdpa-bench did not foresee"."""
+    proc = subprocess.Popen([sys.executable, "-m", "sdpa_impls", "list", *CPU], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()  # the reader is gone before the first line
+    err = proc.stderr.read()
+    assert proc.wait(timeout=150) == 141 and not err.strip(), err
+
+
 def test_list_says_each_reason_once_and_labels_what_it_stops():
     from sdpa_impls.cli.list import _grouped
     everywhere = {"fp32": ["a", "b", "fp32 is not supported"], "bf16": ["a", "b"], "fp16": ["a", "b"]}
@@ -279,6 +294,8 @@ def test_list_says_each_reason_once_and_labels_what_it_stops():
     (["run", "--preset", "smoke", "--budget", "-1"], "--budget must be >= 0"),
     (["run", "--preset", "smoke", "--device", "cpu", "--cuda-graph"], "--cuda-graph needs --device cuda"),
     (["run", "--preset", "smoke", "--min-sample", "-1"], "--min-sample must be >= 0"),
+    (["run", "--preset", "smoke", "--min-sample", "nan"], "--min-sample must be >= 0 seconds and finite; got nan"),
+    (["run", "--preset", "smoke", "--budget", "inf"], "--budget must be >= 0 seconds and finite; got inf"),
     (["report", "{tmp}/nothing-here"], "does not exist"),
     # what argparse refuses is one line too, not the usage block before it
     (["continuous", "--preset", "smok"], "sdpa-bench continuous: error: argument --preset: invalid choice: 'smok'"),
@@ -317,6 +334,24 @@ def test_unwritable_out_corrupt_resume_and_existing_results_exit_2(tmp_path):
                "--no-memory", "--no-plots")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert len(load(corrupt)["results"]) == len(preset("smoke"))
+    doc = load(corrupt)  # edited by hand: the right keys holding the wrong things, or a point twice
+    for name, edit, said in (("none", {"impls": None}, "meta.impls should be a list, not NoneType"),
+                             ("twice", None, "is there twice")):
+        damaged = tmp_path / name
+        damaged.mkdir()
+        text = copy.deepcopy(doc)
+        if edit:
+            text["meta"] |= edit
+        else:
+            text["results"].append(text["results"][0])
+        (damaged / "results.json").write_text(json.dumps(text))
+        proc = cli("report", str(damaged))
+        assert proc.returncode == 2 and said in proc.stderr and str(damaged) in proc.stderr, proc.stderr
+        assert proc.stderr.count("\n") == 1, proc.stderr
+    (corrupt / "report.md").unlink()
+    (corrupt / "report.md").mkdir()  # a folder where the report goes: the results stay, and the message says so
+    proc = cli("report", str(corrupt))
+    assert proc.returncode == 2 and "report.md: cannot write" in proc.stderr and "are saved" in proc.stderr
 
 
 def test_a_resume_with_other_options_is_refused_in_the_options_words(smoke):

@@ -22,8 +22,12 @@ def test_the_shard_comes_from_torchrun_or_a_slurm_array() -> None:
     assert auto_shard({"SLURM_ARRAY_TASK_ID": "1", "SLURM_ARRAY_TASK_MIN": "1", "SLURM_ARRAY_TASK_COUNT": "4"}) \
         == (1, 4, None)  # `sbatch --array=1-4`
     assert auto_shard({"SLURM_ARRAY_TASK_ID": "3", "SLURM_ARRAY_TASK_COUNT": "4"}) == (4, 4, None)  # --array=0-3
+    assert auto_shard({"SLURM_ARRAY_TASK_ID": "8", "SLURM_ARRAY_TASK_MIN": "0", "SLURM_ARRAY_TASK_STEP": "4",
+                       "SLURM_ARRAY_TASK_COUNT": "4"}) == (3, 4, None)  # --array=0-12:4
     with pytest.raises(UsageError, match="neither is set: give --shard I/N"):
         auto_shard({})
+    with pytest.raises(UsageError, match=r"--shard auto: RANK=5, WORLD_SIZE=2 is no shard of 1 to 2"):
+        auto_shard({"RANK": "5", "WORLD_SIZE": "2"})  # named as the launcher set it, not as a shard never typed
     with pytest.raises(UsageError, match="not a number"):
         auto_shard({"RANK": "x", "WORLD_SIZE": "2"})
 

@@ -5,7 +5,9 @@ import argparse
 import contextlib
 import dataclasses
 import datetime
+import math
 import os
+import shlex
 import signal
 import sys
 from pathlib import Path
@@ -18,6 +20,7 @@ from ..bench.machine import busy_cpus, machine_differences, machine_info, source
 from ..bench.measure import Options, run_case
 from ..errors import UsageError
 from ..fmt import fmt_duration
+from ..impls._tiled.budget import bf16_override
 from ..registry import PluginLoadError, loaded, names
 from ..report import results as store
 from ..report.write import write_report
@@ -75,16 +78,28 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 def auto_shard(env: dict[str, str]) -> tuple[int, int, int | None]:
     """(I, N, local rank or None) of this process from its launcher: torchrun (RANK, WORLD_SIZE, LOCAL_RANK) or a
-    SLURM job array (SLURM_ARRAY_TASK_ID counted from SLURM_ARRAY_TASK_MIN, SLURM_ARRAY_TASK_COUNT)."""
+    SLURM job array (SLURM_ARRAY_TASK_ID counted from SLURM_ARRAY_TASK_MIN in steps of SLURM_ARRAY_TASK_STEP,
+    SLURM_ARRAY_TASK_COUNT). UsageError naming the variables where they give no shard of 1..N."""
     try:
         if "RANK" in env and "WORLD_SIZE" in env:
             local = env.get("LOCAL_RANK")
-            return int(env["RANK"]) + 1, int(env["WORLD_SIZE"]), int(local) if local is not None else None
-        if "SLURM_ARRAY_TASK_ID" in env and "SLURM_ARRAY_TASK_COUNT" in env:
-            first = int(env.get("SLURM_ARRAY_TASK_MIN", "0"))
-            return int(env["SLURM_ARRAY_TASK_ID"]) - first + 1, int(env["SLURM_ARRAY_TASK_COUNT"]), None
+            index, count = int(env["RANK"]) + 1, int(env["WORLD_SIZE"])
+            names, local_rank = ("RANK", "WORLD_SIZE"), int(local) if local is not None else None
+        elif "SLURM_ARRAY_TASK_ID" in env and "SLURM_ARRAY_TASK_COUNT" in env:
+            first, step = int(env.get("SLURM_ARRAY_TASK_MIN", "0")), int(env.get("SLURM_ARRAY_TASK_STEP", "1"))
+            offset = int(env["SLURM_ARRAY_TASK_ID"]) - first
+            index = offset // step + 1 if step > 0 and offset % step == 0 else 0
+            count, local_rank = int(env["SLURM_ARRAY_TASK_COUNT"]), None
+            names = ("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_STEP", "SLURM_ARRAY_TASK_COUNT")
+        else:
+            names = ()
     except ValueError as exc:
         raise UsageError(f"--shard auto: the launcher's environment is not a number: {exc}") from None
+    if names:
+        if not 1 <= index <= count:
+            shown = ", ".join(f"{n}={env[n]}" for n in names if n in env)
+            raise UsageError(f"--shard auto: {shown} is no shard of 1 to {count}")
+        return index, count, local_rank
     raise UsageError("--shard auto takes its shard from torchrun (RANK, WORLD_SIZE) or a SLURM job array "
                      "(SLURM_ARRAY_TASK_ID, SLURM_ARRAY_TASK_COUNT); neither is set: give --shard I/N")
 
@@ -110,10 +125,10 @@ def _options(args: argparse.Namespace) -> tuple[dict, Options]:
     for k in ("min_reps", "max_reps", "warmup"):
         if given.get(k, 1) < (0 if k == "warmup" else 1):
             raise UsageError(f"{OPTION_FLAGS[k]} must be {'>= 0' if k == 'warmup' else '>= 1'}; got {given[k]}")
-    if given.get("min_sample_s", 0.0) < 0:
-        raise UsageError(f"--min-sample must be >= 0 seconds; got {given['min_sample_s']}")
-    if given.get("budget_s", 1.0) < 0:
-        raise UsageError(f"--budget must be >= 0 seconds; got {given['budget_s']}")
+    if not 0 <= given.get("min_sample_s", 0.0) < math.inf:
+        raise UsageError(f"--min-sample must be >= 0 seconds and finite; got {given['min_sample_s']}")
+    if not 0 <= given.get("budget_s", 1.0) < math.inf:
+        raise UsageError(f"--budget must be >= 0 seconds and finite; got {given['budget_s']}")
     opts = Options(**given)
     if opts.min_reps > opts.max_reps:
         raise UsageError(f"--min-reps {opts.min_reps} exceeds --max-reps {opts.max_reps}")
@@ -241,6 +256,10 @@ def run(args: argparse.Namespace) -> int:
             torch.cuda.set_device(local_rank)  # one GPU per torchrun process on this node
     impls = _impls(args.impl)
     given, opts = _options(args)
+    try:  # read by every bf16 call of chunked and fused on a CPU: a typo would fail those points one by one
+        bf16_override()
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     if device != "cuda" and (opts.flush_l2 or opts.cuda_graph):
         raise UsageError(f"{'--flush-l2' if opts.flush_l2 else '--cuda-graph'} needs --device cuda")
     if args.shard:
@@ -255,6 +274,13 @@ def run(args: argparse.Namespace) -> int:
     else:
         out = args.out or Path("results") / (preset + (f"-shard{args.shard.replace('/', 'of')}" if args.shard else ""))
     store.prepare_dir(out)
+    with store.only_writer(out):
+        return _sweep(args, device, preset, impls, given, opts, out)
+
+
+def _sweep(args: argparse.Namespace, device: str, preset: str, impls: list[str] | None, given: dict, opts: Options,
+           out: Path) -> int:
+    """The sweep into `out`, which no other `run` writes meanwhile: new, resumed or overwritten; its exit code."""
     existing = (out / store.RESULTS_FILE).exists()
     if args.resume and args.overwrite:
         raise UsageError("--resume continues the sweep in --out and --overwrite replaces it: choose one")
@@ -289,6 +315,7 @@ def run(args: argparse.Namespace) -> int:
             meta.update(run_ceilings.meta())
             store.save(out, sweep)
             run_pending(sweep, out, progress, run_ceilings)
+            judge(sweep, run_ceilings)  # the last ceilings' sample: an interrupt there still saves and reports
     except KeyboardInterrupt as exc:
         progress.close()
         meta["wall_s"] = meta.get("wall_s", 0.0) + progress.wall_s
@@ -296,9 +323,9 @@ def run(args: argparse.Namespace) -> int:
         write_report(out, sweep, plots=False)
         how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
         print(f"sdpa-bench: {how}; {len(sweep.done())} of {total} points are saved in "  # last: what to do next
-              f"{out / store.RESULTS_FILE}; continue with: sdpa-bench run --out {out} --resume", file=sys.stderr)
+              f"{out / store.RESULTS_FILE}; continue with: sdpa-bench run --out {shlex.quote(str(out))} --resume",
+              file=sys.stderr)
         return 128 + signal.SIGTERM if isinstance(exc, Terminated) else 130
-    judge(sweep, run_ceilings)
     progress.close()
     meta["wall_s"] = meta.get("wall_s", 0.0) + progress.wall_s
     meta["finished"] = _now()

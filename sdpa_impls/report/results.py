@@ -1,6 +1,7 @@
 """A sweep's results file (results.json): atomic incremental writes, loading for --resume and report, merging shards."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -18,6 +19,9 @@ _RESULT_FIELDS = {f.name for f in dataclasses.fields(Result)}
 OUTPUTS = (RESULTS_FILE, "results.csv", "report.md", "time-*.png", "memory-*.png", "roofline.png",
            "structures-*.png")
 REQUIRED_META = ("preset", "device", "impls", "case_ids", "options", "machine")
+# what each of them, and the optional lists, must be: a file edited by hand fails here, naming the field
+META_TYPES = {"preset": str, "device": str, "impls": list, "case_ids": list, "options": dict, "machine": dict,
+              "sessions": list, "merged_from": list}
 
 
 @dataclass
@@ -91,7 +95,17 @@ def load(directory: Path) -> Sweep:
         missing = [k for k in REQUIRED_META if k not in meta]
         if missing:
             raise KeyError(", ".join(missing))
+        for key, kind in META_TYPES.items():
+            if key in meta and not isinstance(meta[key], kind):
+                raise TypeError(f"meta.{key} should be a {kind.__name__}, not {type(meta[key]).__name__}")
+        if not all(isinstance(x, str) for x in [*meta["impls"], *meta["case_ids"]]):
+            raise TypeError("meta.impls and meta.case_ids should hold names")
         options(meta)
+        seen = set()
+        for r in results:
+            if (r.case.id, r.impl) in seen:
+                raise ValueError(f"{r.impl} on {r.case.id} is there twice")
+            seen.add((r.case.id, r.impl))
     except (KeyError, TypeError, ValueError) as exc:
         raise UsageError(f"{path} has a malformed entry ({type(exc).__name__}: {exc}); it is corrupt") from None
     return Sweep(meta, results)
@@ -108,6 +122,39 @@ def clear_outputs(directory: Path) -> None:
     for pattern in OUTPUTS:
         for path in Path(directory).glob(pattern):
             path.unlink()
+
+
+LOCK_FILE = ".sdpa-bench-run.lock"
+
+
+@contextlib.contextmanager
+def only_writer(directory: Path):
+    """While it is held, no other `run` may write DIR: a second one, started before the first saved anything or
+    resuming it meanwhile, would measure the same points on the same CPUs and replace the first one's file. An
+    advisory lock (flock) on DIR/.sdpa-bench-run.lock, released when the process ends however it ends; UsageError
+    naming the holder where another process has it. Where the system has no flock, nothing is locked."""
+    try:
+        import fcntl
+    except ImportError:  # not a POSIX system
+        yield
+        return
+    path = Path(directory) / LOCK_FILE
+    with open(path, "a+", encoding="utf-8") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            raise UsageError(f"{directory} is being written by another `sdpa-bench run` ({holder}): wait for it to "
+                             "finish, or choose another --out") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"process {os.getpid()}\n")
+        handle.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def prepare_dir(directory: Path) -> Path:

@@ -5,9 +5,11 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+from ..errors import UsageError
+
 from .csvfile import CSV_FILE, write_csv
 from .markdown import REPORT_FILE, write_markdown
-from .results import Sweep
+from .results import RESULTS_FILE, Sweep
 from .tables import SweepTable, tables
 
 
@@ -20,6 +22,15 @@ def write_report(directory: Path, sweep: Sweep, stdout: TextIO | None = None, pl
     directory = Path(directory)
     layout = SweepTable(sweep)
     print(tables(layout), file=stdout)
+    try:
+        return _write_files(directory, sweep, layout, plots)
+    except OSError as exc:  # e.g. a folder where report.md goes: results.json, written before, stays as it is
+        raise UsageError(f"{exc.filename or directory}: cannot write ({exc.strerror or exc}); the results in "
+                         f"{directory / RESULTS_FILE} are saved; once it can be written, `sdpa-bench report "
+                         f"{directory}` writes the report") from None
+
+
+def _write_files(directory: Path, sweep: Sweep, layout: SweepTable, plots: bool) -> list[Path]:
     files = [write_csv(directory / CSV_FILE, sweep.results)]
     images: list[tuple[str, str]] = []
     if plots:
