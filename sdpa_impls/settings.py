@@ -46,8 +46,12 @@ def read_toml(path: Path) -> dict:
         raise UsageError(f"{path}: not valid TOML ({exc})") from None
 
 
-def section(doc: dict, *keys: str) -> object:
-    """doc[tool][sdpa_bench][keys...], or None where any level is missing."""
+def section(doc: dict, *keys: str, path: str | Path = "pyproject.toml") -> object:
+    """doc[tool][sdpa_bench][keys...], or None where any level is missing. A table spelled as the command is,
+    [tool.sdpa-bench], would be read by nothing: UsageError naming `path`."""
+    tools = doc.get("tool") if isinstance(doc, dict) else None
+    if isinstance(tools, dict) and "sdpa-bench" in tools and "sdpa_bench" not in tools:
+        raise UsageError(f"{path}: [tool.sdpa-bench] is not read: the table is [tool.sdpa_bench], with an underscore")
     for key in (*SECTION, *keys):
         doc = doc.get(key) if isinstance(doc, dict) else None
     return doc
@@ -102,7 +106,7 @@ def apply(top: argparse.ArgumentParser, parser: argparse.ArgumentParser, argv: l
     path = find_pyproject(start)
     if path is None:
         return ""
-    tables = section(read_toml(path))
+    tables = section(read_toml(path), path=path)
     if tables is None:
         return ""
     if not isinstance(tables, dict) or not all(isinstance(t, dict) for t in tables.values()):

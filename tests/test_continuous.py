@@ -129,13 +129,14 @@ def test_unchanged_code_passes_and_undecided_benchmarks_get_rounds_of_their_own(
     readme.write_text(before + "\nAn edit that changes no code.\n")
     config = tmp_path / "gate.toml"
     config.write_text('time_reference = "torch_sdpa"\ncontinuous_time = "median:0%"\nalpha = 1e-300\n')
-    kept = tmp_path / "runs"
+    kept = tmp_path / "runs"  # given relative to the folder the command runs in, as a user types it
     # one extra round, however fast this machine is (a budget in seconds alone allows one on one machine, two or
     # none on another): the mechanics, not a verdict
     fast = FAST[:-2] + ["--adaptive-budget", "600", "--adaptive-rounds", "1"]
     try:
         code, out, err = continuous(repo["path"], repo["good"], *fast, "--seed", "7", "--config", str(config),
-                                    "--keep-runs", str(kept), "--json", str(tmp_path / "v.json"))
+                                    "--keep-runs", os.path.relpath(kept, repo["path"]),
+                                    "--json", str(tmp_path / "v.json"))
     finally:
         readme.write_text(before)
     assert code == 0, out + err  # undecided benchmarks do not fail

@@ -75,8 +75,9 @@ def test_a_session_with_other_benchmarks_is_gated_on_the_suites_alone(tmp_path: 
                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "6 passed" in done.stdout, done.stdout + done.stderr
     (tmp_path / "base.json").write_text((tmp_path / "both.json").read_text())
-    code, out, err = gate(tmp_path, "--baseline", "base.json", "--candidate", "both.json")
-    assert code == 0 and "naive" in out, out + err
+    code, out, err = gate(tmp_path, "--baseline", "base.json", "--candidate", "both.json", "--markdown",
+                          "new/folder/verdict.md")  # a folder made for it, as compare and continuous do
+    assert code == 0 and "naive" in out and (tmp_path / "new/folder/verdict.md").is_file(), out + err
     for path in ("base.json", "both.json"):
         assert f"{path}: left out 1 benchmark not from sdpa-bench's suite (test_mine.py::test_my_kernel)" in err, err
     mine = json.loads((tmp_path / "both.json").read_text())

@@ -7,8 +7,10 @@ Option defaults may come from the project's pyproject.toml, [tool.sdpa_bench.<co
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
+import signal
 import sys
 from typing import NoReturn
 
@@ -87,6 +89,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("sdpa-bench: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader of stdout went away (`sdpa-bench list | head -1`): no error of ours
+        with contextlib.suppress(OSError):  # nothing more reaches the closed pipe, not even at exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE  # what a shell reports for a writer the pipe stopped
     except Exception as exc:  # a CI reads exit 1 as "regression" or "wrong": anything unforeseen is 2, one line
         if os.environ.get(TRACEBACK_ENV):
             raise

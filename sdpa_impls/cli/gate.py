@@ -25,6 +25,7 @@ from ..gate.compare import compare_points
 from ..gate.config import load_config
 from ..gate.points import load_points
 from ..gate.render import render_verdict, verdict_dict
+from .outputs import writable
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_UNUSABLE = 0, 1, 2
 
@@ -50,6 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _write(path: str, text: str) -> None:
     try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(text, encoding="utf-8")
     except OSError as exc:
         raise GateInputError(f"{path}: cannot write ({exc.strerror or exc})") from None
@@ -58,6 +60,7 @@ def _write(path: str, text: str) -> None:
 def run(args: argparse.Namespace) -> int:
     """Exit code: 0 pass, 1 regression, 2 unusable input (one message on stderr, no traceback)."""
     try:
+        writable(args.markdown, args.json)  # before the verdict: a path that cannot be written is not a verdict
         config = load_config(args.config)
         missing = [str(path) for path in [*(args.baseline or ()), *args.candidate] if not os.path.lexists(path)]
         if missing:  # every one named at once, not one a try

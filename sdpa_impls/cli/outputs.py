@@ -114,6 +114,8 @@ def guarded(command: str, body: Callable[[], int]) -> int:
     except UsageError as exc:
         print(redact(f"sdpa-bench {command}: error: {exc}"), file=sys.stderr)
         return USAGE_EXIT
+    except BrokenPipeError:  # the reader of stdout went away: the command's main says so
+        raise
     except Exception as exc:
         if os.environ.get("SDPA_BENCH_TRACEBACK"):
             raise

@@ -170,7 +170,7 @@ def _measure(plan: Plan, sides: Prepared, schedule: Schedule, work: Path, progre
     if plan.time_floor is not None:
         rule = f"median:{(plan.time_floor - 1) * 100:.6g}%"
         config = dataclasses.replace(config, continuous_time=rule, continuous_time_cuda=rule)
-    runs = Path(plan.keep_runs) if plan.keep_runs else work / "runs"
+    runs = Path(plan.keep_runs).resolve() if plan.keep_runs else work / "runs"  # the sides run in other folders
     runs.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     why_not = unpairable(base, head, cpu) if plan.paired else "--separate-processes"

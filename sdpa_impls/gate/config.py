@@ -191,13 +191,13 @@ def load_config(path: str | Path | None = None, start: str | Path | None = None)
         path = Path(path)
         doc = _read_toml(path)
         if "tool" in doc:
-            table = section(doc, "gate")
+            table = section(doc, "gate", path=path)
             if table is None:
                 raise GateInputError(f"{path}: has no [tool.sdpa_bench.gate] section")
             return _layered(table, f"{path} [tool.sdpa_bench.gate]")
         return _layered(doc, str(path))
     candidate = find_pyproject(start)
-    table = section(_read_toml(candidate), "gate") if candidate is not None else None
+    table = section(_read_toml(candidate), "gate", path=candidate) if candidate is not None else None
     if table is not None:
         return _layered(table, f"{candidate} [tool.sdpa_bench.gate]")
     return config_from_dict(_read_toml(DEFAULTS_FILE), f"{DEFAULTS_SOURCE} ({DEFAULTS_FILE.name})")
