@@ -1,6 +1,7 @@
 """report.md: the machine, the sweep, the plots and every table, in one Markdown file beside the results."""
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from ..bench.machine import describe_cpu
@@ -142,7 +143,7 @@ def write_markdown(path: Path, sweep: Sweep, layout: SweepTable, images: list[tu
              "matched the fp64 reference.\n"]
     if not sweep.complete:
         parts.append(f"**Incomplete**: {len(sweep.done())} of {sweep.planned} points finished "
-                     f"(continue with `sdpa-bench run --out {path.parent} --resume`).\n")
+                     f"(continue with `sdpa-bench run --out {shlex.quote(str(path.parent))} --resume`).\n")
     if layout.cases:
         parts.append(summary(layout, markdown=True))
     if layout.not_run:
