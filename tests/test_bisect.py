@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from sdpa_impls.cli import main
-from sdpa_impls.continuous.bisect import UNDECIDED, Search, comparison_budget
+from sdpa_impls.continuous.bisect_answer import UNDECIDED, Search, comparison_budget
 from sdpa_impls.continuous.bisect_render import render
 from sdpa_impls.continuous.lines import between
 from sdpa_impls.continuous.revisions import first_parents

@@ -221,7 +221,8 @@ def test_shards_are_disjoint_and_merge_into_the_whole_preset(tmp_path):
     assert "Code that measured it: shard 1/2: " in said and "; shard 2/2: " in said, said[:1500]
     for d, shard in zip(dirs, ("1/2", "2/2")):  # and the ceilings each shard's points are judged against
         gemm = load(d)["meta"]["ceilings"]["gemm_flops_fp32"]
-        assert re.search(rf"\| ceilings measured by shard {shard} \|[^\n]*GEMM fp32 {gemm / 1e12:.3g} TFLOP/s", said), said
+        row = rf"\| ceilings measured by shard {shard} \|[^\n]*GEMM fp32 {gemm / 1e12:.3g} TFLOP/s"
+        assert re.search(row, said), said
     assert "ceilings measured in this run" not in said
     pooled = {}  # the merged sweep's own ceilings pool both shards' samples: each dtype's roof is there
     for d in dirs:

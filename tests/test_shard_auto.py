@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from sdpa_impls.bench.grid import preset
-from sdpa_impls.cli.run import auto_shard
+from sdpa_impls.cli.shards import auto_shard
 from sdpa_impls.errors import UsageError
 
 FAST = ["--device", "cpu", "--impl", "naive,fused", "--budget", "0.005", "--min-reps", "2", "--warmup", "1",

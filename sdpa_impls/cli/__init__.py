@@ -82,7 +82,9 @@ def main(argv: list[str] | None = None) -> int:
             return exc.code if isinstance(exc.code, int) else USAGE_EXIT
         # defaults of the project's [tool.sdpa_bench.<command>] for what the command line leaves unset
         settings.apply(parser, command, argv, args, args.command, COMMANDS)
-        return int(module.run(args))
+        code = int(module.run(args))
+        sys.stdout.flush()  # a reader that went away shows here, in the handler below, not at the interpreter's exit
+        return code
     except UsageError as exc:
         print(redact(f"sdpa-bench: error: {exc}"), file=sys.stderr)
         return USAGE_EXIT

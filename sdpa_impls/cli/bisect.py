@@ -26,15 +26,17 @@ import sys
 from pathlib import Path
 
 from ..bench.grid import PRESETS
-from ..continuous.bisect import INTERRUPTED, IN_PROGRESS, Query, Search, load_replay, search
+from ..continuous.bisect import search
+from ..continuous.bisect_answer import Query, Search
+from ..continuous.bisect_replay import INTERRUPTED, IN_PROGRESS, load_replay
 from ..continuous.bisect_render import as_dict, render
 from ..continuous.comparison import Plan
 from ..continuous.project import find
 from ..continuous.steps import rows_from_verdict
 from ..credentials import redact
 from ..errors import UsageError
-from .outputs import add_measuring, guarded, impl_names, timed_progress, writable, write
-from .run import Terminated, terminate_as_interrupt
+from .outputs import (Terminated, add_measuring, guarded, impl_names, terminate_as_interrupt, timed_progress,
+                      writable, write)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -32,7 +32,8 @@ def _reasons(impl_name: str, case: Case, device: str) -> list[str]:
 
 
 def probe(impl_name: str, device: str) -> tuple[dict[str, bool | None], list[str]]:
-    """({dtype or feature: runs? (None = not probed)}, the reasons against, each once, labelled unless common to all)."""
+    """({dtype or feature: runs? (None = not probed)}, the reasons against: each once, labelled unless common to
+    all)."""
     verdict: dict[str, bool | None] = {}
     found: dict[str, list[str]] = {}
     for dtype in DTYPES:

@@ -13,8 +13,10 @@ any error (exit 2 for anything that is not an answer).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -122,3 +124,24 @@ def guarded(command: str, body: Callable[[], int]) -> int:
         first = (str(exc).strip().splitlines() or [""])[0]
         print(redact(f"sdpa-bench {command}: error: {type(exc).__name__}: {first}"), file=sys.stderr)
         return USAGE_EXIT
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM during a sweep or a search (a batch scheduler's time limit, `kill`): stopped as Ctrl-C stops it."""
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt():
+    """While a sweep or a search runs, SIGTERM raises `Terminated`, so a killed job saves what it finished the way an
+    interrupted one does; the previous handler comes back afterwards. Off the main thread, nothing changes."""
+    def stop(signum, frame):
+        raise Terminated()
+    try:
+        previous = signal.signal(signal.SIGTERM, stop)
+    except ValueError:  # signal handlers belong to the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import datetime
 import math
@@ -20,12 +19,13 @@ from ..bench.machine import busy_cpus, machine_differences, machine_info, source
 from ..bench.measure import Options, run_case
 from ..errors import UsageError
 from ..fmt import fmt_duration
-from ..impls._tiled.budget import bf16_override
+from ..impls._tiled.budget import BF16_ENV, bf16_compute
 from ..registry import PluginLoadError, loaded, names
 from ..report import results as store
 from ..report.write import write_report
-from .outputs import impl_names
+from .outputs import Terminated, impl_names, terminate_as_interrupt
 from .progress import Progress
+from .shards import auto_shard, parse_shard
 
 OPTION_FLAGS = {"budget_s": "--budget", "min_reps": "--min-reps", "max_reps": "--max-reps", "warmup": "--warmup",
                 "flush_l2": "--flush-l2", "cuda_graph": "--cuda-graph", "memory": "--no-memory",
@@ -63,45 +63,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--no-memory", dest="memory", action="store_const", const=False,
                    help="skip the peak-memory measurement")
     p.add_argument("--no-plots", action="store_true", help="write tables, CSV and report without PNGs")
-
-
-def parse_shard(text: str) -> tuple[int, int]:
-    """'I/N' with 1 <= I <= N -> (I, N); UsageError otherwise."""
-    try:
-        i, n = (int(part) for part in text.split("/"))
-    except ValueError:
-        raise UsageError(f"--shard {text!r} must look like I/N, e.g. 1/4 (shard 1 of 4)") from None
-    if n < 1 or not 1 <= i <= n:
-        raise UsageError(f"--shard {text!r}: need 1 <= I <= N (shards are numbered 1 to N)")
-    return i, n
-
-
-def auto_shard(env: dict[str, str]) -> tuple[int, int, int | None]:
-    """(I, N, local rank or None) of this process from its launcher: torchrun (RANK, WORLD_SIZE, LOCAL_RANK) or a
-    SLURM job array (SLURM_ARRAY_TASK_ID counted from SLURM_ARRAY_TASK_MIN in steps of SLURM_ARRAY_TASK_STEP,
-    SLURM_ARRAY_TASK_COUNT). UsageError naming the variables where they give no shard of 1..N."""
-    try:
-        if "RANK" in env and "WORLD_SIZE" in env:
-            local = env.get("LOCAL_RANK")
-            index, count = int(env["RANK"]) + 1, int(env["WORLD_SIZE"])
-            names, local_rank = ("RANK", "WORLD_SIZE"), int(local) if local is not None else None
-        elif "SLURM_ARRAY_TASK_ID" in env and "SLURM_ARRAY_TASK_COUNT" in env:
-            first, step = int(env.get("SLURM_ARRAY_TASK_MIN", "0")), int(env.get("SLURM_ARRAY_TASK_STEP", "1"))
-            offset = int(env["SLURM_ARRAY_TASK_ID"]) - first
-            index = offset // step + 1 if step > 0 and offset % step == 0 else 0
-            count, local_rank = int(env["SLURM_ARRAY_TASK_COUNT"]), None
-            names = ("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_STEP", "SLURM_ARRAY_TASK_COUNT")
-        else:
-            names = ()
-    except ValueError as exc:
-        raise UsageError(f"--shard auto: the launcher's environment is not a number: {exc}") from None
-    if names:
-        if not 1 <= index <= count:
-            shown = ", ".join(f"{n}={env[n]}" for n in names if n in env)
-            raise UsageError(f"--shard auto: {shown} is no shard of 1 to {count}")
-        return index, count, local_rank
-    raise UsageError("--shard auto takes its shard from torchrun (RANK, WORLD_SIZE) or a SLURM job array "
-                     "(SLURM_ARRAY_TASK_ID, SLURM_ARRAY_TASK_COUNT); neither is set: give --shard I/N")
 
 
 def _impls(requested: list[str] | None) -> list[str] | None:
@@ -222,27 +183,6 @@ def judge(sweep: store.Sweep, ceilings: RunCeilings) -> None:
     sweep.results[:] = [r.on_roofline(ceilings.values()) for r in sweep.results]
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM during a sweep (a batch scheduler's time limit, `kill`): stopped as Ctrl-C stops it."""
-
-
-@contextlib.contextmanager
-def terminate_as_interrupt():
-    """While the sweep runs, SIGTERM raises `Terminated`, so a killed job saves its points and its report the way
-    an interrupted one does; the previous handler comes back afterwards. Off the main thread, nothing changes."""
-    def stop(signum, frame):
-        raise Terminated()
-    try:
-        previous = signal.signal(signal.SIGTERM, stop)
-    except ValueError:  # signal handlers belong to the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def run(args: argparse.Namespace) -> int:
     device = args.device or grid.default_device()
     if device == "cuda" and not torch.cuda.is_available():
@@ -256,10 +196,11 @@ def run(args: argparse.Namespace) -> int:
             torch.cuda.set_device(local_rank)  # one GPU per torchrun process on this node
     impls = _impls(args.impl)
     given, opts = _options(args)
-    try:  # read by every bf16 call of chunked and fused on a CPU: a typo would fail those points one by one
-        bf16_override()
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    if os.environ.get(BF16_ENV, "").strip():  # read by each bf16 call of chunked and fused: checked once, here
+        try:
+            bf16_compute(torch.device("cpu"))  # as it is set, nothing is measured
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
     if device != "cuda" and (opts.flush_l2 or opts.cuda_graph):
         raise UsageError(f"{'--flush-l2' if opts.flush_l2 else '--cuda-graph'} needs --device cuda")
     if args.shard:

@@ -3,7 +3,7 @@ comparison of two revisions (continuous.comparison.compare: interleaved sides, r
 adaptive rounds), read as a three-way verdict. No statistics of its own: a step's verdict is verdict.decide's.
 
     search(query, plan, project, progress, replay=None, on_step=None) -> Search
-    load_replay(path, query, plan) -> Replay     # the steps of an earlier search (its --json), to resume or replay
+    (the answer and the query: continuous.bisect_answer; an earlier search's steps: continuous.bisect_replay)
 
 1. Endpoints: GOOD against BAD at the gate's floor (continuous_time, ×1.03 on a CPU). The rows under test are the
    benchmarks BAD is slower on; with none, the answer is "no regression between GOOD and BAD" and nothing is
@@ -38,7 +38,6 @@ BAD that cannot be measured).
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import time
 from collections.abc import Callable
@@ -52,130 +51,16 @@ from .assemble import Request
 from .comparison import Comparison, Plan, check_keyword, compare
 from .lines import commits, releases
 from .project import NONE, Project
+from .bisect_answer import (AGAINST_BAD, CONFIRM, CULPRIT, ENDPOINTS, INCONCLUSIVE, NO_REGRESSION, SEARCH, UNDECIDED,
+                            Query, Search, comparison_budget)
+from .bisect_replay import Replay, Resumable, settings_of
 from .revisions import uncommitted
-from .steps import (DIFFERENT, SAME, SKIPPED, UNKNOWN, RowStep, Step, memory_failed, row_steps, selection_of,
+from .steps import (DIFFERENT, SAME, SKIPPED, UNKNOWN, Step, memory_failed, row_steps, selection_of,
                     step_notes, verdict_of)
 from .verdict import SLOWER
 
-NO_REGRESSION, CULPRIT, INCONCLUSIVE, UNDECIDED = "no regression", "culprit", "inconclusive", "undecided"
-EXIT = {NO_REGRESSION: 0, CULPRIT: 1, INCONCLUSIVE: 3, UNDECIDED: 4}
-ENDPOINTS, SEARCH, AGAINST_BAD, CONFIRM = "endpoints", "search", "against BAD", "confirm"
-IN_PROGRESS, INTERRUPTED = "in progress", "interrupted"  # what a --json written before the answer says
-REPLAY_FORMAT = 1
 
-
-def settings_of(query: Query, plan: Plan) -> dict:
-    """What every step's verdict depends on besides the commits, as JSON: a resumed search must share all of it."""
-    return {"preset": plan.preset, "rounds": plan.rounds, "max_time": plan.max_time,
-            "adaptive_budget": plan.adaptive_budget, "adaptive_rounds": plan.adaptive_rounds, "paired": plan.paired,
-            "impl": list(query.impl), "select": query.select, "rows": [list(r) for r in query.rows],
-            "config": query.config, "package": query.package,
-            "versions": list(query.versions) if query.versions is not None else None, "pre": query.pre}
-
-
-@dataclasses.dataclass
-class Replay:
-    """The steps of an earlier search and what its endpoints decided (`Search.state`), read from its JSON."""
-
-    source: str
-    steps: list[Step]
-    state: dict
-    good_id: str
-    bad_id: str
-    commit_ids: list[str]
-
-
-def _step(d: dict) -> Step:
-    rows = tuple(RowStep(r["label"], r.get("ratio"), tuple(r["interval"]) if r.get("interval") else None,
-                         r["verdict"], r.get("memory") or "") for r in d.get("rows") or ())
-    return Step(d["kind"], d["base"], d["head"], d["verdict"], d["floor"], rows, d.get("seconds") or 0.0,
-                tuple(d.get("notes") or ()))
-
-
-def load_replay(path: str | Path, query: Query, plan: Plan) -> Replay:
-    """The steps of the search whose `--json` is `path`; UsageError where it is not one, or was made with other
-    settings (`settings_of`), so that none of its verdicts would be this search's."""
-    try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UsageError(f"--resume {path}: no such file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UsageError(f"--resume {path}: not the JSON of a bisect ({exc})") from None
-    saved = doc.get("resume") if isinstance(doc, dict) else None
-    if not isinstance(saved, dict) or saved.get("format") != REPLAY_FORMAT:
-        raise UsageError(f"--resume {path}: not the --json of a bisect this sdpa-bench can resume")
-    mine = settings_of(query, plan)
-    theirs = saved.get("settings") or {}
-    differ = [f"{k} {theirs.get(k)!r} there, {v!r} here" for k, v in mine.items() if theirs.get(k) != v]
-    if differ:
-        raise UsageError(f"--resume {path}: that search was measured otherwise ({'; '.join(differ)}): its "
-                         "verdicts are not this one's")
-    try:
-        steps = [_step(d) for d in doc.get("steps") or ()]
-    except (KeyError, TypeError, ValueError) as exc:
-        raise UsageError(f"--resume {path}: a step cannot be read ({type(exc).__name__}: {exc})") from None
-    return Replay(str(path), steps, saved.get("state") or {}, doc.get("good_id") or "", doc.get("bad_id") or "",
-                  list(doc.get("commit_ids") or ()))
-
-
-def comparison_budget(commits: int) -> int:
-    """The most comparisons a search over `commits` commits may take: endpoints, one a halving, one more a halving
-    for an UNKNOWN step asked the other way, the confirmation."""
-    return 2 * math.ceil(math.log2(max(commits, 1))) + 3
-
-
-@dataclasses.dataclass(frozen=True)
-class Query:
-    """What to search: GOOD and BAD (revisions), the implementations (`--impl`; a plug-in's own by default), a
-    pytest -k expression narrowing the preset, or the rows of a `continuous --json` verdict (impl, case) that were
-    slower; the environment cache and a gate config, as `continuous` takes them."""
-
-    good: str
-    bad: str = "HEAD"
-    impl: tuple[str, ...] = ()
-    select: str | None = None
-    rows: tuple[tuple[str, str], ...] = ()
-    env_cache: str | None = None
-    config: str | None = None
-    package: str | None = None
-    versions: tuple[str, ...] | None = None
-    pre: bool = False
-
-
-@dataclasses.dataclass
-class Search:
-    """The answer: NO_REGRESSION, CULPRIT, INCONCLUSIVE or UNDECIDED, the culprit (hash and subject) or the
-    commits it is among, the rows under test with their endpoint ratios, every step, and what differs between the
-    culprit and its parent."""
-
-    good: str
-    bad: str
-    commits: list[str]
-    answer: str = NO_REGRESSION
-    rows: tuple[RowStep, ...] = ()
-    steps: list[Step] = dataclasses.field(default_factory=list)
-    culprit: str | None = None
-    among: list[str] = dataclasses.field(default_factory=list)
-    files: list[str] = dataclasses.field(default_factory=list)
-    skipped: dict[str, str] = dataclasses.field(default_factory=dict)
-    notes: list[str] = dataclasses.field(default_factory=list)
-    seconds: float = 0.0
-    unit: str = "commit"
-    undecided: list[str] = dataclasses.field(default_factory=list)  # rows neither slower nor clear at the endpoints
-    ids: dict[str, str] = dataclasses.field(default_factory=dict)  # each name above -> its full commit hash (version)
-    settings: dict = dataclasses.field(default_factory=dict)  # what the steps' verdicts depend on (`settings_of`)
-    state: dict = dataclasses.field(default_factory=dict)  # what the endpoints decided: rows, floor, selection
-
-    @property
-    def exit_code(self) -> int:
-        return EXIT[self.answer]
-
-    @property
-    def comparisons(self) -> int:
-        return sum(s.verdict != SKIPPED for s in self.steps)
-
-
-class _Searcher:
+class _Searcher(Resumable):
     """The state of one search; `run()` fills `self.result`."""
 
     def __init__(self, query: Query, plan: Plan, project: Project, progress: Callable[[str], None],
@@ -222,32 +107,6 @@ class _Searcher:
         self.memory: frozenset[str] = frozenset()
         self.floor = 0.0
         self.select: str | None = None
-
-    def _reused(self, kind: str, base: str, head: str, tentative: bool = False) -> Step | None:
-        """The earlier search's step that asks this question next (the same kind, base and head), appended to this
-        search's steps; None, and no more reuse, where it asked another (its verdicts led elsewhere) or had no more.
-        `tentative`: a question it may not have asked (whether a commit was skipped): None and nothing more."""
-        index = len(self.result.steps)
-        if self.replay is None or index >= len(self.replay.steps):
-            return None
-        step = self.replay.steps[index]
-        if (step.kind, step.base, step.head) != (kind, base, head) and tentative:
-            return None
-        if kind == ENDPOINTS and "labels" not in self.replay.state:  # stopped before its endpoints were read
-            self.replay = None
-            return None
-        if (step.kind, step.base, step.head) != (kind, base, head):
-            self.result.notes.append(f"resumed from {self.replay.source} up to step {index}, where that search asked "
-                                     "another question; measured from there.")
-            self.replay = None
-            return None
-        self.result.steps.append(step)
-        self.reused += 1
-        self.progress(f"step {index + 1} ({kind}): {head[:7] if self.line.unit == 'commit' else head} against "
-                      f"{base[:7] if self.line.unit == 'commit' and base else base or '-'}: {step.verdict} (from "
-                      f"{self.replay.source}, measured in {fmt_duration(step.seconds)})")
-        self.on_step(self.result)
-        return step
 
     def _compare(self, kind: str, base: str, head: str) -> tuple[Comparison | None, Step]:
         """One comparison of base against head, its step appended; (None, step) where an earlier search's step
@@ -322,31 +181,6 @@ class _Searcher:
             self.result.notes.append(f"{len(bigger)} row(s) searched by peak memory, which is exact: a step is "
                                      "DIFFERENT where head's peak lies above base's.")
         self._keep_state()
-        return True
-
-    def _keep_state(self) -> None:
-        """What the endpoints decided, kept with the answer (and its --json) for a search that resumes this one."""
-        self.result.state = {"labels": list(self.labels), "memory": sorted(self.memory), "floor": self.floor,
-                             "select": self.select, "undecided": list(self.result.undecided),
-                             "notes": list(self.result.notes)}
-        self.on_step(self.result)
-
-    def _restore(self, step: Step) -> bool:
-        """`_endpoints` for endpoints an earlier search measured: its rows under test, floor, selection, undecided
-        rows and notes. False where it found nothing to search."""
-        state = self.replay.state if self.replay is not None else {}
-        if "labels" not in state:
-            raise UsageError(f"--resume {self.replay.source if self.replay else ''}: it holds its endpoints but not "
-                             "what they decided")
-        self.labels, self.memory = tuple(state["labels"]), frozenset(state.get("memory") or ())
-        self.floor, self.select = float(state.get("floor") or 0.0), state.get("select")
-        self.result.undecided = list(state.get("undecided") or ())
-        self.result.notes.extend(n for n in state.get("notes") or () if n not in self.result.notes)
-        self.result.state = dict(state)
-        if not self.labels:
-            return False
-        self.result.rows = step.rows
-        self.progress("rows under test: " + "; ".join(r.text() for r in self.result.rows))
         return True
 
     def _ask(self, index: int) -> str:

@@ -9,7 +9,9 @@ import dataclasses
 from collections import Counter
 
 from ..fmt import cell, code, fmt_duration, table
-from .bisect import CULPRIT, INCONCLUSIVE, NO_REGRESSION, REPLAY_FORMAT, UNDECIDED, Search, Step
+from .bisect_answer import CULPRIT, INCONCLUSIVE, NO_REGRESSION, UNDECIDED, Search
+from .bisect_replay import REPLAY_FORMAT
+from .steps import Step
 
 EXIT_MEANING = ("exit 0: no regression between GOOD and BAD; 1: culprit found and confirmed against its parent; "
                 "3: GOOD and BAD differ but the culprit was not pinned down (the candidates left are named); 4: "

@@ -228,23 +228,16 @@ class Bf16Compute:
         return self.dtype == torch.float32
 
 
-def bf16_override() -> str | None:
-    """"bf16" or "fp32" where SDPA_BENCH_CPU_BF16 sets the compute dtype of a CPU's bf16 calls, None where it is
-    unset; ValueError for any other value (a command checks it before it measures anything)."""
-    forced = os.environ.get(BF16_ENV, "").strip().lower()
-    if forced and forced not in ("bf16", "fp32"):
-        raise ValueError(f"{BF16_ENV} should be bf16 or fp32 (or unset), got {forced!r}")
-    return forced or None
-
-
 def bf16_compute(device: torch.device) -> Bf16Compute:
     """How the tiled implementations compute a bf16 call on `device`: in bf16 on CUDA and on a CPU whose bf16 GEMM
     keeps up, in fp32 on a CPU whose bf16 GEMM runs below BF16_SLOW × its fp32 rate, or as SDPA_BENCH_CPU_BF16
     says. ValueError for another value of that variable."""
     if device.type != "cpu" or isinstance(_FORCED.get(), CudaTiling):  # (a CUDA plan checked on the CPU too)
         return Bf16Compute(torch.bfloat16, "bf16 compute")
-    forced = bf16_override()
+    forced = os.environ.get(BF16_ENV, "").strip().lower()
     if forced:
+        if forced not in ("bf16", "fp32"):
+            raise ValueError(f"{BF16_ENV} should be bf16 or fp32 (or unset), got {forced!r}")
         dtype = torch.bfloat16 if forced == "bf16" else torch.float32
         return Bf16Compute(dtype, f"{forced} compute ({BF16_ENV}={forced})")
     rates = gemm_rates()

@@ -1,0 +1,139 @@
+"""An earlier search's steps, read from its `--json`, for `bisect --resume`: a search takes each of them that asks
+the question it asks next (continuous.bisect), so only what the earlier one did not finish is measured again.
+
+    settings_of(query, plan) -> dict      # what the steps' verdicts depend on, kept in the --json
+    load_replay(path, query, plan) -> Replay
+    Resumable                             # the search's part that takes those steps (continuous.bisect._Searcher)
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from ..errors import UsageError
+from ..fmt import fmt_duration
+from .bisect_answer import ENDPOINTS, Query, Search
+from .comparison import Plan
+from .steps import RowStep, Step
+
+IN_PROGRESS, INTERRUPTED = "in progress", "interrupted"  # what a --json written before the answer says
+REPLAY_FORMAT = 1
+
+
+def settings_of(query: Query, plan: Plan) -> dict:
+    """What every step's verdict depends on besides the commits, as JSON: a resumed search must share all of it."""
+    return {"preset": plan.preset, "rounds": plan.rounds, "max_time": plan.max_time,
+            "adaptive_budget": plan.adaptive_budget, "adaptive_rounds": plan.adaptive_rounds, "paired": plan.paired,
+            "impl": list(query.impl), "select": query.select, "rows": [list(r) for r in query.rows],
+            "config": query.config, "package": query.package,
+            "versions": list(query.versions) if query.versions is not None else None, "pre": query.pre}
+
+
+@dataclasses.dataclass
+class Replay:
+    """The steps of an earlier search and what its endpoints decided (`Search.state`), read from its JSON."""
+
+    source: str
+    steps: list[Step]
+    state: dict
+    good_id: str
+    bad_id: str
+    commit_ids: list[str]
+
+
+def step_of(d: dict) -> Step:
+    rows = tuple(RowStep(r["label"], r.get("ratio"), tuple(r["interval"]) if r.get("interval") else None,
+                         r["verdict"], r.get("memory") or "") for r in d.get("rows") or ())
+    return Step(d["kind"], d["base"], d["head"], d["verdict"], d["floor"], rows, d.get("seconds") or 0.0,
+                tuple(d.get("notes") or ()))
+
+
+def load_replay(path: str | Path, query: Query, plan: Plan) -> Replay:
+    """The steps of the search whose `--json` is `path`; UsageError where it is not one, or was made with other
+    settings (`settings_of`), so that none of its verdicts would be this search's."""
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"--resume {path}: no such file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UsageError(f"--resume {path}: not the JSON of a bisect ({exc})") from None
+    saved = doc.get("resume") if isinstance(doc, dict) else None
+    if not isinstance(saved, dict) or saved.get("format") != REPLAY_FORMAT:
+        raise UsageError(f"--resume {path}: not the --json of a bisect this sdpa-bench can resume")
+    mine = settings_of(query, plan)
+    theirs = saved.get("settings") or {}
+    differ = [f"{k} {theirs.get(k)!r} there, {v!r} here" for k, v in mine.items() if theirs.get(k) != v]
+    if differ:
+        raise UsageError(f"--resume {path}: that search was measured otherwise ({'; '.join(differ)}): its "
+                         "verdicts are not this one's")
+    try:
+        steps = [step_of(d) for d in doc.get("steps") or ()]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UsageError(f"--resume {path}: a step cannot be read ({type(exc).__name__}: {exc})") from None
+    return Replay(str(path), steps, saved.get("state") or {}, doc.get("good_id") or "", doc.get("bad_id") or "",
+                  list(doc.get("commit_ids") or ()))
+
+
+class Resumable:
+    """What a search does with an earlier one's steps (`replay`): take each that asks its next question, and restore
+    what the earlier endpoints decided. The search (continuous.bisect._Searcher) holds the attributes used here."""
+
+    replay: Replay | None
+    result: Search
+    reused: int
+    labels: tuple[str, ...]
+    memory: frozenset[str]
+    floor: float
+    select: str | None
+
+    def _reused(self, kind: str, base: str, head: str, tentative: bool = False) -> Step | None:
+        """The earlier search's step that asks this question next (the same kind, base and head), appended to this
+        search's steps; None, and no more reuse, where it asked another (its verdicts led elsewhere) or had no more.
+        `tentative`: a question it may not have asked (whether a commit was skipped): None and nothing more."""
+        index = len(self.result.steps)
+        if self.replay is None or index >= len(self.replay.steps):
+            return None
+        step = self.replay.steps[index]
+        if (step.kind, step.base, step.head) != (kind, base, head) and tentative:
+            return None
+        if kind == ENDPOINTS and "labels" not in self.replay.state:  # stopped before its endpoints were read
+            self.replay = None
+            return None
+        if (step.kind, step.base, step.head) != (kind, base, head):
+            self.result.notes.append(f"resumed from {self.replay.source} up to step {index}, where that search asked "
+                                     "another question; measured from there.")
+            self.replay = None
+            return None
+        self.result.steps.append(step)
+        self.reused += 1
+        self.progress(f"step {index + 1} ({kind}): {head[:7] if self.line.unit == 'commit' else head} against "
+                      f"{base[:7] if self.line.unit == 'commit' and base else base or '-'}: {step.verdict} (from "
+                      f"{self.replay.source}, measured in {fmt_duration(step.seconds)})")
+        self.on_step(self.result)
+        return step
+
+    def _keep_state(self) -> None:
+        """What the endpoints decided, kept with the answer (and its --json) for a search that resumes this one."""
+        self.result.state = {"labels": list(self.labels), "memory": sorted(self.memory), "floor": self.floor,
+                             "select": self.select, "undecided": list(self.result.undecided),
+                             "notes": list(self.result.notes)}
+        self.on_step(self.result)
+
+    def _restore(self, step: Step) -> bool:
+        """`_endpoints` for endpoints an earlier search measured: its rows under test, floor, selection, undecided
+        rows and notes. False where it found nothing to search."""
+        state = self.replay.state if self.replay is not None else {}
+        if "labels" not in state:
+            raise UsageError(f"--resume {self.replay.source if self.replay else ''}: it holds its endpoints but not "
+                             "what they decided")
+        self.labels, self.memory = tuple(state["labels"]), frozenset(state.get("memory") or ())
+        self.floor, self.select = float(state.get("floor") or 0.0), state.get("select")
+        self.result.undecided = list(state.get("undecided") or ())
+        self.result.notes.extend(n for n in state.get("notes") or () if n not in self.result.notes)
+        self.result.state = dict(state)
+        if not self.labels:
+            return False
+        self.result.rows = step.rows
+        self.progress("rows under test: " + "; ".join(r.text() for r in self.result.rows))
+        return True
