@@ -132,7 +132,8 @@ def only_writer(directory: Path):
     """While it is held, no other `run` may write DIR: a second one, started before the first saved anything or
     resuming it meanwhile, would measure the same points on the same CPUs and replace the first one's file. An
     advisory lock (flock) on DIR/.sdpa-bench-run.lock, released when the process ends however it ends; UsageError
-    naming the holder where another process has it. Where the system has no flock, nothing is locked."""
+    naming the holder where another process has it. Where the system or the file system has no flock (some network
+    file systems answer ENOLCK), nothing is locked: the sweep runs as it did before there was a lock."""
     try:
         import fcntl
     except ImportError:  # not a POSIX system
@@ -147,6 +148,9 @@ def only_writer(directory: Path):
             holder = handle.read().strip() or "another process"
             raise UsageError(f"{directory} is being written by another `sdpa-bench run` ({holder}): wait for it to "
                              "finish, or choose another --out") from None
+        except OSError:  # no locks on this file system
+            yield
+            return
         handle.seek(0)
         handle.truncate()
         handle.write(f"process {os.getpid()}\n")
