@@ -123,17 +123,17 @@ def run(args: argparse.Namespace) -> int:
         if args.markdown:
             write(args.markdown, render(result, markdown=True))
         if args.json:
-            write(args.json, json.dumps(as_dict(result), indent=1) + "\n")
+            _save(args.json, result)
         progress(f"done: {result.answer}, exit {result.exit_code}")
         return result.exit_code
 
     return guarded("bisect", body)
 
 
-def _save(path: str, partial: Search, unfinished: str) -> None:
-    """The search so far, replacing `path` whole (a reader never sees half a file)."""
+def _save(path: str, search: Search, unfinished: str | None = None) -> None:
+    """The answer, or the search so far (`unfinished`), replacing `path` whole (a reader never sees half a file)."""
     temporary = f"{path}.partial"
-    write(temporary, json.dumps(as_dict(partial, unfinished), indent=1) + "\n")
+    write(temporary, json.dumps(as_dict(search, unfinished), indent=1) + "\n")
     os.replace(temporary, path)
 
 

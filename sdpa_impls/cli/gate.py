@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
 
 from ..bench.machine import machine_differences
 from ..errors import GateInputError
@@ -25,7 +24,7 @@ from ..gate.compare import compare_points
 from ..gate.config import load_config
 from ..gate.points import load_points
 from ..gate.render import render_verdict, verdict_dict
-from .outputs import writable
+from .outputs import writable, write
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_UNUSABLE = 0, 1, 2
 
@@ -47,14 +46,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allow-different-machines", action="store_true", default=None,
                         help="compare absolute times even when the machines differ (CPU, GPU, driver, threads, "
                              "torch, CUDA, cuDNN, xformers or timer; config: allow_different_machines)")
-
-
-def _write(path: str, text: str) -> None:
-    try:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise GateInputError(f"{path}: cannot write ({exc.strerror or exc})") from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -98,9 +89,9 @@ def run(args: argparse.Namespace) -> int:
             raise GateInputError(f"{where}: {exc}") from None
         sys.stdout.write(render_verdict(report))
         if args.markdown:
-            _write(args.markdown, render_verdict(report, markdown=True))
+            write(args.markdown, render_verdict(report, markdown=True))
         if args.json:
-            _write(args.json, json.dumps(verdict_dict(report), indent=1) + "\n")
+            write(args.json, json.dumps(verdict_dict(report), indent=1) + "\n")
     except GateInputError as exc:
         print(f"sdpa-bench gate: error: {exc}", file=sys.stderr)
         return EXIT_UNUSABLE

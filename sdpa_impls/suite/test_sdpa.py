@@ -16,6 +16,7 @@ points (at most every 30 s) and after the last (`run_ceilings`); every point is 
 """
 from __future__ import annotations
 
+import functools
 import os
 
 import pytest
@@ -36,6 +37,12 @@ from sdpa_bench_pytest import suite_timer
 MAX_ROUNDS = 10_000
 _context: dict[tuple[Case, str], CaseContext] = {}
 _baseline_median: dict[tuple[Case, str], float] = {}
+
+
+@functools.cache
+def cases_by_id(preset_name: str) -> dict[str, Case]:
+    """The preset's cases by id, once a session: each point is parametrized by its case's id."""
+    return {c.id: c for c in preset(preset_name)}
 
 
 def case_context(case: Case, device: str) -> CaseContext:
@@ -74,7 +81,7 @@ def run_ceilings(request: pytest.FixtureRequest, sdpa_device: str, sdpa_preset_n
 def test_sdpa(benchmark, request: pytest.FixtureRequest, sdpa_point: tuple[str, str], sdpa_device: str,
               sdpa_preset_name: str, run_ceilings: SessionCeilings) -> None:
     impl_name, case_id = sdpa_point
-    case = next(c for c in preset(sdpa_preset_name) if c.id == case_id)
+    case = cases_by_id(sdpa_preset_name)[case_id]
     benchmark.group = case.id
     check, ceilings = os.environ.get(REPEAT_ENV) != "1", os.environ.get(NO_CEILINGS_ENV) != "1"
     try:  # a WrongResult (an AssertionError) fails the test before any timing
