@@ -1,0 +1,48 @@
+"""The `sdpa-bench` command's launcher, shipped beside the sdpa_impls package: the command line lives in
+sdpa_impls.cli, and this module only imports it.
+
+Importing sdpa_impls imports torch, which takes a second or more before `main()` can catch anything. So a Ctrl-C in
+that second, or a torch that does not import (not installed, or a CUDA build whose libraries are missing), showed
+Python's traceback and exit 1, which a CI reads as "regression". Here they are what every other interruption and
+every other environment error is: "interrupted" and exit 130, or one line naming the interpreter and exit 2
+(SDPA_BENCH_TRACEBACK=1 shows the traceback). It imports nothing heavy itself.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+USAGE_EXIT = 2  # sdpa_impls.errors.USAGE_EXIT, which this module cannot import before the package does
+TRACEBACK_ENV = "SDPA_BENCH_TRACEBACK"
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [""])[0]
+
+
+def import_failure(exc: Exception) -> str:
+    """The one line for an sdpa_impls that does not import in this interpreter."""
+    missing = getattr(exc, "name", None)
+    if isinstance(exc, ModuleNotFoundError) and missing and missing.split(".")[0] in ("torch", "numpy"):
+        return (f"{missing.split('.')[0]} is not installed in {sys.executable}: install it there first "
+                "(a CPU-only machine: `python -m pip install torch --index-url https://download.pytorch.org/whl/cpu`)")
+    return (f"sdpa-bench cannot start in {sys.executable}: {type(exc).__name__}: {_first_line(exc)} "
+            f"(is torch installed and working there? {TRACEBACK_ENV}=1 shows where)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        from sdpa_impls.cli import main as command_line
+    except KeyboardInterrupt:
+        print("sdpa-bench: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001  (the package did not import: nothing of ours can run)
+        if os.environ.get(TRACEBACK_ENV):
+            raise
+        print(f"sdpa-bench: error: {import_failure(exc)}", file=sys.stderr)
+        return USAGE_EXIT
+    return command_line(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""The `sdpa-bench` launcher (sdpa_bench_cli.py): what happens before the command line can catch anything, while
+sdpa_impls, and so torch, imports. A torch that does not import, or a Ctrl-C during that import, is one line and
+the exit status every other such case gets, not Python's traceback and exit 1 (a CI reads 1 as "regression")."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from importlib.metadata import entry_points
+from pathlib import Path
+
+LAUNCH = "import sys, sdpa_bench_cli; sys.exit(sdpa_bench_cli.main())"
+
+
+def _with_torch(tmp_path: Path, body: str) -> dict[str, str]:
+    """An environment whose `import torch` runs `body` first: a torch package earlier on the path, as a broken or
+    half-installed torch would be found."""
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text(body)
+    env = {k: v for k, v in os.environ.items() if k != "SDPA_BENCH_TRACEBACK"}
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return env
+
+
+def test_the_installed_command_starts_through_the_launcher():
+    scripts = {ep.name: ep.value for ep in entry_points(group="console_scripts") if ep.name == "sdpa-bench"}
+    assert scripts == {"sdpa-bench": "sdpa_bench_cli:main"}
+
+
+def test_a_torch_that_does_not_import_is_one_line_and_exit_2(tmp_path):
+    env = _with_torch(tmp_path, 'raise ImportError("libcudnn.so.9: cannot open shared object file")\n')
+    proc = subprocess.run([sys.executable, "-c", LAUNCH, "list"], capture_output=True, text=True, env=env,
+                          timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert lines[0].startswith("sdpa-bench: error: sdpa-bench cannot start in ")
+    assert sys.executable in lines[0] and "ImportError: libcudnn.so.9" in lines[0]
+
+
+def test_a_missing_torch_says_where_to_install_it():
+    code = "import sys; sys.modules['torch'] = None; " + LAUNCH  # what `import torch` meets where none is installed
+    proc = subprocess.run([sys.executable, "-c", code, "--version"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == (f"sdpa-bench: error: torch is not installed in {sys.executable}: install it there "
+                                   "first (a CPU-only machine: `python -m pip install torch --index-url "
+                                   "https://download.pytorch.org/whl/cpu`)")
+
+
+def test_ctrl_c_while_torch_imports_is_interrupted_and_130(tmp_path):
+    env = _with_torch(tmp_path, "import sys, time\nprint('importing torch', file=sys.stderr, flush=True)\n"
+                                "time.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-c", LAUNCH, "list"], stderr=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True, env=env)
+    try:
+        assert proc.stderr.readline().strip() == "importing torch"
+        proc.send_signal(signal.SIGINT)  # a real Ctrl-C, delivered in the middle of the import
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert err.strip() == "sdpa-bench: interrupted" and out == ""
