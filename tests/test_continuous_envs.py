@@ -148,6 +148,17 @@ def test_specs_name_an_interpreter_or_requirements(tmp_path: Path) -> None:
         parse_spec(str(tmp_path / "missing" / "python"))
     with pytest.raises(UsageError, match="empty"):
         parse_spec("  ")
+    (tmp_path / "venv-half").mkdir()  # a folder with neither an interpreter nor a package: named as such, not pip's
+    with pytest.raises(UsageError, match="neither a virtual environment .no bin/python. nor a package"):
+        parse_spec(str(tmp_path / "venv-half"))
+    (tmp_path / "python3").write_text("")  # an interpreter copied without its mode: not given to pip as a name
+    with pytest.raises(UsageError, match="a file that is not executable, so no interpreter, and not a package arch"):
+        parse_spec(str(tmp_path / "python3"))
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "pyproject.toml").write_text("[project]\nname = 'pkg'\n")
+    (tmp_path / "pkg-1.0-py3-none-any.whl").write_bytes(b"")
+    assert parse_spec(str(tmp_path / "pkg")).requirements == (str(tmp_path / "pkg"),)  # what pip installs stays
+    assert parse_spec(str(tmp_path / "pkg-1.0-py3-none-any.whl")).requirements
     with pytest.raises(UsageError, match="does not run as a Python interpreter"):
         script = tmp_path / "python"
         script.write_text("#!/bin/sh\nexit 3\n")

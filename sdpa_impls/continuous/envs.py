@@ -169,9 +169,26 @@ def parse_spec(text: str) -> EnvSpec:
                 raise UsageError(f"{word}: no such interpreter on PATH")
         if python is not None:
             return EnvSpec(text, python=python)
-        if is_path(word) and not path.exists():
-            raise UsageError(f"{text}: no such interpreter, environment or package folder")
+        if is_path(word) or path.is_absolute():
+            _check_package_path(text, path)
     return EnvSpec(text, requirements=tuple(words))
+
+
+ARCHIVES = (".whl", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".zip")  # what pip installs from a local file
+PACKAGE_FILES = ("pyproject.toml", "setup.py", "setup.cfg")  # what makes a folder a package pip can install
+
+
+def _check_package_path(text: str, path: Path) -> None:
+    """A one-word path that is no interpreter: it must be what pip installs (a package folder or archive), or the
+    user meant an interpreter or environment and gets told what it lacks, not pip's error about a requirement."""
+    if not path.exists():
+        raise UsageError(f"{text}: no such interpreter, environment or package folder")
+    if path.is_dir() and not any((path / name).is_file() for name in PACKAGE_FILES):
+        raise UsageError(f"{text}: a folder that is neither a virtual environment (no bin/python) nor a package "
+                         f"({' or '.join(PACKAGE_FILES)})")
+    if path.is_file() and not path.name.lower().endswith(ARCHIVES):
+        raise UsageError(f"{text}: a file that is not executable, so no interpreter, and not a package archive pip "
+                         f"installs ({', '.join(ARCHIVES)})")  # an executable file is taken as an interpreter
 
 
 def python_of(folder: Path) -> Path:
