@@ -5,12 +5,13 @@ Importing sdpa_impls imports torch, which takes a second or more before `main()`
 that second, or a torch that does not import (not installed, or a CUDA build whose libraries are missing), showed
 Python's traceback and exit 1, which a CI reads as "regression". Here they are what every other interruption and
 every other environment error is: "interrupted" and exit 130, or one line naming the interpreter and exit 2
-(SDPA_BENCH_TRACEBACK=1 shows the traceback). It imports nothing heavy itself.
+(SDPA_BENCH_TRACEBACK=1 shows the traceback above it). It imports nothing heavy itself.
 """
 from __future__ import annotations
 
 import os
 import sys
+import traceback
 
 USAGE_EXIT = 2  # sdpa_impls.errors.USAGE_EXIT, which this module cannot import before the package does
 TRACEBACK_ENV = "SDPA_BENCH_TRACEBACK"
@@ -37,8 +38,8 @@ def main(argv: list[str] | None = None) -> int:
         print("sdpa-bench: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # noqa: BLE001  (the package did not import: nothing of ours can run)
-        if os.environ.get(TRACEBACK_ENV):
-            raise
+        if os.environ.get(TRACEBACK_ENV):  # where it came from, and still exit 2, never 1
+            traceback.print_exc()
         print(f"sdpa-bench: error: {import_failure(exc)}", file=sys.stderr)
         return USAGE_EXIT
     return command_line(argv)

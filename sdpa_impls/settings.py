@@ -9,10 +9,11 @@ folder upwards): a table per command of defaults for its options, and the gate's
     [tool.sdpa_bench.gate]         # thresholds, not options: docs/reference/gate-config.md
 
 An option given on the command line wins over its default here. Unknown tables, options and bad values are a
-UsageError naming the file, the table and the key.
+UsageError naming the file, the table and the key; a value refused later, by the command (an unknown preset), is
+named by the command line's error with the file, the table and the keys it set.
 
     find_pyproject(start)            -> Path | None
-    apply(top, parser, argv, args, command, commands, start) -> source or ""   # the table's defaults, on the parsed `args`
+    apply(top, parser, argv, args, command, commands, start) -> "FILE [TABLE]: keys" or ""   # the table's defaults, on `args`
 """
 from __future__ import annotations
 
@@ -102,7 +103,8 @@ def apply(top: argparse.ArgumentParser, parser: argparse.ArgumentParser, argv: l
           command: str, commands: Collection[str], start: str | Path | None = None) -> str:
     """Fill the options of `args` (`argv` parsed by `top`, whose command `command` has the parser `parser`) that
     the command line does not set from [tool.sdpa_bench.COMMAND] of the project's pyproject.toml; returns where
-    they came from ("" when nothing was set). A table that is none of `commands` is a UsageError."""
+    they came from and their keys ("" when nothing was set), for an error a value meets later to name its source.
+    A table that is none of `commands` is a UsageError."""
     path = find_pyproject(start)
     if path is None:
         return ""
@@ -125,6 +127,7 @@ def apply(top: argparse.ArgumentParser, parser: argparse.ArgumentParser, argv: l
     options = {flag[2:].replace("-", "_"): a for a in parser._actions if a.dest != "help"
                for flag in a.option_strings if flag.startswith("--")}
     on_command_line = given(top, parser, argv)
+    used = []
     for key, value in table.items():
         action = options.get(key.replace("-", "_"))
         if action is None:
@@ -133,4 +136,5 @@ def apply(top: argparse.ArgumentParser, parser: argparse.ArgumentParser, argv: l
         parsed = _value(action, value, f"{where}: {key}")
         if action.dest not in on_command_line:
             setattr(args, action.dest, parsed)
-    return where
+            used.append(key)
+    return f"{where}: {', '.join(used)}" if used else ""

@@ -253,3 +253,15 @@ def test_the_generated_reference_is_current() -> None:
     too): they must say what the code says now (`python docs/_ext/static_reference.py` rewrites them)."""
     assert not static_reference.stale()
     assert not static_reference.cli_missing("")[:0] and static_reference.cli_missing("nothing")  # the check can fail
+
+
+def test_every_documented_api_name_is_importable_from_the_package() -> None:
+    """api.md: every name it shows from the protocol and the registry is importable from `sdpa_impls` itself."""
+    import importlib
+
+    import sdpa_impls
+
+    shown = [name for module in ("sdpa_impls.protocol", "sdpa_impls.registry")
+             for name, _ in static_reference._public(importlib.import_module(module))]
+    assert "loaded" in shown and "with_op" in shown
+    assert [name for name in shown if name not in sdpa_impls.__all__ or not hasattr(sdpa_impls, name)] == []

@@ -61,3 +61,27 @@ def test_ctrl_c_while_torch_imports_is_interrupted_and_130(tmp_path):
         proc.kill()
     assert proc.returncode == 130, err
     assert err.strip() == "sdpa-bench: interrupted" and out == ""
+
+
+def test_a_torch_that_does_not_import_shows_where_on_request_and_is_still_2(tmp_path):
+    env = _with_torch(tmp_path, 'raise OSError("libcudnn.so.9: cannot open shared object file")\n')
+    env["SDPA_BENCH_TRACEBACK"] = "1"
+    proc = subprocess.run([sys.executable, "-c", LAUNCH, "list"], capture_output=True, text=True, env=env,
+                          timeout=60)
+    assert proc.returncode == 2, proc.stderr  # exit 1 would read as a regression in CI
+    assert proc.stderr.startswith("Traceback") and 'torch/__init__.py", line 1' in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("sdpa-bench: error: sdpa-bench cannot start in ")
+
+
+def test_an_unforeseen_error_shows_where_on_request_and_is_still_2(monkeypatch, capsys):
+    from sdpa_impls import cli
+
+    def unforeseen(*args, **kwargs):
+        raise RuntimeError("index https://ci:hunter2@pypi.example/simple broke")
+
+    monkeypatch.setattr(cli.settings, "apply", unforeseen)  # what runs in every command, after its options parse
+    monkeypatch.setenv("SDPA_BENCH_TRACEBACK", "1")
+    assert cli.main(["envs"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback") and "in unforeseen" in err and "hunter2" not in err  # masked there too
+    assert err.strip().splitlines()[-1].startswith("sdpa-bench: error: RuntimeError: index https://ci:")

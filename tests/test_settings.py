@@ -68,6 +68,26 @@ def test_a_mistake_in_the_table_is_one_line_exit_2(tmp_path: Path, toml: str, wo
     assert "pyproject.toml" in err.getvalue()
 
 
+@pytest.mark.parametrize("toml, argv, words", [
+    ('[tool.sdpa_bench.run]\npreset = "nope"\nmin_reps = 3\n', ["run"], "unknown preset 'nope'"),
+    ('[tool.sdpa_bench.envs]\nmax_gb = 3\n', ["envs"], "--max-gb applies to --prune"),
+])
+def test_a_value_the_command_refuses_names_the_table_that_set_it(tmp_path: Path, monkeypatch, capsys,
+                                                                  toml: str, argv: list[str], words: str) -> None:
+    """A value the table sets and the command refuses later (not argparse: an unknown preset, an option that needs
+    another) is still traced to the file, the table and the keys, not blamed on a command line that lacks it."""
+    (tmp_path / "pyproject.toml").write_text(toml)
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    table = f"{tmp_path / 'pyproject.toml'} [tool.sdpa_bench.{argv[0]}]"
+    assert words in err and f"(options set by {table}: " in err and err.count("\n") == 1, err
+    if argv == ["run"]:  # the command line's preset wins: the table is named with the one key it still set
+        assert main(["run", "--preset", "nope2"]) == 2
+        err = capsys.readouterr().err
+        assert "unknown preset 'nope2'" in err and err.rstrip().endswith(f"(options set by {table}: min_reps)"), err
+
+
 def test_a_key_is_the_long_options_name_even_where_argparse_keeps_it_under_another(tmp_path: Path) -> None:
     """`run --budget` is kept in `budget_s` and `--no-memory` in `memory`: the table takes `budget` and `no-memory`,
     as the options read, and refuses the inner names (`memory = true` would have switched memory off)."""

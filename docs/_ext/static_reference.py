@@ -41,6 +41,7 @@ def parsers() -> dict[str, tuple[argparse.ArgumentParser, str]]:
     from sdpa_impls.cli import COMMANDS
 
     top = _parser("sdpa-bench", "Benchmark scaled dot-product attention.")
+    top.add_argument("--version", action="version", version="sdpa-bench VERSION")  # as main() adds it
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
     out = {"": (top, "")}
     for name, (module_name, help_text) in COMMANDS.items():

@@ -12,6 +12,7 @@ import importlib
 import os
 import signal
 import sys
+import traceback
 from typing import NoReturn
 
 from .. import __version__, settings
@@ -69,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"sdpa-bench {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     chosen = _command_in(argv)
+    source = ""  # the pyproject.toml table and keys that set options, named beside a usage error
     try:
         module = command = None
         for name, (_, help_text) in COMMANDS.items():
@@ -81,12 +83,12 @@ def main(argv: list[str] | None = None) -> int:
         except SystemExit as exc:  # argparse printed usage and its error (or --help): its status, returned
             return exc.code if isinstance(exc.code, int) else USAGE_EXIT
         # defaults of the project's [tool.sdpa_bench.<command>] for what the command line leaves unset
-        settings.apply(parser, command, argv, args, args.command, COMMANDS)
+        source = settings.apply(parser, command, argv, args, args.command, COMMANDS)
         code = int(module.run(args))
         sys.stdout.flush()  # a reader that went away shows here, in the handler below, not at the interpreter's exit
         return code
     except UsageError as exc:
-        print(redact(f"sdpa-bench: error: {exc}"), file=sys.stderr)
+        print(redact(f"sdpa-bench: error: {exc}" + (f" (options set by {source})" if source else "")), file=sys.stderr)
         return USAGE_EXIT
     except KeyboardInterrupt:
         print("sdpa-bench: interrupted", file=sys.stderr)
@@ -96,8 +98,8 @@ def main(argv: list[str] | None = None) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + signal.SIGPIPE  # what a shell reports for a writer the pipe stopped
     except Exception as exc:  # a CI reads exit 1 as "regression" or "wrong": anything unforeseen is 2, one line
-        if os.environ.get(TRACEBACK_ENV):
-            raise
+        if os.environ.get(TRACEBACK_ENV):  # where it came from, and still exit 2, never 1
+            print(redact(traceback.format_exc()), file=sys.stderr, end="")
         first = (str(exc).strip().splitlines() or [""])[0]
         print(redact(f"sdpa-bench: error: {type(exc).__name__}: {first} (an error sdpa-bench did not foresee; "
                      f"{TRACEBACK_ENV}=1 shows where)"), file=sys.stderr)

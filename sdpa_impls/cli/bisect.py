@@ -73,7 +73,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--env-cache", metavar="DIR",
                         help="where built environments are kept: the releases of --package, and revisions that "
                              "declare other dependencies (default: $SDPA_BENCH_ENV_CACHE, else "
-                             "~/.cache/sdpa-bench/envs)")
+                             "${XDG_CACHE_HOME:-~/.cache}/sdpa-bench/envs)")
     parser.add_argument("--config", metavar="FILE",
                         help="gate settings (TOML); default: each step's head's pyproject.toml [tool.sdpa_bench.gate]")
     parser.add_argument("--markdown", metavar="FILE", help="also write the answer as Markdown")

@@ -54,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--head-env", metavar="SPEC", help="head's environment, as --base-env")
     parser.add_argument("--env-cache", metavar="DIR",
                         help="where built environments are kept (default: $SDPA_BENCH_ENV_CACHE, else "
-                             "~/.cache/sdpa-bench/envs)")
+                             "${XDG_CACHE_HOME:-~/.cache}/sdpa-bench/envs)")
     parser.add_argument("--preset", choices=list(PRESETS), default=None,
                         help="grid preset to measure; default: ci on CPU, gpu-ci on CUDA")
     parser.add_argument("--impl", action="append", metavar="NAME",

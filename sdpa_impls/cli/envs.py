@@ -14,7 +14,8 @@ from ..fmt import fmt_bytes, fmt_duration, table
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--env-cache", metavar="DIR", type=Path,
-                   help="the cache (default: $SDPA_BENCH_ENV_CACHE, else ~/.cache/sdpa-bench/envs)")
+                   help="the cache (default: $SDPA_BENCH_ENV_CACHE, else "
+                        "${XDG_CACHE_HOME:-~/.cache}/sdpa-bench/envs)")
     p.add_argument("--prune", action="store_true",
                    help="remove the environments unused for --older-than days, then the least recently used while "
                         "the cache holds more than --max-gb, and the remains of dead builds")

@@ -19,6 +19,7 @@ import os
 import signal
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -119,8 +120,8 @@ def guarded(command: str, body: Callable[[], int]) -> int:
     except BrokenPipeError:  # the reader of stdout went away: the command's main says so
         raise
     except Exception as exc:
-        if os.environ.get("SDPA_BENCH_TRACEBACK"):
-            raise
+        if os.environ.get("SDPA_BENCH_TRACEBACK"):  # where it came from, and still exit 2, never 1
+            print(redact(traceback.format_exc()), file=sys.stderr, end="")
         first = (str(exc).strip().splitlines() or [""])[0]
         print(redact(f"sdpa-bench {command}: error: {type(exc).__name__}: {first}"), file=sys.stderr)
         return USAGE_EXIT
