@@ -51,7 +51,7 @@ def section(doc: dict, *keys: str, path: str | Path = "pyproject.toml") -> objec
     """doc[tool][sdpa_bench][keys...], or None where any level is missing. A table spelled as the command is,
     [tool.sdpa-bench], would be read by nothing: UsageError naming `path`."""
     tools = doc.get("tool") if isinstance(doc, dict) else None
-    if isinstance(tools, dict) and "sdpa-bench" in tools and "sdpa_bench" not in tools:
+    if isinstance(tools, dict) and "sdpa-bench" in tools:  # beside [tool.sdpa_bench] too: its keys would be lost
         raise UsageError(f"{path}: [tool.sdpa-bench] is not read: the table is [tool.sdpa_bench], with an underscore")
     for key in (*SECTION, *keys):
         doc = doc.get(key) if isinstance(doc, dict) else None

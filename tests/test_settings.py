@@ -53,6 +53,7 @@ def test_a_table_sets_defaults_and_the_command_line_wins(tmp_path: Path) -> None
     ('[tool.sdpa_bench]\npreset = "ci"\n', "holds tables only"),
     ('[tool.sdpa_bench.continuous\n', "not valid TOML"),
     ('[tool.sdpa-bench.continuous]\nrounds = 6\n', "[tool.sdpa-bench] is not read: the table is [tool.sdpa_bench]"),
+    ('[tool.sdpa_bench.run]\npreset = "ci"\n[tool.sdpa-bench.continuous]\nrounds = 6\n', "[tool.sdpa-bench] is not read"),
 ])
 def test_a_mistake_in_the_table_is_one_line_exit_2(tmp_path: Path, toml: str, words: str) -> None:
     (tmp_path / "pyproject.toml").write_text(toml)

@@ -19,9 +19,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prune", action="store_true",
                    help="remove the environments unused for --older-than days, then the least recently used while "
                         "the cache holds more than --max-gb, and the remains of dead builds")
-    p.add_argument("--older-than", type=float, default=MAX_AGE_DAYS, metavar="DAYS",
+    p.add_argument("--older-than", type=float, default=None, metavar="DAYS",
                    help=f"with --prune: unused for more than this many days (default {MAX_AGE_DAYS:g}, which "
-                        "`continuous` also removes by itself; 0: every one not in use now)")
+                        "`continuous` and `bisect` also remove by themselves after each build; 0: every one not in "
+                        "use now)")
     p.add_argument("--max-gb", type=float, default=None, metavar="GB",
                    help=f"with --prune: the most the cache may hold (default: ${MAX_SIZE_ENV}, which `continuous` "
                         f"and `bisect` also keep to after each build; unset: no cap). An environment used in the last "
@@ -29,8 +30,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.older_than < 0:
-        raise UsageError("--older-than should be at least 0 days")
+    if args.older_than is not None and not 0 <= args.older_than < float("inf"):
+        raise UsageError("--older-than should be a number of days, at least 0")
+    if args.older_than is not None and not args.prune:
+        raise UsageError("--older-than applies to --prune: give --prune too")
     if args.max_gb is not None and not 0 <= args.max_gb < float("inf"):
         raise UsageError("--max-gb should be a number of GB, at least 0")
     if args.max_gb is not None and not args.prune:
@@ -39,7 +42,8 @@ def run(args: argparse.Namespace) -> int:
     cache = open_cache(args.env_cache)
     now = time.time()
     if args.prune:
-        gone = prune(cache, args.older_than * 86400.0, now=now, max_bytes=cap)
+        older = MAX_AGE_DAYS if args.older_than is None else args.older_than
+        gone = prune(cache, older * 86400.0, now=now, max_bytes=cap)
         print(f"removed {len(gone)} environment(s), {fmt_bytes(sum(e.size for e in gone))}, from {cache}")
         for entry in gone:
             print(f"  {entry.folder.name}  {entry.spec or '(a build that did not finish)'}")
