@@ -113,6 +113,40 @@ def test_run_and_the_packaged_suite_work_outside_any_repository(tool: dict) -> N
     assert suite.returncode == 0 and "5 passed" in suite.stdout, suite.stdout + suite.stderr
 
 
+def test_the_plugins_asv_history_measures_it_against_torch_sdpa(tool: dict) -> None:
+    """The asv configuration quickstart wrote, under real asv, as a GPU user with their own torch runs it: the machine
+    registered by the packaged module, one commit measured in this environment, the site published with the
+    plug-in's own series and none of sdpa-bench's legacy ones."""
+    asv = pytest.importorskip("asv", reason="asv is not installed (pip install -e .[asv])")
+    plugin, home = tool["plugin"], tool["root"] / "home"
+    home.mkdir()
+    conf = asv.util.load_json(str(plugin / "asv.conf.json"), js_comments=True)
+    assert conf["branches"] == ["main"] and conf["matrix"]["req"]["torch"] == [torch_public_version()]
+    assert ".asv/" in (plugin / ".gitignore").read_text().splitlines()
+    env = {"HOME": str(home), "SDPA_BENCH_PRESET": "smoke"}
+    machine = run(tool, "python", "-m", "sdpa_impls.suite.asv_machine", cwd=tool["root"], **env)
+    assert machine.returncode == 0, machine.stderr
+    measured = run(tool, "python", "-m", "asv", "run", "--quick", "--show-stderr", "--environment",
+                   f"existing:{tool['bin'] / 'python'}", "--set-commit-hash", tool["first"], "--bench",
+                   rf"^bench_{PLUGIN}\.Forward\.", cwd=plugin, **env)
+    assert measured.returncode == 0, measured.stdout[-3000:] + measured.stderr[-3000:]
+    published = run(tool, "python", "-m", "asv", "publish", cwd=plugin, **env)
+    assert published.returncode == 0, published.stdout[-3000:] + published.stderr[-3000:]
+    index = json.loads((plugin / ".asv" / "html" / "index.json").read_text())
+    series = sorted(name for name in index["benchmarks"] if name.startswith(f"bench_{PLUGIN}.Forward."))
+    assert series == [f"bench_{PLUGIN}.Forward.track_peak_memory", f"bench_{PLUGIN}.Forward.track_time_sdpa"]
+    assert sorted(index["benchmarks"][series[1]]["params"][0]) == ["'torch_sdpa'", repr(PLUGIN)]  # registry order
+    results = next((plugin / ".asv" / "results").glob(f"{machine.stdout.split()[-1]}/{tool['first'][:8]}-*.json"))
+    times = json.loads(results.read_text())["results"][series[1]][0]
+    assert times and all(t is not None and t > 0 for t in times), times
+
+
+def torch_public_version() -> str:
+    done = subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__)"], capture_output=True,
+                          text=True, check=True, timeout=120)
+    return done.stdout.strip().split("+")[0]
+
+
 SUITE = ("python", "-m", "pytest", "--pyargs", "sdpa_impls.suite.test_sdpa", "-q", "-p", "no:cacheprovider")
 
 

@@ -184,7 +184,7 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> dict:
     config = write_config(tmp, repo, BRANCH)
     starts = tmp / "interpreter-starts.log"
     env = asv_env(tmp, IMPLS) | {"SDPA_BENCH_ASV_STARTS": str(starts)}
-    machine = run([sys.executable, "-m", "benchmarks.asv_machine"], env=env).strip().splitlines()[-1]
+    machine = run([sys.executable, "-m", "sdpa_impls.suite.asv_machine"], env=env).strip().splitlines()[-1]
     clock = time.monotonic()
     # the environment and torch, before taking the measurement lock; asv 0.6.6's `setup` exits 1 on success
     asv("setup", "--config", str(config), env=env, cwd=tmp, codes=(0, 1))
@@ -304,7 +304,7 @@ def test_wrong_result_fails_and_extra_bytes_are_counted(tmp_path: Path) -> None:
     config = write_config(tmp_path, repo, BRANCH)
     env = asv_env(tmp_path, ("naive", "test_perturbed", "test_tunable")) | {"SDPA_TUNABLE_EXTRA_BYTES": str(8 << 20)}
     commit = run(["git", "-C", str(repo), "rev-parse", "HEAD"]).strip()
-    run([str(python), "-m", "benchmarks.asv_machine"], env=env)
+    run([str(python), "-m", "sdpa_impls.suite.asv_machine"], env=env)
     out = asv("run", "--config", str(config), "--quick", "--show-stderr", "--environment", f"existing:{python}",
               "--set-commit-hash", commit, "--bench", r"^bench_sdpa\.Forward\.", env=env, cwd=tmp_path,
               measure=True, codes=(2,))  # 2: a benchmark failed

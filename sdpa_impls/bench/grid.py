@@ -275,7 +275,10 @@ def default_preset_name(device: str | None = None) -> str:
     """SDPA_BENCH_PRESET when set, else the preset that follows the device."""
     env = os.environ.get(PRESET_ENV, "").strip()
     if env:
-        preset(env)  # fail early and clearly on a typo
+        try:
+            preset(env)  # fail early and clearly on a typo, naming where the name came from
+        except ValueError as exc:
+            raise ValueError(f"{PRESET_ENV}={env!r}: {exc}") from None
         return env
     return "gpu" if (device or default_device()) == "cuda" else "cpu"
 

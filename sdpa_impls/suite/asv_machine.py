@@ -1,12 +1,13 @@
 """Register this machine with asv under a name and a `gpu` field that carry the GPU model (asv has no GPU field).
 
-    python -m benchmarks.asv_machine            # writes the entry to ~/.asv-machine.json, prints its name
-    python -m benchmarks.asv_machine --dry-run  # prints the entry instead
+    python -m sdpa_impls.suite.asv_machine            # writes the entry to ~/.asv-machine.json, prints its name
+    python -m sdpa_impls.suite.asv_machine --dry-run  # prints the entry instead
 
 asv copies every key of the entry into each result's machine.json and the published site shows them in
 the machine tooltip. `asv machine --machine NAME --cpu ...` cannot do this: it has no free field and, on
 a machine without an entry for its hostname, it stores only the options that differ from its defaults.
-Imported by asv's benchmark discovery too, so nothing here runs (or imports torch) at import time.
+It ships in the package, beside the suite, so a project with its own asv history runs it from anywhere; asv and
+torch are imported only when it runs.
 """
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ def machine_entry(info: dict, defaults: dict[str, str], host: str | None = None)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.asv_machine", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m sdpa_impls.suite.asv_machine", description=__doc__.splitlines()[0])
     parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
     parser.add_argument("--dry-run", action="store_true", help="print the entry instead of saving it")
     args = parser.parse_args(argv)
