@@ -14,6 +14,7 @@ named by the command line's error with the file, the table and the keys it set.
 
     find_pyproject(start)            -> Path | None
     apply(top, parser, argv, args, command, commands, start) -> "FILE [TABLE]: keys" or ""   # the table's defaults, on `args`
+    source_of(args), from_table(args, dest)                                                  # what apply set, after it
 """
 from __future__ import annotations
 
@@ -26,6 +27,24 @@ from .errors import UsageError
 
 SECTION = ("tool", "sdpa_bench")
 NOT_OPTIONS = {"gate"}  # [tool.sdpa_bench.gate] holds the gate's thresholds (gate.config), not the command's options
+SOURCE_ATTR = "_sdpa_bench_settings"  # on the parsed args: "FILE [TABLE]: keys" of what the table set ("" for none)
+FROM_TABLE_ATTR = "_sdpa_bench_from_table"  # on the parsed args: the dests the table set
+
+
+def source_of(args: argparse.Namespace) -> str:
+    """Where `apply` took defaults of `args` from, with their keys: "FILE [tool.sdpa_bench.COMMAND]: a, b", or ""."""
+    return getattr(args, SOURCE_ATTR, "")
+
+
+def note(source: str) -> str:
+    """What a usage error ends with when the project's table set some of the command's options (source_of): a value
+    it set may be what the error is about."""
+    return f" (defaults in effect from {source})" if source else ""
+
+
+def from_table(args: argparse.Namespace, dest: str) -> bool:
+    """Whether the option kept in `dest` has its value from the project's table, not from the command line."""
+    return dest in getattr(args, FROM_TABLE_ATTR, ())
 
 
 def find_pyproject(start: str | Path | None = None) -> Path | None:
@@ -136,5 +155,8 @@ def apply(top: argparse.ArgumentParser, parser: argparse.ArgumentParser, argv: l
         parsed = _value(action, value, f"{where}: {key}")
         if action.dest not in on_command_line:
             setattr(args, action.dest, parsed)
-            used.append(key)
-    return f"{where}: {', '.join(used)}" if used else ""
+            used.append((key, action.dest))
+    source = f"{where}: {', '.join(key for key, _ in used)}" if used else ""
+    setattr(args, SOURCE_ATTR, source)
+    setattr(args, FROM_TABLE_ATTR, frozenset(dest for _, dest in used))
+    return source

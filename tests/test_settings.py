@@ -71,22 +71,36 @@ def test_a_mistake_in_the_table_is_one_line_exit_2(tmp_path: Path, toml: str, wo
 
 @pytest.mark.parametrize("toml, argv, words", [
     ('[tool.sdpa_bench.run]\npreset = "nope"\nmin_reps = 3\n', ["run"], "unknown preset 'nope'"),
-    ('[tool.sdpa_bench.envs]\nmax_gb = 3\n', ["envs"], "--max-gb applies to --prune"),
+    ('[tool.sdpa_bench.continuous]\nbase-env = "./no-such-env"\n', ["continuous"], "no such interpreter"),
 ])
 def test_a_value_the_command_refuses_names_the_table_that_set_it(tmp_path: Path, monkeypatch, capsys,
                                                                   toml: str, argv: list[str], words: str) -> None:
-    """A value the table sets and the command refuses later (not argparse: an unknown preset, an option that needs
-    another) is still traced to the file, the table and the keys, not blamed on a command line that lacks it."""
+    """A value the table sets and the command refuses later (not argparse: an unknown preset, an environment that
+    does not exist) is traced to the file, the table and the keys, not blamed on a command line that lacks it."""
     (tmp_path / "pyproject.toml").write_text(toml)
     monkeypatch.chdir(tmp_path)
     assert main(argv) == 2
     err = capsys.readouterr().err
     table = f"{tmp_path / 'pyproject.toml'} [tool.sdpa_bench.{argv[0]}]"
-    assert words in err and f"(options set by {table}: " in err and err.count("\n") == 1, err
+    error = [line for line in err.splitlines() if "error:" in line]  # continuous prints its seed first
+    assert len(error) == 1 and words in error[0] and f"(defaults in effect from {table}: " in error[0], err
     if argv == ["run"]:  # the command line's preset wins: the table is named with the one key it still set
         assert main(["run", "--preset", "nope2"]) == 2
         err = capsys.readouterr().err
-        assert "unknown preset 'nope2'" in err and err.rstrip().endswith(f"(options set by {table}: min_reps)"), err
+        assert "unknown preset 'nope2'" in err and err.rstrip().endswith(f"from {table}: min_reps)"), err
+
+
+def test_a_pruning_option_is_a_default_in_the_table_and_needs_prune_when_typed(tmp_path: Path, monkeypatch,
+                                                                              capsys) -> None:
+    """`envs` lists with the table's `older-than` set (a default for when it prunes); typed without --prune, it
+    would remove nothing, so it is refused, naming --prune."""
+    (tmp_path / "pyproject.toml").write_text('[tool.sdpa_bench.envs]\nolder-than = 7\nmax-gb = 1\n')
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SDPA_BENCH_ENV_CACHE", str(tmp_path / "cache"))
+    assert main(["envs"]) == 0
+    for typed in (["--older-than", "3"], ["--max-gb", "2"]):
+        assert main(["envs", *typed]) == 2
+        assert f"{typed[0]} applies to --prune: give --prune too" in capsys.readouterr().err
 
 
 def test_a_key_is_the_long_options_name_even_where_argparse_keeps_it_under_another(tmp_path: Path) -> None:

@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()  # a reader that went away shows here, in the handler below, not at the interpreter's exit
         return code
     except UsageError as exc:
-        print(redact(f"sdpa-bench: error: {exc}" + (f" (options set by {source})" if source else "")), file=sys.stderr)
+        print(redact(f"sdpa-bench: error: {exc}{settings.note(source)}"), file=sys.stderr)
         return USAGE_EXIT
     except KeyboardInterrupt:
         print("sdpa-bench: interrupted", file=sys.stderr)

@@ -25,6 +25,7 @@ import signal
 import sys
 from pathlib import Path
 
+from .. import settings
 from ..bench.grid import PRESETS
 from ..continuous.bisect import search
 from ..continuous.bisect_answer import Query, Search
@@ -127,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
         progress(f"done: {result.answer}, exit {result.exit_code}")
         return result.exit_code
 
-    return guarded("bisect", body)
+    return guarded("bisect", body, settings.source_of(args))
 
 
 def _save(path: str, search: Search, unfinished: str | None = None) -> None:

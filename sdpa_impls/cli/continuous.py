@@ -34,6 +34,7 @@ import json
 import sys
 from pathlib import Path
 
+from .. import settings
 from ..bench.grid import PRESETS
 from ..continuous.assemble import Request, compares_revisions
 from ..continuous.comparison import Plan, compare
@@ -92,4 +93,4 @@ def run(args: argparse.Namespace) -> int:
         progress(f"done: exit {comparison.exit_code}")
         return comparison.exit_code
 
-    return guarded("continuous", body)
+    return guarded("continuous", body, settings.source_of(args))

@@ -7,6 +7,7 @@ import argparse
 import time
 from pathlib import Path
 
+from .. import settings
 from ..continuous.envcache import MAX_AGE_DAYS, MAX_SIZE_ENV, RECENT_S, entries, open_cache, prune, size_cap
 from ..errors import UsageError
 from ..fmt import fmt_bytes, fmt_duration, table
@@ -30,14 +31,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.older_than is not None and not 0 <= args.older_than < float("inf"):
+    if args.older_than is not None and not 0 <= args.older_than:  # inf: no age limit, the size cap alone
         raise UsageError("--older-than should be a number of days, at least 0")
-    if args.older_than is not None and not args.prune:
-        raise UsageError("--older-than applies to --prune: give --prune too")
     if args.max_gb is not None and not 0 <= args.max_gb < float("inf"):
         raise UsageError("--max-gb should be a number of GB, at least 0")
-    if args.max_gb is not None and not args.prune:
-        raise UsageError("--max-gb applies to --prune: give --prune too")
+    for dest in ("older_than", "max_gb"):  # typed without --prune: it would remove nothing; a table's is its default
+        if getattr(args, dest) is not None and not args.prune and not settings.from_table(args, dest):
+            raise UsageError(f"--{dest.replace('_', '-')} applies to --prune: give --prune too")
     cap = size_cap() if args.max_gb is None else int(args.max_gb * 1e9)
     cache = open_cache(args.env_cache)
     now = time.time()

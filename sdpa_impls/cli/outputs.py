@@ -8,7 +8,7 @@ any error (exit 2 for anything that is not an answer).
     progress = timed_progress()          # progress(text) prints "[  12s] text" to stderr
     writable(*paths)                     # GateInputError up front where an answer's file could not be written
     write(path, text)                    # the file, credentials masked; GateInputError when it cannot be written
-    guarded(command, body) -> int        # body()'s exit code, or 2 with one line for any error, never a traceback
+    guarded(command, body, source) -> int  # body()'s exit code, or 2 with one line for any error, never a traceback
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
+from .. import settings
 from ..continuous.comparison import ADAPTIVE_BUDGET, ENV_BUDGET_FACTOR, MAX_TIME, ROUND_TIMEOUT, ROUNDS
 from ..credentials import redact
 from ..errors import USAGE_EXIT, GateInputError, UsageError
@@ -108,14 +109,14 @@ def write(path: str, text: str) -> None:
         raise GateInputError(f"{path}: cannot write ({exc.strerror or exc})") from None
 
 
-def guarded(command: str, body: Callable[[], int]) -> int:
+def guarded(command: str, body: Callable[[], int], source: str = "") -> int:
     """body()'s exit code; a UsageError (a side that does not install, import or run included) or any error nobody
     foresaw is exit 2 and one line on stderr, credentials masked (SDPA_BENCH_TRACEBACK=1 shows the traceback of
     the latter): a CI must never read exit 1 from something that is not the answer."""
     try:
         return body()
     except UsageError as exc:
-        print(redact(f"sdpa-bench {command}: error: {exc}"), file=sys.stderr)
+        print(redact(f"sdpa-bench {command}: error: {exc}{settings.note(source)}"), file=sys.stderr)
         return USAGE_EXIT
     except BrokenPipeError:  # the reader of stdout went away: the command's main says so
         raise
