@@ -9,9 +9,12 @@ every other environment error is: "interrupted" and exit 130, or one line naming
 """
 from __future__ import annotations
 
+import importlib.util
 import os
+import re
 import sys
 import traceback
+from pathlib import Path
 
 USAGE_EXIT = 2  # sdpa_impls.errors.USAGE_EXIT, which this module cannot import before the package does
 TRACEBACK_ENV = "SDPA_BENCH_TRACEBACK"
@@ -21,14 +24,30 @@ def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [""])[0]
 
 
+def _masked(text: str) -> str:
+    """`text` with URL credentials masked by sdpa_impls.credentials, as every other output is: loaded from its file,
+    since importing it through the package is what failed; where even that fails, every user part masked."""
+    try:
+        package = importlib.util.find_spec("sdpa_impls")  # finds the package without running it
+        path = Path(next(iter(package.submodule_search_locations))) / "credentials.py"
+        spec = importlib.util.spec_from_file_location("_sdpa_bench_credentials", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module.redact(text)
+    except Exception:  # noqa: BLE001
+        return re.sub(r"://[^\s/]*@", "://****@", text)
+
+
 def import_failure(exc: Exception) -> str:
     """The one line for an sdpa_impls that does not import in this interpreter."""
     missing = getattr(exc, "name", None)
-    if isinstance(exc, ModuleNotFoundError) and missing and missing.split(".")[0] in ("torch", "numpy"):
-        return (f"{missing.split('.')[0]} is not installed in {sys.executable}: install it there first "
-                "(a CPU-only machine: `python -m pip install torch --index-url https://download.pytorch.org/whl/cpu`)")
-    return (f"sdpa-bench cannot start in {sys.executable}: {type(exc).__name__}: {_first_line(exc)} "
-            f"(is torch installed and working there? {TRACEBACK_ENV}=1 shows where)")
+    if isinstance(exc, ModuleNotFoundError) and missing == "torch":
+        return (f"torch is not installed in {sys.executable}: install it there first (a CPU-only machine: "
+                "`python -m pip install torch --index-url https://download.pytorch.org/whl/cpu`)")
+    if isinstance(exc, ModuleNotFoundError) and missing == "numpy":
+        return f"numpy is not installed in {sys.executable}: `python -m pip install numpy` there first"
+    return _masked(f"sdpa-bench cannot start in {sys.executable}: {type(exc).__name__}: {_first_line(exc)} "
+                   f"(is torch installed and working there? {TRACEBACK_ENV}=1 shows where)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except Exception as exc:  # noqa: BLE001  (the package did not import: nothing of ours can run)
         if os.environ.get(TRACEBACK_ENV):  # where it came from, and still exit 2, never 1
-            traceback.print_exc()
+            print(_masked(traceback.format_exc()), file=sys.stderr, end="")
         print(f"sdpa-bench: error: {import_failure(exc)}", file=sys.stderr)
         return USAGE_EXIT
     return command_line(argv)

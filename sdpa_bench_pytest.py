@@ -75,8 +75,13 @@ def selected_preset(config: pytest.Config) -> str:
         preset(name)  # a typo fails the run with the list of known presets
         return name
     if not config.getoption("benchmark_only", False):
-        name = os.environ.get(PRESET_ENV, "").strip() or "smoke"
-        preset(name)
+        name = os.environ.get(PRESET_ENV, "").strip()
+        if not name:
+            return "smoke"
+        try:
+            preset(name)
+        except ValueError as exc:  # the variable is named, as default_preset_name names it
+            raise ValueError(f"{PRESET_ENV}={name!r}: {exc}") from None
         return name
     return default_preset_name(device_of(config))
 

@@ -9,6 +9,7 @@ shared machine.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -149,7 +150,7 @@ def test_specs_name_an_interpreter_or_requirements(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="empty"):
         parse_spec("  ")
     (tmp_path / "venv-half").mkdir()  # a folder with neither an interpreter nor a package: named as such, not pip's
-    with pytest.raises(UsageError, match="neither a virtual environment .no bin/python. nor a package"):
+    with pytest.raises(UsageError, match=r"neither a virtual environment \(bin/python missing\) nor a package"):
         parse_spec(str(tmp_path / "venv-half"))
     (tmp_path / "python3").write_text("")  # an interpreter copied without its mode: not given to pip as a name
     with pytest.raises(UsageError, match="a file that is not executable, so no interpreter, and not a package arch"):
@@ -159,6 +160,21 @@ def test_specs_name_an_interpreter_or_requirements(tmp_path: Path) -> None:
     (tmp_path / "pkg-1.0-py3-none-any.whl").write_bytes(b"")
     assert parse_spec(str(tmp_path / "pkg")).requirements == (str(tmp_path / "pkg"),)  # what pip installs stays
     assert parse_spec(str(tmp_path / "pkg-1.0-py3-none-any.whl")).requirements
+    (tmp_path / "venv-old" / "bin").mkdir(parents=True)  # its interpreter removed by an upgrade
+    (tmp_path / "venv-old" / "bin" / "python").symlink_to(tmp_path / "python3.9-gone")
+    with pytest.raises(UsageError, match=r"bin/python links to nothing that runs"):
+        parse_spec(str(tmp_path / "venv-old"))
+    url = "git+https://example.org/me/pkg@0123abc"  # a URL is pip's, never a path that does not exist
+    assert parse_spec(url).requirements == (url,)
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    (tmp_path / "venv" / "bin" / "python").symlink_to(sys.executable)
+    here = Path.cwd()
+    os.chdir(tmp_path)
+    try:  # a bare word naming a virtual environment here: which one is meant is asked, not guessed
+        with pytest.raises(UsageError, match=r"Write ./venv for the environment, venv== .or a version. for the pack"):
+            parse_spec("venv")
+    finally:
+        os.chdir(here)
     with pytest.raises(UsageError, match="does not run as a Python interpreter"):
         script = tmp_path / "python"
         script.write_text("#!/bin/sh\nexit 3\n")

@@ -85,3 +85,14 @@ def test_an_unforeseen_error_shows_where_on_request_and_is_still_2(monkeypatch, 
     err = capsys.readouterr().err
     assert err.startswith("Traceback") and "in unforeseen" in err and "hunter2" not in err  # masked there too
     assert err.strip().splitlines()[-1].startswith("sdpa-bench: error: RuntimeError: index https://ci:")
+
+
+def test_a_url_in_the_failure_is_masked_as_everywhere_else(tmp_path):
+    env = _with_torch(tmp_path, 'raise ImportError("from https://ci:hunter2@pypi.example/simple: bad wheel")\n')
+    proc = subprocess.run([sys.executable, "-c", LAUNCH, "list"], capture_output=True, text=True, env=env,
+                          timeout=60)
+    assert proc.returncode == 2 and "hunter2" not in proc.stderr and "https://ci:****@pypi.example" in proc.stderr
+    env["SDPA_BENCH_TRACEBACK"] = "1"
+    proc = subprocess.run([sys.executable, "-c", LAUNCH, "list"], capture_output=True, text=True, env=env,
+                          timeout=60)
+    assert proc.returncode == 2 and "Traceback" in proc.stderr and "hunter2" not in proc.stderr

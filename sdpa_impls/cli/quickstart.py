@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from .. import scaffold
+from ..scaffold import asv
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -22,17 +23,22 @@ def run(args: argparse.Namespace) -> int:
     install, note = scaffold.requirement()
     import torch
 
-    written = scaffold.write(dest, scaffold.files(names, install, torch.__version__, scaffold.branch(dest)))
+    release, torch_note = asv.torch_pin(torch.__version__)
+    own_branch = asv.branch(dest) if dest.is_dir() else None
+    plan = scaffold.files(names, install, asv.replacements(release, own_branch, asv.sdpa_requirement()))
+    written = scaffold.write(dest, plan)
     print(f"wrote the plug-in {names.package} into {dest}:")
     for path in written:
         print(f"  {path.relative_to(dest)}")
-    if note:
-        print(f"note: {note}", file=sys.stderr)
+    for text in (note, torch_note):
+        if text:
+            print(f"note: {text}", file=sys.stderr)
+    start = "git add -A" if own_branch else f"git init -q -b {asv.TEMPLATE_BRANCH} && git add -A"  # asv follows it
     print(f"""
 next, in {dest}:
   python -m pip install --no-deps -e .   # beside this sdpa-bench and your torch
   sdpa-bench list                        # {names.package} is listed, with what it runs here
   python -m pytest                       # {names.package} against float64 on the smoke cases
-  git init -q && git add -A && git commit -qm "{names.package}"   # then: sdpa-bench continuous HEAD, after a change
+  {start} && git commit -qm "{names.package}"   # then: sdpa-bench continuous HEAD, after a change
   asv run   # its history over commits: sdpa-bench's guide "History with asv" (asv.conf.json, benchmarks/)""")
     return 0

@@ -14,7 +14,8 @@ with them). GPU users keep their own torch, so on CUDA the CPU pins are not a de
 A SPEC is read as tox, nox and uv read an environment: one word that is an executable file, a virtual
 environment's folder or a Python on PATH (`python3.12`) is an interpreter; anything else is pip's arguments, where,
 as for pip, a local folder or file is a path only when written as one (`./my-plugin`, `/x/y`, `~/z`), and a bare
-word is a requirement name.
+word is a requirement name (one that also names a virtual environment in the working folder is refused, asking
+which is meant). A one-word path must be what pip installs (a package folder or archive) or an interpreter.
 """
 from __future__ import annotations
 
@@ -135,8 +136,10 @@ def _interpreter(path: Path) -> str | None:
 
 
 def is_path(word: str) -> bool:
-    """Whether pip reads `word` as a local path: written as one (a separator, `.`, `~`), not a bare name."""
-    return not word.startswith("-") and (os.sep in word or "/" in word or word.startswith((".", "~")))
+    """Whether pip reads `word` as a local path: written as one (a separator, `.`, `~`), not a bare name, and no
+    URL (`git+https://…`, `pkg @ https://…`)."""
+    return (not word.startswith("-") and "://" not in word
+            and (os.sep in word or "/" in word or word.startswith((".", "~"))))
 
 
 def user_path(word: str) -> Path:
@@ -171,11 +174,15 @@ def parse_spec(text: str) -> EnvSpec:
             return EnvSpec(text, python=python)
         if is_path(word) or path.is_absolute():
             _check_package_path(text, path)
+        elif path.is_dir() and _interpreter(path):  # pip would take the bare word for a package's name
+            raise UsageError(f"{text}: the virtual environment in this folder, or a package of that name? Write "
+                             f"./{word} for the environment, {word}== (or a version) for the package")
     return EnvSpec(text, requirements=tuple(words))
 
 
-ARCHIVES = (".whl", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".zip")  # what pip installs from a local file
-PACKAGE_FILES = ("pyproject.toml", "setup.py", "setup.cfg")  # what makes a folder a package pip can install
+ARCHIVES = (".whl", ".zip", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz", ".tar.xz", ".txz", ".tar.lz", ".tlz",
+            ".tar.lzma")  # what pip installs from a local file
+PACKAGE_FILES = ("pyproject.toml", "setup.py")  # what makes a folder a package pip can install
 
 
 def _check_package_path(text: str, path: Path) -> None:
@@ -184,7 +191,9 @@ def _check_package_path(text: str, path: Path) -> None:
     if not path.exists():
         raise UsageError(f"{text}: no such interpreter, environment or package folder")
     if path.is_dir() and not any((path / name).is_file() for name in PACKAGE_FILES):
-        raise UsageError(f"{text}: a folder that is neither a virtual environment (no bin/python) nor a package "
+        broken = (path / "bin" / "python").is_symlink()  # a venv whose interpreter went (a Python upgraded, removed)
+        raise UsageError(f"{text}: a folder that is neither a virtual environment (bin/python "
+                         f"{'links to nothing that runs' if broken else 'missing'}) nor a package "
                          f"({' or '.join(PACKAGE_FILES)})")
     if path.is_file() and not path.name.lower().endswith(ARCHIVES):
         raise UsageError(f"{text}: a file that is not executable, so no interpreter, and not a package archive pip "

@@ -4,8 +4,7 @@ template file ends in `.tmpl`, so no tool takes the template for a part of sdpa-
 
     names_for(text)        -> Names                 # the names of a plug-in called `text`
     requirement()          -> (requirement, note)   # how the plug-in's CI installs this sdpa-bench
-    branch(dest)           -> str                   # the git branch the plug-in's asv history follows
-    files(names, requirement, torch_version, branch) -> {relative path: text}
+    files(names, requirement, asv) -> {relative path: text}   # asv: asv.conf.json's replacements (scaffold.asv)
     write(dest, files)     -> [Path]                # UsageError when any of them exists already
 """
 from __future__ import annotations
@@ -13,7 +12,6 @@ from __future__ import annotations
 import json
 import keyword
 import re
-import subprocess
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -29,7 +27,6 @@ SUFFIX = ".tmpl"
 PLACEHOLDER = "sdpa-bench[test] @ git+https://HOST/OWNER/sdpa-bench@COMMIT"
 TEMPLATE_REQUIREMENT = f'"{PLACEHOLDER}"'
 DIST = "sdpa-bench"
-TEMPLATE_TORCH, TEMPLATE_BRANCH = "2.13.0", "main"  # what the template's asv.conf.json holds, replaced when written
 
 
 @dataclass(frozen=True)
@@ -95,23 +92,9 @@ def _renamed(text: str, names: Names) -> str:
     return text
 
 
-def branch(dest: Path) -> str:
-    """The branch of the git repository `dest` is in (unborn too: `git init` names one before the first commit), for
-    asv to follow; "main" outside a repository, on a detached HEAD, or without git."""
-    try:
-        done = subprocess.run(["git", "-C", str(dest if dest.is_dir() else dest.parent), "symbolic-ref", "--short", "-q",
-                               "HEAD"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return TEMPLATE_BRANCH
-    return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else TEMPLATE_BRANCH
-
-
-def files(names: Names, install: str, torch_version: str = TEMPLATE_TORCH, branch: str = "main") -> dict[str, str]:
+def files(names: Names, install: str, asv: dict[str, str] | None = None) -> dict[str, str]:
     """Every file of the plug-in, by path relative to its folder, renamed for `names`; the workflow installs
-    sdpa-bench with the requirement `install`; asv's environments pin torch to `torch_version` (its public part:
-    `2.11.0+cu130` is `2.11.0`) and its history follows `branch`."""
-    asv = {f'"torch": [{json.dumps(TEMPLATE_TORCH)}]': f'"torch": [{json.dumps(torch_version.split("+")[0])}]',
-           f'"branches": [{json.dumps(TEMPLATE_BRANCH)}]': f'"branches": [{json.dumps(branch)}]'}
+    sdpa-bench with the requirement `install`; asv.conf.json gets the replacements `asv` (scaffold.asv)."""
     out = {}
     for path in sorted(p for p in TEMPLATE.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
         parts = list(path.relative_to(TEMPLATE).parts)
@@ -121,7 +104,7 @@ def files(names: Names, install: str, torch_version: str = TEMPLATE_TORCH, branc
         if parts[-1].endswith(".yml"):
             text = text.replace(TEMPLATE_REQUIREMENT, json.dumps(install))
         if parts[-1] == "asv.conf.json":
-            for old, new in asv.items():
+            for old, new in (asv or {}).items():
                 if old not in text:
                     raise RuntimeError(f"the template's asv.conf.json has no {old}")
                 text = text.replace(old, new)

@@ -4,9 +4,11 @@
                   parametrization and timer come from its pytest plug-in, the module sdpa_bench_pytest beside this
                   package (entry point `sdpa_bench` of the group pytest11), which acts on the suite's tests alone
     asv_suite.py  the asv suite: one class per mode, measured in one process per mode
+    asv_machine   `python -m sdpa_impls.suite.asv_machine`: registers this machine with asv, its GPU in the name
 
     pytest --pyargs sdpa_impls.suite.test_sdpa --benchmark-only --sdpa-preset smoke --sdpa-impl mine
 
 `sdpa-bench continuous` runs test_sdpa on each side of a comparison; sdpa-bench's own repository collects it through
-tests/test_benchmarks.py, and its asv configuration reads asv_suite.py through benchmarks/bench_sdpa.py.
+tests/test_benchmarks.py, and its asv configuration reads asv_suite.py through benchmarks/bench_sdpa.py; a plug-in
+that `sdpa-bench quickstart` wrote imports asv_suite's classes in its own benchmarks/bench_<name>.py.
 """

@@ -6,8 +6,8 @@
 asv copies every key of the entry into each result's machine.json and the published site shows them in
 the machine tooltip. `asv machine --machine NAME --cpu ...` cannot do this: it has no free field and, on
 a machine without an entry for its hostname, it stores only the options that differ from its defaults.
-It ships in the package, beside the suite, so a project with its own asv history runs it from anywhere; asv and
-torch are imported only when it runs.
+It ships in the package, beside the suite, so a project with its own asv history runs it from anywhere (running
+it imports sdpa_impls, and so torch; asv only once it has parsed its options).
 """
 from __future__ import annotations
 

@@ -1,0 +1,82 @@
+"""What the plug-in's asv.conf.json takes from the machine quickstart runs on: the branch of the plug-in's own git
+repository, the torch release to pin in asv's environments, and where asv installs this sdpa-bench from.
+
+    branch(dest)          -> str | None        # dest's own branch, None where dest is no repository's top
+    torch_pin(version)    -> (release, note)   # "2.11.0" for 2.11.0+cu130; the template's for a pre-release
+    sdpa_requirement()    -> str               # pip's requirement for this sdpa-bench (URL, folder, wheel or version)
+    replacements(...)     -> {template text: text}
+"""
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+TEMPLATE_TORCH, TEMPLATE_BRANCH = "2.13.0", "main"  # what the template's asv.conf.json holds
+TEMPLATE_SDPA = "sdpa-bench==0.1.0"  # the template's install of sdpa-bench into asv's environments
+RELEASE = re.compile(r"\d+(\.\d+)*")  # a final release: what pip finds by `==` on an index
+
+
+def branch(dest: Path) -> str | None:
+    """The current branch of the git repository whose top is `dest` (unborn too: `git init` names it before the
+    first commit), for asv to follow. None where `dest` is not the top of a repository (asv's "repo": "." needs
+    it), on a detached HEAD, or without git: the plug-in then gets the template's branch and is told to make it."""
+    try:
+        top = subprocess.run(["git", "-C", str(dest), "rev-parse", "--show-toplevel"], capture_output=True, text=True,
+                             timeout=30)
+        if top.returncode != 0 or Path(top.stdout.strip()).resolve() != dest.resolve():
+            return None
+        head = subprocess.run(["git", "-C", str(dest), "symbolic-ref", "--short", "-q", "HEAD"], capture_output=True,
+                              text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return (head.stdout.strip() or None) if head.returncode == 0 else None
+
+
+def torch_pin(version: str) -> tuple[str, str]:
+    """The torch release asv's environments pin: this one's public part (pip's index picks the build, CPU or CUDA,
+    as your pip configuration says); the template's, with a note, where this torch is no release pip can find by
+    `==` (a nightly, a source build, a vendor's pre-release)."""
+    public = version.split("+")[0]
+    if RELEASE.fullmatch(public):
+        return public, ""
+    return TEMPLATE_TORCH, (f"torch {version} is no release pip installs by version: asv.conf.json pins torch "
+                            f"{TEMPLATE_TORCH}; change it there, or measure in this Python with "
+                            "`asv run --environment existing:python`")
+
+
+def _without_credentials(url: str) -> str:
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    return urlunsplit(parts._replace(netloc=host + (f":{parts.port}" if parts.port else ""))) if parts.netloc else url
+
+
+def sdpa_requirement(dist: str = "sdpa-bench") -> str:
+    """pip's requirement for the sdpa-bench that runs now, from its PEP 610 record: the git address and commit, the
+    folder or archive (a file: URL: asv builds on this machine), credentials removed; installed from an index,
+    this version from it."""
+    import sdpa_impls
+
+    try:
+        recorded = metadata.distribution(dist).read_text("direct_url.json")
+    except metadata.PackageNotFoundError:
+        recorded = None
+    if not recorded:
+        return f"{dist}=={sdpa_impls.__version__}"
+    origin = json.loads(recorded)
+    url, vcs = _without_credentials(str(origin.get("url", ""))), origin.get("vcs_info") or {}
+    if vcs.get("vcs") == "git":
+        return f"{dist} @ git+{url}@{vcs.get('commit_id', '')}"
+    return f"{dist} @ {url}"
+
+
+def replacements(torch_release: str, own_branch: str | None, requirement: str) -> dict[str, str]:
+    """The template asv.conf.json's texts and what replaces each."""
+    return {f'"torch": [{json.dumps(TEMPLATE_TORCH)}]': f'"torch": [{json.dumps(torch_release)}]',
+            f'"branches": [{json.dumps(TEMPLATE_BRANCH)}]': f'"branches": [{json.dumps(own_branch or TEMPLATE_BRANCH)}]',
+            f"--no-deps {TEMPLATE_SDPA}": "--no-deps " + json.dumps(shlex.quote(requirement))[1:-1]}

@@ -1,0 +1,69 @@
+"""What quickstart's asv.conf.json takes from the machine (sdpa_impls.scaffold.asv): the plug-in repository's own
+branch, the torch release to pin, and where asv installs this sdpa-bench from; real git, the real template."""
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from sdpa_impls import scaffold
+from sdpa_impls.scaffold import asv
+
+
+def git(where: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(where), *args], capture_output=True, text=True, check=True).stdout
+
+
+def test_the_branch_is_the_plugin_repositorys_own_or_none(tmp_path: Path) -> None:
+    repo = tmp_path / "outer"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "trunk")
+    assert asv.branch(repo) == "trunk"  # unborn: git init named it before any commit
+    (repo / "plug").mkdir()
+    assert asv.branch(repo / "plug") is None  # a folder inside another repository: asv's "repo": "." is not it
+    assert asv.branch(tmp_path) is None  # no repository
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@localhost", "commit", "-q", "--allow-empty", "-m", "one")
+    git(repo, "checkout", "-q", "--detach")
+    assert asv.branch(repo) is None  # detached: nothing for asv to follow
+
+
+@pytest.mark.parametrize("version, pin, noted", [
+    ("2.13.0+cpu", "2.13.0", False), ("2.11.0+cu130", "2.11.0", False), ("2.14.1", "2.14.1", False),
+    ("2.6.0a0+ecf3bae40a.nv25.01", asv.TEMPLATE_TORCH, True), ("2.10.0.dev20251101+cu128", asv.TEMPLATE_TORCH, True),
+])
+def test_torch_is_pinned_to_a_release_pip_can_find(version: str, pin: str, noted: bool) -> None:
+    got, note = asv.torch_pin(version)
+    assert got == pin and bool(note) == noted and (not noted or version in note)
+
+
+def test_the_template_takes_every_replacement_and_stays_json(tmp_path: Path) -> None:
+    requirement = "sdpa-bench @ file:///opt/my wheels/sdpa_bench-0.1.0-py3-none-any.whl"  # a space, quoted for asv
+    plan = scaffold.files(scaffold.names_for("toy"), "sdpa-bench[test]>=0.1",
+                          asv.replacements("2.11.0", "trunk", requirement))
+    text = plan["asv.conf.json"]
+    conf = json.loads("\n".join(line for line in text.splitlines() if not line.lstrip().startswith("//")))
+    assert conf["project"] == "toy" and conf["branches"] == ["trunk"] and conf["matrix"]["req"]["torch"] == ["2.11.0"]
+    assert shlex.split(conf["install_command"][1])[-1] == requirement  # one argument to pip, as asv splits it
+    assert "toy,torch_sdpa" in plan["benchmarks/bench_toy.py"] and ".asv/" in plan[".gitignore"].splitlines()
+    with pytest.raises(RuntimeError, match="has no"):
+        scaffold.files(scaffold.names_for("toy"), "x", {'"no such text"': "y"})
+
+
+def test_sdpa_bench_is_installed_from_where_this_one_came_from() -> None:
+    from importlib import metadata
+
+    requirement = asv.sdpa_requirement()
+    recorded = metadata.distribution("sdpa-bench").read_text("direct_url.json")
+    if recorded:  # this test environment's own install: a folder, an archive or a git address
+        assert requirement.startswith("sdpa-bench @ ") and json.loads(recorded)["url"].split("://")[-1] in requirement
+    else:
+        assert requirement == f"sdpa-bench=={scaffold_version()}"
+
+
+def scaffold_version() -> str:
+    import sdpa_impls
+
+    return sdpa_impls.__version__
