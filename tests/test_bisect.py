@@ -234,6 +234,18 @@ def test_the_rows_of_a_failed_gate_are_what_is_searched(tmp_path: Path) -> None:
         rows_from_verdict(str(verdict))
 
 
+def test_a_verdict_of_other_implementations_is_refused_not_answered(history: dict, tmp_path: Path) -> None:
+    """--from a verdict whose slower rows this project does not measure (another repository's, an implementation
+    since renamed): only the time reference would run, and "no regression" would be an answer about nothing."""
+    verdict = tmp_path / "verdict.json"
+    verdict.write_text(json.dumps({"rows": [{"impl": "mine", "case": "L128-E64-fp32-fwd", "decision": "slower"}]}))
+    fast = [a for a in FAST if a not in ("-k", "L128-E64-fp32-fwd")]
+    code, out, err = bisect(history["repo"], history["good"], "HEAD", *fast, "--from", str(verdict))
+    assert code == 2 and "Traceback" not in err and "NO REGRESSION" not in out, out + err
+    assert ("--from: none of its slower rows was measured here: mine is not among this search's implementations "
+            "(only torch_sdpa ran)") in err, err
+
+
 def test_a_local_build_is_the_release_it_builds() -> None:
     """An index of local builds (a CPU or CUDA index: 2.13.0+cpu) or with nightlies offers each release once, by its
     public version, between GOOD and BAD."""

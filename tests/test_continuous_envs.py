@@ -196,6 +196,32 @@ def test_declared_dependencies_and_what_this_environment_lacks(tmp_path: Path) -
     assert unmet(Declared(("sdpa-not-installed>=1",), ())) == ["sdpa-not-installed>=1 (not installed)"]
     with pytest.raises(GateInputError, match="not a requirement"):
         unmet(Declared(("torch===",), ()))
+    (tree / "pyproject.toml").write_text('[project]\nname = "x"\ndependencies = "torch"\n')  # not a list
+    with pytest.raises(GateInputError, match=r"\[project\] dependencies must be a list of requirement strings, not str"):
+        declared(tree, cpu=True)
+
+
+def test_a_failed_build_is_named_by_its_own_last_line() -> None:
+    """pip ends a build backend's failure with its notes and a hint ("See above for details"): the reason given is
+    the build step's own last line, above pip's "[end of output]"."""
+    from sdpa_impls.continuous.sides import _last_line
+
+    pip_said = """  error: subprocess-exited-with-error
+  × Preparing metadata (pyproject.toml) did not run successfully.
+  ╰─> [3 lines of output]
+      Traceback (most recent call last):
+      ValueError: invalid pyproject.toml config: `project.dependencies`.
+      configuration error: `project.dependencies` must be array
+      [end of output]
+  note: This error originates from a subprocess, and is likely not a problem with pip.
+error: metadata-generation-failed
+hint: See above for details.
+"""
+    assert _last_line(pip_said) == "configuration error: `project.dependencies` must be array"
+    assert _last_line("ERROR: No matching distribution found for x\nhint: See above for details.\n") == \
+        "ERROR: No matching distribution found for x"
+    assert _last_line("ModuleNotFoundError: No module named 'setuptools'\n") == \
+        "ModuleNotFoundError: No module named 'setuptools'"
 
 
 def test_kernels_that_differ_are_named_on_their_row() -> None:

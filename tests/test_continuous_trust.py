@@ -321,6 +321,7 @@ def test_specs_are_read_as_tox_and_uv_read_them(tmp_path: Path, monkeypatch: pyt
     monkeypatch.setenv("PATH", str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"])
     assert parse_spec(name).python  # a Python named by its command is an interpreter, not a package
     (tmp_path / "mypkg").mkdir()
+    (tmp_path / "mypkg" / "pyproject.toml").write_text("[project]\nname = 'mypkg'\n")  # a package pip installs
     monkeypatch.chdir(tmp_path)
     assert parse_spec("mypkg").requirements == ("mypkg",)  # a bare word is a name, as for pip
     assert parse_spec("./mypkg").requirements == ("./mypkg",)

@@ -151,6 +151,13 @@ class _Searcher(Resumable):
             raise GateInputError(f"GOOD and BAD cannot be compared, so nothing can be searched: {which} "
                                  f"{str(exc).removeprefix(exc.role + ' ')}") from None
         report = comparison.report
+        measured = {(r.impl, r.case_id) for r in report.rows}
+        if self.query.rows and not measured & set(self.query.rows):  # only the reference ran: nothing to judge
+            wanted = sorted({impl for impl, _ in self.query.rows})
+            raise GateInputError(f"--from: none of its slower rows was measured here: {', '.join(wanted)} "
+                                 f"{'is' if len(wanted) == 1 else 'are'} not among this search's implementations "
+                                 f"(only {', '.join(sorted({r.impl for r in report.rows}))} ran); a verdict of another "
+                                 "project? Else name them with --impl")
         bigger = [r for r in report.rows if memory_failed(r)]  # exact: searched by peak memory, not time
         slower = [r for r in report.rows if r.decision == SLOWER and r not in bigger]
         undecided = [r.label for r in report.undecided]

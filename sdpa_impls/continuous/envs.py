@@ -93,11 +93,24 @@ def declared(tree: Path, cpu: bool) -> Declared:
     """What the revision in `tree` declares (module docstring); GateInputError on an unreadable pyproject.toml."""
     project = tomllib.loads(_text(tree / "pyproject.toml")).get("project", {}) if (tree / "pyproject.toml").is_file() \
         else {}
-    requirements = list(project.get("dependencies", []))
-    for extra, reqs in project.get("optional-dependencies", {}).items():
-        requirements += [r for r in reqs if extra == "test" or _installed(_requirement(r).name) is not None]
+    requirements = list(_strings(project.get("dependencies", []), tree, "dependencies"))
+    extras = project.get("optional-dependencies", {})
+    if not isinstance(extras, dict):
+        raise GateInputError(f"{tree / 'pyproject.toml'}: [project] optional-dependencies must be a table of lists")
+    for extra, reqs in extras.items():
+        requirements += [r for r in _strings(reqs, tree, f"optional-dependencies.{extra}")
+                         if extra == "test" or _installed(_requirement(r).name) is not None]
     constraints = requirement_lines(_text(tree / CONSTRAINTS)) if cpu and (tree / CONSTRAINTS).is_file() else ()
     return Declared(tuple(sorted(set(requirements))), tuple(sorted(set(constraints))))
+
+
+def _strings(value: object, tree: Path, key: str) -> list[str]:
+    """A [project] list of requirement strings; GateInputError naming the key otherwise (a bare string would be
+    read letter by letter, each letter a package for pip)."""
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise GateInputError(f"{tree / 'pyproject.toml'}: [project] {key} must be a list of requirement strings, "
+                             f"not {type(value).__name__} {value!r:.60}")
+    return value
 
 
 def _text(path: Path) -> str:

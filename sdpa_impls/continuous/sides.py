@@ -77,8 +77,18 @@ class RoundRun:
     tail: str
 
 
+PIP_TRAILERS = ("note:", "hint:")  # what pip ends a failure with after the error itself ("hint: See above ...")
+
+
 def _last_line(text: str) -> str:
+    """The line that says what failed: the last one; where pip reports a build step's failure, the step's own last
+    line (before pip's "[end of output]"), not pip's notes and hints after it ("hint: See above for details.")."""
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    ends = [i for i, line in enumerate(lines) if line == "[end of output]"]
+    if ends and ends[-1] > 0 and not lines[ends[-1] - 1].startswith("╰─>"):
+        return lines[ends[-1] - 1]
+    while len(lines) > 1 and lines[-1].lower().startswith(PIP_TRAILERS):
+        lines.pop()
     return lines[-1] if lines else "(no output)"
 
 
