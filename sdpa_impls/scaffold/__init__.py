@@ -3,6 +3,7 @@ working plug-in itself (package `my_attention`, class `MyAttention`, distributio
 template file ends in `.tmpl`, so no tool takes the template for a part of sdpa-bench (a module, a test, a project).
 
     names_for(text)        -> Names                 # the names of a plug-in called `text`
+    origin()               -> (url, vcs_info) | None   # where this sdpa-bench was installed from (PEP 610)
     requirement()          -> (requirement, note)   # how the plug-in's CI installs this sdpa-bench
     files(names, requirement, asv) -> {relative path: text}   # asv: asv.conf.json's replacements (scaffold.asv)
     write(dest, files)     -> [Path]                # UsageError when any of them exists already
@@ -62,25 +63,32 @@ def _without_credentials(url: str) -> str:
     return urlunsplit(parts._replace(netloc=host + (f":{parts.port}" if parts.port else ""))) if parts.netloc else url
 
 
+def origin() -> tuple[str, dict] | None:
+    """Where this sdpa-bench was installed from, by its PEP 610 record: (URL without credentials, the record's
+    vcs_info); None when it came from an index."""
+    try:
+        recorded = metadata.distribution(DIST).read_text("direct_url.json")
+    except metadata.PackageNotFoundError:
+        recorded = None
+    if not recorded:
+        return None
+    record = json.loads(recorded)
+    return _without_credentials(str(record.get("url", ""))), record.get("vcs_info") or {}
+
+
 def requirement() -> tuple[str, str]:
     """The requirement the plug-in's CI installs sdpa-bench with: the git address and commit this one was installed
     from (its PEP 610 record, credentials removed), else this version from the index it came from; installed from a
     local folder or file, the template's placeholder (PLACEHOLDER), with a note for the user to fill it in."""
     import sdpa_impls
 
-    version = sdpa_impls.__version__
-    fallback = f"{DIST}[test]>={version}"
-    try:
-        recorded = metadata.distribution(DIST).read_text("direct_url.json")
-    except metadata.PackageNotFoundError:
-        recorded = None
-    if not recorded:
-        return fallback, ""
-    origin = json.loads(recorded)
-    url, vcs = str(origin.get("url", "")), origin.get("vcs_info") or {}
+    found = origin()
+    if found is None:
+        return f"{DIST}[test]>={sdpa_impls.__version__}", ""
+    url, vcs = found
     if vcs.get("vcs") == "git" and not url.startswith("file:"):
-        return f"{DIST}[test] @ git+{_without_credentials(url)}@{vcs.get('commit_id', '')}", ""
-    return PLACEHOLDER, (f"this sdpa-bench was installed from {_without_credentials(url)}, which a CI runner cannot "
+        return f"{DIST}[test] @ git+{url}@{vcs.get('commit_id', '')}", ""
+    return PLACEHOLDER, (f"this sdpa-bench was installed from {url}, which a CI runner cannot "
                          "install from: in .github/workflows/sdpa-bench.yml, replace HOST/OWNER/sdpa-bench@COMMIT "
                          "with where your CI gets sdpa-bench (it is on no public index)")
 

@@ -12,7 +12,6 @@ import json
 import re
 import shlex
 import subprocess
-from importlib import metadata
 from pathlib import Path
 
 TEMPLATE_TORCH, TEMPLATE_BRANCH = "2.13.0", "main"  # what the template's asv.conf.json holds
@@ -48,31 +47,19 @@ def torch_pin(version: str) -> tuple[str, str]:
                             "`asv run --environment existing:python`")
 
 
-def _without_credentials(url: str) -> str:
-    from urllib.parse import urlsplit, urlunsplit
-
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    return urlunsplit(parts._replace(netloc=host + (f":{parts.port}" if parts.port else ""))) if parts.netloc else url
-
-
-def sdpa_requirement(dist: str = "sdpa-bench") -> str:
-    """pip's requirement for the sdpa-bench that runs now, from its PEP 610 record: the git address and commit, the
-    folder or archive (a file: URL: asv builds on this machine), credentials removed; installed from an index,
-    this version from it."""
+def sdpa_requirement() -> str:
+    """pip's requirement for the sdpa-bench that runs now (scaffold.origin): the git address and commit, the folder
+    or archive (a file: URL: asv builds on this machine), credentials removed; installed from an index, this version
+    from it."""
     import sdpa_impls
 
-    try:
-        recorded = metadata.distribution(dist).read_text("direct_url.json")
-    except metadata.PackageNotFoundError:
-        recorded = None
-    if not recorded:
-        return f"{dist}=={sdpa_impls.__version__}"
-    origin = json.loads(recorded)
-    url, vcs = _without_credentials(str(origin.get("url", ""))), origin.get("vcs_info") or {}
-    if vcs.get("vcs") == "git":
-        return f"{dist} @ git+{url}@{vcs.get('commit_id', '')}"
-    return f"{dist} @ {url}"
+    from . import DIST, origin
+
+    found = origin()
+    if found is None:
+        return f"{DIST}=={sdpa_impls.__version__}"
+    url, vcs = found
+    return f"{DIST} @ git+{url}@{vcs.get('commit_id', '')}" if vcs.get("vcs") == "git" else f"{DIST} @ {url}"
 
 
 def replacements(torch_release: str, own_branch: str | None, requirement: str) -> dict[str, str]:
