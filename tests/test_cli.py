@@ -302,6 +302,8 @@ def test_list_says_each_reason_once_and_labels_what_it_stops():
     (["continuous", "--preset", "smok"], "sdpa-bench continuous: error: argument --preset: invalid choice: 'smok'"),
     (["run", "--budget", "x"], "sdpa-bench run: error: argument --budget: invalid float value: 'x'"),
     (["nope"], "sdpa-bench: error: argument COMMAND: invalid choice: 'nope'"),
+    (["run", "--budgt", "1"], "sdpa-bench run: error: unrecognized arguments: --budgt 1 (see `sdpa-bench run --help`)"),
+    (["--budgt", "list"], "sdpa-bench: error: unrecognized arguments: --budgt (see `sdpa-bench --help`)"),
     (["gate", "--baseline", "{tmp}/a.json", "--candidate", "{tmp}/b.json"], "a.json, {tmp}/b.json: no such files"),
 ])
 def test_user_errors_exit_2_with_one_clear_message(tmp_path, args, message):

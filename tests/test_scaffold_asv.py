@@ -1,5 +1,6 @@
-"""What quickstart's asv.conf.json takes from the machine (sdpa_impls.scaffold.asv): the plug-in repository's own
-branch, the torch release to pin, and where asv installs this sdpa-bench from; real git, the real template."""
+"""What quickstart takes from the machine and the user beyond the template's text: asv.conf.json's branch, torch
+release and sdpa-bench requirement (sdpa_impls.scaffold.asv), and the names a --name becomes; real git, the real
+template."""
 from __future__ import annotations
 
 import json
@@ -67,3 +68,14 @@ def scaffold_version() -> str:
     import sdpa_impls
 
     return sdpa_impls.__version__
+
+
+def test_a_name_that_is_normalized_says_what_it_became(tmp_path: Path, capsys) -> None:
+    from sdpa_impls.cli import main
+
+    assert main(["quickstart", "--name", "My Attn", "--dest", str(tmp_path / "a")]) == 0
+    err = capsys.readouterr().err
+    assert ("note: 'My Attn' is not a Python name: the implementation and its package are my_attn, the distribution "
+            "my-attn") in err
+    assert main(["quickstart", "--name", "mine", "--dest", str(tmp_path / "b")]) == 0
+    assert "is not a Python name" not in capsys.readouterr().err  # a name used as given is not remarked on

@@ -79,7 +79,10 @@ def main(argv: list[str] | None = None) -> int:
                 module, command = _load(name), p
                 module.add_arguments(p)
         try:
-            args = parser.parse_args(argv)
+            args, extra = parser.parse_known_args(argv)
+            if extra:  # after the command word: the command's own error, its prefix and its --help
+                after = command is not None and argv.index(extra[0]) > argv.index(chosen)
+                (command if after else parser).error(f"unrecognized arguments: {' '.join(extra)}")
         except SystemExit as exc:  # argparse printed usage and its error (or --help): its status, returned
             return exc.code if isinstance(exc.code, int) else USAGE_EXIT
         # defaults of the project's [tool.sdpa_bench.<command>] for what the command line leaves unset

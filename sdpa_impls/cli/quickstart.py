@@ -30,7 +30,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote the plug-in {names.package} into {dest}:")
     for path in written:
         print(f"  {path.relative_to(dest)}")
-    for text in (note, torch_note):
+    given = args.name or dest.name
+    renamed = "" if given == names.package else (f"{given!r} is not a Python name: the implementation and its package "
+                                                  f"are {names.package}, the distribution {names.dist}")
+    for text in (renamed, note, torch_note):
         if text:
             print(f"note: {text}", file=sys.stderr)
     start = "git add -A" if own_branch else f"git init -q -b {asv.TEMPLATE_BRANCH} && git add -A"  # asv follows it
