@@ -4,7 +4,14 @@ Nothing in the package imports `cli`; lower layers raise these and the command l
 """
 from __future__ import annotations
 
+import os
+import sys
+import traceback
+
+from .credentials import redact
+
 USAGE_EXIT = 2
+TRACEBACK_ENV = "SDPA_BENCH_TRACEBACK"  # any value: an unforeseen error's traceback above its one line
 
 
 class UsageError(Exception):
@@ -22,3 +29,14 @@ class SideError(GateInputError):
     def __init__(self, role: str, message: str) -> None:
         super().__init__(message)
         self.role = role
+
+
+def unforeseen(prefix: str, exc: Exception, hint: str = "") -> int:
+    """An error nobody foresaw, as every command reports it: one line on stderr, "PREFIX: error: Type: first line
+    HINT", credentials masked, the traceback above it where SDPA_BENCH_TRACEBACK is set; exit 2, never the 1 a CI
+    reads as the answer."""
+    if os.environ.get(TRACEBACK_ENV):
+        print(redact(traceback.format_exc()), file=sys.stderr, end="")
+    first = (str(exc).strip().splitlines() or [""])[0]
+    print(redact(f"{prefix}: error: {type(exc).__name__}: {first}{hint}"), file=sys.stderr)
+    return USAGE_EXIT

@@ -12,14 +12,12 @@ import importlib
 import os
 import signal
 import sys
-import traceback
 from typing import NoReturn
 
 from .. import __version__, settings
 from ..credentials import redact
-from ..errors import USAGE_EXIT, UsageError
+from ..errors import TRACEBACK_ENV, USAGE_EXIT, UsageError, unforeseen
 
-TRACEBACK_ENV = "SDPA_BENCH_TRACEBACK"
 
 # command -> (module exposing add_arguments(parser) and run(args) -> int, one-line help).
 # Modules are imported only when their command runs, so one missing or broken command never breaks the others.
@@ -101,12 +99,7 @@ def main(argv: list[str] | None = None) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + signal.SIGPIPE  # what a shell reports for a writer the pipe stopped
     except Exception as exc:  # a CI reads exit 1 as "regression" or "wrong": anything unforeseen is 2, one line
-        if os.environ.get(TRACEBACK_ENV):  # where it came from, and still exit 2, never 1
-            print(redact(traceback.format_exc()), file=sys.stderr, end="")
-        first = (str(exc).strip().splitlines() or [""])[0]
-        print(redact(f"sdpa-bench: error: {type(exc).__name__}: {first} (an error sdpa-bench did not foresee; "
-                     f"{TRACEBACK_ENV}=1 shows where)"), file=sys.stderr)
-        return USAGE_EXIT
+        return unforeseen("sdpa-bench", exc, f" (an error sdpa-bench did not foresee; {TRACEBACK_ENV}=1 shows where)")
 
 
 if __name__ == "__main__":

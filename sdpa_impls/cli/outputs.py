@@ -19,14 +19,13 @@ import os
 import signal
 import sys
 import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 
 from .. import settings
 from ..continuous.comparison import ADAPTIVE_BUDGET, ENV_BUDGET_FACTOR, MAX_TIME, ROUND_TIMEOUT, ROUNDS
 from ..credentials import redact
-from ..errors import USAGE_EXIT, GateInputError, UsageError
+from ..errors import USAGE_EXIT, GateInputError, UsageError, unforeseen
 from ..fmt import fmt_duration
 
 
@@ -121,11 +120,7 @@ def guarded(command: str, body: Callable[[], int], source: str = "") -> int:
     except BrokenPipeError:  # the reader of stdout went away: the command's main says so
         raise
     except Exception as exc:
-        if os.environ.get("SDPA_BENCH_TRACEBACK"):  # where it came from, and still exit 2, never 1
-            print(redact(traceback.format_exc()), file=sys.stderr, end="")
-        first = (str(exc).strip().splitlines() or [""])[0]
-        print(redact(f"sdpa-bench {command}: error: {type(exc).__name__}: {first}"), file=sys.stderr)
-        return USAGE_EXIT
+        return unforeseen(f"sdpa-bench {command}", exc)
 
 
 class Terminated(KeyboardInterrupt):

@@ -19,7 +19,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     dest = args.dest.resolve()
-    names = scaffold.names_for(args.name or dest.name)
+    given = args.name or dest.name
+    names = scaffold.names_for(given)
     install, note = scaffold.requirement()
     import torch
 
@@ -30,7 +31,6 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote the plug-in {names.package} into {dest}:")
     for path in written:
         print(f"  {path.relative_to(dest)}")
-    given = args.name or dest.name
     renamed = "" if given == names.package else (f"{given!r} is not a Python name: the implementation and its package "
                                                   f"are {names.package}, the distribution {names.dist}")
     for text in (renamed, note, torch_note):
