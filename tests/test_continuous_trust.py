@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from sdpa_impls.cli import main
-from sdpa_impls.continuous import envcache, envkey
+from sdpa_impls.continuous import envcache, envkey, envlock
 from sdpa_impls.continuous.envs import INTERPRETER_NAME, EnvSpec, parse_spec, requirement_lines
 from sdpa_impls.continuous.render import render
 from sdpa_impls.continuous.revisions import new_workdir, snapshot_working_tree, sweep_stale
@@ -198,6 +199,46 @@ def test_the_cache_is_bounded_and_listed(offline: Path, tmp_path: Path) -> None:
     assert envcache.prune(offline, 30 * 86400.0) == []  # used just now
     gone = envcache.prune(offline, 30 * 86400.0, now=time.time() + 31 * 86400.0)
     assert [e.folder for e in gone] == [folder] and not folder.exists()
+    assert not list(offline.glob("*.lock"))  # the removed entry's lock file goes with it
+
+
+def test_a_prune_removes_lock_files_left_without_an_entry_but_not_one_held(offline: Path) -> None:
+    """A failed build or a removed entry leaves its key's lock file; a prune removes those, except one another run
+    holds (a build that has not made its folder yet) and those of entries that stay."""
+    kept = offline / "a1"
+    kept.mkdir(parents=True)
+    (kept / envcache.READY).write_text(json.dumps({"spec": "pkg==1"}))
+    (kept / envcache.LAST_USE).touch()
+    for key in ("a1", "b2", "c3"):
+        (offline / f"{key}.lock").touch()
+    held = envlock.hold(offline / "c3.lock", None, wait_s=1.0)
+    try:
+        assert envcache.prune(offline, 30 * 86400.0) == []
+        assert sorted(p.name for p in offline.glob("*.lock")) == ["a1.lock", "c3.lock"]
+    finally:
+        os.close(held)
+    envcache.prune(offline, 30 * 86400.0)
+    assert sorted(p.name for p in offline.glob("*.lock")) == ["a1.lock"] and kept.is_dir()
+
+
+def test_a_run_waiting_on_a_lock_file_that_a_prune_removes_locks_the_new_one(tmp_path: Path) -> None:
+    """The prune holds the lock, unlinks the file and lets go; the run that waited on the old file must not come
+    away holding that unlinked file while a third run locks the new one: it opens the file now at the path."""
+    path = tmp_path / "k.lock"
+    pruner = envlock.hold(path, None, wait_s=1.0)
+    got: list[int] = []
+    waiter = threading.Thread(target=lambda: got.append(envlock.hold(path, None, wait_s=30.0)))
+    waiter.start()
+    time.sleep(0.3)  # the waiter has opened the old file and is waiting on its lock
+    path.unlink()
+    os.close(pruner)
+    waiter.join(30.0)
+    try:
+        assert got and os.fstat(got[0]).st_ino == path.stat().st_ino
+        assert envlock.try_hold(path) is None  # one holder for the key, not two
+    finally:
+        for fd in got:
+            os.close(fd)
 
 
 def test_a_size_cap_removes_the_least_recently_used_and_never_one_in_use(offline: Path,
@@ -286,7 +327,7 @@ def test_a_lock_wait_says_what_it_waits_for_and_ends(offline: Path, tmp_path: Pa
         assert holder.stdout.readline().strip() == "held"
         said: list[str] = []
         with pytest.raises(GateInputError, match="held this environment's lock for more than 1 s"):
-            envcache._lock(lock, said.append, wait_s=1.0)
+            envlock.hold(lock, said.append, wait_s=1.0)
         assert said and "another sdpa-bench is building this environment" in said[0]
     finally:
         holder.kill()
@@ -298,7 +339,7 @@ def test_a_planted_lock_link_is_refused_and_its_target_untouched(tmp_path: Path)
     target.write_text("keep me\n")
     (tmp_path / "k.lock").symlink_to(target)
     with pytest.raises(UsageError, match="cannot open the environment's lock"):
-        envcache._lock(tmp_path / "k.lock", None, wait_s=0.1)
+        envlock.hold(tmp_path / "k.lock", None, wait_s=0.1)
     assert target.read_text() == "keep me\n"
 
 

@@ -1,6 +1,6 @@
 """`envs`: the environments `continuous` built and cached (--base-env / --head-env, or what a revision declares),
 with their size and last use; `--prune` removes those unused for a while, the least recently used beyond a size cap,
-and the remains of dead builds."""
+and the remains of dead builds, with the lock files of what it removed."""
 from __future__ import annotations
 
 import argparse
@@ -19,7 +19,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "${XDG_CACHE_HOME:-~/.cache}/sdpa-bench/envs)")
     p.add_argument("--prune", action="store_true",
                    help="remove the environments unused for --older-than days, then the least recently used while "
-                        "the cache holds more than --max-gb, and the remains of dead builds")
+                        "the cache holds more than --max-gb, and the remains of dead builds (lock files too)")
     p.add_argument("--older-than", type=float, default=None, metavar="DAYS",
                    help=f"with --prune: unused for more than this many days (default {MAX_AGE_DAYS:g}, which "
                         "`continuous` and `bisect` also remove by themselves after each build; 0: every one not in "

@@ -24,7 +24,6 @@ the user and be writable by no one else: it holds interpreters that run, so it i
 """
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
@@ -41,6 +40,7 @@ from pathlib import Path
 from ..credentials import redact
 from ..errors import GateInputError, UsageError
 from .envkey import cache_key, pinned, underlay_dirs
+from .envlock import hold, try_hold
 from .envs import Env, EnvSpec, is_path, python_of, user_path
 
 CACHE_ENV = "SDPA_BENCH_ENV_CACHE"
@@ -153,34 +153,6 @@ def build(folder: Path, requirements: Sequence[str], constraints: str = "", what
     return time.monotonic() - start
 
 
-def _lock(path: Path, progress: Callable[[str], None] | None, wait_s: float = LOCK_WAIT_S) -> int:
-    """An exclusive lock on `path` (opened without following a link, never truncated); waits for another run's
-    build, saying so, at most `wait_s`."""
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot open the environment's lock ({exc.strerror or exc})") from None
-    deadline = time.monotonic() + wait_s
-    said = False
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return fd
-        except BlockingIOError:
-            if not said and progress:
-                progress(f"waiting for {path}: another sdpa-bench is building this environment")
-                said = True
-            if time.monotonic() > deadline:
-                os.close(fd)
-                raise GateInputError(f"{path}: another run has held this environment's lock for more than "
-                                     f"{wait_s:.0f} s") from None
-            time.sleep(0.5)
-        except OSError as exc:  # a file system without locks
-            os.close(fd)
-            raise UsageError(f"{path}: cannot lock it ({exc.strerror or exc}): use an environment cache on a "
-                             "local file system (--env-cache DIR)") from None
-
-
 def prepare(spec: EnvSpec, cache: Path | None = None, progress: Callable[[str], None] | None = None,
             scratch: Path | None = None) -> Env:
     """The interpreter of `spec`'s environment: a given one as it is (checked to run), else the cached build for
@@ -207,7 +179,7 @@ def prepare(spec: EnvSpec, cache: Path | None = None, progress: Callable[[str], 
     cap = size_cap()  # a bad value is refused before a build, not after it
     key = cache_key(spec)
     folder = cache / key
-    fd = _lock(cache / f"{key}.lock", progress)
+    fd = hold(cache / f"{key}.lock", progress, LOCK_WAIT_S)
     try:
         if (folder / READY).is_file():
             (folder / LAST_USE).touch()
@@ -270,6 +242,10 @@ def prune(cache: Path, older_than_s: float, keep: Path | None = None, now: float
             removed.append(entry)
         else:
             remaining.append(entry)
+    folders = {_key_of(e.folder.name) for e in remaining}
+    for lock in cache.glob("*.lock") if cache.is_dir() else ():  # left by removed entries and failed builds
+        if _key_of(lock.name) not in folders:
+            _remove(cache, None, _key_of(lock.name))
     if max_bytes is not None:
         held = sum(e.size for e in remaining)
         for entry in remaining:  # least recently used first
@@ -283,21 +259,23 @@ def prune(cache: Path, older_than_s: float, keep: Path | None = None, now: float
     return removed
 
 
-def _remove(cache: Path, entry: Entry) -> bool:
-    """Remove one entry under its key's lock; False while another run holds the lock (a build, or a run that found
-    it) or the lock cannot be opened."""
-    key = entry.folder.name.removeprefix(BUILDING).split("-")[0]
-    try:
-        fd = os.open(cache / f"{key}.lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
-    except OSError:
+def _key_of(name: str) -> str:
+    return name.removeprefix(BUILDING).split("-")[0].removesuffix(".lock")
+
+
+def _remove(cache: Path, entry: Entry | None, key: str | None = None) -> bool:
+    """Remove one entry (or, with `entry` None, nothing but `key`'s lock file) under its key's lock, and the lock
+    file too once no folder of that key is left; False while another run holds the lock (a build, or a run that
+    found it) or the lock cannot be opened."""
+    key = key or _key_of(entry.folder.name)
+    fd = try_hold(cache / f"{key}.lock")
+    if fd is None:
         return False
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:  # in use
-        os.close(fd)
-        return False
-    try:
-        shutil.rmtree(entry.folder, ignore_errors=True)
+        if entry is not None:
+            shutil.rmtree(entry.folder, ignore_errors=True)
+        if not any(p.is_dir() and _key_of(p.name) == key for p in cache.iterdir()):
+            (cache / f"{key}.lock").unlink(missing_ok=True)  # while held: see envlock
         return True
     finally:
         os.close(fd)

@@ -1,0 +1,80 @@
+"""The lock files of the environment cache: one per key, held while that key's environment is built, found or
+removed, so that a run never uses an environment another is building or removing.
+
+    hold(path, progress, wait_s) -> fd     # waits for another run's lock, saying so, at most wait_s
+    try_hold(path) -> fd | None            # at once, or None while another run holds it
+
+A lock file is opened without following a link and never truncated. A prune removes the lock file of a removed
+entry while it holds it; a run that opened that file before then finds, once it holds it, that the path no longer
+names the file it holds, and opens the new one: two runs never each hold a lock of their own for one key.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from ..errors import GateInputError, UsageError
+
+
+def _open(path: Path) -> int:
+    return os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+
+
+def _still_there(fd: int, path: Path) -> bool:
+    """Whether the file locked through `fd` is still the one at `path`: a prune unlinks a lock file it holds, and
+    a run that opened it before then must open the new one, or two runs would each hold a lock of their own."""
+    try:
+        held, now = os.fstat(fd), os.stat(path, follow_symlinks=False)
+    except OSError:
+        return False
+    return (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino)
+
+
+def hold(path: Path, progress: Callable[[str], None] | None, wait_s: float) -> int:
+    """An exclusive lock on `path`; waits for another run's build, saying so, at most `wait_s`."""
+    deadline = time.monotonic() + wait_s
+    said = False
+    while True:  # once more for each time a prune removed the file this run waited on
+        try:
+            fd = _open(path)
+        except OSError as exc:
+            raise UsageError(f"{path}: cannot open the environment's lock ({exc.strerror or exc})") from None
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if not said and progress:
+                    progress(f"waiting for {path}: another sdpa-bench is building this environment")
+                    said = True
+                if time.monotonic() > deadline:
+                    os.close(fd)
+                    raise GateInputError(f"{path}: another run has held this environment's lock for more than "
+                                         f"{wait_s:.0f} s") from None
+                time.sleep(0.5)
+            except OSError as exc:  # a file system without locks
+                os.close(fd)
+                raise UsageError(f"{path}: cannot lock it ({exc.strerror or exc}): use an environment cache on a "
+                                 "local file system (--env-cache DIR)") from None
+        if _still_there(fd, path):
+            return fd
+        os.close(fd)
+
+
+def try_hold(path: Path) -> int | None:
+    try:
+        fd = _open(path)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # in use, or no locks here
+        os.close(fd)
+        return None
+    if _still_there(fd, path):
+        return fd
+    os.close(fd)
+    return None
