@@ -91,6 +91,18 @@ def test_calibration_hands_back_the_sample_it_measured_last() -> None:
     assert slow_n == 1 and slow_s >= 3e-3
 
 
+def test_one_held_up_call_does_not_fix_one_call_per_sample() -> None:
+    """A 0.2 ms call held up once for 6 ms (a descheduled thread on a busy CPU) during calibration: the reading is
+    taken again, and the samples still last the minimum instead of being single noisy calls."""
+    held = [6e-3]
+
+    def call() -> None:
+        time.sleep(held.pop() if held else 2e-4)
+
+    n, sample_s = calibrate(call, "cpu", min_sample_s=2e-3)
+    assert n > 1 and sample_s >= 2e-3
+
+
 class Recorder:
     """A closure with a call context that records whether each call ran inside it."""
 

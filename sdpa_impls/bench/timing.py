@@ -22,6 +22,7 @@ from .clocks import ClockLog, SMClock, steady_sample
 
 MIN_SAMPLE_S = 1e-3  # the least duration of one sample: n back-to-back calls
 MAX_CALLS_PER_SAMPLE = 10_000
+CONFIRM_BELOW = 20  # a reading under this many minimum samples is read twice (calibrate): at most 20 ms more a point
 
 
 @dataclass(frozen=True)
@@ -148,10 +149,16 @@ def calls_per_sample(fn: Callable[[], object], device: torch.device | str, min_s
 def calibrate(fn: Callable[[], object], device: torch.device | str, min_sample_s: float = MIN_SAMPLE_S
               ) -> tuple[int, float]:
     """(calls_per_sample's answer, the seconds of one sample of that many calls, as last measured): what a
-    benchmark needs to size its rounds, without timing one more sample. Call it after warm-up."""
+    benchmark needs to size its rounds, without timing one more sample. Call it after warm-up.
+
+    A short reading that reaches the minimum is read again and the faster one kept: a call held up once (a thread
+    descheduled for a scheduler tick, 4 ms at 250 Hz, on a busy CPU) would otherwise fix one call per sample for
+    the whole point, and its samples of a sub-millisecond call would be as noisy as single calls."""
     calls = 1
     while True:
         per_call = one_sample(fn, device, calls)
+        if min_sample_s <= per_call * calls < CONFIRM_BELOW * min_sample_s and calls < MAX_CALLS_PER_SAMPLE:
+            per_call = min(per_call, one_sample(fn, device, calls))
         if per_call * calls >= min_sample_s or calls >= MAX_CALLS_PER_SAMPLE:
             return calls, per_call * calls
         calls = min(MAX_CALLS_PER_SAMPLE, max(2 * calls, math.ceil(1.2 * min_sample_s / max(per_call, 1e-9))))
