@@ -33,10 +33,19 @@ def gemm_key(dtype: str, device: torch.device | str) -> str:
     return TF32 if dtype == "fp32" and uses_tf32(device) else f"gemm_flops_{dtype}"
 
 
+def gemm_keys(dtype: str, device: torch.device | str) -> tuple[str, ...]:
+    """The GEMM ceilings a case of `dtype` may reach, of which the highest measured is its roof: `gemm_key`'s, and on
+    a CPU for bf16 and fp16 also the fp32 GEMM, since an implementation may compute a half-precision call in fp32
+    where that is faster (chunked and fused do where this CPU's bf16 GEMM is slower; fp16 always): a roof it can
+    pass is no roof."""
+    own = gemm_key(dtype, device)
+    return (own, "gemm_flops_fp32") if torch.device(device).type == "cpu" and dtype != "fp32" else (own,)
+
+
 def needed_ceilings(dtypes: tuple[str, ...] | list[str], device: torch.device | str) -> tuple[str, ...]:
-    """Every ceiling the cases of `dtypes` need here: each dtype's GEMM (fp32 in IEEE fp32, and in TF32 where
-    `uses_tf32`, so a report shows both) and the copy bandwidth."""
-    keys = [f"gemm_flops_{d}" for d in dtypes] + [gemm_key(d, device) for d in dtypes]
+    """Every ceiling the cases of `dtypes` need here: each dtype's GEMMs (fp32 in IEEE fp32, and in TF32 where
+    `uses_tf32`, so a report shows both; on a CPU fp32 for every dtype, `gemm_keys`) and the copy bandwidth."""
+    keys = [f"gemm_flops_{d}" for d in dtypes] + [k for d in dtypes for k in gemm_keys(d, device)]
     return tuple(dict.fromkeys(keys)) + ("copy_bytes_per_s",)
 
 
@@ -151,5 +160,10 @@ class RunCeilings:
 
 def roofline_pct(flops: float, nbytes: float, seconds: float, gemm: str, ceil: dict[str, float]) -> float:
     """Achieved FLOP/s as a percentage of min(GEMM peak `ceil[gemm]`, arithmetic intensity × copy bandwidth)."""
-    attainable = min(ceil[gemm], flops / nbytes * ceil["copy_bytes_per_s"])
-    return 100.0 * flops / seconds / attainable
+    return 100.0 * flops / seconds / attainable(flops, nbytes, gemm, ceil)[0]
+
+
+def attainable(flops: float, nbytes: float, gemm: str, ceil: dict[str, float]) -> tuple[float, str]:
+    """(the roof in FLOP/s, which ceiling it is: `gemm`, or "copy_bytes_per_s" where intensity × bandwidth is lower)."""
+    by_copy = flops / nbytes * ceil["copy_bytes_per_s"]
+    return (ceil[gemm], gemm) if ceil[gemm] <= by_copy else (by_copy, "copy_bytes_per_s")

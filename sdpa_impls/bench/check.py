@@ -19,7 +19,12 @@ GRAD_CHECK_MAX_SCORES = 1 << 27  # larger cases check their gradients on a slice
 
 
 class WrongResult(AssertionError):
-    """An implementation's output (or gradient) is further from the fp64 reference than the tolerance."""
+    """An implementation's output (or gradient) is further from the fp64 reference than the tolerance: the error and
+    the tolerance it broke, where they are numbers."""
+
+    def __init__(self, message: str, error: float | None = None, tolerance: float | None = None) -> None:
+        super().__init__(message)
+        self.error, self.tolerance = error, tolerance
 
 
 def grad_slice(case: Case) -> Case:
@@ -165,6 +170,6 @@ class CaseContext:
                 cut = (f"; naive's own {self.cut[name]:.3g} is more than the rule counts without a witness, so "
                        "naive itself is off") if name in self.cut else ""
                 raise WrongResult(f"{impl.name}: max |error| of {name}{where} vs fp64 is {err:.3g} > tolerance "
-                                  f"{tol:.3g} (2 × naive's {counted:.3g} + floor{cut})")
+                                  f"{tol:.3g} (2 × naive's {counted:.3g} + floor{cut})", err, tol)
             worst = max(worst, (err / tol, err, tol))
         return worst[1], worst[2]

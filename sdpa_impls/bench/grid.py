@@ -128,7 +128,7 @@ class Case:
         k = self.heads_kv * self.kv_tokens() * self.e
         v = self.heads_kv * self.kv_tokens() * self.ev
         o = self.batch * self.heads_q * self.lq * self.ev
-        mask = {"bool": 1, "float": 4}.get(self.mask, 0) * self.lq * self.lk
+        mask = {"bool": 1, "float": item}.get(self.mask, 0) * self.lq * self.lk  # as the inputs hold it
         fwd = item * (q + k + v + o) + mask
         bwd = item * 2 * (q + k + v + o) + mask  # read q, k, v, out, dout; write dq, dk, dv
         return {"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[self.mode]

@@ -150,6 +150,7 @@ def machine_info(device: str | torch.device | None = None, timer: str | None = N
         "cpu_features": cpu_features(),
         "machine": platform.machine(),
         "threads": torch.get_num_threads(),
+        "cpus": os.cpu_count(),
         "gpu": gpu,
         "torch": torch.__version__,
         "cuda": torch.version.cuda,

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from . import allocator
+from . import allocator, contention
 from ..protocol import Unsupported
 from ..registry import get
 from .check import CaseContext, WrongResult
@@ -144,7 +144,7 @@ def failed(base: Result, exc: BaseException) -> Result:
     if isinstance(exc, Unsupported):
         return replace(base, status="skipped", reason="; ".join(exc.reasons))
     if isinstance(exc, WrongResult):
-        return replace(base, status="wrong", reason=str(exc))
+        return replace(base, status="wrong", reason=str(exc), max_error=exc.error, error_tolerance=exc.tolerance)
     if isinstance(exc, (DispatchMismatch, Recompiled)):
         return replace(base, status="failed", reason=f"{base.impl}: {exc}")
     if isinstance(exc, torch.OutOfMemoryError):
@@ -199,11 +199,14 @@ def run_point(impl_name: str, ctx: CaseContext, options: Options = Options()) ->
         if fn is None:
             return base
         log = ClockLog()
+        before = contention.snapshot()
         timing = time_closure(fn, ctx.device, budget_s=options.budget_s, min_reps=options.min_reps,
                               max_reps=options.max_reps, warmup=options.warmup, flush_l2=options.flush_l2,
                               cuda_graph=options.cuda_graph, min_sample_s=options.min_sample_s,
                               clock=sm_clock(ctx.device)[0], log=log)
-        return _finished(base, fn, timing, _device_timing(fn, ctx.device, options, log), log, options)
+        other = contention.other_cpus(before)
+        result = _finished(base, fn, timing, _device_timing(fn, ctx.device, options, log), log, options)
+        return replace(result, other_cpus=other)
     except Exception as exc:
         return failed(base, exc)
     finally:
@@ -262,7 +265,7 @@ def run_case_interleaved(case: Case, impl_names: list[str], device: str, options
             results[name] = failed(base, exc)
     samples: dict[str, list[float]] = {name: [] for name in live}
     graph_samples: dict[str, list[float]] = {name: [] for name in live}
-    rounds = 0
+    rounds, before = 0, contention.snapshot()
     while live and rounds < options.max_reps and (rounds < options.min_reps or min(
             sum(samples[n]) * live[n][2].calls for n in live) < options.budget_s):
         for name, (base, fn, sampler, graph, _) in list(live.items()):
@@ -276,11 +279,13 @@ def run_case_interleaved(case: Case, impl_names: list[str], device: str, options
         rounds += 1
         if after_round is not None and live:
             after_round()
+    other = contention.other_cpus(before)  # over every implementation's rounds: they shared the machine's state
     for name, (base, fn, sampler, graph, how) in live.items():
         try:
             if graph is not None:
                 how = DeviceTiming(GRAPH, "", summarize(graph_samples[name], graph.calls))
-            results[name] = _finished(base, fn, summarize(samples[name], sampler.calls), how, sampler.log, options)
+            results[name] = replace(_finished(base, fn, summarize(samples[name], sampler.calls), how, sampler.log,
+                                              options), other_cpus=other)
         except Exception as exc:
             results[name] = failed(base, exc)
     if device == "cuda":

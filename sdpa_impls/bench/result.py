@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
-from .ceilings import gemm_key, roofline_pct
+from .ceilings import attainable, gemm_keys, roofline_pct
 from .grid import Case
 from .devicetime import HOST, DeviceTiming
 from .timing import Timing
@@ -28,7 +28,8 @@ class Result:
     tflops: float | None = None
     gbps: float | None = None
     roofline_pct: float | None = None
-    roofline_gemm: str | None = None  # the GEMM ceiling it is a percentage of, e.g. gemm_flops_tf32 for fp32 on sm80+
+    roofline_gemm: str | None = None  # the GEMM ceiling of its roof, e.g. gemm_flops_tf32 for fp32 on sm80+
+    roofline_bound: str | None = None  # the ceiling the roof was: roofline_gemm, or copy_bytes_per_s (memory-bound)
     peak_memory_bytes: int | None = None
     max_error: float | None = None
     error_tolerance: float | None = None
@@ -48,6 +49,7 @@ class Result:
     device_calls_per_sample: int = 1
     host_overhead_s: float | None = None  # eager − device time per call, with a graph's device time
     clocks: dict | None = None  # CUDA: SM clocks the samples saw, and the samples taken again for a low clock
+    other_cpus: float | None = None  # CPUs' worth of other processes' work while the samples were taken (Linux)
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -88,11 +90,13 @@ class Result:
     def on_roofline(self, ceilings: dict[str, float]) -> Result:
         """`roofline_pct` against the ceilings measured in the same run (`bench.ceilings.RunCeilings.values()`);
         unchanged when it has no time or the run lacks the ceiling its dtype needs."""
-        gemm = gemm_key(self.case.dtype, self.device)
-        if self.status != "ok" or not self.speed_s or gemm not in ceilings or "copy_bytes_per_s" not in ceilings:
+        measured = [k for k in gemm_keys(self.case.dtype, self.device) if k in ceilings]
+        if self.status != "ok" or not self.speed_s or not measured or "copy_bytes_per_s" not in ceilings:
             return self
+        gemm = max(measured, key=ceilings.__getitem__)
         pct = roofline_pct(self.case.flops(), self.case.min_bytes(), self.speed_s, gemm, ceilings)
-        return replace(self, roofline_pct=pct, roofline_gemm=gemm)
+        return replace(self, roofline_pct=pct, roofline_gemm=gemm,
+                       roofline_bound=attainable(self.case.flops(), self.case.min_bytes(), gemm, ceilings)[1])
 
     def with_speedup(self, baseline_median_s: float | None) -> Result:
         """`speedup_vs_torch_sdpa` = the baseline's time / this time (`speed_s` of both), when both exist."""

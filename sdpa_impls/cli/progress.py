@@ -1,6 +1,7 @@
 """Progress of a sweep on stderr: a live status line on a terminal, one line per finished point elsewhere."""
 from __future__ import annotations
 
+import os
 import shutil
 import statistics
 import sys
@@ -8,6 +9,9 @@ import time
 from collections import defaultdict
 from typing import TextIO
 
+import torch
+
+from ..bench.contention import contended
 from ..bench.grid import Case
 from ..bench.measure import Options
 from ..bench.result import Result
@@ -100,6 +104,7 @@ class Progress:
         self._t0 = time.monotonic()
         self._started = self._t0
         self._status = ""
+        self._said_contended = False
 
     def _eta_text(self, pending: list[tuple[str, Case]]) -> str:
         if not pending:
@@ -139,6 +144,15 @@ class Progress:
             what = f"{fmt_seconds(result.median_s)}"
             if result.tflops is not None:
                 what += f", {result.tflops:.3g} TFLOP/s"
+            if contended(result.other_cpus, torch.get_num_threads(), os.cpu_count()):
+                what += f", other processes busy on {result.other_cpus:g} CPUs"
+                if not self._said_contended:
+                    self._said_contended = True
+                    self.note(f"warning: other processes kept {result.other_cpus:g} CPUs busy while "
+                              f"{result.case.id} {result.impl} was measured, and torch uses "
+                              f"{torch.get_num_threads()} threads of {os.cpu_count()} CPUs: its threads wait for "
+                              "each other, so times are slowed and scattered (report.md marks such points). "
+                              "Measure on a quiet machine, or with fewer threads (OMP_NUM_THREADS)")
         else:
             what = f"{result.status}: {result.reason}"
             if len(what) > 110:

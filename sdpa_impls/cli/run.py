@@ -52,8 +52,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     t = p.add_argument_group("timing (defaults: sdpa_impls.bench.measure.Options)")
     t.add_argument("--budget", dest="budget_s", type=float, metavar="SECONDS",
                    help=f"measured time per point (default {Options.budget_s})")
-    t.add_argument("--min-reps", type=int, help=f"at least this many timed calls (default {Options.min_reps})")
-    t.add_argument("--max-reps", type=int, help=f"at most this many timed calls (default {Options.max_reps})")
+    t.add_argument("--min-reps", type=int, help=f"at least this many samples (default {Options.min_reps})")
+    t.add_argument("--max-reps", type=int, help=f"at most this many samples (default {Options.max_reps}); a sample "
+                                                "of a short call is many calls (--min-sample)")
     t.add_argument("--warmup", type=int, help=f"untimed calls first (default {Options.warmup})")
     t.add_argument("--min-sample", dest="min_sample_s", type=float, metavar="SECONDS",
                    help="a sample is the fewest back-to-back calls lasting this long "

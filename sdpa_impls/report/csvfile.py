@@ -8,9 +8,10 @@ from ..bench.result import Result, with_speedups
 
 CSV_FILE = "results.csv"
 CSV_CASE_FIELDS = ("lq", "lk", "e", "ev", "dtype", "causal", "mode", "mask", "batch", "heads_q", "heads_kv")
-CSV_RESULT_FIELDS = ("median_s", "iqr_s", "tflops", "gbps", "roofline_pct", "peak_memory_bytes", "max_error",
-                     "error_tolerance", "speedup_vs_torch_sdpa", "compile_s", "device_time_method", "device_time_s",
-                     "device_iqr_s", "host_overhead_s", "device_time_reason")
+CSV_RESULT_FIELDS = ("median_s", "iqr_s", "tflops", "gbps", "roofline_pct", "roofline_gemm", "roofline_bound",
+                     "peak_memory_bytes", "max_error", "error_tolerance", "speedup_vs_torch_sdpa", "compile_s",
+                     "device_time_method", "device_time_s", "device_iqr_s", "host_overhead_s", "device_time_reason",
+                     "other_cpus")
 
 
 def write_csv(path: Path, results: list[Result]) -> Path:

@@ -72,7 +72,7 @@ def sweep_summary(sweep: Sweep) -> str:
     return (f"preset `{meta.get('preset')}`{shard}{merged}: {len(meta.get('case_ids', []))} cases × "
             f"{len(meta.get('impls', []))} implementations = {sweep.planned} points ({done or 'none finished'})"
             f"{wall}; budget {opts.get('budget_s')} s per point, {opts.get('min_reps')}–{opts.get('max_reps')} "
-            f"repetitions after {opts.get('warmup')} warm-up calls, seed {meta.get('seed', 0)}")
+            f"samples after {opts.get('warmup')} warm-up calls, seed {meta.get('seed', 0)}")
 
 
 def sessions_text(meta: dict, finished: int) -> str:
@@ -129,8 +129,9 @@ def device_time(results: list[Result]) -> str:
     return "\n".join(out)
 
 
-def write_markdown(path: Path, sweep: Sweep, layout: SweepTable, images: list[tuple[str, str]]) -> Path:
-    """report.md: machine, sweep, the plots (relative links) and every table."""
+def write_markdown(path: Path, sweep: Sweep, layout: SweepTable, images: list[tuple[str, str]],
+                   plots_skipped: str = "") -> Path:
+    """report.md: machine, sweep, the plots (relative links, or why there are none) and every table."""
     meta = sweep.meta
     m = meta.get("machine") or {}
     parts = [f"# sdpa-bench: `{meta.get('preset')}` on {m.get('device_name', '?')}\n",
@@ -141,6 +142,13 @@ def write_markdown(path: Path, sweep: Sweep, layout: SweepTable, images: list[tu
              f"{(meta.get('options') or {}).get('min_sample_s', 0.001) * 1e3:g} ms; compare implementations within this report "
              "(ratios), not against another machine's absolute times. A result is only timed after its output "
              "matched the fp64 reference.\n"]
+    busy = [r for r in layout.results if r.status == "ok" and layout.busy(r)]
+    if busy:
+        timed = sum(r.status == "ok" for r in layout.results)
+        parts.append(f"**Busy CPUs**: {len(busy)} of {timed} timed points were measured while other processes kept "
+                     f"busy CPUs that torch's threads needed (up to {max(r.other_cpus for r in busy):g} CPUs; "
+                     "marked `busy` in the tables). Their times are slowed and scattered, and so are the ratios "
+                     "that involve them.\n")
     if not sweep.complete:
         parts.append(f"**Incomplete**: {len(sweep.done())} of {sweep.planned} points finished "
                      f"(continue with `sdpa-bench run --out {shlex.quote(str(path.parent))} --resume`).\n")
@@ -151,6 +159,8 @@ def write_markdown(path: Path, sweep: Sweep, layout: SweepTable, images: list[tu
     if images:
         parts.append("## Plots\n")
         parts += [f"### {title}\n\n![{title}]({name})\n" for title, name in images]
+    elif plots_skipped:
+        parts.append(f"## Plots\n\nNot drawn: {plots_skipped}. `sdpa-bench report DIR` draws them once they can be.\n")
     parts += ["## Tables\n", tables(layout, markdown=True, metrics=len(METRICS), with_summary=False)]
     parts.append(structures(sweep.results))
     parts.append(device_time(sweep.results))

@@ -5,6 +5,7 @@ import math
 import re
 from collections.abc import Callable
 
+from ..bench.contention import contended
 from ..bench.result import Result, with_speedups
 from ..fmt import fmt_bytes, fmt_seconds, table
 from .results import Sweep
@@ -27,6 +28,9 @@ METRICS: list[tuple[str, Callable[[Result], str]]] = [
      lambda r: "-" if r.speedup_vs_torch_sdpa is None else f"{r.speedup_vs_torch_sdpa:.2f}×"),
 
 ]
+UNTIMED = ("peak memory", "max |error|", "compile time")  # tables whose cells a busy CPU does not change
+
+
 def _device_cell(r: Result) -> str:
     if r.device_time_s is None:
         return "-"
@@ -57,6 +61,11 @@ SHORT_REASONS = [  # (pattern in a reason, a few words for a table cell); the fu
     (re.compile(r"max \|error\| of (\w+)"), r"\1 error"),
     (re.compile(r"plug-in failed to load"), "broken plug-in"),
 ]
+
+
+BUSY_NOTE = ("busy: other processes kept CPUs busy that torch's {threads} threads needed ({cpus} CPUs) while this "
+             "point was measured (`other_cpus` in results.json): its threads waited for each other, and its times "
+             "are slowed and scattered. Measure again on a quiet machine or with fewer threads")
 
 
 def short_reason(reason: str) -> str:
@@ -92,6 +101,12 @@ class SweepTable:
                 self.not_run[i] = list(dict.fromkeys(causes)) or ["no point measured yet"]
         self.notes: list[str] = []
         self._note_ids: dict[str, int] = {}
+        m = sweep.meta.get("machine") or {}
+        self.threads, self.cpus = m.get("threads") or 1, m.get("cpus")
+
+    def busy(self, r: Result) -> bool:
+        """Whether other processes competed with torch's threads while `r` was measured (`contention`)."""
+        return contended(r.other_cpus, self.threads, self.cpus)
 
     def note(self, text: str) -> int:
         if text not in self._note_ids:
@@ -99,35 +114,42 @@ class SweepTable:
             self._note_ids[text] = len(self.notes)
         return self._note_ids[text]
 
-    def text_of(self, case_id: str, impl: str, metric: Callable[[Result], str]) -> str:
+    def text_of(self, case_id: str, impl: str, metric: Callable[[Result], str], timed: bool = True) -> str:
+        """One cell; `timed`: a quantity from the times, marked where other processes held the CPUs."""
         r = self.cell.get((case_id, impl))
         if r is None:
             return "…"  # not measured (yet)
         if r.status == "ok":
-            return metric(r)
+            text = metric(r)
+            if not timed or text == "-" or not self.busy(r):
+                return text
+            return f"{text} busy ({self.note(BUSY_NOTE.format(threads=self.threads, cpus=self.cpus or '?'))})"
         word = {"skipped": "skip", "failed": "FAILED", "wrong": "WRONG"}.get(r.status, r.status)
-        return f"{word}: {short_reason(r.reason)} ({self.note(f'{r.impl}: {r.reason}')})"
+        said = r.reason if r.reason.startswith(f"{r.impl}: ") else f"{r.impl}: {r.reason}"
+        return f"{word}: {short_reason(r.reason)} ({self.note(said)})"
 
-    def rows(self, metric: Callable[[Result], str]) -> list[list[str]]:
-        return [[c] + [self.text_of(c, i, metric) for i in self.columns] for c in self.cases]
+    def rows(self, metric: Callable[[Result], str], timed: bool = True) -> list[list[str]]:
+        return [[c] + [self.text_of(c, i, metric, timed) for i in self.columns] for c in self.cases]
 
 
 def summary(layout: SweepTable, markdown: bool = False) -> str:
-    """One row per implementation that ran: points by status, geometric-mean speed-up, cases where fastest."""
+    """One row per implementation that ran: points by status, geometric-mean speed-up over the cases it has one
+    for (how many: implementations differ), cases where it was fastest by more than the spread of the times (the
+    interquartile ranges of it and the next do not overlap; a closer case is a tie and counts for none)."""
     fastest: dict[str, int] = {}
     for c in layout.cases:
-        ok = [r for i in layout.columns if (r := layout.cell.get((c, i))) and r.status == "ok" and r.median_s]
-        if ok:
-            best = min(ok, key=lambda r: r.median_s).impl
-            fastest[best] = fastest.get(best, 0) + 1
-    header = ["implementation", "ok", "skipped", "failed", "wrong", "speed-up vs torch_sdpa (geo-mean)",
-              "fastest in"]
+        ok = sorted((r for i in layout.columns if (r := layout.cell.get((c, i))) and r.status == "ok" and r.median_s),
+                    key=lambda r: r.median_s)
+        if ok and (len(ok) == 1 or ok[0].median_s + (ok[0].iqr_s or 0) / 2 < ok[1].median_s - (ok[1].iqr_s or 0) / 2):
+            fastest[ok[0].impl] = fastest.get(ok[0].impl, 0) + 1
+    header = ["implementation", "ok", "skipped", "failed", "wrong", "speed-up vs torch_sdpa (geo-mean, cases)",
+              "fastest in (IQRs apart)"]
     rows = []
     for impl in layout.columns:
         rs = [r for r in layout.results if r.impl == impl]
         n = {s: sum(r.status == s for r in rs) for s in ("ok", "skipped", "failed", "wrong")}
         ups = [math.log(r.speedup_vs_torch_sdpa) for r in rs if r.speedup_vs_torch_sdpa]
-        geo = f"{math.exp(sum(ups) / len(ups)):.2f}×" if ups else "-"
+        geo = f"{math.exp(sum(ups) / len(ups)):.2f}× ({len(ups)})" if ups else "-"
         rows.append([impl, *(str(n[s]) for s in n), geo, f"{fastest.get(impl, 0)} of {len(layout.cases)} cases"])
     title = "summary per implementation"
     if markdown:
@@ -147,7 +169,7 @@ def tables(layout: SweepTable, markdown: bool = False, metrics: int = 4, with_su
         chosen = [*chosen, COMPILE_METRIC]
     for title, metric in chosen:
         header = ["case"] + layout.columns
-        rows = layout.rows(metric)
+        rows = layout.rows(metric, timed=not title.startswith(UNTIMED))
         if markdown:
             out.append(f"### {title[0].upper()}{title[1:]}\n\n{table(header, rows, True, numeric=True)}\n")
         else:
@@ -164,5 +186,5 @@ def tables(layout: SweepTable, markdown: bool = False, metrics: int = 4, with_su
 def not_run(layout: SweepTable, markdown: bool = False) -> str:
     """The implementations that ran nowhere in this sweep, each with its reasons."""
     bullet = "- " if markdown else "  "
-    return (("**Not run on this machine**\n\n" if markdown else "not run on this machine:\n")
+    return (("**Not run in this sweep**\n\n" if markdown else "not run in this sweep:\n")
             + "\n".join(f"{bullet}{i}: {'; '.join(rs)}" for i, rs in layout.not_run.items()) + "\n")

@@ -33,6 +33,7 @@ def write_report(directory: Path, sweep: Sweep, stdout: TextIO | None = None, pl
 def _write_files(directory: Path, sweep: Sweep, layout: SweepTable, plots: bool) -> list[Path]:
     files = [write_csv(directory / CSV_FILE, sweep.results)]
     images: list[tuple[str, str]] = []
+    skipped = ""  # why there are no plots, for report.md too: a reader of it later sees no stderr
     if plots:
         try:
             from .plots import write_plots
@@ -40,9 +41,11 @@ def _write_files(directory: Path, sweep: Sweep, layout: SweepTable, plots: bool)
 
             images = write_plots(directory, sweep) + write_structure_plots(directory, sweep)
         except ImportError as exc:
-            print(f"sdpa-bench: plots skipped: {exc} (pip install 'sdpa-bench[plots]')", file=sys.stderr)
+            skipped = f"{exc} (pip install 'sdpa-bench[plots]')"
         except Exception as exc:  # a plotting bug must not cost the CSV and the report
-            print(f"sdpa-bench: plots skipped: {type(exc).__name__}: {exc}", file=sys.stderr)
+            skipped = f"{type(exc).__name__}: {exc}"
+        if skipped:
+            print(f"sdpa-bench: plots skipped: {skipped}", file=sys.stderr)
     files += [directory / name for _, name in images]
-    files.append(write_markdown(directory / REPORT_FILE, sweep, layout, images))
+    files.append(write_markdown(directory / REPORT_FILE, sweep, layout, images, skipped))
     return files

@@ -67,7 +67,8 @@ class SessionCeilings:
         values = self.meter.values()
         for extra_info, result in self.timed:
             judged = result.on_roofline(values)
-            extra_info.update(roofline_pct=judged.roofline_pct, roofline_gemm=judged.roofline_gemm, ceilings=values)
+            extra_info.update(roofline_pct=judged.roofline_pct, roofline_gemm=judged.roofline_gemm,
+                              roofline_bound=judged.roofline_bound, ceilings=values)
 
 
 @pytest.fixture(scope="module")

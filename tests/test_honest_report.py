@@ -1,0 +1,117 @@
+"""What a report must not hide from the reader choosing an implementation: times taken while other processes held
+the CPUs, a roof an implementation can pass, a summary over different sets of cases, a win within the noise, and
+how wrong a wrong point was."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from dataclasses import replace
+
+import pytest
+import torch
+
+import sdpa_impls
+from sdpa_impls.bench import contention
+from sdpa_impls.bench.check import CaseContext, WrongResult
+from sdpa_impls.bench.grid import Case
+from sdpa_impls.bench.measure import Options, failed, run_point
+from sdpa_impls.protocol import Implementation, SDPAInputs
+from sdpa_impls.report.markdown import write_markdown
+from sdpa_impls.report.results import Sweep
+from sdpa_impls.report.tables import SweepTable, summary
+
+FAST = Options(budget_s=0.01, min_reps=3, max_reps=5, warmup=1, memory=False)
+
+
+class Shifted(Implementation):
+    """torch's answer plus 0.05 everywhere: wrong in fp32 by far more than any tolerance."""
+
+    name = "shifted"
+
+    def forward(self, inp: SDPAInputs) -> torch.Tensor:
+        return sdpa_impls.get("torch_sdpa")(inp.query, inp.key, inp.value, inp.attn_mask,
+                                            is_causal=inp.is_causal) + 0.05
+
+
+def _sweep(results: list, threads: int = 2, cpus: int = 2) -> Sweep:
+    impls = list(dict.fromkeys(r.impl for r in results))
+    cases = list(dict.fromkeys(r.case.id for r in results))
+    return Sweep({"preset": "test", "impls": impls, "case_ids": cases, "options": {},
+                  "machine": {"threads": threads, "cpus": cpus}}, results)
+
+
+def test_another_process_work_is_read_and_this_process_own_is_not() -> None:
+    """A child spinning for a second reads as about one CPU of other work; this process spinning reads as none."""
+    before = contention.snapshot()
+    if before is None:
+        pytest.skip("this system keeps no /proc/stat")
+    end = time.monotonic() + 1.0
+    while time.monotonic() < end:
+        pass
+    own = contention.other_cpus(before)
+    child = subprocess.Popen([sys.executable, "-c", "import time\nend = time.monotonic() + 1.0\n"
+                              "while time.monotonic() < end: pass\n"])
+    before = contention.snapshot()
+    child.wait(30)
+    other = contention.other_cpus(before)
+    assert own is not None and other is not None
+    assert other >= own + 0.6, (own, other)
+    assert contention.contended(1.2, threads=2, cpus=2) and not contention.contended(1.2, threads=2, cpus=8)
+
+
+def test_busy_points_are_marked_in_the_tables_and_said_at_the_top(tmp_path) -> None:
+    ctx = CaseContext(Case(lq=64, lk=64, e=32), "cpu")
+    quiet, busy = run_point("torch_sdpa", ctx, FAST), run_point("naive", ctx, FAST)
+    assert quiet.status == busy.status == "ok" and quiet.other_cpus is not None  # read on every point (Linux)
+    sweep = _sweep([replace(quiet, other_cpus=0.02), replace(busy, other_cpus=1.4)])
+    report = write_markdown(tmp_path / "report.md", sweep, SweepTable(sweep), []).read_text()
+    assert "**Busy CPUs**: 1 of 2 timed points" in report and "up to 1.4 CPUs" in report
+    time_row = next(line for line in report.splitlines() if line.startswith(f"| {ctx.case.id} "))
+    cells = [c.strip() for c in time_row.strip("|").split("|")]
+    assert "busy (1)" not in cells[1] and cells[2].endswith("busy (1)")  # torch_sdpa's cell, naive's cell
+    assert "(1) busy: other processes kept CPUs busy that torch's 2 threads needed" in report
+    error_row = report.split("### Max |error|")[1].split("###")[0]
+    assert "busy" not in error_row  # the error does not depend on the machine's load
+    roomy = _sweep(sweep.results, threads=2, cpus=8)  # 1.4 CPUs of other work beside 6 free ones: no contention
+    assert "busy" not in write_markdown(tmp_path / "r2.md", roomy, SweepTable(roomy), []).read_text()
+
+
+def test_the_summary_says_over_how_many_cases_and_counts_no_win_within_the_spread() -> None:
+    ctx = CaseContext(Case(lq=64, lk=64, e=32), "cpu")
+    base = run_point("torch_sdpa", ctx, FAST)
+    other = replace(base, impl="naive")
+    second = replace(base, case=Case(lq=64, lk=64, e=16))
+    rows = [replace(base, median_s=1.00, iqr_s=0.10), replace(other, median_s=0.97, iqr_s=0.10),  # a tie
+            replace(second, median_s=1.0, iqr_s=0.01)]  # naive did not run the second case
+    text = summary(SweepTable(_sweep(rows)))
+    line = {row.split()[0]: row for row in text.splitlines()[3:]}
+    assert "1.00× (2)" in line["torch_sdpa"] and "1.03× (1)" in line["naive"]
+    assert "0 of 2 cases" in line["naive"] and "1 of 2 cases" in line["torch_sdpa"]  # its one case alone
+    apart = [rows[0], replace(rows[1], median_s=0.5, iqr_s=0.01), rows[2]]
+    assert "1 of 2 cases" in {r.split()[0]: r for r in summary(SweepTable(_sweep(apart))).splitlines()[3:]}["naive"]
+
+
+def test_a_wrong_point_keeps_its_error_and_the_limit_it_broke_and_is_named_once(tmp_path) -> None:
+    ctx = CaseContext(Case(lq=64, lk=64, e=32), "cpu")
+    with pytest.raises(WrongResult) as caught:
+        ctx.check(Shifted())
+    base = run_point("torch_sdpa", ctx, FAST)
+    wrong = failed(replace(base, impl="shifted", max_error=None, error_tolerance=None), caught.value)
+    assert wrong.status == "wrong" and wrong.max_error == pytest.approx(0.05, rel=0.05)
+    assert wrong.error_tolerance is not None and wrong.max_error > wrong.error_tolerance
+    sweep = _sweep([replace(base, other_cpus=0.0), wrong])
+    report = write_markdown(tmp_path / "report.md", sweep, SweepTable(sweep), []).read_text()
+    assert "- (1) shifted: max |error| of out vs fp64" in report and "shifted: shifted:" not in report
+
+
+def test_a_bf16_point_on_a_cpu_is_held_to_the_faster_gemm_and_names_the_bound() -> None:
+    """An implementation that computes bf16 in fp32 where that is faster would pass a bf16 GEMM roof."""
+    ctx = CaseContext(Case(lq=64, lk=64, e=32, dtype="bf16"), "cpu")
+    r = run_point("torch_sdpa", ctx, FAST)
+    rate = r.tflops * 1e12
+    judged = r.on_roofline({"gemm_flops_bf16": rate / 2, "gemm_flops_fp32": rate * 2, "copy_bytes_per_s": 1e15})
+    assert judged.roofline_gemm == "gemm_flops_fp32" and judged.roofline_pct == pytest.approx(50.0)
+    assert judged.roofline_bound == "gemm_flops_fp32"
+    starved = r.on_roofline({"gemm_flops_bf16": rate * 4, "copy_bytes_per_s": 1.0})  # memory-bound
+    assert starved.roofline_gemm == "gemm_flops_bf16" and starved.roofline_bound == "copy_bytes_per_s"
