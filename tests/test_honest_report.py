@@ -115,3 +115,23 @@ def test_a_bf16_point_on_a_cpu_is_held_to_the_faster_gemm_and_names_the_bound() 
     assert judged.roofline_bound == "gemm_flops_fp32"
     starved = r.on_roofline({"gemm_flops_bf16": rate * 4, "copy_bytes_per_s": 1.0})  # memory-bound
     assert starved.roofline_gemm == "gemm_flops_bf16" and starved.roofline_bound == "copy_bytes_per_s"
+
+
+def test_compare_says_which_rows_had_their_time_judged(tmp_path) -> None:
+    """A row whose time was not compared (other machine) or is the time reference does not read a bare "pass"."""
+    from sdpa_impls.bench.machine import machine_info
+    from sdpa_impls.gate.compare import compare_points
+    from sdpa_impls.gate.config import load_config
+    from sdpa_impls.gate.points import points_from_results
+    from sdpa_impls.gate.render import render_verdict
+
+    ctx = CaseContext(Case(lq=64, lk=64, e=32), "cpu")
+    points = points_from_results([run_point(i, ctx, FAST) for i in ("torch_sdpa", "naive")])
+    here = machine_info("cpu")
+    config = load_config(None, start=tmp_path)  # the defaults: time_reference torch_sdpa
+    same = render_verdict(compare_points(points, points, config, here, here))
+    rows = {line.split()[0]: line for line in same.splitlines() if "[L64-E32-fp32-fwd]" in line}
+    assert rows[f"torch_sdpa[{ctx.case.id}]"].endswith("pass, time is the reference")
+    assert rows[f"naive[{ctx.case.id}]"].rstrip().endswith(" pass")
+    other = render_verdict(compare_points(points, points, config, here, {**here, "cpu": "another CPU"}))
+    assert other.count("pass, time not compared") == 2 and "absolute time rules refused" in other

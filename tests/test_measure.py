@@ -17,7 +17,7 @@ from sdpa_impls.impls import torch_sdpa
 from sdpa_impls.bench import allocator
 from sdpa_impls.bench.check import CaseContext
 from sdpa_impls.bench.grid import Case
-from sdpa_impls.bench.measure import Options, run_case_interleaved, run_point
+from sdpa_impls.bench.measure import Options, run_case, run_case_interleaved, run_point
 from sdpa_impls.bench.result import with_speedups
 from sdpa_impls.bench.timing import calibrate, call_context, same_context, time_closure
 
@@ -226,3 +226,11 @@ def test_a_measuring_process_fixes_glibcs_thresholds_unless_its_environment_chos
     assert mapped_blocks(plain, prepare=True) == 0  # from the heap: the threshold is 32 MiB now
     assert mapped_blocks(plain | {"MALLOC_ARENA_MAX": "2"}, prepare=True) == 1  # the caller's own choice stands
     assert mapped_blocks(plain | allocator.ENV) == 0  # the same values through the environment (continuous)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a torch without CUDA: here CUDA is available")
+def test_a_cuda_case_on_a_torch_without_cuda_is_skipped_with_one_line() -> None:
+    """From Python as from the command line: one reason naming the torch, not each implementation's CUDA error."""
+    case = Case(lq=32, lk=32, e=16)
+    for r in [*run_case(case, ["fused", "torch_sdpa"], "cuda"), *run_case_interleaved(case, ["naive"], "cuda")]:
+        assert r.status == "skipped" and r.reason.startswith("no CUDA device is available to this torch (")

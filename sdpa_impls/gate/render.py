@@ -7,7 +7,7 @@ from dataclasses import asdict
 from ..fmt import cell, code, fmt_bytes, fmt_seconds, table
 from .compare import Comparison, Verdict
 from .points import Point
-from .rules import NA, PASS, Check
+from .rules import NA, PASS, REFUSED, Check
 
 
 def _time_cell(row: Comparison) -> str:
@@ -34,6 +34,15 @@ def _error_cell(row: Comparison) -> str:
     return f"{c.max_error:.2g} / {c.error_tolerance:.2g}"
 
 
+def _verdict_cell(row: Comparison) -> str:
+    """The row's verdict, saying where its time was not judged (different machines; the time reference itself):
+    a bare "pass" there would vouch for a time nobody compared."""
+    time = next((c for c in row.checks if c.kind == "time"), None)
+    if row.verdict != PASS or time is None or time.status not in (REFUSED, NA):
+        return row.verdict
+    return "pass, time not compared" if time.status == REFUSED else "pass, time is the reference"
+
+
 def rules_and_failures(ratios: Sequence[Check], failures: Sequence[Check], markdown: bool,
                        title: str = "in-run rule") -> list[str]:
     """The in-run rules' table and the list of failed checks, as both verdicts print them."""
@@ -55,9 +64,9 @@ def render_verdict(report: Verdict, markdown: bool = False) -> str:
     out = [f"{'## ' if markdown else ''}sdpa-bench gate: {verdict} "
            f"({len(report.failures)} failed check(s); config: {report.config_source or 'built-in defaults'})", ""]
     shown = code if markdown else str
-    out += table(["benchmark", "median time", "peak memory", "error / tol", "verdict"],
+    out += table(["benchmark", "median time, as measured", "peak memory", "error / tol", "verdict"],
                  [[(cell if markdown else str)(r.candidate.label if r.candidate else r.baseline.label), _time_cell(r),
-                   _memory_cell(r), _error_cell(r), r.verdict] for r in report.rows], markdown).splitlines()
+                   _memory_cell(r), _error_cell(r), _verdict_cell(r)] for r in report.rows], markdown).splitlines()
     out += rules_and_failures(report.ratios, report.failures, markdown)
     bullet = "- " if markdown else "  "
     skipped = [c for r in report.rows for c in r.checks if c.status == NA]  # refusals are one note
