@@ -147,6 +147,12 @@ def _title(sweep: Sweep, what: str, not_run: list[str]) -> str:
         title += f", {m.get('threads')} threads"
     if not_run:
         title += "\nnot run here (see report): " + ", ".join(not_run)
+    missing: dict[str, int] = {}  # points with no time to plot: failed or wrong
+    for r in sweep.results:
+        if r.status in ("failed", "wrong") and r.impl not in not_run:
+            missing[r.impl] = missing.get(r.impl, 0) + 1
+    if missing:
+        title += "\nfailed or wrong, not plotted (see report): " + ", ".join(f"{i} ({n})" for i, n in missing.items())
     return title
 
 
@@ -208,8 +214,12 @@ def _roofline(sweep: Sweep, ok: list[Result], colors: dict[str, tuple], not_run:
         for r, x in zip(rs, ai):
             ax.scatter(x, r.tflops, color=colors[r.impl], marker=MODE_MARKERS.get(r.case.mode, "o"), s=22,
                        alpha=0.85)
-        # fp32 on CUDA sm80+ can reach TF32 tensor cores (bench.ceilings.uses_tf32): its roof is the TF32 GEMM
-        gemm = "gemm_flops_tf32" if dtype == "fp32" and "gemm_flops_tf32" in ceil else f"gemm_flops_{dtype}"
+        # the roof each point's roofline_pct is a percentage of: the highest GEMM its dtype can reach here
+        # (bench.ceilings.gemm_keys: TF32 for fp32 on CUDA sm80+, the fp32 GEMM too for bf16 and fp16 on a CPU;
+        # (drawn anywhere: read from the ceilings the run measured, not from this machine's device)
+        keys = [f"gemm_flops_{dtype}"] + (["gemm_flops_tf32"] if dtype == "fp32" else []) + (
+            ["gemm_flops_fp32"] if rs[0].device == "cpu" and dtype != "fp32" else [])
+        gemm = max(keys, key=lambda k: ceil.get(k) or 0.0)
         peak, bw = ceil.get(gemm), ceil.get("copy_bytes_per_s")
         if peak and bw:
             lo, hi = min(ai) / 2, max(ai) * 2
