@@ -205,20 +205,36 @@ def test_the_cache_is_bounded_and_listed(offline: Path, tmp_path: Path) -> None:
 def test_a_prune_removes_lock_files_left_without_an_entry_but_not_one_held(offline: Path) -> None:
     """A failed build or a removed entry leaves its key's lock file; a prune removes those, except one another run
     holds (a build that has not made its folder yet) and those of entries that stay."""
-    kept = offline / "a1"
+    a1, b2, c3 = "a1" * 8, "b2" * 8, "c3" * 8
+    kept = offline / a1
     kept.mkdir(parents=True)
     (kept / envcache.READY).write_text(json.dumps({"spec": "pkg==1"}))
     (kept / envcache.LAST_USE).touch()
-    for key in ("a1", "b2", "c3"):
+    for key in (a1, b2, c3, "notes"):
         (offline / f"{key}.lock").touch()
-    held = envlock.hold(offline / "c3.lock", None, wait_s=1.0)
+    held = envlock.hold(offline / f"{c3}.lock", None, wait_s=1.0)
     try:
         assert envcache.prune(offline, 30 * 86400.0) == []
-        assert sorted(p.name for p in offline.glob("*.lock")) == ["a1.lock", "c3.lock"]
+        assert sorted(p.name for p in offline.glob("*.lock")) == [f"{a1}.lock", f"{c3}.lock", "notes.lock"]
     finally:
         os.close(held)
     envcache.prune(offline, 30 * 86400.0)
-    assert sorted(p.name for p in offline.glob("*.lock")) == ["a1.lock"] and kept.is_dir()
+    assert sorted(p.name for p in offline.glob("*.lock")) == [f"{a1}.lock", "notes.lock"] and kept.is_dir()
+
+
+def test_a_cache_pointed_at_a_folder_of_ones_own_lists_and_removes_nothing_of_it(offline: Path) -> None:
+    """--env-cache naming a working folder: its folders are no environments, and no prune removes them."""
+    offline.mkdir()
+    for name in ("project", "results", "a1a1a1a1a1a1a1a1x", ".building-notes"):
+        (offline / name).mkdir()
+        (offline / name / "keep.txt").write_text("mine\n")
+    old = time.time() - 365 * 86400
+    for folder in offline.iterdir():
+        os.utime(folder, (old, old))
+    assert envcache.entries(offline) == []
+    assert envcache.prune(offline, 0.0, max_bytes=0) == []
+    assert all((offline / n / "keep.txt").is_file() for n in ("project", "results", "a1a1a1a1a1a1a1a1x",
+                                                             ".building-notes"))
 
 
 def test_a_run_waiting_on_a_lock_file_that_a_prune_removes_locks_the_new_one(tmp_path: Path) -> None:
@@ -255,7 +271,8 @@ def test_a_size_cap_removes_the_least_recently_used_and_never_one_in_use(offline
         os.utime(folder / envcache.LAST_USE, (now - age_s, now - age_s))
         return folder
 
-    oldest, older, recent, built = entry("a1", 5 * 86400), entry("b2", 86400), entry("c3", 60), entry("d4", 0)
+    oldest, older, recent, built = (entry(k * 8, age) for k, age in (("a1", 5 * 86400), ("b2", 86400), ("c3", 60),
+                                                                      ("d4", 0)))
     # 8 MiB held, 5 MB allowed: the least recently used go first until it fits; the new build and the one used a
     # minute ago (a side of the comparison running now) stay
     gone = envcache.prune(offline, 30 * 86400.0, keep=built, now=now, max_bytes=5_000_000)
@@ -274,13 +291,13 @@ def test_a_size_cap_removes_the_least_recently_used_and_never_one_in_use(offline
     assert said.count("\n") == 1 and "$SDPA_BENCH_ENV_CACHE_MAX_GB should be a positive number" in said, said
     with pytest.raises(UsageError, match="SDPA_BENCH_ENV_CACHE_MAX_GB"):  # before a build, not after it
         envcache.prepare(EnvSpec("torch", requirements=("torch",)), None)
-    assert sorted(p.name for p in offline.iterdir() if p.is_dir()) == ["c3", "d4"]
+    assert sorted(p.name for p in offline.iterdir() if p.is_dir()) == ["c3" * 8, "d4" * 8]
     monkeypatch.delenv(envcache.MAX_SIZE_ENV)
     err = io.StringIO()
     with contextlib.redirect_stderr(err):  # a pruning option without --prune would remove nothing
         assert main(["envs", "--older-than", "0"]) == 2
     assert "--older-than applies to --prune: give --prune too" in err.getvalue()
-    assert sorted(p.name for p in offline.iterdir() if p.is_dir()) == ["c3", "d4"]
+    assert sorted(p.name for p in offline.iterdir() if p.is_dir()) == ["c3" * 8, "d4" * 8]
 
 
 def test_a_build_killed_midway_is_never_trusted(offline: Path, tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -210,10 +211,16 @@ def _size(folder: Path) -> int:
     return sum(p.lstat().st_size for p in folder.rglob("*") if not p.is_symlink() and p.is_file())
 
 
+def _ours(name: str) -> bool:
+    """Whether a name in the cache is one this cache makes: a key, a key's lock, or a build's folder. Nothing else
+    there is listed or removed, whatever folder --env-cache names."""
+    return bool(re.fullmatch(rf"[0-9a-f]{{16}}(\.lock)?|{re.escape(BUILDING)}[0-9a-f]{{16}}-[0-9a-f]{{8}}", name))
+
+
 def entries(cache: Path) -> list[Entry]:
     """The cache's environments and the remains of dead builds, least recently used first."""
     out = []
-    for folder in (p for p in cache.iterdir() if p.is_dir()) if cache.is_dir() else ():
+    for folder in (p for p in cache.iterdir() if p.is_dir() and _ours(p.name)) if cache.is_dir() else ():
         marker, used = folder / READY, folder / LAST_USE
         try:
             spec = json.loads(marker.read_text(encoding="utf-8")).get("spec", "?") if marker.is_file() else ""
@@ -244,7 +251,7 @@ def prune(cache: Path, older_than_s: float, keep: Path | None = None, now: float
             remaining.append(entry)
     folders = {_key_of(e.folder.name) for e in remaining}
     for lock in cache.glob("*.lock") if cache.is_dir() else ():  # left by removed entries and failed builds
-        if _key_of(lock.name) not in folders:
+        if _ours(lock.name) and _key_of(lock.name) not in folders:
             _remove(cache, None, _key_of(lock.name))
     if max_bytes is not None:
         held = sum(e.size for e in remaining)
