@@ -77,12 +77,18 @@ def section(doc: dict, *keys: str, path: str | Path = "pyproject.toml") -> objec
     return doc
 
 
+# options no table may set: each says what this one run does to the results already in its folder
+ONE_RUN_ONLY = frozenset({"overwrite", "resume"})
+
+
 def _value(action: argparse.Action, value: object, where: str) -> object:
     """`value` from TOML as the option would have parsed it; UsageError naming `where` otherwise."""
     if action.nargs == 0:  # a flag: true sets it
         if not isinstance(value, bool):
             raise UsageError(f"{where}: should be true or false, got {value!r}")
         return action.const if value else action.default
+    if isinstance(value, str) and not value.strip() or value == []:  # never "not given": that is leaving it out
+        raise UsageError(f"{where}: is empty; give a value, or leave the key out")
     if isinstance(action, argparse._AppendAction):
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise UsageError(f"{where}: should be a list of strings, got {value!r}")
@@ -147,11 +153,17 @@ def apply(top: argparse.ArgumentParser, parser: argparse.ArgumentParser, argv: l
                for flag in a.option_strings if flag.startswith("--")}
     on_command_line = given(top, parser, argv)
     used = []
+    spelled: dict[str, str] = {}
     for key, value in table.items():
         action = options.get(key.replace("-", "_"))
         if action is None:
             raise UsageError(f"{where}: {key!r} is not an option of `sdpa-bench {command}`; its options: "
                              f"{', '.join(sorted(k.replace('_', '-') for k in options))}")
+        if spelled.setdefault(action.dest, key) != key:
+            raise UsageError(f"{where}: {spelled[action.dest]!r} and {key!r} set the same option: keep one")
+        if key.replace("-", "_") in ONE_RUN_ONLY:
+            raise UsageError(f"{where}: {key!r} decides what one run does to the folder it is given, not a default: "
+                             f"give --{key.replace('_', '-')} on the command line")
         parsed = _value(action, value, f"{where}: {key}")
         if action.dest not in on_command_line:
             setattr(args, action.dest, parsed)

@@ -139,6 +139,11 @@ def prepare_point(impl_name: str, ctx: CaseContext, check: bool = True) -> Prepa
     return PreparedPoint(fn, err, tol, prof.kernels, compile_s, str(getattr(fn, "op", "") or ""))
 
 
+# what one point may raise and still leave the sweep going: any error, and a SystemExit of an implementation's own
+# (a plug-in calling sys.exit; it ended the whole sweep, with no report); an interrupt still stops the sweep
+POINT_ERRORS = (Exception, SystemExit)
+
+
 def failed(base: Result, exc: BaseException) -> Result:
     """What an exception during a point means, as a Result: one failing point never kills a sweep."""
     if isinstance(exc, Unsupported):
@@ -160,7 +165,7 @@ def _prepared(impl_name: str, ctx: CaseContext) -> tuple[Result, Callable[[], ob
     base = Result(impl=impl_name, case=ctx.case, device=ctx.device, status="ok")
     try:
         point = prepare_point(impl_name, ctx)
-    except Exception as exc:
+    except POINT_ERRORS as exc:
         return failed(base, exc), None
     return replace(base, max_error=point.max_error, error_tolerance=point.error_tolerance,
                    kernels=point.kernels, compile_s=point.compile_s, op=point.op), point.fn
@@ -191,7 +196,7 @@ def _context_or_failures(case: Case, impl_names: list[str], device: str, seed: i
         return [Result(impl=name, case=case, device=device, status="skipped", reason=why) for name in impl_names]
     try:
         return CaseContext(case, device, seed)
-    except Exception as exc:
+    except POINT_ERRORS as exc:
         return [Result(impl=name, case=case, device=device, status="failed",
                        reason=f"could not prepare the case: {type(exc).__name__}: {exc}") for name in impl_names]
 
@@ -211,7 +216,7 @@ def run_point(impl_name: str, ctx: CaseContext, options: Options = Options()) ->
         other = contention.other_cpus(before)
         result = _finished(base, fn, timing, _device_timing(fn, ctx.device, options, log), log, options)
         return replace(result, other_cpus=other)
-    except Exception as exc:
+    except POINT_ERRORS as exc:
         return failed(base, exc)
     finally:
         if ctx.device == "cuda":
@@ -265,7 +270,7 @@ def run_case_interleaved(case: Case, impl_names: list[str], device: str, options
             eager = options.sampler(fn, device, log=ClockLog())
             graph, how = _interleaved_graph(fn, device, options, eager.log)
             live[name] = (base, fn, eager, graph, how)
-        except Exception as exc:
+        except POINT_ERRORS as exc:
             results[name] = failed(base, exc)
     samples: dict[str, list[float]] = {name: [] for name in live}
     graph_samples: dict[str, list[float]] = {name: [] for name in live}
@@ -277,7 +282,7 @@ def run_case_interleaved(case: Case, impl_names: list[str], device: str, options
                 samples[name].append(sampler.sample())
                 if graph is not None:  # the device time in the same round, right after the eager sample
                     graph_samples[name].append(graph.sample())
-            except Exception as exc:
+            except POINT_ERRORS as exc:
                 results[name] = failed(base, exc)
                 del live[name]
         rounds += 1
@@ -290,7 +295,7 @@ def run_case_interleaved(case: Case, impl_names: list[str], device: str, options
                 how = DeviceTiming(GRAPH, "", summarize(graph_samples[name], graph.calls))
             results[name] = replace(_finished(base, fn, summarize(samples[name], sampler.calls), how, sampler.log,
                                               options), other_cpus=other)
-        except Exception as exc:
+        except POINT_ERRORS as exc:
             results[name] = failed(base, exc)
     if device == "cuda":
         torch.cuda.empty_cache()

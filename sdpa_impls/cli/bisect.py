@@ -36,8 +36,8 @@ from ..continuous.project import find
 from ..continuous.steps import rows_from_verdict
 from ..credentials import redact
 from ..errors import UsageError
-from .outputs import (Terminated, add_measuring, guarded, impl_names, terminate_as_interrupt, timed_progress,
-                      writable, write)
+from .outputs import (Terminated, add_measuring, guarded, impl_names, seed, terminate_as_interrupt,
+                      timed_progress, writable, write)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -68,7 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="grid preset to measure; default: ci on CPU, gpu-ci on CUDA")
     each = parser.add_argument_group("each comparison (as `continuous`)")
     add_measuring(each)
-    each.add_argument("--seed", type=int, default=None, metavar="N",
+    each.add_argument("--seed", type=seed, default=None, metavar="N",
                       help="seeds the comparisons' order of sides: step i, as the progress lines number them from 1, "
                            "uses N+i (default: fresh ones)")
     parser.add_argument("--env-cache", metavar="DIR",
@@ -94,6 +94,8 @@ def run(args: argparse.Namespace) -> int:
     def body() -> int:
         if args.from_verdict and args.select:
             raise UsageError("--from and -k both choose the rows: give one")
+        writable({"--markdown": args.markdown, "--json": args.json},  # before a search of many minutes, not after
+                 {"--from": args.from_verdict, "--config": args.config})
         rows = rows_from_verdict(args.from_verdict) if args.from_verdict else ()
         if args.package and args.bad is None:
             raise UsageError("--package needs BAD: the later version, known to be slower")
@@ -101,7 +103,6 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("--versions and --pre choose releases: give --package too")
         if args.versions and args.pre:
             raise UsageError("--pre chooses among the releases the index offers, --versions names them: give one")
-        writable(args.markdown, args.json)  # before a search of many minutes, not after it
         versions = tuple(v.strip() for v in args.versions.split(",") if v.strip()) if args.versions else None
         bad = "HEAD" if args.bad is None else args.bad  # an empty BAD is refused, never read as HEAD
         query = Query(args.good, bad, impl_names(args.impl), args.select, rows, args.env_cache, args.config,

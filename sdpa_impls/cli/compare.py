@@ -36,7 +36,9 @@ def run(args: argparse.Namespace) -> int:
 
     `compare` informs; `sdpa-bench gate` is the command that fails a change.
     """
-    writable(args.markdown and str(args.markdown))  # before the table is printed, not after
+    writable({"--markdown": args.markdown},  # before the table is printed, not after
+             {"DIR_A's results": args.dir_a / store.RESULTS_FILE, "DIR_B's results": args.dir_b / store.RESULTS_FILE,
+              "--config": args.config})
     machine_a, a = measured_points(args.dir_a)
     machine_b, b = measured_points(args.dir_b)
     if not b:

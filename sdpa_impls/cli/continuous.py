@@ -40,7 +40,8 @@ from ..continuous.assemble import Request, compares_revisions
 from ..continuous.comparison import Plan, compare
 from ..continuous.project import find
 from ..credentials import redact
-from .outputs import add_measuring, guarded, impl_names, timed_progress, writable, write
+from ..errors import GateInputError
+from .outputs import add_measuring, guarded, impl_names, seed, timed_progress, writable, write
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -62,7 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="measure only this implementation (repeat, or comma-separate); the time reference is "
                              "always added")
     add_measuring(parser)
-    parser.add_argument("--seed", type=int, default=None, metavar="N",
+    parser.add_argument("--seed", type=seed, default=None, metavar="N",
                         help="seed of the random order of sides, folder names and environment sizes (default: a "
                              "fresh one, printed and written to --json)")
     parser.add_argument("--config", metavar="FILE",
@@ -78,7 +79,10 @@ def run(args: argparse.Namespace) -> int:
     progress = timed_progress()
 
     def body() -> int:
-        writable(args.markdown, args.json)  # before the rounds, not after them
+        writable({"--markdown": args.markdown, "--json": args.json}, {"--config": args.config})  # before the rounds
+        kept = Path(args.keep_runs) if args.keep_runs else None
+        if kept is not None and (kept.exists() or kept.is_symlink()) and not kept.is_dir():
+            raise GateInputError(f"--keep-runs {args.keep_runs}: is a file, not a folder")
         request = Request(args.base, args.head, args.base_env, args.head_env, args.env_cache, impl_names(args.impl),
                           args.config)
         plan = Plan(args.preset, args.rounds, args.max_time, args.adaptive_budget, args.adaptive_rounds,

@@ -51,7 +51,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Exit code: 0 pass, 1 regression, 2 unusable input (one message on stderr, no traceback)."""
     try:
-        writable(args.markdown, args.json)  # before the verdict: a path that cannot be written is not a verdict
+        writable({"--markdown": args.markdown, "--json": args.json},  # before the verdict: a path that cannot be
+                 {"--config": args.config, **{f"--candidate {c}": c for c in args.candidate},  # written is no verdict
+                  **{f"--baseline {b}": b for b in args.baseline or ()}})
         config = load_config(args.config)
         missing = [str(path) for path in [*(args.baseline or ()), *args.candidate] if not os.path.lexists(path)]
         if missing:  # every one named at once, not one a try

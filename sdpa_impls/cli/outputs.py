@@ -6,7 +6,7 @@ any error (exit 2 for anything that is not an answer).
                                          # --separate-processes, --round-timeout
     impl_names(values) -> (name, ...)    # --impl's values, repeated or comma-separated (run takes them so too)
     progress = timed_progress()          # progress(text) prints "[  12s] text" to stderr
-    writable(*paths)                     # GateInputError up front where an answer's file could not be written
+    writable(outputs, inputs)            # GateInputError up front where an answer's file could not be written
     write(path, text)                    # the file, credentials masked; GateInputError when it cannot be written
     guarded(command, body, source) -> int  # body()'s exit code, or 2 with one line for any error, never a traceback
 """
@@ -30,8 +30,24 @@ from ..fmt import fmt_duration
 
 
 def impl_names(values: list[str] | None) -> tuple[str, ...]:
-    """The names given as `--impl a --impl b` or `--impl a,b`, each once, in order."""
-    return tuple(dict.fromkeys(n.strip() for item in values or () for n in item.split(",") if n.strip()))
+    """The names given as `--impl a --impl b` or `--impl a,b`, each once, in order; UsageError where --impl was
+    given and names none (`--impl ,,` is no request for every implementation)."""
+    names = tuple(dict.fromkeys(n.strip() for item in values or () for n in item.split(",") if n.strip()))
+    if values and not names:
+        raise UsageError(f"--impl {','.join(values)!r}: names no implementation")
+    return names
+
+
+def seed(text: str) -> int:
+    """--seed's value, the same range for every command: a whole number from 0 to 2⁶³ − 1 (torch's generator and
+    the comparisons' orders take it; a larger one overflowed in every point's inputs)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"should be a whole number, got {text!r}") from None
+    if not 0 <= value < 2 ** 63:
+        raise argparse.ArgumentTypeError(f"should be from 0 to 2**63 - 1, got {text}")
+    return value
 
 
 def budget(text: str) -> float | None:
@@ -82,11 +98,20 @@ def timed_progress() -> Callable[[str], None]:
     return progress
 
 
-def writable(*paths: str | None) -> None:
-    """GateInputError now, before any measuring, where one of `paths` (None: not asked for) could not be written at
-    the end: a folder, or a folder that cannot be made or written in."""
-    for path in filter(None, paths):
+def writable(outputs: dict[str, str | Path | None], inputs: dict[str, str | Path | None] | None = None) -> None:
+    """GateInputError now, before any measuring, where an output (`{"--json": path}`; None: not asked for) could not
+    be written at the end (a folder; a folder that cannot be made or written in; a file system that takes no new
+    file, such as /proc), is one of the `inputs` it would overwrite, or is another output's file too."""
+    seen: dict[Path, str] = {}
+    sources = {_same(path): flag for flag, path in (inputs or {}).items() if path}
+    for flag, path in ((f, p) for f, p in outputs.items() if p):
         target = Path(path)
+        if _same(target) in sources:
+            raise GateInputError(f"{flag} {path}: is also {sources[_same(target)]}, which writing it would destroy; "
+                                 "write it elsewhere")
+        if _same(target) in seen:
+            raise GateInputError(f"{flag} {path}: is {seen[_same(target)]}'s file too: give each its own")
+        seen[_same(target)] = flag
         in_the_way = next((p for p in target.parents if p.exists() and not p.is_dir()), None)
         if in_the_way is not None:
             raise GateInputError(f"{path}: cannot write ({in_the_way} is a file, not a folder)")
@@ -96,8 +121,20 @@ def writable(*paths: str | None) -> None:
             raise GateInputError(f"{path}: cannot write ({exc.strerror or exc})") from None
         if target.is_dir():
             raise GateInputError(f"{path}: cannot write (it is a folder)")
-        if not os.access(target if target.exists() else target.parent, os.W_OK):
-            raise GateInputError(f"{path}: cannot write (permission denied)")
+        if target.exists():
+            if not os.access(target, os.W_OK):
+                raise GateInputError(f"{path}: cannot write (permission denied)")
+            continue
+        try:  # a new file, made and removed: what the answer's write will do (os.access says yes to /proc)
+            os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+            target.unlink()
+        except OSError as exc:
+            raise GateInputError(f"{path}: cannot write ({exc.strerror or exc})") from None
+
+
+def _same(path: str | Path) -> Path:
+    """One spelling of a path, links resolved: the file a write through it would replace."""
+    return Path(path).expanduser().resolve()
 
 
 def write(path: str, text: str) -> None:

@@ -23,7 +23,7 @@ from ..impls._tiled.budget import BF16_ENV, bf16_compute
 from ..registry import PluginLoadError, loaded, names
 from ..report import results as store
 from ..report.write import write_report
-from .outputs import Terminated, impl_names, terminate_as_interrupt
+from .outputs import Terminated, impl_names, seed, terminate_as_interrupt
 from .progress import Progress
 from .shards import auto_shard, parse_shard
 
@@ -48,7 +48,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overwrite", action="store_true",
                    help="start a new sweep in DIR even if it holds one (its results, CSV, plots and report go)")
     p.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when available, else cpu")
-    p.add_argument("--seed", type=int, help="input seed (default 0)")
+    p.add_argument("--seed", type=seed, help="input seed (default 0)")
     t = p.add_argument_group("timing (defaults: sdpa_impls.bench.measure.Options)")
     t.add_argument("--budget", dest="budget_s", type=float, metavar="SECONDS",
                    help=f"measured time per point (default {Options.budget_s})")

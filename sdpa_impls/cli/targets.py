@@ -21,14 +21,18 @@ from ..bench.grid import Case
 from ..bench.machine import describe_cpu, machine_info
 from ..bench.measure import run_case, run_case_interleaved
 from ..bench.result import Result
+from ..errors import UsageError
 from ..report import results as store
 from ..report.targets import DEVICE, MEMORY, TIMING, Table, ceiling_table, evaluate, markdown, plan
 from ..report.write import write_report
+from .outputs import terminate_as_interrupt
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, metavar="DIR",
-                   help="also save the results as a sweep (results.json, tables, plots, report.md) and targets.md")
+                   help="also save the results as a sweep (results.json, tables, plots, report.md) and targets.md, "
+                        "at the end: every case is measured in rounds shared with the others")
+    p.add_argument("--overwrite", action="store_true", help="replace the sweep --out already holds")
 
 
 def measure(ceilings: RunCeilings, stream=sys.stdout) -> tuple[list[Result], dict[Case, dict[str, float]]]:
@@ -66,8 +70,23 @@ def ceiling_lines(ceilings: RunCeilings) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.out is not None:
-        store.prepare_dir(args.out)  # before a 20-minute run, not after it
+    if args.out is None:
+        return _targets(args)
+    store.prepare_dir(args.out)  # before a 20-minute run, not after it
+    with store.only_writer(args.out):  # no `run` or other `targets` writes it meanwhile
+        if (args.out / store.RESULTS_FILE).exists() and not args.overwrite:
+            raise UsageError(f"{args.out} already holds a sweep ({args.out / store.RESULTS_FILE}): replace it with "
+                             "--overwrite, or choose another --out")
+        try:
+            with terminate_as_interrupt():
+                return _targets(args)
+        except KeyboardInterrupt:
+            print(f"sdpa-bench targets: stopped; {args.out} is as it was (the targets are saved at the end only)",
+                  file=sys.stderr)
+            raise
+
+
+def _targets(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     info = machine_info(DEVICE)
     machine = f"machine: {describe_cpu(info)}, {info['threads']} threads, torch {info['torch']}, python {info['python']}"

@@ -119,7 +119,8 @@ def rows_from_verdict(path: str) -> tuple[tuple[str, str], ...]:
     except OSError as exc:
         raise UsageError(f"--from {path}: cannot be read ({exc.strerror or exc})") from None
     except (ValueError, KeyError, TypeError, AttributeError) as exc:  # not JSON, or rows that are not objects
-        raise UsageError(f"--from {path}: not a verdict of `sdpa-bench continuous --json` ({exc})") from None
+        why = f"no {exc}" if isinstance(exc, KeyError) else str(exc)  # a KeyError's text is the bare key
+        raise UsageError(f"--from {path}: not a verdict of `sdpa-bench continuous --json` ({why})") from None
     if not rows:
         raise UsageError(f"--from {path}: no benchmark in it was slower (decision \"slower\"): nothing to search for")
     return rows

@@ -8,6 +8,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..bench.grid import Case
 from ..bench.measure import Options
 from ..bench.result import Result, with_speedups
 from ..errors import UsageError
@@ -48,9 +49,33 @@ class Sweep:
         return len(self.done()) >= self.planned
 
 
-def _result_from(d: dict) -> Result:
-    """Result.from_dict, tolerating fields written by a newer or older version of Result."""
+def _result_from(d: object, i: int) -> Result:
+    """Result.from_dict of results[i], tolerating fields written by a newer or older version of Result; TypeError
+    naming the field where a value has the wrong type (it would fail later, in a table or a sum, far from here)."""
+    if not isinstance(d, dict) or not isinstance(d.get("case"), dict):
+        raise TypeError(f"results[{i}] should be an object with a \"case\" object")
+    for cls, values, where in ((Result, d, f"results[{i}]"), (Case, d["case"], f"results[{i}].case")):
+        for f in dataclasses.fields(cls):
+            if f.name in values and not _TYPE_CHECKS.get(str(f.type), lambda v: True)(values[f.name]):
+                raise TypeError(f"{where}.{f.name} should be {f.type}, got {values[f.name]!r}")
+    if d.get("status") not in STATUSES:
+        raise ValueError(f"results[{i}].status should be one of {', '.join(STATUSES)}, got {d.get('status')!r}")
     return Result.from_dict({k: v for k, v in d.items() if k in _RESULT_FIELDS})
+
+
+def _number(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+STATUSES = ("ok", "skipped", "failed", "wrong")
+_TYPE_CHECKS = {  # a field's annotation -> whether a JSON value fits it
+    "str": lambda v: isinstance(v, str), "str | None": lambda v: v is None or isinstance(v, str),
+    "int": lambda v: isinstance(v, int) and not isinstance(v, bool), "bool": lambda v: isinstance(v, bool),
+    "int | None": lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)),
+    "float | None": lambda v: v is None or _number(v), "dict | None": lambda v: v is None or isinstance(v, dict),
+    "tuple[float, ...]": lambda v: isinstance(v, list) and all(map(_number, v)),
+    "tuple[str, ...]": lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
+}
 
 
 def to_text(sweep: Sweep) -> str:
@@ -76,6 +101,11 @@ def save(directory: Path, sweep: Sweep) -> Path:
 def load(directory: Path) -> Sweep:
     """Read DIR/results.json; UsageError with one clear sentence when it is missing, unreadable or not ours."""
     path = Path(directory) / RESULTS_FILE
+    if Path(directory).is_file():
+        raise UsageError(f"{directory} is a file: give the --out folder of a `run`, which holds {RESULTS_FILE} "
+                         "(pytest-benchmark JSON goes to `sdpa-bench gate`)")
+    if path.is_dir():
+        raise UsageError(f"{path} is a folder, not a results file")
     if not path.is_file():
         raise UsageError(f"{path} does not exist (is {directory} the --out folder of a `run`?)")
     try:
@@ -90,7 +120,9 @@ def load(directory: Path) -> Sweep:
     if doc.get("version") != VERSION:
         raise UsageError(f"{path} has results format version {doc.get('version')!r}; this sdpa-bench reads {VERSION}")
     try:
-        results = [_result_from(d) for d in doc["results"]]
+        if not isinstance(doc["results"], list):
+            raise TypeError("results should be a list")
+        results = [_result_from(d, i) for i, d in enumerate(doc["results"])]
         meta = dict(doc["meta"])
         missing = [k for k in REQUIRED_META if k not in meta]
         if missing:

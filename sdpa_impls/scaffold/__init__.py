@@ -123,14 +123,21 @@ def files(names: Names, install: str, asv: dict[str, str] | None = None) -> dict
 def write(dest: Path, plan: dict[str, str]) -> list[Path]:
     """Write `plan` into `dest` (made if missing); UsageError naming the files that exist already, before any is
     written."""
+    in_the_way = next((p for p in (dest, *dest.parents) if p.exists() and not p.is_dir()), None)
+    if in_the_way is not None:
+        raise UsageError(f"--dest {dest}: {in_the_way} is a file, not a folder")
     taken = [rel for rel in plan if (dest / rel).exists()]
     if taken:
         raise UsageError(f"{dest} already has {', '.join(taken[:5])}{' ...' if len(taken) > 5 else ''}: quickstart "
                          "writes a new plug-in and overwrites nothing; run it in an empty folder or give --dest")
     written = []
-    for rel, text in plan.items():
-        path = dest / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-        written.append(path)
+    try:
+        for rel, text in plan.items():
+            path = dest / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            written.append(path)
+    except OSError as exc:
+        raise UsageError(f"--dest {dest}: cannot write {exc.filename or dest} ({exc.strerror or exc})"
+                         + (f"; {len(written)} file(s) written before it" if written else "")) from None
     return written

@@ -1,0 +1,125 @@
+"""Input a user or a CI may give by mistake: each is one line and exit 2 before any work, and none destroys a file
+the user has (an input named as an output, a folder of theirs named as the environment cache)."""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from sdpa_impls import registry
+from sdpa_impls.bench.grid import Case
+from sdpa_impls.bench.measure import Options, run_case
+from sdpa_impls.cli import main
+from sdpa_impls.protocol import Implementation, SDPAInputs
+
+FAST = ["--preset", "smoke", "--impl", "naive", "--budget", "0.01", "--min-reps", "2", "--max-reps", "3", "--no-plots"]
+
+
+def said(argv: list[str], cwd: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[int, str]:
+    """(exit status, stderr) of the command line `argv` run in `cwd`."""
+    monkeypatch.chdir(cwd)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = main(argv)
+    return code, err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished smoke sweep of naive, made once."""
+    out = tmp_path_factory.mktemp("sweep") / "a"
+    with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+        assert main(["run", *FAST, "--out", str(out)]) == 0
+    return out
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["run", "--preset", ""], "--preset: an empty value"),
+    (["run", "--preset", "smoke", "--impl", " "], "--impl: an empty value"),
+    (["run", "--preset", "smoke", "--impl", ",,"], "--impl ',,': names no implementation"),
+    (["run", "--preset", "smoke", "--shard="], "--shard: an empty value"),
+    (["run", "--pre", "", "--out", "x"], "--preset: an empty value"),  # an abbreviated option is named in full
+    (["merge", "", "a", "b"], "an empty argument ('')"),
+    (["envs", "--env-cache", ""], "--env-cache: an empty value"),
+    (["quickstart", "--dest", "", "--name", "x"], "--dest: an empty value"),
+    (["run", "--seed", "-1"], "--seed: should be from 0 to 2**63 - 1, got -1"),
+    (["run", "--seed", "100000000000000000000000"], "should be from 0 to 2**63 - 1"),
+])
+def test_an_empty_or_out_of_range_value_is_refused_before_any_work(argv, named, tmp_path, monkeypatch) -> None:
+    code, err = said(argv, tmp_path, monkeypatch)
+    assert code == 2 and named in err and len(err.strip().splitlines()) == 1, err
+    assert list(tmp_path.iterdir()) == []  # nothing written into the working folder
+
+
+def test_an_output_that_is_an_input_or_another_output_is_refused_and_the_input_kept(sweep, tmp_path,
+                                                                                   monkeypatch) -> None:
+    results = sweep / "results.json"
+    before = results.read_bytes()
+    code, err = said(["compare", str(sweep), str(sweep), "--markdown", str(results)], tmp_path, monkeypatch)
+    assert code == 2 and "is also DIR_" in err and results.read_bytes() == before
+    bench = tmp_path / "cand.json"
+    bench.write_text(json.dumps({"benchmarks": []}))
+    code, err = said(["gate", "--candidate", "cand.json", "--json", "./cand.json"], tmp_path, monkeypatch)
+    assert code == 2 and "is also --candidate cand.json" in err and json.loads(bench.read_text()) == {"benchmarks": []}
+    code, err = said(["gate", "--candidate", "cand.json", "--json", "v.out", "--markdown", "v.out"], tmp_path,
+                     monkeypatch)
+    assert code == 2 and "--json v.out: is --markdown's file too" in err
+    verdict = tmp_path / "v.json"
+    verdict.write_text("{}")
+    code, err = said(["bisect", "HEAD~1", "--from", "v.json", "--json", "v.json"], tmp_path, monkeypatch)
+    assert code == 2 and "is also --from" in err and verdict.read_text() == "{}"
+
+
+def test_a_results_file_with_a_wrong_type_is_named_as_corrupt(sweep, tmp_path, monkeypatch) -> None:
+    for field, value, named in (("median_s", "abc", "results[0].median_s should be float | None, got 'abc'"),
+                                ("case", "L99", "results[0] should be an object"),
+                                ("status", "weird", "results[0].status should be one of ok, skipped")):
+        bad = tmp_path / field
+        shutil.copytree(sweep, bad)
+        doc = json.loads((bad / "results.json").read_text())
+        doc["results"][0][field] = value
+        (bad / "results.json").write_text(json.dumps(doc))
+        code, err = said(["report", str(bad)], tmp_path, monkeypatch)
+        assert code == 2 and f"{bad / 'results.json'} has a malformed entry" in err and named in err, err
+    code, err = said(["report", str(sweep / "results.json")], tmp_path, monkeypatch)
+    assert code == 2 and "is a file: give the --out folder of a `run`" in err
+
+
+def test_a_table_may_not_set_an_option_twice_leave_it_empty_or_decide_overwrite(tmp_path, monkeypatch) -> None:
+    for body, named in (('overwrite = true', "'overwrite' decides what one run does"),
+                        ('out = ""', "out: is empty"), ("impl = []", "impl: is empty"),
+                        ("adaptive-budget = 5\nadaptive_budget = 6", "set the same option")):
+        command = "continuous" if "adaptive" in body else "run"
+        (tmp_path / "pyproject.toml").write_text(f"[tool.sdpa_bench.{command}]\n{body}\n")
+        code, err = said([command, "--preset", "smoke"], tmp_path, monkeypatch)
+        assert code == 2 and named in err, err
+
+
+def test_quickstart_into_a_file_says_so(tmp_path, monkeypatch) -> None:
+    (tmp_path / "afile").write_text("mine\n")
+    for dest in ("afile", "afile/x"):
+        code, err = said(["quickstart", "--dest", dest, "--name", "x"], tmp_path, monkeypatch)
+        assert code == 2 and "afile is a file, not a folder" in err and "did not foresee" not in err, err
+    assert (tmp_path / "afile").read_text() == "mine\n"
+
+
+class Exits(Implementation):
+    """An implementation that calls sys.exit, as a plug-in's error path might."""
+
+    name = "exits_midway"
+
+    def forward(self, inp: SDPAInputs) -> torch.Tensor:
+        raise SystemExit(3)
+
+
+def test_an_implementation_calling_sys_exit_fails_its_point_and_the_sweep_goes_on(monkeypatch) -> None:
+    monkeypatch.setitem(registry._REGISTRY, Exits.name, Exits())
+    rows = list(run_case(Case(lq=32, lk=32, e=16), [Exits.name, "naive"], "cpu",
+                         Options(budget_s=0.01, min_reps=2, max_reps=3, memory=False)))
+    assert rows[0].status == "failed" and rows[0].reason.startswith("SystemExit: 3")
+    assert rows[1].status == "ok"
