@@ -268,7 +268,7 @@ def test_two_environments_compare_from_any_folder(tool: dict) -> None:
 
 @pytest.mark.parametrize("where, args, message", [
     ("plain", ["continuous"], "is not inside a git repository: continuous compares git revisions"),
-    ("plain", ["continuous", "--head-env", ""], "--head-env: an empty value; give one, or leave --head-env out"),
+    ("plain", ["continuous", "--head-env", ""], "continuous: error: --head-env: an empty value; give one"),
     ("no-plugin", ["continuous"], "declares no implementations (package other): continuous compares revisions of "
                                   "sdpa-bench or of a plug-in package"),
     ("plain", ["bisect", "v1", "v2"], "is not inside a git repository: bisect searches git revisions of sdpa-bench "

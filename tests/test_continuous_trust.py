@@ -77,7 +77,7 @@ def test_inputs_that_cannot_be_used_are_exit_2_with_one_line(plugin_repo: Path, 
     fake = executable(tmp_path / "fake-python", "#!/bin/sh\necho this-is-not-json\n")
     cases = [
         (["--head-env", "torch 'x"], "cannot be read as a shell line"),
-        (["--head-env", "  "], "an environment SPEC is empty"),
+        (["--head-env", "  "], "--head-env: an empty value; give one, or leave --head-env out"),
         (["--head-env", str(no_shebang)], "cannot be run as a Python interpreter"),
         (["--head-env", "python9.99"], "python9.99: no such interpreter on PATH"),
         (["--head-env", "torch", "--env-cache", "/etc/hostname/cache"], "cannot be used as the environment cache"),

@@ -41,26 +41,27 @@ def _command_in(argv: list[str]) -> str | None:
     return next((a for a in argv if not a.startswith("-")), None)
 
 
-def _refuse_empty(argv: list[str], parsers: list[argparse.ArgumentParser | None], command: str | None) -> None:
-    """An empty value on the command line is an error, never "not given": `run --preset ''` started the 1360-point
-    default preset, `--impl ''` ran every implementation, `--out ''` wrote into the working folder. (`continuous`
-    and `bisect` name their own empty revisions.)"""
+def _empty(argv: list[str], parsers: list[argparse.ArgumentParser | None], command: str | None) -> str:
+    """What is empty on the command line ("" if nothing): an empty value is an error, never "not given" (`run
+    --preset ''` started the 1360-point default preset, `--impl ''` ran every implementation, `--out ''` wrote into
+    the working folder). `continuous` and `bisect` name their own empty revisions."""
     takes = {o: a.nargs != 0 for p in parsers if p is not None for a in p._actions for o in a.option_strings}
     before = ""
     for token in argv:
         if token == "--":
-            return
+            return ""
         option, equals, value = token.partition("=") if token.startswith("--") else ("", "", token)
         if equals and not value.strip():
-            raise UsageError(f"{option}: an empty value; give one, or leave {option} out")
+            return f"{option}: an empty value; give one, or leave {option} out"
         if not equals and not token.strip():
-            named = [o for o in takes if takes[o] and (o == before or o.startswith(before))] if before[:1] == "-" else []
-            if len(named) == 1 or before in named:
+            named = [o for o in takes if takes[o] and o.startswith(before)] if before[:1] == "-" else []
+            if before in named or len(named) == 1:
                 option = before if before in named else named[0]
-                raise UsageError(f"{option}: an empty value; give one, or leave {option} out")
+                return f"{option}: an empty value; give one, or leave {option} out"
             if command not in ("continuous", "bisect"):
-                raise UsageError(f"an empty argument ({token!r}) where a value belongs")
+                return f"an empty argument ({token!r}) where a value belongs"
         before = token
+    return ""
 
 
 def _load(name: str) -> object:
@@ -103,9 +104,11 @@ def main(argv: list[str] | None = None) -> int:
             if extra:  # after the command word: the command's own error, its prefix and its --help
                 after = command is not None and argv.index(extra[0]) > argv.index(chosen)
                 (command if after else parser).error(f"unrecognized arguments: {' '.join(extra)}")
+            empty = _empty(argv, [parser, command], chosen)
+            if empty:
+                (command or parser).error(empty)
         except SystemExit as exc:  # argparse printed usage and its error (or --help): its status, returned
             return exc.code if isinstance(exc.code, int) else USAGE_EXIT
-        _refuse_empty(argv, [parser, command], chosen)
         # defaults of the project's [tool.sdpa_bench.<command>] for what the command line leaves unset
         source = settings.apply(parser, command, argv, args, args.command, COMMANDS)
         code = int(module.run(args))
