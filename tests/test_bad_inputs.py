@@ -123,3 +123,32 @@ def test_an_implementation_calling_sys_exit_fails_its_point_and_the_sweep_goes_o
                          Options(budget_s=0.01, min_reps=2, max_reps=3, memory=False)))
     assert rows[0].status == "failed" and rows[0].reason.startswith("SystemExit: 3")
     assert rows[1].status == "ok"
+
+
+def test_more_mistakes_are_named_for_what_they_are(sweep, tmp_path, monkeypatch) -> None:
+    (tmp_path / "afile").write_text("mine\n")
+    bench = tmp_path / "cand.json"
+    bench.write_text(json.dumps({"benchmarks": []}))
+    for argv, named in (
+        (["gate", "--candidate", "cand.json", "--candidate", "./cand.json"], "--candidate ./cand.json: given twice"),
+        (["run", *FAST, "--out", "afile/x"], "afile is a file, not a folder"),
+        (["merge", "m", str(sweep), str(sweep)], "is no shard (run without --shard)"),
+        (["gate", "--candidate", str(sweep / "results.json")], "compare two of those with `sdpa-bench compare"),
+        (["envs", "--env-cache", "afile"], "--env-cache afile: is a file, not a folder"),
+    ):
+        code, err = said(argv, tmp_path, monkeypatch)
+        assert code == 2 and named in err and len(err.strip().splitlines()) == 1, (argv, err)
+    monkeypatch.setenv("SDPA_BENCH_CPU_BF16", "fp16")
+    code, err = said(["list"], tmp_path, monkeypatch)  # before the table, not after it
+    assert code == 2 and err.startswith("sdpa-bench: error: SDPA_BENCH_CPU_BF16 should be bf16 or fp32")
+    monkeypatch.delenv("SDPA_BENCH_CPU_BF16")
+    code, _ = said(["envs", "--env-cache", "not-there"], tmp_path, monkeypatch)
+    assert code == 0 and not (tmp_path / "not-there").exists()  # listing makes no folder
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine where torch_sdpa_cudnn cannot run")
+def test_a_sweep_that_measured_nothing_is_no_success(tmp_path, monkeypatch) -> None:
+    argv = ["run", *FAST[:2], "--impl", "torch_sdpa_cudnn", "--no-plots", "--out", "o"]
+    code, err = said(argv, tmp_path, monkeypatch)
+    assert code == 2 and "nothing was measured: every point was skipped here" in err.strip().splitlines()[-1]
+    assert (tmp_path / "o" / "report.md").is_file()  # the reasons, saved

@@ -4,11 +4,13 @@ and the remains of dead builds, with the lock files of what it removed."""
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
 from .. import settings
-from ..continuous.envcache import MAX_AGE_DAYS, MAX_SIZE_ENV, RECENT_S, entries, open_cache, prune, size_cap
+from ..continuous.envcache import (MAX_AGE_DAYS, MAX_SIZE_ENV, RECENT_S, default_cache, entries, open_cache, prune,
+                                   size_cap)
 from ..errors import UsageError
 from ..fmt import fmt_bytes, fmt_duration, table
 
@@ -38,16 +40,28 @@ def run(args: argparse.Namespace) -> int:
     for dest in ("older_than", "max_gb"):  # typed without --prune: it would remove nothing; a table's is its default
         if getattr(args, dest) is not None and not args.prune and not settings.from_table(args, dest):
             raise UsageError(f"--{dest.replace('_', '-')} applies to --prune: give --prune too")
+    if not args.prune:
+        return _listing(args)
     cap = size_cap() if args.max_gb is None else int(args.max_gb * 1e9)
     cache = open_cache(args.env_cache)
-    now = time.time()
-    if args.prune:
-        older = MAX_AGE_DAYS if args.older_than is None else args.older_than
-        gone = prune(cache, older * 86400.0, now=now, max_bytes=cap)
-        print(f"removed {len(gone)} environment(s), {fmt_bytes(sum(e.size for e in gone))}, from {cache}")
-        for entry in gone:
-            print(f"  {entry.folder.name}  {entry.spec or '(a build that did not finish)'}")
-        return 0
+    older = MAX_AGE_DAYS if args.older_than is None else args.older_than
+    gone = prune(cache, older * 86400.0, now=time.time(), max_bytes=cap)
+    print(f"removed {len(gone)} environment(s), {fmt_bytes(sum(e.size for e in gone))}, from {cache}")
+    for entry in gone:
+        print(f"  {entry.folder.name}  {entry.spec or '(a build that did not finish)'}")
+    return 0
+
+
+def _listing(args: argparse.Namespace) -> int:
+    """The cache as it is: a folder that is not there is not made, and the size cap is shown, not needed."""
+    cache, now = (args.env_cache or default_cache()).expanduser(), time.time()
+    if cache.exists() and not cache.is_dir():
+        raise UsageError(f"--env-cache {cache}: is a file, not a folder")
+    try:
+        cap = size_cap()
+    except UsageError as exc:
+        cap = None
+        print(f"sdpa-bench envs: {exc}", file=sys.stderr)
     found = entries(cache)
     rows = [[e.folder.name, e.spec or "(a build that did not finish)", fmt_bytes(e.size),
              f"{fmt_duration(now - e.last_use)} ago"] for e in found]

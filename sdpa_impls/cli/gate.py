@@ -55,6 +55,11 @@ def run(args: argparse.Namespace) -> int:
                  {"--config": args.config, **{f"--candidate {c}": c for c in args.candidate},  # written is no verdict
                   **{f"--baseline {b}": b for b in args.baseline or ()}})
         config = load_config(args.config)
+        for flag, paths in (("--candidate", args.candidate), ("--baseline", args.baseline or [])):
+            twice = [p for i, p in enumerate(paths) if any(os.path.realpath(p) == os.path.realpath(q)
+                                                           for q in paths[:i])]
+            if twice:  # one process read twice is no second run: the every-pair rule would count it as one
+                raise GateInputError(f"{flag} {twice[0]}: given twice; each {flag} is a run of its own process")
         missing = [str(path) for path in [*(args.baseline or ()), *args.candidate] if not os.path.lexists(path)]
         if missing:  # every one named at once, not one a try
             raise GateInputError(f"{', '.join(missing)}: no such file{'s' if len(missing) > 1 else ''}")

@@ -17,7 +17,7 @@ from ..bench import grid
 from ..bench.ceilings import RunCeilings, needed_ceilings
 from ..bench.machine import busy_cpus, machine_differences, machine_info, source_revision
 from ..bench.measure import Options, run_case
-from ..errors import UsageError
+from ..errors import USAGE_EXIT, UsageError
 from ..fmt import fmt_duration
 from ..impls._tiled.budget import BF16_ENV, bf16_compute
 from ..registry import PluginLoadError, loaded, names
@@ -116,7 +116,7 @@ def _resume(out: Path, args: argparse.Namespace, impls: list[str] | None, given:
     """The saved sweep, after checking that this command line and machine can continue it."""
     sweep = store.load(out)
     meta = sweep.meta
-    _conflict("preset", args.preset, meta.get("preset"), out)
+    _conflict("--preset", args.preset, meta.get("preset"), out)
     if impls is not None and set(impls) != set(meta.get("impls", ())):
         _conflict("--impl", ",".join(impls), ",".join(meta.get("impls", ())), out)
     _conflict("--shard", args.shard and "/".join(map(str, parse_shard(args.shard))), meta.get("shard"), out)
@@ -278,4 +278,8 @@ def _sweep(args: argparse.Namespace, device: str, preset: str, impls: list[str] 
     wrong = [r for r in sweep.results if r.status == "wrong"]
     if wrong:  # a failure (e.g. out of memory) is a fact about the machine; a wrong answer is a bug
         print(f"sdpa-bench: {len(wrong)} point(s) gave a WRONG result (see the notes above)", file=sys.stderr)
+    if sweep.results and all(r.status == "skipped" for r in sweep.results):  # a green CI job that measured nothing
+        print(f"sdpa-bench: nothing was measured: every point was skipped here (the reasons are in "
+              f"{out / 'report.md'})", file=sys.stderr)
+        return USAGE_EXIT
     return 1 if wrong else 0

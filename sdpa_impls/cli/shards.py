@@ -4,6 +4,10 @@ from __future__ import annotations
 from ..errors import UsageError
 
 
+SHARD_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_MIN",
+                   "SLURM_ARRAY_TASK_STEP", "SLURM_ARRAY_TASK_COUNT")  # what --shard auto reads
+
+
 def parse_shard(text: str) -> tuple[int, int]:
     """'I/N' with 1 <= I <= N -> (I, N); UsageError otherwise."""
     try:
@@ -32,8 +36,10 @@ def auto_shard(env: dict[str, str]) -> tuple[int, int, int | None]:
             names = ("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_STEP", "SLURM_ARRAY_TASK_COUNT")
         else:
             names = ()
-    except ValueError as exc:
-        raise UsageError(f"--shard auto: the launcher's environment is not a number: {exc}") from None
+    except ValueError:
+        bad = ", ".join(f"{n}={v!r}" for n, v in env.items()
+                        if n in SHARD_VARIABLES and not v.strip().lstrip("-").isdigit())
+        raise UsageError(f"--shard auto: the launcher's environment is not a whole number: {bad}") from None
     if names:
         if not 1 <= index <= count:
             shown = ", ".join(f"{n}={env[n]}" for n in names if n in env)

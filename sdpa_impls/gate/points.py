@@ -149,7 +149,9 @@ def load_points(path: str | Path, others: list[str] | None = None) -> tuple[dict
         hint = "the file is empty" if not text.strip() else f"{exc.msg} at line {exc.lineno} column {exc.colno}"
         raise GateInputError(f"{path}: not valid JSON, truncated or corrupt ({hint})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("benchmarks"), list):
-        raise GateInputError(f"{path}: not a pytest-benchmark JSON file (no 'benchmarks' list)")
+        hint = ("; it is a `run`'s results: compare two of those with `sdpa-bench compare DIR_A DIR_B`"
+                if isinstance(doc, dict) and doc.get("format") == "sdpa-bench-results" else "")
+        raise GateInputError(f"{path}: not a pytest-benchmark JSON file (no 'benchmarks' list){hint}")
     info = doc.get("machine_info") if isinstance(doc.get("machine_info"), dict) else {}
     machine = dict(info.get("sdpa_bench") or {})
     if not machine and isinstance(info.get("cpu"), dict):  # a plain pytest-benchmark file: what it knows

@@ -196,6 +196,9 @@ def only_writer(directory: Path):
 def prepare_dir(directory: Path) -> Path:
     """Create DIR (and parents) and prove it is writable; UsageError naming the problem otherwise."""
     directory = Path(directory)
+    in_the_way = next((p for p in (directory, *directory.parents) if p.exists() and not p.is_dir()), None)
+    if in_the_way is not None:
+        raise UsageError(f"cannot write to output folder {directory}: {in_the_way} is a file, not a folder")
     try:
         directory.mkdir(parents=True, exist_ok=True)
         probe = directory / f".write-test.{os.getpid()}"
@@ -259,8 +262,10 @@ def merge(sweeps: list[tuple[Path, Sweep]], all_case_ids: list[str] | None = Non
         for r in sweep.results:
             key = (r.case.id, r.impl)
             if key in seen:
-                raise UsageError(f"{r.impl} on {r.case.id} is in both {seen[key]} and {directory}: "
-                                 f"is one shard given twice?")
+                whole = list(dict.fromkeys(str(d) for d, sw in sweeps if not sw.meta.get("shard")))
+                raise UsageError(f"{r.impl} on {r.case.id} is in both {seen[key]} and {directory}: " + (
+                    f"{', '.join(whole)} {'is no shard' if len(whole) == 1 else 'are no shards'} (run without "
+                    "--shard)" if whole else "is one shard given twice?"))
             seen[key] = directory
             results.append(r)
         impls += [i for i in sweep.meta.get("impls", []) if i not in impls]
