@@ -50,14 +50,26 @@ def import_failure(exc: Exception) -> str:
                    f"(is torch installed and working there? {TRACEBACK_ENV}=1 shows where)")
 
 
+def traceback_wanted() -> bool:
+    """SDPA_BENCH_TRACEBACK set to anything but "", 0, false, no or off (sdpa_impls.errors says the same)."""
+    return os.environ.get(TRACEBACK_ENV, "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
 def main(argv: list[str] | None = None) -> int:
+    if (sys.argv[1:] if argv is None else argv) == ["--version"]:  # needs no torch: the installed distribution's
+        from importlib.metadata import PackageNotFoundError, version
+        try:
+            print(f"sdpa-bench {version('sdpa-bench')}")
+            return 0
+        except PackageNotFoundError:  # run from a source tree that was never installed: the package says it
+            pass
     try:
         from sdpa_impls.cli import main as command_line
     except KeyboardInterrupt:
         print("sdpa-bench: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # noqa: BLE001  (the package did not import: nothing of ours can run)
-        if os.environ.get(TRACEBACK_ENV):  # where it came from, and still exit 2, never 1
+        if traceback_wanted():  # where it came from, and still exit 2, never 1
             print(_masked(traceback.format_exc()), file=sys.stderr, end="")
         print(f"sdpa-bench: error: {import_failure(exc)}", file=sys.stderr)
         return USAGE_EXIT

@@ -11,7 +11,7 @@ import traceback
 from .credentials import redact
 
 USAGE_EXIT = 2
-TRACEBACK_ENV = "SDPA_BENCH_TRACEBACK"  # any value: an unforeseen error's traceback above its one line
+TRACEBACK_ENV = "SDPA_BENCH_TRACEBACK"  # but "", 0, false, no, off: an unforeseen error's traceback too
 
 
 class UsageError(Exception):
@@ -35,7 +35,7 @@ def unforeseen(prefix: str, exc: Exception, hint: str = "") -> int:
     """An error nobody foresaw, as every command reports it: one line on stderr, "PREFIX: error: Type: first line
     HINT", credentials masked, the traceback above it where SDPA_BENCH_TRACEBACK is set; exit 2, never the 1 a CI
     reads as the answer."""
-    if os.environ.get(TRACEBACK_ENV):
+    if os.environ.get(TRACEBACK_ENV, "").strip().lower() not in ("", "0", "false", "no", "off"):
         print(redact(traceback.format_exc()), file=sys.stderr, end="")
     first = (str(exc).strip().splitlines() or [""])[0]
     print(redact(f"{prefix}: error: {type(exc).__name__}: {first}{hint}"), file=sys.stderr)

@@ -152,3 +152,16 @@ def test_a_sweep_that_measured_nothing_is_no_success(tmp_path, monkeypatch) -> N
     code, err = said(argv, tmp_path, monkeypatch)
     assert code == 2 and "nothing was measured: every point was skipped here" in err.strip().splitlines()[-1]
     assert (tmp_path / "o" / "report.md").is_file()  # the reasons, saved
+
+
+@pytest.mark.parametrize("rule, named", [
+    ("time: naive / torch_sdpa <= 2 when dtype == fp23", "dtype is one of fp32, bf16, fp16, not 'fp23'"),
+    ("time: naive / torch_sdpa <= 2 when mode == forward", "mode is one of fwd, bwd, fwd+bwd, not 'forward'"),
+    ("time: naive / torch_sdpa <= 2 when L >= 1k", "lq is a number, not '1k'"),
+])
+def test_a_gate_rule_whose_condition_could_never_hold_is_refused(rule, named, tmp_path, monkeypatch) -> None:
+    """A misspelt value made a rule n/a everywhere, and the gate passed."""
+    (tmp_path / "pyproject.toml").write_text(f'[tool.sdpa_bench.gate]\nratios = ["{rule}"]\n')
+    (tmp_path / "cand.json").write_text(json.dumps({"benchmarks": []}))
+    code, err = said(["gate", "--candidate", "cand.json"], tmp_path, monkeypatch)
+    assert code == 2 and named in err, err

@@ -165,9 +165,13 @@ def test_a_regression_must_show_in_every_pair_of_runs(runs: dict[str, Path], tmp
     assert "2 baseline and 2 candidate runs: a time regression must show in every pair of runs" in out
     refuted = re.search(r"\((\d+) that did not, taken as noise\)", out)
     assert refuted and int(refuted.group(1)) >= 2  # the slowed cases, each refuted by the unchanged run
-    code, out, _ = gate(tmp_path, "--baseline", runs["base"], "--candidate", runs["slow"], "--candidate", runs["slow"],
+    slow_again = tmp_path / "slow_again.json"  # the same numbers as a second file: one file twice is refused
+    slow_again.write_bytes(runs["slow"].read_bytes())
+    code, out, _ = gate(tmp_path, "--baseline", runs["base"], "--candidate", runs["slow"], "--candidate", slow_again,
                         config=REF_NAIVE)
     assert code == 1 and "in all 2 pairs of runs" in out
+    code, _, err = gate(tmp_path, "--baseline", runs["base"], "--candidate", runs["slow"], "--candidate", runs["slow"])
+    assert code == 2 and "given twice" in err
     doc = json.loads(runs["again"].read_text())
     doc["machine_info"]["sdpa_bench"]["torch"] = "9.9.9"
     (tmp_path / "elsewhere.json").write_text(json.dumps(doc))

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+from importlib import metadata
 from importlib.metadata import entry_points
 from pathlib import Path
 
@@ -41,11 +42,22 @@ def test_a_torch_that_does_not_import_is_one_line_and_exit_2(tmp_path):
 
 def test_a_missing_torch_says_where_to_install_it():
     code = "import sys; sys.modules['torch'] = None; " + LAUNCH  # what `import torch` meets where none is installed
-    proc = subprocess.run([sys.executable, "-c", code, "--version"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-c", code, "list"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip() == (f"sdpa-bench: error: torch is not installed in {sys.executable}: install it there "
                                    "first (a CPU-only machine: `python -m pip install torch --index-url "
                                    "https://download.pytorch.org/whl/cpu`)")
+    version = subprocess.run([sys.executable, "-c", code, "--version"], capture_output=True, text=True, timeout=60)
+    assert version.returncode == 0 and version.stdout.strip() == f"sdpa-bench {metadata.version('sdpa-bench')}"
+
+
+def test_a_traceback_is_asked_for_by_a_value_that_means_yes(tmp_path):
+    """SDPA_BENCH_TRACEBACK=0 (or false, no, off) is no request for one."""
+    env = _with_torch(tmp_path, 'raise ImportError("libcudnn.so.9: cannot open shared object file")\n')
+    for value, shown in (("0", False), ("off", False), ("1", True), ("yes", True)):
+        proc = subprocess.run([sys.executable, "-c", LAUNCH, "list"], capture_output=True, text=True,
+                              env={**env, "SDPA_BENCH_TRACEBACK": value}, timeout=60)
+        assert proc.returncode == 2 and ("Traceback" in proc.stderr) == shown, (value, proc.stderr)
 
 
 def test_ctrl_c_while_torch_imports_is_interrupted_and_130(tmp_path):

@@ -80,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
 
     def body() -> int:
         writable({"--markdown": args.markdown, "--json": args.json}, {"--config": args.config})  # before the rounds
+        if args.config and not Path(args.config).is_file():  # here, not once a side has read it
+            raise GateInputError(f"--config {args.config}: no such file")
         kept = Path(args.keep_runs) if args.keep_runs else None
         if kept is not None and (kept.exists() or kept.is_symlink()) and not kept.is_dir():
             raise GateInputError(f"--keep-runs {args.keep_runs}: is a file, not a folder")

@@ -166,7 +166,7 @@ def prepare(spec: EnvSpec, cache: Path | None = None, progress: Callable[[str], 
                                   capture_output=True, text=True, timeout=120)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise UsageError(f"{spec.python}: cannot be run as a Python interpreter ({exc})") from None
-        if done.returncode != 0:
+        if done.returncode != 0 or not re.fullmatch(r"\d+\.\d+\S*", done.stdout.strip()):  # /usr/bin/true exits 0
             raise UsageError(f"{spec.python}: does not run as a Python interpreter")
         return Env(spec.python, f"given (Python {done.stdout.strip()})", shown)
     if not pinned(spec):

@@ -30,6 +30,10 @@ OPS = {"<=": operator.le, "<": operator.lt, ">=": operator.ge, ">": operator.gt,
 METRICS = {"time": "median_s", "peak_memory": "peak_memory_bytes", "ceiling": "ceiling_fraction"}
 GEMM = "gemm"  # the denominator of a ceiling rule: the run's own GEMM ceiling, not an implementation
 FIELD_ALIASES = {"L": "lq"}
+# the values a condition may compare a field with (a pattern with * ? [ is taken as it is); mask names a structure too
+KNOWN_VALUES = {"dtype": ("fp32", "bf16", "fp16"), "mode": ("fwd", "bwd", "fwd+bwd"), "device": ("cpu", "cuda"),
+                "causal": ("true", "false")}
+NUMERIC_FIELDS = ("lq", "lk", "e", "ev", "batch", "heads_q", "heads_kv")
 
 
 @dataclass(frozen=True)
@@ -164,7 +168,15 @@ class Condition:
         if not m or field not in CASE_FIELDS + ("case",):
             raise ValueError(f"condition {text.strip()!r} should be FIELD OP VALUE with FIELD one of "
                              f"case, L, {', '.join(CASE_FIELDS)}")
-        return cls(field, m.group(2), m.group(3))
+        value, known = m.group(3), KNOWN_VALUES.get(field)
+        if known and not any(c in value for c in "*?[") and value.lower() not in known:  # a typo would hold nowhere
+            raise ValueError(f"condition {text.strip()!r}: {field} is one of {', '.join(known)}, not {value!r}")
+        if field in NUMERIC_FIELDS:
+            try:
+                float(value)
+            except ValueError:
+                raise ValueError(f"condition {text.strip()!r}: {field} is a number, not {value!r}") from None
+        return cls(field, m.group(2), value)
 
     def holds(self, point: Point) -> bool:
         have = point.case_id if self.field == "case" else point.case.get(self.field)

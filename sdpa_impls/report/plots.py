@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import textwrap
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
@@ -145,14 +146,15 @@ def _title(sweep: Sweep, what: str, not_run: list[str]) -> str:
     title = f"{what}\npreset {sweep.meta.get('preset')} on {m.get('device_name', '?')}"
     if m.get("device") == "cpu":
         title += f", {m.get('threads')} threads"
-    if not_run:
-        title += "\nnot run here (see report): " + ", ".join(not_run)
+    if not_run:  # wrapped: with every CUDA-only implementation on a CPU, one line ran off the figure
+        title += "\n" + textwrap.fill("not run here (see report): " + ", ".join(not_run), 110)
     missing: dict[str, int] = {}  # points with no time to plot: failed or wrong
     for r in sweep.results:
         if r.status in ("failed", "wrong") and r.impl not in not_run:
             missing[r.impl] = missing.get(r.impl, 0) + 1
     if missing:
-        title += "\nfailed or wrong, not plotted (see report): " + ", ".join(f"{i} ({n})" for i, n in missing.items())
+        title += "\n" + textwrap.fill("failed or wrong, not plotted (see report): "
+                                      + ", ".join(f"{i} ({n})" for i, n in missing.items()), 110)
     return title
 
 
