@@ -203,7 +203,7 @@ def test_an_unknown_revision_is_unusable(repo: dict, tmp_path: Path) -> None:
     assert code == 2 and "'HEAD~1' is not a revision" in err and "the clone is shallow" in err, err
 
 
-@pytest.mark.parametrize("flag, value, message", [("--seed", "-1", "--seed: the seed should be a non-negative"),
+@pytest.mark.parametrize("flag, value, message", [("--seed", "-1", "--seed: should be from 0 to 2**63 - 1, got -1"),
                                                   ("--adaptive-budget", "-5", "--adaptive-budget should be at least"),
                                                   ("--round-timeout", "0", "--round-timeout should be more than 0"),
                                                   ("--round-timeout", "nan", "--round-timeout should be more than 0"),

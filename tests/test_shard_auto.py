@@ -28,7 +28,7 @@ def test_the_shard_comes_from_torchrun_or_a_slurm_array() -> None:
         auto_shard({})
     with pytest.raises(UsageError, match=r"--shard auto: RANK=5, WORLD_SIZE=2 is no shard of 1 to 2"):
         auto_shard({"RANK": "5", "WORLD_SIZE": "2"})  # named as the launcher set it, not as a shard never typed
-    with pytest.raises(UsageError, match="not a number"):
+    with pytest.raises(UsageError, match="not a whole number: RANK="):
         auto_shard({"RANK": "x", "WORLD_SIZE": "2"})
 
 
