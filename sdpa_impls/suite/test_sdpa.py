@@ -22,6 +22,7 @@ import os
 import pytest
 
 from sdpa_impls import Unsupported
+from sdpa_impls.bench import contention
 from sdpa_impls.bench.ceilings import RunCeilings, needed_ceilings
 from sdpa_impls.bench.check import CaseContext
 from sdpa_impls.bench.grid import Case, preset
@@ -94,7 +95,7 @@ def test_sdpa(benchmark, request: pytest.FixtureRequest, sdpa_point: tuple[str, 
     how = DeviceTiming(HOST, HOST_REASON)
     with call_context(point.fn):  # e.g. a pinned backend: entered once, outside the timed region
         memory = peak_memory(point.fn, sdpa_device) if check else None  # exact: the side's first process has it
-        calls = 1
+        calls, other = 1, None
         if benchmark.disabled:  # plain pytest: one call, as a smoke test
             benchmark(point.fn)
         else:  # one sample = `calls` back-to-back calls between two clock readings, as in time_closure and asv
@@ -111,12 +112,14 @@ def test_sdpa(benchmark, request: pytest.FixtureRequest, sdpa_point: tuple[str, 
             rounds = min(max(int(config.getoption("benchmark_min_rounds")), int(max_time / sample_s)), MAX_ROUNDS)
             # CPU: the machine's speed next to each sample, recorded for the side-by-side verdict (bench.probe)
             probe = None if sdpa_device.startswith("cuda") else SpeedProbe(suite_timer(config, sdpa_device))
+            before = contention.snapshot()
             benchmark.pedantic(target, iterations=calls, rounds=rounds, warmup_rounds=1, teardown=probe)
+            other = contention.other_cpus(before)  # other processes' work beside the samples, as `run` records it
             if probe is not None:
                 benchmark.extra_info.update(probe_s=probe.around(rounds), probe=PROBE_WORK)
     result = Result(impl_name, case, sdpa_device, "ok", peak_memory_bytes=memory, max_error=point.max_error,
                     error_tolerance=point.error_tolerance, kernels=point.kernels, compile_s=point.compile_s,
-                    op=point.op)
+                    op=point.op, other_cpus=other)
     if benchmark.stats is not None:  # None when benchmarks are disabled (smoke mode)
         timed = summarize(list(benchmark.stats.stats.data), calls)
         if how.method == GRAPH:  # the eager time, and so the host overhead, goes to extra_info
