@@ -212,8 +212,8 @@ def check_import(side: Side, cpu: bool) -> tuple[Side, dict[str, str | None]]:
                                    "benchmark suite: install sdpa-bench's test extra there (pip install "
                                    "'sdpa-bench[test]')")
     if found["missing"]:
-        raise SideError(side.role, f"--impl {','.join(found['missing'])}: {side.role} {side.name} has no "
-                                   f"implementation of that name (it has {', '.join(found.get('known', ()))})")
+        raise SideError(side.role, f"{side.role} {side.name}: --impl {','.join(found['missing'])}: no implementation "
+                                   f"of that name here (it has {', '.join(found.get('known', ()))})")
     if found["broken"]:
         raise SideError(side.role, f"{side.role} {side.name}: " + "; ".join(
             f"{name}: plug-in failed to load: {error}" for name, error in found["broken"].items()))
