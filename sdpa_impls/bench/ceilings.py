@@ -42,6 +42,16 @@ def gemm_keys(dtype: str, device: torch.device | str) -> tuple[str, ...]:
     return (own, "gemm_flops_fp32") if torch.device(device).type == "cpu" and dtype != "fp32" else (own,)
 
 
+def roof_gemm(dtype: str, device_type: str, ceil: dict[str, float]) -> str | None:
+    """The GEMM ceiling a case's roof is, read from the ceilings a run measured (so a report is drawn anywhere,
+    without asking this machine's device): the highest of those `gemm_keys` can name (the dtype's own, TF32 for
+    fp32 where the run measured it, the fp32 GEMM for bf16 and fp16 on a CPU); None when the run measured none."""
+    keys = [f"gemm_flops_{dtype}"] + ([TF32] if dtype == "fp32" else []) + (
+        ["gemm_flops_fp32"] if device_type == "cpu" and dtype != "fp32" else [])
+    measured = [k for k in keys if ceil.get(k)]
+    return max(measured, key=ceil.__getitem__) if measured else None
+
+
 def needed_ceilings(dtypes: tuple[str, ...] | list[str], device: torch.device | str) -> tuple[str, ...]:
     """Every ceiling the cases of `dtypes` need here: each dtype's GEMMs (fp32 in IEEE fp32, and in TF32 where
     `uses_tf32`, so a report shows both; on a CPU fp32 for every dtype, `gemm_keys`) and the copy bandwidth."""

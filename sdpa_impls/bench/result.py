@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
-from .ceilings import attainable, gemm_keys, roofline_pct
+from .ceilings import attainable, roof_gemm, roofline_pct
 from .grid import Case
 from .devicetime import HOST, DeviceTiming
 from .timing import Timing
@@ -90,10 +90,9 @@ class Result:
     def on_roofline(self, ceilings: dict[str, float]) -> Result:
         """`roofline_pct` against the ceilings measured in the same run (`bench.ceilings.RunCeilings.values()`);
         unchanged when it has no time or the run lacks the ceiling its dtype needs."""
-        measured = [k for k in gemm_keys(self.case.dtype, self.device) if k in ceilings]
-        if self.status != "ok" or not self.speed_s or not measured or "copy_bytes_per_s" not in ceilings:
+        gemm = roof_gemm(self.case.dtype, self.device.split(":")[0], ceilings)
+        if self.status != "ok" or not self.speed_s or gemm is None or "copy_bytes_per_s" not in ceilings:
             return self
-        gemm = max(measured, key=ceilings.__getitem__)
         pct = roofline_pct(self.case.flops(), self.case.min_bytes(), self.speed_s, gemm, ceilings)
         return replace(self, roofline_pct=pct, roofline_gemm=gemm,
                        roofline_bound=attainable(self.case.flops(), self.case.min_bytes(), gemm, ceilings)[1])

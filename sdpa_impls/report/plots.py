@@ -14,6 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: E402
 
+from ..bench.ceilings import roof_gemm  # noqa: E402
 from ..bench.grid import Case  # noqa: E402
 from ..bench.result import Result  # noqa: E402
 from ..fmt import fmt_bytes, fmt_seconds  # noqa: E402
@@ -216,12 +217,8 @@ def _roofline(sweep: Sweep, ok: list[Result], colors: dict[str, tuple], not_run:
         for r, x in zip(rs, ai):
             ax.scatter(x, r.tflops, color=colors[r.impl], marker=MODE_MARKERS.get(r.case.mode, "o"), s=22,
                        alpha=0.85)
-        # the roof each point's roofline_pct is a percentage of: the highest GEMM its dtype can reach here
-        # (bench.ceilings.gemm_keys: TF32 for fp32 on CUDA sm80+, the fp32 GEMM too for bf16 and fp16 on a CPU;
-        # (drawn anywhere: read from the ceilings the run measured, not from this machine's device)
-        keys = [f"gemm_flops_{dtype}"] + (["gemm_flops_tf32"] if dtype == "fp32" else []) + (
-            ["gemm_flops_fp32"] if rs[0].device == "cpu" and dtype != "fp32" else [])
-        gemm = max(keys, key=lambda k: ceil.get(k) or 0.0)
+        # the roof each point's roofline_pct is a percentage of (from the run's own ceilings)
+        gemm = roof_gemm(dtype, rs[0].device.split(":")[0], ceil) or f"gemm_flops_{dtype}"
         peak, bw = ceil.get(gemm), ceil.get("copy_bytes_per_s")
         if peak and bw:
             lo, hi = min(ai) / 2, max(ai) * 2
