@@ -43,7 +43,9 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (["run", "--preset", "smoke", "--impl", " "], "--impl: an empty value"),
     (["run", "--preset", "smoke", "--impl", ",,"], "--impl ',,': names no implementation"),
     (["run", "--preset", "smoke", "--shard="], "--shard: an empty value"),
-    (["run", "--pre", "", "--out", "x"], "--preset: an empty value"),  # an abbreviated option is named in full
+    (["run", "--pre", "smoke"], "unrecognized arguments: --pre smoke"),  # no abbreviation means another option
+    (["run", "--preset", "smoke", "--warmup", "100000000000"], "--warmup must be at most 10000"),  # never ends
+    (["run", "--preset", "smoke", "--min-reps", "20000"], "--min-reps must be at most 10000"),
     (["merge", "", "a", "b"], "an empty argument ('')"),
     (["envs", "--env-cache", ""], "--env-cache: an empty value"),
     (["quickstart", "--dest", "", "--name", "x"], "--dest: an empty value"),

@@ -54,10 +54,8 @@ def _empty(argv: list[str], parsers: list[argparse.ArgumentParser | None], comma
         if equals and not value.strip():
             return f"{option}: an empty value; give one, or leave {option} out"
         if not equals and not token.strip():
-            named = [o for o in takes if takes[o] and o.startswith(before)] if before[:1] == "-" else []
-            if before in named or len(named) == 1:
-                option = before if before in named else named[0]
-                return f"{option}: an empty value; give one, or leave {option} out"
+            if takes.get(before):  # options are never abbreviated (allow_abbrev=False)
+                return f"{before}: an empty value; give one, or leave {before} out"
             if command not in ("continuous", "bisect"):
                 return f"an empty argument ({token!r}) where a value belongs"
         before = token
@@ -87,7 +85,8 @@ class _Parser(argparse.ArgumentParser):
 def main(argv: list[str] | None = None) -> int:
     # not list(argv): once the `list` command's module is imported, `list` in this package's namespace is that module
     argv = sys.argv[1:] if argv is None else [*argv]
-    parser = _Parser(prog="sdpa-bench", description="Benchmark scaled dot-product attention.")
+    # no abbreviations: `--pre` must not mean `--preset` today and fail once another option starts so
+    parser = _Parser(prog="sdpa-bench", description="Benchmark scaled dot-product attention.", allow_abbrev=False)
     parser.add_argument("--version", action="version", version=f"sdpa-bench {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     chosen = _command_in(argv)
@@ -95,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         module = command = None
         for name, (_, help_text) in COMMANDS.items():
-            p = sub.add_parser(name, help=help_text, description=help_text)
+            p = sub.add_parser(name, help=help_text, description=help_text, allow_abbrev=False)
             if name == chosen:
                 module, command = _load(name), p
                 module.add_arguments(p)

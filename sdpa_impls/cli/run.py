@@ -30,6 +30,7 @@ from .shards import auto_shard, parse_shard
 OPTION_FLAGS = {"budget_s": "--budget", "min_reps": "--min-reps", "max_reps": "--max-reps", "warmup": "--warmup",
                 "flush_l2": "--flush-l2", "cuda_graph": "--cuda-graph", "memory": "--no-memory",
                 "min_sample_s": "--min-sample"}
+MAX_FORCED = 10_000  # --min-reps and --warmup: calls made whatever --budget says
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -52,10 +53,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     t = p.add_argument_group("timing (defaults: sdpa_impls.bench.measure.Options)")
     t.add_argument("--budget", dest="budget_s", type=float, metavar="SECONDS",
                    help=f"measured time per point (default {Options.budget_s})")
-    t.add_argument("--min-reps", type=int, help=f"at least this many samples (default {Options.min_reps})")
+    t.add_argument("--min-reps", type=int, help=f"at least this many samples (default {Options.min_reps}; at most "
+                                                f"{MAX_FORCED}, since --budget does not stop them)")
     t.add_argument("--max-reps", type=int, help=f"at most this many samples (default {Options.max_reps}); a sample "
                                                 "of a short call is many calls (--min-sample)")
-    t.add_argument("--warmup", type=int, help=f"untimed calls first (default {Options.warmup})")
+    t.add_argument("--warmup", type=int, help=f"untimed calls first (default {Options.warmup}; at most {MAX_FORCED})")
     t.add_argument("--min-sample", dest="min_sample_s", type=float, metavar="SECONDS",
                    help="a sample is the fewest back-to-back calls lasting this long "
                         f"(default {Options.min_sample_s}; 0: one call per sample)")
@@ -87,6 +89,9 @@ def _options(args: argparse.Namespace) -> tuple[dict, Options]:
     for k in ("min_reps", "max_reps", "warmup"):
         if given.get(k, 1) < (0 if k == "warmup" else 1):
             raise UsageError(f"{OPTION_FLAGS[k]} must be {'>= 0' if k == 'warmup' else '>= 1'}; got {given[k]}")
+    for k in ("min_reps", "warmup"):  # calls that --budget does not stop: a typo's extra zeros never end a point
+        if given.get(k, 0) > MAX_FORCED:
+            raise UsageError(f"{OPTION_FLAGS[k]} must be at most {MAX_FORCED}; got {given[k]} (more time: --budget)")
     if not 0 <= given.get("min_sample_s", 0.0) < math.inf:
         raise UsageError(f"--min-sample must be >= 0 seconds and finite; got {given['min_sample_s']}")
     if not 0 <= given.get("budget_s", 1.0) < math.inf:
