@@ -194,6 +194,19 @@ def test_a_base_that_does_not_import_is_unusable(repo: dict) -> None:
     assert "does not import: ModuleNotFoundError: No module named 'sdpa_bench_module_that_does_not_exist'" in message[0]
 
 
+@pytest.mark.parametrize("impls", [["--impl", "naive"], []])  # the reference beside a chosen few, or every one
+def test_a_time_reference_no_side_has_is_named_as_such_before_measuring(repo: dict, tmp_path: Path,
+                                                                        impls: list[str]) -> None:
+    config = tmp_path / "gate.toml"
+    config.write_text('time_reference = "torch_sdpaa"\n')  # a typo: before, times compared as measured, with a note
+    fast = [a for a in FAST if a not in ("--impl", "naive")] + impls
+    code, out, err = continuous(repo["path"], repo["good"], *fast, "--config", str(config))
+    message = [line for line in err.splitlines() if not line.startswith("[")]
+    assert code == 2 and out == "" and len(message) == 1, err
+    assert "base " in message[0] and "time_reference torch_sdpaa: no implementation of that name here" in message[0]
+    assert "--impl" not in message[0] and "round" not in err  # named as what it is, before any round
+
+
 def test_an_unknown_revision_is_unusable(repo: dict, tmp_path: Path) -> None:
     code, _, err = continuous(repo["path"], "no-such-branch", *FAST)
     assert code == 2 and "'no-such-branch' is not a revision" in err and "shallow" not in err

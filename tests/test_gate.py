@@ -23,6 +23,7 @@ from sdpa_impls.errors import GateInputError
 from sdpa_impls.gate.compare import compare_points
 from sdpa_impls.gate.config import load_config
 from sdpa_impls.gate.points import Point, load_points
+from sdpa_impls.registry import names
 from sdpa_impls.gate.rules import FAIL, NA, PASS, MemoryRule, RatioRule, TimeRule
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -137,6 +138,19 @@ def test_a_time_reference_that_did_not_run_is_said_so(runs: dict[str, Path], tmp
                        config='time_reference = "torch_sdpa"\ntime = "median:60%"\n')
     assert "times compared as measured: torch_sdpa (time_reference) did not run" in out, out + err
     assert "in units of torch_sdpa" not in out, out
+
+
+def test_a_time_reference_named_nowhere_is_refused(runs: dict[str, Path], tmp_path: Path) -> None:
+    """A typo in time_reference is a config error, while a name the results hold is one, even when no
+    implementation of that name is installed in the gate's own environment (a plug-in measured elsewhere)."""
+    code, out, err = gate(tmp_path, "--baseline", runs["base"], "--candidate", runs["same"],
+                          config='time_reference = "torch_sdpaa"\n')
+    assert code == 2 and not out, out + err
+    assert "time_reference 'torch_sdpaa': no implementation of that name, here or in these results" in err, err
+    assert "test_tunable" not in names()
+    code, out, err = gate(tmp_path, "--baseline", runs["base"], "--candidate", runs["same"],
+                          config='time_reference = "test_tunable"\ntime = "median:60%"\n')
+    assert code == 0 and "in units of test_tunable's time" in out, out + err
 
 
 def test_injected_slowdown_fails_naming_the_benchmark(runs: dict[str, Path], tmp_path: Path) -> None:

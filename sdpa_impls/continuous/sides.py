@@ -15,10 +15,10 @@ environment's torch and every other package; `site` comes first on PYTHONPATH an
   sdpa-bench that runs the command (`bundle_running`), whose suite measures it;
 - no revision (two environments compared): the copy of the running sdpa-bench alone.
 The suite is sdpa_impls.suite.test_sdpa of the installed package with its plug-in (the module sdpa_bench_pytest
-beside it), run from `site` with no conftest, no pytest
-configuration of the caller (PYTEST_ADDOPTS, ini files) and only the plug-ins it needs (pytest-benchmark and the
-suite's own), so what a user's environment or repository sets for its own tests cannot change it. A revision of
-sdpa-bench from before the suite shipped in the package runs its tests/test_benchmarks.py from its tree, as then.
+beside it), run from `site` with no conftest, no pytest configuration of the caller (PYTEST_ADDOPTS, ini files)
+and only the plug-ins it needs (pytest-benchmark and the suite's own), so what a user's environment or repository
+sets for its own tests cannot change it. A revision of sdpa-bench from before the suite shipped in the package
+runs its tests/test_benchmarks.py from its tree, as then.
 """
 from __future__ import annotations
 
@@ -191,10 +191,9 @@ print(json.dumps({"packaged": None not in (importlib.util.find_spec("sdpa_impls.
 """
 
 
-def check_import(side: Side, cpu: bool) -> tuple[Side, dict[str, str | None]]:
-    """The installed package imports and lists its implementations, the side's own (`impls`) among them and none
-    broken, and the side has its benchmark suite; GateInputError with the error's last line otherwise. Returns the
-    side with `packaged` set, and the versions it runs with (versions.PROBE, in the same process)."""
+def check_import(side: Side, cpu: bool, reference: str = "") -> tuple[Side, dict[str, str | None]]:
+    """The package imports, lists the side's `impls` and the time `reference` among its implementations, none broken,
+    and has its suite; GateInputError saying why otherwise. Returns the side with `packaged` set, and its versions."""
     done = _run(side, "import", [side.python, "-c", CHECK + PROBE, json.dumps(list(side.impls))], timeout=300,
                 cwd=side.site, env=side_env(side, cpu))
     if done.returncode != 0:
@@ -211,9 +210,10 @@ def check_import(side: Side, cpu: bool) -> tuple[Side, dict[str, str | None]]:
                                    f"{' and '.join(m.replace('_', '-') for m in found['lacks'])}, which run the "
                                    "benchmark suite: install sdpa-bench's test extra there (pip install "
                                    "'sdpa-bench[test]')")
-    if found["missing"]:
-        raise SideError(side.role, f"{side.role} {side.name}: --impl {','.join(found['missing'])}: no implementation "
-                                   f"of that name here (it has {', '.join(found.get('known', ()))})")
+    for what, names in (("time_reference", [reference] if reference else []), ("--impl", found["missing"])):
+        if [n for n in names if n not in found.get("known", ())]:  # the reference first: it is among --impl's too
+            raise SideError(side.role, f"{side.role} {side.name}: {what} {','.join(names)}: no implementation of "
+                                       f"that name here (it has {', '.join(found.get('known', ()))})")
     if found["broken"]:
         raise SideError(side.role, f"{side.role} {side.name}: " + "; ".join(
             f"{name}: plug-in failed to load: {error}" for name, error in found["broken"].items()))
