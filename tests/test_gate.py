@@ -266,6 +266,10 @@ def test_other_machine_refuses_times_but_checks_the_rest(runs: dict[str, Path], 
     (tmp_path / "other-big.json").write_text(json.dumps(doc))
     code, out, _ = gate(tmp_path, "--baseline", runs["base"], "--candidate", tmp_path / "other-big.json")
     assert code == 1 and "memory test_tunable[" in out  # memory still applies
+    doc["machine_info"]["sdpa_bench"]["threads"] += 1  # but not across thread counts: a buffer per thread
+    (tmp_path / "other-threads.json").write_text(json.dumps(doc))
+    code, out, _ = gate(tmp_path, "--baseline", runs["base"], "--candidate", tmp_path / "other-threads.json")
+    assert code == 0 and "CPU peak memory not compared: the runs had 1 vs 2 threads" in out, out
 
 
 # ---------- unusable input: exit 2, one message naming the problem ----------

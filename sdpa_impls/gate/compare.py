@@ -68,7 +68,7 @@ def confirmed(check: Check, rechecks: Sequence[tuple[str, Check]]) -> Check:
 
 
 def _row_checks(base: Point | None, cand: Point | None, config: GateConfig, times_ok: bool,
-                with_baseline: bool, pairs: Sequence[tuple[str, dict, dict]]) -> tuple[Check, ...]:
+                with_baseline: bool, pairs: Sequence[tuple[str, dict, dict]], threads: str = "") -> tuple[Check, ...]:
     ref = cand or base
     th = config.thresholds(ref.impl, ref.case_id)
     if cand is None:
@@ -89,7 +89,10 @@ def _row_checks(base: Point | None, cand: Point | None, config: GateConfig, time
         timed = [(label, th.time.check(b[base.key], c[base.key], b.get(ref_key), c.get(ref_key)))
                  for label, b, c in pairs if base.key in b and base.key in c]
         checks.append(confirmed(timed[0][1], timed[1:]))
-    if th.memory is not None:
+    if th.memory is not None and threads and not str(cand.case.get("device", "cpu")).startswith("cuda"):
+        checks.append(Check("memory", cand.label, NA, f"not compared: torch's CPU kernels keep a buffer per thread, "
+                                                      f"and the runs had {threads} threads"))
+    elif th.memory is not None:
         checks.append(th.memory.check(base, cand))
     return tuple(checks)
 
@@ -110,13 +113,15 @@ def compare_points(baseline: Sequence[Point] | None, candidate: Sequence[Point],
     cand = {p.key: p for p in candidate}
     base = {p.key: p for p in baseline or ()}
     notes: list[str] = []
-    times_ok = True
+    times_ok, threads = True, ""  # threads: "1 vs 2" where the runs' thread counts differ
     if baseline is not None:
         if not set(base) & set(cand):
             raise GateInputError("nothing comparable: no benchmark of the baseline is in the candidate "
                                  f"(baseline: {len(base)} benchmarks, candidate: {len(cand)})")
         allowed = config.allow_different_machines if allow_different_machines is None else allow_different_machines
         diffs = machine_differences(baseline_machine or {}, candidate_machine or {})
+        counts = [(m or {}).get("threads") for m in (baseline_machine, candidate_machine)]
+        threads = f"{counts[0]} vs {counts[1]}" if None not in counts and counts[0] != counts[1] else ""
         if diffs and not allowed:
             times_ok = False
             notes.append("absolute time rules refused: baseline and candidate come from different machines ("
@@ -124,6 +129,9 @@ def compare_points(baseline: Sequence[Point] | None, candidate: Sequence[Point],
                          "--allow-different-machines (or allow_different_machines = true) to compare times anyway.")
         elif diffs:
             notes.append("machines differ (" + "; ".join(diffs) + "); times compared anyway, as allowed.")
+        if threads:  # torch_sdpa's peak on a CPU: 3368 bytes at 1 thread, 4656 at 2 (decode, L 256, E 64)
+            notes.append(f"CPU peak memory not compared: the runs had {threads} threads, and torch's CPU kernels "
+                         "keep a buffer per thread; the in-run memory ratios still apply.")
     else:
         notes.append("no baseline: correctness and in-run ratio rules only.")
     keys = list(cand) + [k for k in base if k not in cand]
@@ -132,7 +140,7 @@ def compare_points(baseline: Sequence[Point] | None, candidate: Sequence[Point],
     pairs = [(f"baseline run {i + 1} vs candidate run {j + 1}", b, c) for i, b in enumerate(b_runs)
              for j, c in enumerate(c_runs)]  # the first pair first
     rows = tuple(Comparison(k[0], k[1], base.get(k), cand.get(k),
-                     _row_checks(base.get(k), cand.get(k), config, times_ok, baseline is not None, pairs))
+                     _row_checks(base.get(k), cand.get(k), config, times_ok, baseline is not None, pairs, threads))
                  for k in keys)
     if config.time_reference and baseline is not None and times_ok:
         timed = {r.case_id for r in rows if r.impl != config.time_reference
