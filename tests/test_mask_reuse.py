@@ -1,12 +1,14 @@
 """The tiled implementations (chunked, fused) derive which tiles a dense mask leaves empty once per mask, not once per
 drop-in call: a model hands every layer the same mask. What is remembered must never outlive the mask's content:
-a mask written in place (directly or through a view) is read again, an inference-mode mask (no version counter)
-is read every time, and nothing keeps a caller's mask alive."""
+a mask written in place (directly or through a view, or bypassing the version counter through `.data` or a NumPy
+view) is read again, a mask in memory torch did not allocate (NumPy's, DLPack's) or in inference mode (no version
+counter) is read every time, and nothing keeps a caller's mask alive."""
 from __future__ import annotations
 
 import gc
 import weakref
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -62,6 +64,54 @@ def test_a_mask_written_in_place_is_read_again(name: str, how: str) -> None:
         mask.view(-1)[:].copy_(window(L).view(-1))  # a view shares the mask's version counter
     assert derived_of(mask) is not before
     check(name, mask)
+
+
+@pytest.mark.parametrize("name", TILED)
+@pytest.mark.parametrize("how", ["everywhere", "one 8-key word to the right"])
+def test_a_mask_written_past_its_version_counter_is_read_again(name: str, how: str) -> None:
+    """Writes through `.data` bypass the version counter: the row and column sums of the mask's 8-byte words see
+    them."""
+    mask = window(32)
+    check(name, mask)
+    version, before = mask._version, derived_of(mask)
+    if how == "everywhere":
+        mask.data.copy_(window(L))
+    else:  # the same words in each row, one word to the right: every row's sum kept, the column sums not
+        rows = mask.view(torch.int64).sum(-1)
+        mask.data[: L - 16, 8:] = window(32)[: L - 16, :-8]
+        mask.data[: L - 16, :8] = False
+        assert torch.equal(mask.view(torch.int64).sum(-1), rows)
+    assert mask._version == version  # unseen by the counter
+    assert derived_of(mask) is not before
+    check(name, mask)
+
+
+@pytest.mark.parametrize("name", TILED)
+@pytest.mark.parametrize("owner", ["numpy", "dlpack", "exported to numpy"])
+def test_a_mask_in_memory_others_write_is_read_every_call(name: str, owner: str) -> None:
+    """Memory torch did not allocate, or handed to NumPy: its owner writes it without a version counter."""
+    buf = np.ascontiguousarray(window(32).numpy())
+    if owner == "exported to numpy":
+        mask = window(32)
+        buf = mask.numpy()
+    else:
+        mask = torch.from_numpy(buf) if owner == "numpy" else torch.from_dlpack(buf)
+    check(name, mask)
+    assert derived_of(mask) is not derived_of(mask)
+    buf[:, L // 2:] = False  # the next batch's padding, written into the same buffer
+    check(name, mask)
+
+
+@pytest.mark.parametrize("name", TILED)
+def test_a_mask_of_no_whole_words_per_row_is_read_every_call(name: str) -> None:
+    mask = window(32)[:, : L - 3]  # rows of 253 bytes: no 8-byte words to sum
+    q, k, v = qkv()
+    k, v = k[:, :, : L - 3], v[:, :, : L - 3]
+    inp = SDPAInputs(q, k, v, mask, 0.0, False)
+    assert MaskTiles.of(inp)._derived is not MaskTiles.of(inp)._derived
+    mask.data.fill_(True)
+    torch.testing.assert_close(sdpa_impls.get(name)(q, k, v, attn_mask=mask),
+                               F.scaled_dot_product_attention(q, k, v, attn_mask=mask), atol=2e-5, rtol=2e-5)
 
 
 @pytest.mark.parametrize("name", TILED)

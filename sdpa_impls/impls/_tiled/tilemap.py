@@ -10,7 +10,6 @@ each row's length.
 from __future__ import annotations
 
 import functools
-import math
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -19,10 +18,9 @@ import torch
 
 from ...protocol import SDPAInputs
 from .budget import policy_key
-from .tiles import causal_keep, head_groups
+from .maskread import EMPTY, FULL, PARTIAL, block_states, dead_rows
+from .tiles import head_groups
 
-EMPTY, PARTIAL, FULL = 0, 1, 2
-DEAD_ROWS_BLOCK_ELEMENTS = 1 << 24  # mask elements read at once when finding rows that see no key
 
 
 @dataclass(frozen=True)
@@ -51,72 +49,6 @@ class Plan:
     def multi_tile(self) -> bool:
         """Whether some query tile spans several key tiles (the backward then needs its D = rowsum(dO ⊙ O))."""
         return any(len(row) > 1 for group in self.tiles for row in group)
-
-
-def _blocks(x: torch.Tensor, size: int, reduce: str) -> torch.Tensor:
-    """any/all over consecutive blocks of `size` along the last dim (the last block may be shorter)."""
-    n = x.shape[-1]
-    full = n // size * size
-    parts = []
-    if full:
-        parts.append(getattr(x[..., :full].reshape(*x.shape[:-1], full // size, size), reduce)(dim=-1))
-    if full < n:
-        parts.append(getattr(x[..., full:], reduce)(dim=-1, keepdim=True))
-    return torch.cat(parts, dim=-1)
-
-
-def block_states(mask: torch.Tensor | None, is_causal: bool, hkv: int, lq: int, lk: int,
-                 q_block: int, k_block: int) -> torch.Tensor:
-    """EMPTY / PARTIAL / FULL for every (mask batch, kv head, query block, key block): (Bm, Hm, nQ, nK) uint8 on
-    the CPU, where Bm and Hm are 1 where the mask broadcasts. A bool mask is read once, a query block at a time
-    (O(q_block · Lk) temporaries); a float mask has no empty tiles and is applied everywhere (PARTIAL); top-left
-    causal empties the tiles above the diagonal and makes the ones it crosses PARTIAL."""
-    nq, nk = math.ceil(lq / q_block), math.ceil(lk / k_block)
-    if mask is None or mask.dtype != torch.bool:
-        states = torch.full((1, 1, nq, nk), FULL if mask is None else PARTIAL, dtype=torch.uint8)
-    else:
-        m4 = mask[(None,) * (4 - mask.dim())]  # (Bm, Hq or 1, Lq or 1, Lk or 1)
-        bm, hm = m4.shape[0], m4.shape[1]
-        hg = hkv if hm > 1 else 1
-        m5 = m4.unflatten(1, (hg, hm // hg))  # (Bm, Hg, G, Lq|1, Lk|1): the G query heads of a kv head together
-        any_k = torch.empty((bm, hg, nq, nk), dtype=torch.bool)
-        all_k = torch.empty((bm, hg, nq, nk), dtype=torch.bool)
-        for t in range(nq):
-            rows = m5[..., t * q_block: min(lq, (t + 1) * q_block), :] if m5.shape[-2] > 1 else m5
-            for reduce, out in (("any", any_k), ("all", all_k)):
-                cols = getattr(getattr(rows, reduce)(dim=-2), reduce)(dim=2)  # (Bm, Hg, Lk|1)
-                out[:, :, t] = _blocks(cols.expand(bm, hg, lk), k_block, reduce).cpu()
-        states = torch.where(all_k, FULL, torch.where(any_k, PARTIAL, EMPTY)).to(torch.uint8)
-    if is_causal:
-        i0 = torch.arange(nq)[:, None] * q_block
-        i1 = torch.clamp(i0 + q_block, max=lq)
-        j0 = torch.arange(nk)[None, :] * k_block
-        j1 = torch.clamp(j0 + k_block, max=lk)
-        above = j0 >= i1  # every key after every row of the tile
-        crosses = (j1 - 1 > i0) & ~above
-        states = torch.where(above, EMPTY, torch.where(crosses & (states == FULL), PARTIAL, states)).to(torch.uint8)
-    return states
-
-
-def dead_rows(mask: torch.Tensor | None, is_causal: bool, lq: int, lk: int) -> torch.Tensor:
-    """(Lq,) bool on the CPU: True for query i where, in some batch row and head, every key is masked (a bool mask's
-    False, a float mask's -inf, past the top-left causal diagonal). Such a row's softmax is 0/0; its answer is zeros.
-    Read a block of query rows at a time; no mask, or causal alone, leaves every row a key (row i sees key 0)."""
-    if mask is None or lk == 0:
-        return torch.zeros(lq, dtype=torch.bool)
-    m4 = mask[(None,) * (4 - mask.dim())]  # (Bm, Hm, Lq|1, Lk|1)
-    bm, hm = m4.shape[0], m4.shape[1]
-    step = max(1, DEAD_ROWS_BLOCK_ELEMENTS // max(1, bm * hm * lk))
-    out = torch.empty(lq, dtype=torch.bool)
-    for i0 in range(0, lq, step):
-        i1 = min(lq, i0 + step)
-        rows = m4[..., i0:i1, :] if m4.shape[-2] > 1 else m4
-        seen = rows if rows.dtype == torch.bool else rows != float("-inf")  # (Bm, Hm, rows|1, Lk|1)
-        seen = seen.expand(bm, hm, i1 - i0, lk)
-        if is_causal:
-            seen = seen & causal_keep(i0, i1, 0, lk, seen.device)
-        out[i0:i1] = (~seen.any(dim=-1)).any(dim=1).any(dim=0).cpu()
-    return out
 
 
 def _runs(flags: list[bool], k_block: int, lk: int, k_end: int) -> list[tuple[int, int]]:
@@ -216,37 +148,72 @@ class Derived:
 
 
 # The drop-in call builds its tiles from the mask it is given, on every call: a model passes the same mask to
-# every layer, and a 512-key window at L 8192 is a 64 MB bool tensor whose scan alone took most of a windowed
-# call's time. The derived tiles of the last few masks are remembered by the mask tensor itself (a weak
-# reference) and its version counter, which every in-place change bumps, so a mask written in place is read
-# again; masks without a version counter (inference-mode tensors) are read every time.
+# every layer, and a 512-key window at L 8192 is a 64 MB bool tensor. The derived tiles of the last few masks are
+# remembered by the mask tensor itself (a weak reference) and its `_stamp`, so a mask written since is read again.
 RECENT_MASKS = 8
-_recent: OrderedDict[tuple, tuple[weakref.ref | None, int, Derived]] = OrderedDict()
+_recent: OrderedDict[tuple, tuple[weakref.ref | None, tuple, Derived]] = OrderedDict()
 
 
 def _layout(mask: torch.Tensor) -> tuple:
     return (tuple(mask.shape), mask.stride(), mask.storage_offset(), mask.dtype, mask.device)
 
 
+def _stamp(mask: torch.Tensor | None) -> tuple | None:
+    """What must be the same for a remembered mask's tiles to be used again, or None: read this mask every call.
+    - Memory that others can write unseen: a storage torch did not allocate (`torch.from_numpy`, DLPack,
+      `frombuffer`) or has handed to NumPy (`.numpy()`; both make it not resizable), and an inference-mode tensor,
+      which has no version counter: None.
+    - The version counter sees every in-place change through torch. On a CPU, the row and column sums of the mask's
+      bytes read as 8-byte words see a write that bypasses it (through `.data`), short of one that keeps every such
+      sum: 2.3 ms for a 64 MB bool mask on a 2-vCPU Xeon, 3 % of a 512-key window call at L 8192. A mask whose last
+      dim is no whole number of words: None. On CUDA the counter alone: reading sums back would wait for the device
+      in every call."""
+    if mask is None:
+        return ()
+    if mask.is_inference() or not mask.untyped_storage().resizable():
+        return None
+    if mask.device.type != "cpu":
+        return (mask._version,)
+    one = mask
+    for d in range(mask.dim()):  # a broadcast dim once
+        if one.stride(d) == 0 and one.shape[d] > 1:
+            one = one.narrow(d, 0, 1)
+    try:
+        words = one.view(torch.int64)
+    except RuntimeError:
+        return None
+    sums = [words.sum(-1).flatten()]
+    if words.dim() > 1:  # over bands of 64 rows first: 1.2 ms where one sum over the rows took 2.9
+        rows = words.shape[-2]
+        bands = words.unflatten(-2, (rows // 64, 64)).sum(-2) if rows % 64 == 0 and rows else words
+        sums.append(bands.sum(-2).flatten())
+    return (mask._version, torch.cat(sums))
+
+
+def _same(a: tuple, b: tuple) -> bool:
+    return len(a) == len(b) and all(torch.equal(x, y) if isinstance(x, torch.Tensor) else x == y
+                                    for x, y in zip(a, b))
+
+
 def recent_derived(mask: torch.Tensor | None, is_causal: bool, call: tuple, policy: tuple) -> Derived:
-    """The Derived of this mask (the same tensor, unchanged since: same version and layout) and `call` (the shapes,
+    """The Derived of this mask (the same tensor, unchanged since: same `_stamp` and layout) and `call` (the shapes,
     dtype and device of q, k and v: a kernel's look-ups in `memo` depend on the batch and the heads too) under the
     device's tiling `policy` (budget.policy_key), remembered from an earlier call, or a new one remembered from
     now on (the least recently used of RECENT_MASKS is forgotten)."""
-    if mask is not None and mask.is_inference():  # no version counter: an in-place change could not be seen
+    stamp = _stamp(mask)
+    if stamp is None:
         return Derived()
     key = (None if mask is None else id(mask), None if mask is None else _layout(mask), is_causal, call, policy)
-    version = 0 if mask is None else mask._version
     found = _recent.get(key)
     if found is not None:
-        ref, seen_version, derived = found
-        if (ref is None or ref() is mask) and seen_version == version:
+        ref, seen, derived = found
+        if (ref is None or ref() is mask) and _same(seen, stamp):
             _recent.move_to_end(key)
             return derived
         _recent.pop(key, None)  # written in place (its weak reference's callback may have run meanwhile)
     derived = Derived()
     ref = None if mask is None else weakref.ref(mask, lambda _, key=key: _recent.pop(key, None))
-    _recent[key] = (ref, version, derived)
+    _recent[key] = (ref, stamp, derived)
     while len(_recent) > RECENT_MASKS:
         _recent.popitem(last=False)
     return derived
