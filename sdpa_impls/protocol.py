@@ -107,6 +107,12 @@ def validate(inp: SDPAInputs) -> None:
             raise ValueError(f"sdpa: {name} must be 4-D (B, H, L, E); got {t.dim()}-D shape {_shape(t)}")
         if not t.is_floating_point():
             raise ValueError(f"sdpa: {name} has dtype {t.dtype}; a floating-point dtype is required")
+    for name, flag in (("is_causal", inp.is_causal), ("enable_gqa", inp.enable_gqa)):
+        if not isinstance(flag, bool):  # torch refuses these too; `is_causal="no"` would have meant causal
+            raise ValueError(f"sdpa: {name} must be a bool, got {type(flag).__name__} {flag!r}")
+    for name, number in (("dropout_p", inp.dropout_p), ("scale", inp.scale)):
+        if number is not None and not isinstance(number, (int, float)):
+            raise ValueError(f"sdpa: {name} must be a number, got {type(number).__name__} {number!r}")
     q, k, v = inp.query, inp.key, inp.value
     if not (q.dtype == k.dtype == v.dtype):
         raise ValueError(f"sdpa: query, key and value must share one dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
@@ -179,6 +185,7 @@ class Support:
     masks: frozenset[str] = frozenset({"none", "bool", "float"})
     dropout: bool = False
     backward: bool = True
+    mask_grad: bool = False  # a float attn_mask that requires grad (a learned bias) gets its gradient
 
     def reasons(self, inp: SDPAInputs) -> list[str]:
         out: list[str] = []
@@ -200,6 +207,9 @@ class Support:
             out.append(f"dropout_p={inp.dropout_p} (this implementation has no dropout)")
         if inp.needs_grad and not self.backward:
             out.append("backward (inputs require grad; this implementation is forward-only)")
+        m = inp.attn_mask
+        if m is not None and m.requires_grad and torch.is_grad_enabled() and not self.mask_grad:
+            out.append("attn_mask requires grad (a learned bias; this implementation computes no gradient for it)")
         return out
 
 

@@ -32,7 +32,7 @@ def compiled_textbook() -> Callable[..., torch.Tensor]:
 class Compiled(Implementation):
     name = "compiled"
     description = "torch.compile(naive's math), inductor's default mode; compiled before the first sample"
-    support = Support()  # no dropout: random numbers under compilation are not naive's
+    support = Support(mask_grad=True)  # no dropout: random numbers under compilation are not naive's
     compiles = True  # its prepared closures compile on their first call (sdpa_impls.compilation)
 
     def library_reasons(self, inp: SDPAInputs) -> list[str]:

@@ -12,7 +12,7 @@ from ._tiled.tiles import gmm, grouped, mask_scores_
 class Naive(Implementation):
     name = "naive"
     description = "materializes the (Lq, Lk) scores; softmax in fp32, GEMMs in the input dtype (fp16 scores: fp32)"
-    support = Support(dropout=True)
+    support = Support(dropout=True, mask_grad=True)
 
     def forward(self, inp: SDPAInputs) -> torch.Tensor:
         if inp.is_empty:

@@ -58,26 +58,42 @@ def mask4(mask: torch.Tensor | None) -> torch.Tensor | None:
     return None if mask is None else mask[(None,) * (4 - mask.dim())]
 
 
+def _stride_class(t: torch.Tensor) -> tuple:
+    """What torch's kernel checks read from a layout, and not the length: the broadcast dims, the order of the
+    strides, the last dim's stride, and whether each stride and the start are whole 16 bytes (a decode step's
+    growing cache is one class, not one probe a step)."""
+    size = t.element_size()
+    return (tuple(s == 0 for s in t.stride()), tuple(sorted(range(t.dim()), key=t.stride)), t.stride(-1),
+            tuple(s * size % 16 == 0 for s in t.stride()), t.data_ptr() % 16 == 0)
+
+
 def _probe_reasons(backend: SDPBackend | None, inp: SDPAInputs) -> list[str]:
     """Elsewhere torch exposes no checker: run the (pinned) dispatch on a slice of at most 4 query and key
-    tokens of the same case (same dtype, heads, head dims, mask kind and broadcast shape, flags, grad, empty
-    dims) and keep torch's warnings if it refuses."""
+    tokens of the same case (same dtype, heads, head dims, strides and alignment, mask kind and broadcast shape,
+    flags, grad, empty dims) and keep torch's warnings if it refuses. The slices are detached views of the
+    caller's tensors, not copies (a copy is contiguous, and a strided key then passed where the call would not),
+    so no gradient reaches the caller's tensors, and the probe draws no random numbers of the caller's."""
     m = mask4(inp.attn_mask)
     q, k, v = (t[..., :4, :] for t in (inp.query, inp.key, inp.value))  # (B, H, <=4, E)
     if m is not None:
         m = m[..., : min(4, m.shape[-2]), : min(4, m.shape[-1])]  # a broadcast (size-1) dim stays 1
-    key = (backend, inp.query.device.type, inp.query.dtype, q.shape, k.shape, v.shape,
-           None if m is None else (m.dtype, m.shape), bool(inp.is_causal), inp.dropout_p > 0,
-           bool(inp.enable_gqa), inp.needs_grad)
+    layout = tuple((t.shape, _stride_class(t)) for t in (q, k, v, *(() if m is None else (m,))))
+    key = (backend, inp.query.device.type, inp.query.dtype, layout, None if m is None else m.dtype,
+           bool(inp.is_causal), inp.dropout_p > 0, bool(inp.enable_gqa), inp.needs_grad,
+           m is not None and m.requires_grad and torch.is_grad_enabled())
     if key not in _probe_cache:
-        q, k, v = (t.detach().clone().requires_grad_(inp.needs_grad) for t in (q, k, v))
-        with warnings.catch_warnings(record=True) as caught:
+        q, k, v = (t.detach().requires_grad_(inp.needs_grad) for t in (q, k, v))
+        if m is not None:
+            m = m.detach().requires_grad_(key[-1])
+        cuda = [q.device] if q.device.type == "cuda" else []
+        with warnings.catch_warnings(record=True) as caught, \
+                torch.random.fork_rng(devices=cuda, enabled=inp.dropout_p > 0):
             warnings.simplefilter("always")
             try:
                 with sdpa_kernel(backend) if backend is not None else contextlib.nullcontext():
                     out = F.scaled_dot_product_attention(q, k, v, m, inp.dropout_p, inp.is_causal,
                                                          scale=inp.scale, enable_gqa=inp.enable_gqa)
-                    if inp.needs_grad:
+                    if inp.needs_grad or key[-1]:
                         out.sum().backward()
                 reasons: list[str] = []
             except RuntimeError as exc:
@@ -107,7 +123,7 @@ class TorchSDPA(Implementation):
     """F.scaled_dot_product_attention, optionally pinned to one backend with sdpa_kernel."""
 
     backend: SDPBackend | None = None
-    support = Support(devices=frozenset({"cpu", "cuda"}), dropout=True)
+    support = Support(devices=frozenset({"cpu", "cuda"}), dropout=True, mask_grad=True)
 
     def library_reasons(self, inp: SDPAInputs) -> list[str]:
         if inp.enable_gqa and inp.key.shape[1] == 0:  # asked before any probe: the probe would be the crash
@@ -162,7 +178,7 @@ class TorchEfficient(TorchSDPA):
     name = "torch_sdpa_efficient"
     description = "pinned to EFFICIENT_ATTENTION (CUDA memory-efficient kernel)"
     backend = SDPBackend.EFFICIENT_ATTENTION
-    support = Support(devices=frozenset({"cuda"}), dropout=True)
+    support = Support(devices=frozenset({"cuda"}), dropout=True, mask_grad=True)
 
 
 @register
@@ -170,4 +186,4 @@ class TorchCudnn(TorchSDPA):
     name = "torch_sdpa_cudnn"
     description = "pinned to CUDNN_ATTENTION (cuDNN fused attention, CUDA)"
     backend = SDPBackend.CUDNN_ATTENTION
-    support = Support(devices=frozenset({"cuda"}), dropout=True)
+    support = Support(devices=frozenset({"cuda"}), dropout=True, mask_grad=True)
