@@ -79,3 +79,13 @@ def test_a_name_that_is_normalized_says_what_it_became(tmp_path: Path, capsys) -
             "my-attn") in err
     assert main(["quickstart", "--name", "mine", "--dest", str(tmp_path / "b")]) == 0
     assert "is not a Python name" not in capsys.readouterr().err  # a name used as given is not remarked on
+
+
+def test_the_template_copied_by_hand_installs_sdpa_bench_from_no_index() -> None:
+    """The guide tells a repository quickstart did not write to copy the template: its install of sdpa-bench must
+    name a place to fill in, never a bare name that pip would fetch from whichever index serves it."""
+    text = (scaffold.TEMPLATE / "asv.conf.json.tmpl").read_text(encoding="utf-8")
+    conf = json.loads("\n".join(line for line in text.splitlines() if not line.lstrip().startswith("//")))
+    install = shlex.split(conf["install_command"][-1])
+    assert install[-1] == asv.TEMPLATE_SDPA and install[-1].startswith("git+https://HOST/OWNER/"), install
+    assert not any(word.startswith("sdpa-bench") for word in install), install

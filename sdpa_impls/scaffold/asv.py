@@ -15,7 +15,9 @@ import subprocess
 from pathlib import Path
 
 TEMPLATE_TORCH, TEMPLATE_BRANCH = "2.13.0", "main"  # what the template's asv.conf.json holds
-TEMPLATE_SDPA = "sdpa-bench==0.1.0"  # the template's install of sdpa-bench into asv's environments
+# the template's install of sdpa-bench into asv's environments: a place to fill in, never a bare name, which a
+# copy of the template would fetch from whichever index serves that name
+TEMPLATE_SDPA = "git+https://HOST/OWNER/sdpa-bench@COMMIT"
 RELEASE = re.compile(r"\d+(\.\d+)*")  # a final release: what pip finds by `==` on an index
 
 
