@@ -74,6 +74,29 @@ def strip(runs: list[list[Point]], impl: str) -> list[list[Point]]:
     return [[replace(p, probe_s=()) if p.impl == impl else p for p in r] for r in runs]
 
 
+def test_the_notes_say_the_probe_scaled_only_what_it_scaled() -> None:
+    """Rounds that timed both sides in one process are compared as measured: the verdict says so, and does not also
+    say that every sample was divided by the probe's reading."""
+    base, head = sides(1.0)
+    notes = " ".join(judge(base, head, CONFIG).notes)
+    assert "each sample divided by the machine's speed" in notes and "as measured" not in notes
+    notes = " ".join(judge(base, head, CONFIG, paired_from=1).notes)
+    assert "later rounds' as measured" in notes and "divided by the machine's speed" not in notes, notes
+
+
+def test_a_wrong_point_is_one_failure_not_also_a_missing_one() -> None:
+    """A point whose answer is wrong fails its test in head, so head's runs lack it: that is one correctness
+    failure, named with its error, not a second one for a benchmark gone missing."""
+    base, head = sides(1.0)
+    head = [[p for p in r if p.label != "naive[L128-E64-fp32-fwd]"] for r in head]
+    line = ("FAILED test_sdpa.py::test_sdpa[naive-L128-E64-fp32-fwd] - sdpa_impls.bench.check.WrongResult: "
+            "max |error| 0.0163 > tolerance 2.13e-05")
+    failures = judge(base, head, CONFIG, head_failures=[line]).failures
+    assert [(c.kind, c.subject) for c in failures] == [("correctness", "naive[L128-E64-fp32-fwd]")], failures
+    gone = judge(base, head, CONFIG).failures  # no failed test: the benchmark is missing from head
+    assert [(c.kind, c.subject) for c in gone] == [("missing", "naive[L128-E64-fp32-fwd]")], gone
+
+
 @pytest.mark.parametrize("how", ["a point without probes", "another probe's work", "switched off"])
 def test_the_probe_is_used_only_where_every_point_has_the_same_one(how: str) -> None:
     base, head = sides(1.0)

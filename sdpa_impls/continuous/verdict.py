@@ -223,13 +223,15 @@ def judge(base_runs: Sequence[Sequence[Point]], head_runs: Sequence[Sequence[Poi
         unit = reference if speeds is not None else ""
         base, head = scaled(base, speeds and speeds[:len(base)]), scaled(head, speeds and speeds[len(base):])
     keys = list(dict.fromkeys([k for run in head for k in run] + [k for run in base for k in run]))
-    failed_in_head = {failed_test(line)[0] for line in head_failures}
+    failed_in_head = dict(failed_test(line) for line in head_failures)  # label: its error's message
     rows, notes = [], []
     for key in keys:
         b, h = [run[key] for run in base if key in run], [run[key] for run in head if key in run]
         checks: list[Check] = []
         th = config.thresholds(*key)
-        if not h:
+        if not h and WRONG in failed_in_head.get(b[0].label, ""):
+            pass  # its test failed on a wrong answer: the correctness failure of head's suite names it, once
+        elif not h:
             status = INFO if th.allow_missing else FAIL
             why = ": its test failed there" if b[0].label in failed_in_head else ""
             checks.append(Check("missing", b[0].label, status, f"in base ({len(b)} runs) but not in head{why}"
@@ -290,8 +292,10 @@ def judge(base_runs: Sequence[Sequence[Point]], head_runs: Sequence[Sequence[Poi
                  f"per-benchmark alpha); "
                  f"not slower when the interval lies at or below {factor:.2f}; undecided otherwise, which is "
                  "reported and counted as a pass, not a failure.")
-    if typical is not None:
-        notes.append(f"each sample divided by the machine's speed beside it: the mean of the speed probe's times "
+    unpaired = [r for r in rows if r.p is not None and not r.paired]
+    if typical is not None and (paired_from is None or unpaired):  # paired rounds' times are compared as measured
+        notes.append(("" if paired_from is None else f"the {len(unpaired)} benchmark(s) judged unpaired: ")
+                     + f"each sample divided by the machine's speed beside it: the mean of the speed probe's times "
                      f"right before and after it ({base_runs[0][0].probe_work if base_runs and base_runs[0] else ''}"
                      f"), over their median {typical * 1e6:.1f} µs.")
     elif speeds is not None:
