@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -135,3 +136,39 @@ def test_compare_says_which_rows_had_their_time_judged(tmp_path) -> None:
     assert rows[f"naive[{ctx.case.id}]"].rstrip().endswith(" pass")
     other = render_verdict(compare_points(points, points, config, here, {**here, "cpu": "another CPU"}))
     assert other.count("pass, time not compared") == 2 and "absolute time rules refused" in other
+
+
+PLUGIN_CODE = '''
+import sdpa_impls
+from sdpa_impls.impls.naive import Naive
+
+
+@sdpa_impls.register
+class KernImpl(Naive):
+    name = "kern_impl"
+'''
+
+
+def test_a_plugins_own_code_is_named_beside_sdpa_benchs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel author's sweep measures their plug-in: which revision of it ran is recorded, not only sdpa-bench's."""
+    from sdpa_impls import registry
+    from sdpa_impls.bench.machine import plugin_sources
+
+    repo = tmp_path / "kern"
+    repo.mkdir()
+    (repo / "kern_plug.py").write_text(PLUGIN_CODE)
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@localhost"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "kern"], check=True)
+    commit = subprocess.run([*git, "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True).stdout.strip()
+    monkeypatch.syspath_prepend(str(repo))
+    try:
+        __import__("kern_plug")
+        assert plugin_sources(["naive", "torch_sdpa"]) == ""  # built in: sdpa-bench's own revision says it
+        assert plugin_sources(["naive", "kern_impl"]) == f"; plug-in kern_plug, git {commit} for kern_impl"
+        (repo / "kern_plug.py").write_text(PLUGIN_CODE + "# an edit\n")
+        assert plugin_sources(["kern_impl"]) == f"; plug-in kern_plug, git {commit} + uncommitted changes for kern_impl"
+    finally:
+        registry._REGISTRY.pop("kern_impl", None)
+        sys.modules.pop("kern_plug", None)

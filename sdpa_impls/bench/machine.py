@@ -100,18 +100,42 @@ def _git(directory: Path, *args: str) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-def source_revision(package: Path | None = None) -> str:
+def source_revision(package: Path | None = None, dist: str = "sdpa-bench", anchor: str = "__init__.py") -> str:
     """The code that measures: the git commit of the package's own files (with "+ uncommitted changes" when they
-    differ from it), or the installed version where the package is not a file of a git checkout."""
+    differ from it), or the installed version of `dist` where the package's `anchor` is no file of a git checkout."""
     package = package or Path(__file__).resolve().parents[1]
-    installed = f"sdpa-bench {_version('sdpa-bench') or 'unknown version'} (not a git checkout)"
-    if _git(package, "ls-files", "--error-unmatch", "__init__.py") is None:  # e.g. site-packages inside a repo
+    installed = f"{dist} {_version(dist) or 'unknown version'} (not a git checkout)"
+    if _git(package, "ls-files", "--error-unmatch", anchor) is None:  # e.g. site-packages inside a repo
         return installed
     commit = _git(package, "rev-parse", "--short=12", "HEAD")
     if commit is None:
         return installed
     dirty = _git(package, "status", "--porcelain", "--untracked-files=no", "--", ".")
     return f"git {commit}" + (" + uncommitted changes" if dirty else "")
+
+
+def plugin_sources(names: list[str]) -> str:
+    """The code of the plug-ins among the implementations `names`, the code under test in a kernel author's sweep:
+    "; plug-in DIST (git COMMIT + uncommitted changes) for NAME, ..." or "" where every one is built in."""
+    import sys
+    from importlib.metadata import packages_distributions
+
+    from .. import registry
+    found: dict[str, tuple[Path, str, list[str]]] = {}
+    for name in names:
+        module = sys.modules.get(type(registry.get(name)).__module__)
+        where = getattr(module, "__file__", None)
+        if module is None or module.__name__.split(".")[0] == "sdpa_impls" or not where:  # built in, or broken
+            continue
+        top = module.__name__.split(".")[0]
+        dist = (packages_distributions().get(top) or [top])[0]
+        found.setdefault(dist, (Path(where).parent, Path(where).name, []))[2].append(name)
+    parts = []
+    for dist, (folder, anchor, impls) in found.items():
+        code = source_revision(folder, dist, anchor)
+        code = code if code.startswith(dist) else f"{dist} {_version(dist) or ''}, {code}".replace(" ,", ",")
+        parts.append(f"plug-in {code} for {', '.join(impls)}")
+    return "".join(f"; {p}" for p in parts)
 
 
 def default_timer(device: torch.device | str) -> str:

@@ -15,7 +15,7 @@ import torch
 
 from ..bench import grid
 from ..bench.ceilings import RunCeilings, needed_ceilings
-from ..bench.machine import busy_cpus, machine_differences, machine_info, source_revision
+from ..bench.machine import busy_cpus, machine_differences, machine_info, plugin_sources, source_revision
 from ..bench.measure import Options, run_case
 from ..errors import USAGE_EXIT, UsageError
 from ..fmt import fmt_duration
@@ -241,7 +241,8 @@ def _sweep(args: argparse.Namespace, device: str, preset: str, impls: list[str] 
     meta = sweep.meta
     total, done = sweep.planned, len(sweep.done())
     # which code measured which points, when a sweep is resumed over days (report.md lists them)
-    meta.setdefault("sessions", []).append({"started": _now(), "source": source_revision(), "first_point": done + 1})
+    meta.setdefault("sessions", []).append({"started": _now(), "source": source_revision()
+                                            + plugin_sources(meta["impls"]), "first_point": done + 1})
     progress = Progress(total, store.options(meta), sweep.results)
     if args.resume:
         progress.note(f"resuming {out}: {done} of {total} points already finished" if existing else
