@@ -421,3 +421,21 @@ def test_this_projects_fused_memory_rule_has_one_limit_per_device() -> None:
                for i, m in (("fused", int(ratio * 1000)), ("naive", 1000))]
         statuses = {c.status for r in rules for c in r.check(pts, 0.01)} - {NA}
         assert statuses == {expected}, (device, ratio, statuses)
+
+
+def test_rules_that_applied_to_no_case_are_one_line_not_a_row_each() -> None:
+    """A plug-in's run has none of sdpa-bench's own implementations: the default rules about them are one line of
+    the verdict (and each is still in --json), not five rows of n/a in every PR comment."""
+    from sdpa_impls.gate.render import rules_and_failures
+    from sdpa_impls.gate.rules import Check, NA
+
+    idle = [RatioRule.parse(text).check([], 0.01)[0] for text in (
+        "peak_memory: fused / naive <= 0.9 when L >= 512", "peak_memory: chunked / naive <= 0.25 when L >= 1024",
+        "ceiling: fused / gemm >= 0.5")]
+    assert all(c.status == NA for c in idle)
+    held = Check("ratio", "time: mine / torch_sdpa <= 2 @ L128", PASS, "0.91")
+    lines = rules_and_failures([*idle, held], [], markdown=True)
+    assert sum("time: mine / torch_sdpa" in line for line in lines) == 1
+    assert not any("fused / naive" in line for line in lines), lines
+    assert "3 in-run rule(s) n/a, applying to no case that ran (on `chunked`, `fused`, `naive`); each is in --json." \
+        in lines, lines

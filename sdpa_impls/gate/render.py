@@ -1,13 +1,14 @@
 """The gate's verdict as text, Markdown (e.g. a PR comment) or JSON."""
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import asdict
 
 from ..fmt import cell, code, fmt_bytes, fmt_seconds, table
 from .compare import Comparison, Verdict
 from .points import Point
-from .rules import NA, PASS, REFUSED, Check
+from .rules import GEMM, NA, NO_CASE, PASS, REFUSED, Check
 
 
 def _time_cell(row: Comparison) -> str:
@@ -45,12 +46,19 @@ def _verdict_cell(row: Comparison) -> str:
 
 def rules_and_failures(ratios: Sequence[Check], failures: Sequence[Check], markdown: bool,
                        title: str = "in-run rule") -> list[str]:
-    """The in-run rules' table and the list of failed checks, as both verdicts print them."""
+    """The in-run rules' table and the list of failed checks, as both verdicts print them. Rules that applied to no
+    case that ran (a plug-in's run has none of sdpa-bench's own implementations) are one line, not a row each."""
     out: list[str] = []
-    if ratios:
+    idle = [c for c in ratios if c.status == NA and c.message.startswith(NO_CASE)]
+    shown = [c for c in ratios if c not in idle]
+    if shown:
         out += [""] + table([title, "verdict", "numbers"],
-                            [[cell(c.subject) if markdown else c.subject, c.status, c.message] for c in ratios],
+                            [[cell(c.subject) if markdown else c.subject, c.status, c.message] for c in shown],
                             markdown).splitlines()
+    if idle:
+        names = sorted({n for c in idle for pair in re.findall(r"(\w+) / (\w+)", c.subject) for n in pair} - {GEMM})
+        out += ["", f"{len(idle)} in-run rule(s) n/a, applying to no case that ran (on "
+                    f"{', '.join(code(n) if markdown else n for n in names)}); each is in --json."]
     bullet = "- " if markdown else "  "
     if failures:  # in Markdown a subject (an implementation's name: a plug-in's) is a code span
         out += ["", "Failures:"] + [f"{bullet}{c.kind} {code(c.subject) if markdown else c.subject}: {c.message}"

@@ -25,6 +25,7 @@ from .points import CASE_FIELDS, Point
 from .ranktest import mann_whitney_u
 
 PASS, FAIL, NA, REFUSED, INFO = "pass", "FAIL", "n/a", "refused", "info"
+NO_CASE = "no case where"  # how an in-run rule that applied to no case that ran begins its message
 OPS = {"<=": operator.le, "<": operator.lt, ">=": operator.ge, ">": operator.gt,
        "==": operator.eq, "!=": operator.ne}
 METRICS = {"time": "median_s", "peak_memory": "peak_memory_bytes", "ceiling": "ceiling_fraction"}
@@ -235,7 +236,7 @@ class RatioRule:
                 continue
             checks.append(self._check_case(num, den, alpha))
         if not checks:
-            why = (f"no case where both {self.numerator} and {self.denominator} ran"
+            why = (f"{NO_CASE} both {self.numerator} and {self.denominator} ran"
                    + (" and " + " and ".join(f"{c.field} {c.op} {c.value}" for c in self.conditions)
                       if self.conditions else ""))
             checks.append(Check("ratio", self.text, NA, why))
