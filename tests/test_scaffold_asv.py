@@ -89,3 +89,38 @@ def test_the_template_copied_by_hand_installs_sdpa_bench_from_no_index() -> None
     install = shlex.split(conf["install_command"][-1])
     assert install[-1] == asv.TEMPLATE_SDPA and install[-1].startswith("git+https://HOST/OWNER/"), install
     assert not any(word.startswith("sdpa-bench") for word in install), install
+
+
+def test_a_plugin_in_a_subfolder_of_a_repository_is_told_it_must_be_at_a_root(tmp_path: Path) -> None:
+    """quickstart into a subfolder of a repository does not suggest a nested `git init`, and says why; continuous
+    run there names the root it read and why the package must sit there."""
+    import contextlib
+    import io
+    import os
+
+    from sdpa_impls.cli import main
+
+    outer = tmp_path / "mono"
+    outer.mkdir()
+    git(outer, "init", "-q", "-b", "trunk")
+    assert asv.enclosing(outer) is None and asv.enclosing(tmp_path) is None
+    sub = outer / "kernels" / "mine"
+    sub.mkdir(parents=True)
+    assert asv.enclosing(sub) == outer.resolve()
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        assert main(["quickstart", "--name", "mono_kernel", "--dest", str(sub)]) == 0
+    assert f"{sub} is inside the git repository {outer.resolve()}" in err.getvalue()
+    assert "git init" not in out.getvalue(), out.getvalue()
+    git(outer, "add", "-A")
+    git(outer, "-c", "user.name=t", "-c", "user.email=t@localhost", "commit", "-qm", "mono")
+    here = Path.cwd()
+    os.chdir(sub)
+    try:
+        err = io.StringIO()
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+            code = main(["continuous", "HEAD", "--preset", "smoke"])
+    finally:
+        os.chdir(here)
+    assert code == 2 and f"{outer.resolve()} has no pyproject.toml (the repository's root;" in err.getvalue()
+    assert "so the package must sit at its root" in err.getvalue(), err.getvalue()

@@ -36,7 +36,12 @@ def run(args: argparse.Namespace) -> int:
     for text in (renamed, note, torch_note):
         if text:
             print(f"note: {text}", file=sys.stderr)
-    start = "git add -A" if own_branch else f"git init -q -b {asv.TEMPLATE_BRANCH} && git add -A"  # asv follows it
+    outer = asv.enclosing(dest) if dest.is_dir() else None
+    if outer is not None:  # a git init here would nest a repository in it
+        print(f"note: {dest} is inside the git repository {outer}: `sdpa-bench continuous`, `bisect` and asv compare "
+              "revisions of a repository whose root holds the package, so move it to a repository of its own (or "
+              "to the root) to use them", file=sys.stderr)
+    start = "git add -A" if own_branch or outer else f"git init -q -b {asv.TEMPLATE_BRANCH} && git add -A"
     print(f"""
 next, in {dest}:
   python -m pip install --no-deps -e .   # beside this sdpa-bench and your torch

@@ -87,6 +87,9 @@ def find(start: Path, revisions: bool, command: str = "continuous") -> Project:
         return Project(NONE, root)
     what = (f"{root} has no pyproject.toml" if doc is None else
             f"{root / 'pyproject.toml'} declares no implementations" + (f" (package {name})" if name else ""))
+    if Path(start).resolve() != Path(root).resolve() and declared_impls(Path(start)):  # a package in a subfolder
+        what += (f" (the repository's root; {start}'s own pyproject.toml declares implementations, but {command} "
+                 "installs whole revisions of the repository, so the package must sit at its root)")
     raise UsageError(f"{what}: {command} {verb} revisions of sdpa-bench or of a plug-in package; {PLUGIN_HOWTO}. "
                      + ("Two environments compare from any folder: --base-env SPEC --head-env SPEC" if command ==
                         "continuous" else "A package's releases are searched from any folder: --package NAME"))

@@ -37,6 +37,17 @@ def branch(dest: Path) -> str | None:
     return (head.stdout.strip() or None) if head.returncode == 0 else None
 
 
+def enclosing(dest: Path) -> Path | None:
+    """The top of a git repository that holds `dest` below its top (quickstart into a subfolder), else None."""
+    try:
+        top = subprocess.run(["git", "-C", str(dest), "rev-parse", "--show-toplevel"], capture_output=True, text=True,
+                             timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    found = Path(top.stdout.strip()).resolve() if top.returncode == 0 else None
+    return found if found is not None and found != dest.resolve() else None
+
+
 def torch_pin(version: str) -> tuple[str, str]:
     """The torch release asv's environments pin: this one's public part (pip's index picks the build, CPU or CUDA,
     as your pip configuration says); the template's, with a note, where this torch is no release pip can find by
