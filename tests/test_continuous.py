@@ -238,7 +238,13 @@ def test_an_answer_that_could_not_be_written_is_refused_before_measuring(repo: d
 def test_ci_base_names_main_before_the_change(repo: dict) -> None:
     path = repo["path"]
     assert ci_base(path, {"SDPA_CONTINUOUS_BASE": "v1.0"}) == ("v1.0", "$SDPA_CONTINUOUS_BASE")
-    assert ci_base(path, {})[0] == "HEAD~1"  # main is HEAD here: nothing else names the state before
+    base, why = ci_base(path, {})
+    assert base == "HEAD~1" and "main already points at HEAD" in why  # nothing else names the state before
+    git(path, "branch", "-q", "-m", "main", "trunk")  # no remote, no main: said so, not that they point at HEAD
+    try:
+        assert "this repository has no origin/main or main" in ci_base(path, {})[1]
+    finally:
+        git(path, "branch", "-q", "-m", "trunk", "main")
     git(path, "checkout", "-q", "slowed")  # a clone of the submitted branch: main is where it forked
     try:
         base, why = ci_base(path, {})

@@ -164,7 +164,8 @@ class _Searcher(Resumable):
         self.result.undecided = undecided
         if undecided:
             self.result.notes.append(f"undecided between GOOD and BAD ({len(undecided)}): {', '.join(undecided)}; "
-                                     "not searched (neither slower nor clear of the floor after the extra rounds): "
+                                     "not searched (neither slower nor clear of the floor"
+                                     + (" after the extra rounds" if self.plan.adaptive_budget != 0 else "") + "): "
                                      "run again with more --rounds, or fewer rows (-k, --from), before trusting "
                                      "that nothing changed there.")
         if not slower and not bigger:

@@ -182,10 +182,15 @@ def ci_base(root: Path, environ: Mapping[str, str] = os.environ) -> tuple[str, s
     if named:
         return named, f"${BASE_ENV}"
     head = resolve(root, "HEAD")
+    present = []  # the main refs this clone has
     for ref in MAIN_REFS:
         done = _git(root, "merge-base", "HEAD", ref, check=False)
         fork = done.stdout.strip()
         if done.returncode == 0 and fork and fork != head:
             return fork, f"the fork point of HEAD from {ref} (git merge-base HEAD {ref})"
-    return "HEAD~1", (f"HEAD's parent: {' and '.join(MAIN_REFS)} already point at HEAD, so the state before the "
-                      f"change is not named in this clone (set ${BASE_ENV} to compare a longer series)")
+        if done.returncode == 0 and fork:
+            present.append(ref)
+    where = (f"{' and '.join(present)} already {'point' if len(present) > 1 else 'points'} at HEAD" if present
+             else f"this repository has no {' or '.join(MAIN_REFS)}")
+    return "HEAD~1", (f"HEAD's parent: {where}, so the state before the change is not named in this clone (set "
+                      f"${BASE_ENV} to compare a longer series)")
