@@ -36,7 +36,7 @@ from sdpa_impls.gate.points import Point
 from test_continuous import commit, continuous, git
 
 SECRET = "s3cr3t-Pa55"
-QUICK = ["--preset", "smoke", "--rounds", "2", "--max-time", "0.02", "--adaptive-budget", "0"]
+QUICK = ["--preset", "smoke", "--rounds", "1", "--max-time", "0.02", "--adaptive-budget", "0"]
 
 
 @pytest.fixture()

@@ -84,6 +84,18 @@ def test_the_notes_say_the_probe_scaled_only_what_it_scaled() -> None:
     assert "later rounds' as measured" in notes and "divided by the machine's speed" not in notes, notes
 
 
+def test_one_round_a_side_says_it_can_judge_nothing_slower() -> None:
+    """A 30 % slower head timed once a side is undecided (nothing rests on one process): the verdict says why,
+    and what decides it, instead of a bare pass."""
+    base, head = sides(1.3, runs=1)
+    report = judge(base, head, CONFIG)
+    naive = [r for r in report.rows if r.impl == "naive"]
+    assert naive and all(r.decision == UNDECIDED for r in naive) and not report.failures
+    assert any("timed in one round a side, which can judge nothing slower: give --rounds 2" in n
+               for n in report.notes), report.notes
+    assert not any("one round a side" in n for n in judge(*sides(1.3, runs=2), CONFIG).notes)
+
+
 def test_a_wrong_point_is_one_failure_not_also_a_missing_one() -> None:
     """A point whose answer is wrong fails its test in head, so head's runs lack it: that is one correctness
     failure, named with its error, not a second one for a benchmark gone missing."""

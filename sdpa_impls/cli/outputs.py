@@ -69,8 +69,9 @@ def add_measuring(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> 
     parser.add_argument("--rounds", type=int, default=ROUNDS,
                         help=f"timed rounds (default {ROUNDS}): each a process of each side, alternating, or, where "
                              "the sides can share one (see --separate-processes), one process timing both after a first "
-                             "round that checks them; more, shorter runs spread a slow period of the machine thinner; 1 "
-                             "only with an adaptive budget, since a slower verdict must hold with any one round left out")
+                             "round that checks them; more, shorter runs spread a slow period of the machine thinner; with 1 "
+                             "and no adaptive rounds nothing is judged slower (that must hold with any one round left "
+                             "out), only bigger or wrong")
     parser.add_argument("--max-time", type=float, default=MAX_TIME, metavar="S",
                         help=f"pytest-benchmark's --benchmark-max-time per benchmark and process (default {MAX_TIME})")
     parser.add_argument("--adaptive-budget", type=budget, default=None, metavar="S",

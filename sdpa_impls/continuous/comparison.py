@@ -76,9 +76,6 @@ class Plan:
             raise UsageError(f"the time floor should be a factor above 1, got {self.time_floor!r}")
         if self.rounds < 1:
             raise UsageError("--rounds should be at least 1")
-        if self.rounds == 1 and self.adaptive_budget == 0:  # a gate that cannot fail on time
-            raise UsageError("--rounds 1 with --adaptive-budget 0 can judge nothing slower (a slower verdict must "
-                             "hold with any one round left out): give --rounds 2 or more, or an adaptive budget")
         if self.adaptive_budget is not None and not 0 <= self.adaptive_budget < math.inf:
             raise UsageError(f"--adaptive-budget should be at least 0 seconds and finite, got {self.adaptive_budget!r}")
         if not 0 < self.round_timeout < math.inf:

@@ -81,6 +81,7 @@ def _suite_check(line: str) -> Check:
 
 
 SLOWER, NOT_SLOWER, UNDECIDED = "slower", "not slower", "undecided"
+ONE_ROUND = "one run a side, and a slower verdict must hold with any one left out"
 
 
 def decide(interval: tuple[float, float], q: float, factor: float, fdr: float,
@@ -197,7 +198,7 @@ def _time_check(row: Row, factor: float, fdr: float, family: int) -> Check:
                                               f"FDR {fdr:g}")
     if row.decision == UNDECIDED:
         why = ("interval not clear of it" if decide(row.interval, row.q, factor, fdr) != SLOWER else
-               "not clear of it with one run left out" if row.without_one is not None else "one run a side")
+               "not clear of it with one run left out" if row.without_one is not None else ONE_ROUND)
         return Check("time", row.label, PASS, f"undecided: {numbers}; {why} ({factor:.2f})")
     return Check("time", row.label, PASS, numbers)
 
@@ -292,6 +293,11 @@ def judge(base_runs: Sequence[Sequence[Point]], head_runs: Sequence[Sequence[Poi
                  f"per-benchmark alpha); "
                  f"not slower when the interval lies at or below {factor:.2f}; undecided otherwise, which is "
                  "reported and counted as a pass, not a failure.")
+    alone = sum(1 for r in rows for c in r.checks if c.kind == "time" and c.message.endswith(f"{ONE_ROUND} "
+                                                                                          f"({factor:.2f})"))
+    if alone:  # a regression no --rounds 1 run can fail, said where the verdict is read
+        notes.append(f"{alone} benchmark(s) above the floor by their interval were timed in one round a side, which "
+                     "can judge nothing slower: give --rounds 2 or more (or adaptive rounds) to decide them.")
     unpaired = [r for r in rows if r.p is not None and not r.paired]
     if typical is not None and (paired_from is None or unpaired):  # paired rounds' times are compared as measured
         notes.append(("" if paired_from is None else f"the {len(unpaired)} benchmark(s) judged unpaired: ")
