@@ -47,6 +47,6 @@ next, in {dest}:
   python -m pip install --no-deps -e .   # beside this sdpa-bench and your torch
   sdpa-bench list                        # {names.package} is listed, with what it runs here
   python -m pytest                       # {names.package} against float64 on the smoke cases
-  {start} && git commit -qm "{names.package}"   # then: sdpa-bench continuous HEAD, after a change
+  {start} && git commit -qm "{names.package}"{"" if outer else "   # then: sdpa-bench continuous HEAD, after a change"}
   asv run   # its history over commits: sdpa-bench's guide "History with asv" (asv.conf.json, benchmarks/)""")
     return 0
