@@ -233,6 +233,17 @@ class SDPAImplementation(Protocol):
                 scale: float | None = None, enable_gqa: bool = False) -> Callable[[], torch.Tensor]: ...
 
 
+def _batched(query: object, key: object, value: object) -> tuple[object, object, object, int]:
+    """q, k and v of rank 2 or 3, as torch takes them without a batch (and heads), with size-1 dims in front to make
+    them (B, H, L, E), and how many were added; other ranks as they are (validate names them). A mask broadcasts
+    from the right, so it needs none."""
+    ranks = {t.dim() if isinstance(t, torch.Tensor) else None for t in (query, key, value)}
+    if len(ranks) != 1 or not ranks <= {2, 3}:
+        return query, key, value, 0
+    added = 4 - ranks.pop()
+    return (*(t[(None,) * added] for t in (query, key, value)), added)  # type: ignore[index]
+
+
 class Implementation:
     """Base class: validation, reasons and the prepare/call split shared by every implementation.
 
@@ -267,6 +278,7 @@ class Implementation:
                             is_causal: bool = False, scale: float | None = None,
                             enable_gqa: bool = False) -> list[str]:
         """Empty when this implementation can run the call here; else one sentence per obstacle."""
+        query, key, value, _ = _batched(query, key, value)
         return self.not_supported_reasons(SDPAInputs(query, key, value, attn_mask, dropout_p, is_causal, scale,
                                                       enable_gqa))
 
@@ -274,15 +286,26 @@ class Implementation:
                 attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0, is_causal: bool = False,
                 scale: float | None = None, enable_gqa: bool = False, *,
                 structure: Structure | None = None) -> Callable[[], torch.Tensor]:
-        """Validate and check support once; return a zero-argument closure that only computes. `structure`
+        """Validate and check support once; return a zero-argument closure that only computes. q, k and v of rank 2
+        or 3 (no batch, or no batch and heads), as torch takes them, are computed as (B, H, L, E) with size-1 dims in
+        front, and the answer comes back at their rank. `structure`
         (keyword only) names what the dense `attn_mask` is, for implementations with a native form of it. The
         closure may carry an `op` string, the library's own name for what it runs (xformers: "cutlassF-pt"),
         which a benchmark records with the point."""
+        query, key, value, added = _batched(query, key, value)
         inp = SDPAInputs(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, structure)
         reasons = self.not_supported_reasons(inp)
         if reasons:
             raise Unsupported(self.name, reasons)
-        return self.prepare_inputs(inp)
+        fn = self.prepare_inputs(inp)
+        if not added:
+            return fn
+
+        def unbatched() -> torch.Tensor:  # the caller's rank back
+            return fn()[(0,) * added]
+
+        unbatched.__dict__.update(fn.__dict__)  # the library's `op`, where it names one
+        return unbatched
 
     def __call__(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                  attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0, is_causal: bool = False,

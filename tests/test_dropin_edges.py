@@ -75,3 +75,24 @@ def test_a_flag_of_the_wrong_type_is_one_error_for_every_implementation(flag: st
     for name in sdpa_impls.names():
         with pytest.raises(ValueError, match=f"sdpa: {flag} must be a"):
             sdpa_impls.get(name)(q, k, v, **{flag: value})
+
+
+@pytest.mark.parametrize("name", EAGER_CPU)
+@pytest.mark.parametrize("shape", [(9, 16), (3, 9, 16)])
+def test_inputs_without_a_batch_get_torchs_answer_at_their_rank(name: str, shape: tuple[int, ...]) -> None:
+    """torch takes q, k, v of rank 2 (L, E) and 3 (H, L, E): so does every drop-in, gradients included."""
+    q, k, v = qkv(*shape, seed=6)
+    mask = torch.rand(shape[-2], shape[-2], generator=torch.Generator().manual_seed(7)) > 0.3
+    impl = sdpa_impls.get(name)
+    for kw in ({}, {"is_causal": True}, {"attn_mask": mask}):
+        assert impl.unsupported_reasons(q, k, v, **kw) == []
+        qq, theirs_q = q.clone().requires_grad_(), q.clone().requires_grad_()
+        mine, theirs = impl(qq, k, v, **kw), F.scaled_dot_product_attention(theirs_q, k, v, **kw)
+        assert mine.shape == theirs.shape == (*shape[:-1], v.shape[-1])
+        torch.testing.assert_close(mine, theirs, atol=1e-5, rtol=1e-5)
+        mine.sum().backward()
+        theirs.sum().backward()
+        torch.testing.assert_close(qq.grad, theirs_q.grad, atol=1e-4, rtol=1e-4)
+    five = tuple(t[(None,) * (5 - t.dim())] for t in (q, k, v))  # rank 5 (and mixed ranks) stay refused, by name
+    with pytest.raises(ValueError, match="must be 4-D"):
+        impl(*five)
