@@ -64,6 +64,12 @@ class SDPAInputs:
     def needs_grad(self) -> bool:
         return any(t.requires_grad for t in (self.query, self.key, self.value))
 
+    @property
+    def mask_needs_grad(self) -> bool:
+        """A float mask that requires grad (a learned bias), with autograd on: its gradient is wanted."""
+        m = self.attn_mask
+        return m is not None and m.requires_grad and torch.is_grad_enabled()
+
 
 class _NoAttention(torch.autograd.Function):
     """Zeros of the output shape, with zero gradients for query, key and value."""
@@ -207,8 +213,7 @@ class Support:
             out.append(f"dropout_p={inp.dropout_p} (this implementation has no dropout)")
         if inp.needs_grad and not self.backward:
             out.append("backward (inputs require grad; this implementation is forward-only)")
-        m = inp.attn_mask
-        if m is not None and m.requires_grad and torch.is_grad_enabled() and not self.mask_grad:
+        if inp.mask_needs_grad and not self.mask_grad:
             out.append("attn_mask requires grad (a learned bias; this implementation computes no gradient for it)")
         return out
 
@@ -234,9 +239,8 @@ class SDPAImplementation(Protocol):
 
 
 def _batched(query: object, key: object, value: object) -> tuple[object, object, object, int]:
-    """q, k and v of rank 2 or 3, as torch takes them without a batch (and heads), with size-1 dims in front to make
-    them (B, H, L, E), and how many were added; other ranks as they are (validate names them). A mask broadcasts
-    from the right, so it needs none."""
+    """q, k and v of rank 2 or 3 (torch takes them without a batch, and heads) made (B, H, L, E) by size-1 dims in
+    front, and how many; other ranks as they are (validate names them). A mask broadcasts from the right."""
     ranks = {t.dim() if isinstance(t, torch.Tensor) else None for t in (query, key, value)}
     if len(ranks) != 1 or not ranks <= {2, 3}:
         return query, key, value, 0

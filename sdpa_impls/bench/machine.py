@@ -132,9 +132,9 @@ def plugin_sources(names: list[str]) -> str:
         found.setdefault(dist, (Path(where).parent, Path(where).name, []))[2].append(name)
     parts = []
     for dist, (folder, anchor, impls) in found.items():
-        code = source_revision(folder, dist, anchor)
-        code = code if code.startswith(dist) else f"{dist} {_version(dist) or ''}, {code}".replace(" ,", ",")
-        parts.append(f"plug-in {code} for {', '.join(impls)}")
+        code = source_revision(folder, dist, anchor)  # "git ..." in a checkout, else the installed version
+        named = " ".join(filter(None, (dist, _version(dist))))
+        parts.append(f"plug-in {code if code.startswith(dist) else f'{named}, {code}'} for {', '.join(impls)}")
     return "".join(f"; {p}" for p in parts)
 
 

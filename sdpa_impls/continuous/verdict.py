@@ -293,8 +293,8 @@ def judge(base_runs: Sequence[Sequence[Point]], head_runs: Sequence[Sequence[Poi
                  f"per-benchmark alpha); "
                  f"not slower when the interval lies at or below {factor:.2f}; undecided otherwise, which is "
                  "reported and counted as a pass, not a failure.")
-    alone = sum(1 for r in rows for c in r.checks if c.kind == "time" and c.message.endswith(f"{ONE_ROUND} "
-                                                                                          f"({factor:.2f})"))
+    alone = sum(1 for r in rows if r.decision == UNDECIDED and r.without_one is None
+                and decide(r.interval, r.q, factor, fdr) == SLOWER)
     if alone:  # a regression no --rounds 1 run can fail, said where the verdict is read
         notes.append(f"{alone} benchmark(s) above the floor by their interval were timed in one round a side, which "
                      "can judge nothing slower: give --rounds 2 or more (or adaptive rounds) to decide them.")
