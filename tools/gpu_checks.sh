@@ -18,8 +18,11 @@
 #   llm    the llm preset with naive, chunked, fused, compiled, flex and torch_sdpa: device time and host overhead
 #          per point, and the plain-PyTorch implementations against compiled, flex and torch_sdpa (llm.tar)
 #   speed  the same but naive on llm-long: L = 8192 and 16384 (speed-long.tar)
+#          GPU_CHECKS_IMPLS (comma-separated) replaces both steps' implementations, e.g. fused,compiled,torch_sdpa
 #   asv    the asv suite on the llm preset (fused, torch_sdpa) through the existing interpreter, then `sdpa-bench
 #          run` of the same points, each timed (asv.log); needs asv installed and a git checkout
+#          GPU_CHECKS_ASV_PRESET and GPU_CHECKS_ASV_IMPLS replace the preset and implementations, e.g. gpu-history
+#          and torch_sdpa: 44 points
 #   gate   tools/gpu_gate_evidence.py within the step's share (gate.log, gate-results.jsonl); its trials are kept in
 #          $GPU_CHECKS_WORK/gate, so a second call on the same machine adds to them. GPU_CHECKS_GATE_ARGS replaces
 #          the evidence script's --continuous-args (default "--adaptive-budget 30", so name an --adaptive-budget
@@ -99,15 +102,15 @@ sweep() {  # name seconds [run args...]
 }
 
 asv_step() {  # seconds: half to asv, half to sdpa-bench run of the same points, each with its wall time
-  local impls=fused,torch_sdpa t0
-  stamp "asv on the llm preset, then sdpa-bench run of the same points (${1}s)"
+  local impls=${GPU_CHECKS_ASV_IMPLS:-fused,torch_sdpa} preset=${GPU_CHECKS_ASV_PRESET:-llm} t0
+  stamp "asv on the $preset preset ($impls), then sdpa-bench run of the same points (${1}s)"
   "$py" -m asv machine --yes >/dev/null 2>&1
   t0=$SECONDS
-  SDPA_BENCH_PRESET=llm SDPA_BENCH_IMPLS=$impls timeout -k 10 $(( $1 / 2 )) "$py" -m asv run --show-stderr \
+  SDPA_BENCH_PRESET=$preset SDPA_BENCH_IMPLS=$impls timeout -k 10 $(( $1 / 2 )) "$py" -m asv run --show-stderr \
     --environment "existing:$(command -v "$py")" --set-commit-hash "$(git rev-parse HEAD)" >"$out/asv.log" 2>&1
   echo "asv run: exit $? in $(( SECONDS - t0 )) s" >>"$out/asv.log"
   t0=$SECONDS
-  timeout -k 10 $(( $1 / 2 )) "$py" -m sdpa_impls run --preset llm --device cuda --impl "$impls" \
+  timeout -k 10 $(( $1 / 2 )) "$py" -m sdpa_impls run --preset "$preset" --device cuda --impl "$impls" \
     --out "$work/asv-pair" --overwrite --no-plots >>"$out/asv.log" 2>&1
   echo "sdpa-bench run: exit $? in $(( SECONDS - t0 )) s" >>"$out/asv.log"
   tail -n 4 "$out/asv.log"
@@ -239,10 +242,10 @@ for i in "${!names[@]}"; do
     tests) run_tests "$share" ;;
     serve) sweep serve "$share" --preset serve --budget 0.1 --max-reps 50 ;;
     masks) sweep masks "$share" --preset masks --budget 0.05 --max-reps 50 "$@" ;;
-    llm) sweep llm "$share" --preset llm --impl naive,chunked,fused,compiled,flex,torch_sdpa --budget 0.1 \
-           --max-reps 50 ;;
-    speed) sweep speed-long "$share" --preset llm-long --impl chunked,fused,compiled,flex,torch_sdpa --budget 0.1 \
-             --max-reps 30 ;;
+    llm) sweep llm "$share" --preset llm --impl "${GPU_CHECKS_IMPLS:-naive,chunked,fused,compiled,flex,torch_sdpa}" \
+           --budget 0.1 --max-reps 50 ;;
+    speed) sweep speed-long "$share" --preset llm-long \
+             --impl "${GPU_CHECKS_IMPLS:-chunked,fused,compiled,flex,torch_sdpa}" --budget 0.1 --max-reps 30 ;;
     asv) asv_step "$share" ;;
     gate) gate "$share" ;;
     variants) variants "$share" ;;
