@@ -7,6 +7,10 @@ import sys
 from pathlib import Path
 
 _FILE = Path(__file__).resolve().parents[1] / "sdpa_impls" / "suite" / "asv_suite.py"
+if importlib.util.find_spec("sdpa_impls") is None:  # an existing environment without the package; asv drops PYTHONPATH
+    raise ImportError(f"sdpa-bench is not installed in {sys.executable}: asv measures the package installed in its "
+                      "environment, so with --environment existing:PYTHON install this tree there first "
+                      "(pip install -e . or pip install .)")
 _spec = importlib.util.spec_from_file_location(f"{__package__ or 'benchmarks'}._asv_suite", _FILE)
 _suite = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = _suite  # asv's forked children and pickles find it by name

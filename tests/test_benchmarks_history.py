@@ -67,3 +67,16 @@ def test_todays_benchmarks_measure_a_commit_from_before_the_move(tmp_path: Path)
     assert out["memory"] >= 8 * 128 * 128 * 4  # naive's (H, L, L) fp32 scores of the smoke case
     assert len(out["time"]["samples"]) >= 5 and all(t > 0 for t in out["time"]["samples"]) and out["time"]["number"] >= 1
     assert "torch_sdpa_cudnn cannot run this case" in out.get("skip", "")
+
+
+def test_the_suite_in_an_interpreter_without_sdpa_bench_says_to_install_it(tmp_path: Path) -> None:
+    """With `--environment existing:PYTHON` asv measures the package installed in that interpreter and drops
+    PYTHONPATH, so a tree that was never installed there is one clear error naming the interpreter and the install,
+    not a ModuleNotFoundError deep in the suite (an interpreter without site-packages stands in for it here)."""
+    done = subprocess.run([sys.executable, "-I", "-S", "-c",
+                           f"import runpy; runpy.run_path({str(ROOT / 'benchmarks' / 'bench_sdpa.py')!r})"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: sdpa-bench is not installed in " + sys.executable), done.stderr
+    assert "pip install -e ." in last

@@ -19,8 +19,9 @@
 #          per point, and the plain-PyTorch implementations against compiled, flex and torch_sdpa (llm.tar)
 #   speed  the same but naive on llm-long: L = 8192 and 16384 (speed-long.tar)
 #          GPU_CHECKS_IMPLS (comma-separated) replaces both steps' implementations, e.g. fused,compiled,torch_sdpa
-#   asv    the asv suite on the llm preset (fused, torch_sdpa) through the existing interpreter, then `sdpa-bench
-#          run` of the same points, each timed (asv.log); needs asv installed and a git checkout
+#   asv    this tree installed into the interpreter (pip, no dependencies), the asv suite on the llm preset (fused,
+#          torch_sdpa) through it as an existing environment, then `sdpa-bench run` of the same points, each timed
+#          (asv.log); needs asv installed and a git checkout
 #          GPU_CHECKS_ASV_PRESET and GPU_CHECKS_ASV_IMPLS replace the preset and implementations, e.g. gpu-history
 #          and torch_sdpa: 44 points
 #   gate   tools/gpu_gate_evidence.py within the step's share (gate.log, gate-results.jsonl); its trials are kept in
@@ -106,8 +107,14 @@ asv_step() {  # seconds: half to asv, half to sdpa-bench run of the same points,
   stamp "asv on the $preset preset ($impls), then sdpa-bench run of the same points (${1}s)"
   "$py" -m asv machine --yes >/dev/null 2>&1
   t0=$SECONDS
+  # an existing environment measures the sdpa-bench installed in it, and asv's benchmark processes drop PYTHONPATH:
+  # this tree is installed there first (a copy, no dependencies), as the asv guide asks of GPU users
+  PIP_BREAK_SYSTEM_PACKAGES=${PIP_BREAK_SYSTEM_PACKAGES:-1} "$py" -m pip install --quiet --no-deps --no-index \
+    --no-build-isolation "$PWD" >"$out/asv.log" 2>&1
+  echo "pip install of this tree: exit $? in $(( SECONDS - t0 )) s" >>"$out/asv.log"
+  t0=$SECONDS
   SDPA_BENCH_PRESET=$preset SDPA_BENCH_IMPLS=$impls timeout -k 10 $(( $1 / 2 )) "$py" -m asv run --show-stderr \
-    --environment "existing:$(command -v "$py")" --set-commit-hash "$(git rev-parse HEAD)" >"$out/asv.log" 2>&1
+    --environment "existing:$(command -v "$py")" --set-commit-hash "$(git rev-parse HEAD)" >>"$out/asv.log" 2>&1
   echo "asv run: exit $? in $(( SECONDS - t0 )) s" >>"$out/asv.log"
   t0=$SECONDS
   timeout -k 10 $(( $1 / 2 )) "$py" -m sdpa_impls run --preset "$preset" --device cuda --impl "$impls" \
