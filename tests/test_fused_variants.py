@@ -69,7 +69,7 @@ def test_an_unknown_choice_is_named() -> None:
 def test_fp16_adds_the_softmax_choice_of_fused_which_the_cpu_cannot_take(tmp_path: Path) -> None:
     """In fp16 the whole calls add `fused` fwd+bwd with SOFTMAX_FROM_HALF off and on; on the CPU, where fp16 is
     computed in fp32, the second is reported as skipped with that reason, and the flag is left as it was."""
-    out = tmp_path / "v.json"
+    out, before = tmp_path / "v.json", (CpuTiling.SOFTMAX_FROM_HALF, CudaTiling.SOFTMAX_FROM_HALF)
     assert fv.main(["--device", "cpu", "--dtype", "fp16", "--only", "softmax", "--only", "calls", "--length", "128",
                     "--heads", "2", "--dim", "16", "--rounds", "1", "--budget", "0.002", "--out", str(out)]) == 0
     rows = {e["name"]: e["rows"] for e in json.loads(out.read_text())["experiments"]}
@@ -78,4 +78,4 @@ def test_fp16_adds_the_softmax_choice_of_fused_which_the_cpu_cannot_take(tmp_pat
     off, on = rows["fused fwd+bwd softmax"]
     assert off["ratio"] == 1.0 and "computes in fp32" in on["skipped"]
     assert rows["softmax"][1]["median_s"] > 0  # the tile-level pass runs anywhere: checked against today's first
-    assert CpuTiling.SOFTMAX_FROM_HALF is False and CudaTiling.SOFTMAX_FROM_HALF is False
+    assert (CpuTiling.SOFTMAX_FROM_HALF, CudaTiling.SOFTMAX_FROM_HALF) == before == (False, True)

@@ -183,10 +183,11 @@ def softmax_tile(device: torch.device, dtype: torch.dtype, length: int, heads: i
     start = (torch.randn((heads, rows, length), generator=gen) * 4).to(device=device, dtype=dtype)
     s = start.clone()
     pf = torch.empty((heads, rows, length), dtype=torch.float32, device=device)
-    today = lambda: torch.softmax(pf.copy_(s), dim=-1, out=pf)  # noqa: E731
+    copied = lambda: torch.softmax(pf.copy_(s), dim=-1, out=pf)  # noqa: E731
     direct = lambda: torch.softmax(s, dim=-1, dtype=torch.float32, out=pf)  # noqa: E731
-    variants = [Variant("today: copy into fp32, softmax in place", today, lambda: (today(), pf.clone())[1]),
-                Variant(f"softmax of the {dtype} tile into fp32 P", direct, lambda: (direct(), pf.clone())[1])]
+    variants = [Variant("copy into fp32, softmax in place (bf16's plan)", copied, lambda: (copied(), pf.clone())[1]),
+                Variant(f"softmax of the {dtype} tile into fp32 P (fp16's plan on CUDA)", direct,
+                        lambda: (direct(), pf.clone())[1])]
     return Experiment("softmax", f"S ({heads}, {rows}, {length}) {dtype} -> P fp32", variants, False)
 
 

@@ -134,17 +134,17 @@ class CudaTiling:
     # plus 64 MiB bf16, against naive's gigabytes at L 4096).
     CHUNKED_Q_TILE = (64, 1024, 64)
     CHUNKED_K_TILE = (128, 1024, 128)
-    # One mixed-dtype kernel per such tile, as the H200 profiles measured it; the copy-first alternative
-    # (CpuTiling.CAST_FIRST) is timed on a GPU by tools/fused_variants.py before it is taken here.
+    # Measured by tools/fused_variants.py on an H200 (records/2026-11-30-h200-variants-speed-asv), L 4096 causal,
+    # 32 heads x 128, each the whole call against its alternative. One mixed-dtype kernel per tile: copying into
+    # fp32 first (CpuTiling.CAST_FIRST) took 1.07-1.13x (chunked fwd and fwd+bwd, fused fwd+bwd; bf16 and fp16).
     CAST_FIRST = False
     # fused's fp16 training forward: softmax reading the fp16 scores and writing fp32 P in one kernel (CUDA's
-    # half-to-float softmax; torch has it for fp16, not bf16) instead of copying the tile into fp32 first, with the
-    # causal band and the row max on the fp16 tile: about 10 of the ~32 bytes that pass moves per score. The same
-    # answers (up to the order of a row's sums in the softmax kernel); off until tools/fused_variants.py (`softmax`,
-    # and `calls` in fp16) times it on a GPU.
-    SOFTMAX_FROM_HALF = False
-    # fused's dS through torch's softmax-backward kernel (CpuTiling.SOFTMAX_BACKWARD): two kernels (the bf16 dP
-    # copied into fp32, then the softmax backward) instead of three; off until tools/fused_variants.py times it
+    # half-to-float softmax; torch has it for fp16, not bf16), the causal band and the row max on the fp16 tile:
+    # about 10 of the ~32 bytes that pass moves per score, the same answers. The tile's pass 0.56x, fused fwd+bwd
+    # 0.94x (11.4 against 12.2 ms).
+    SOFTMAX_FROM_HALF = True
+    # fused's dS through torch's softmax-backward kernel (CpuTiling.SOFTMAX_BACKWARD), two kernels instead of
+    # three: fused fwd+bwd took 1.01x with it (bf16 and fp16)
     SOFTMAX_BACKWARD = False
     # cuBLAS takes any batch stride: the strided Kᵀ and Vᵀ go to the GEMM as they are, no copy
     COMPACT_TRANSPOSED = False
