@@ -14,7 +14,7 @@ from sdpa_impls.bench.measure import prepare_point
 from sdpa_impls.impls import fused
 from sdpa_impls.impls._tiled import compute
 from sdpa_impls.impls._tiled.budget import BF16_ENV, CpuTiling, cuda_tiling, forced_tiling
-from sdpa_impls.impls._tiled.compute import SCORE_BOUND, UNSHIFTED_MIN_KEYS
+from sdpa_impls.impls._tiled.compute import EXP2_FASTER, EXP_ENV, SCORE_BOUND, UNSHIFTED_MIN_KEYS, unshifted_base
 from sdpa_impls.impls._tiled.tilemap import MaskTiles
 from sdpa_impls.protocol import SDPAInputs
 from sdpa_impls.reference import max_abs_error, reference, tolerance
@@ -49,6 +49,7 @@ def bound(q: torch.Tensor, k: torch.Tensor) -> float:
 
 def test_it_is_taken_exactly_where_the_scores_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(BF16_ENV, raising=False)
+    monkeypatch.setenv(EXP_ENV, "exp")
     lk = UNSHIFTED_MIN_KEYS
     q, k, v = inputs(lk)
     assert bound(q, k) <= SCORE_BOUND
@@ -70,13 +71,38 @@ def test_it_is_taken_exactly_where_the_scores_are_bounded(monkeypatch: pytest.Mo
     assert op_of(*inputs(lk, dtype=torch.bfloat16)) == "fp32 compute, unshifted exp"
     monkeypatch.setenv(BF16_ENV, "bf16")
     assert op_of(*inputs(lk, dtype=torch.bfloat16)) == "bf16 compute"
+    monkeypatch.setenv(EXP_ENV, "exp2")  # the other base, where this CPU's exp2 is the faster
+    assert op_of(q, k, v) == op_of(q, k, v, is_causal=True) == "unshifted exp2"
+    assert op_of(big, k, v) == ""
 
 
+def test_exp2_is_chosen_exactly_where_this_cpus_exp2_is_faster(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The base of the unshifted exp follows the rates measured in this process (each positive and finite), or the
+    setting; an unknown setting is one clear error; CUDA, which takes no unshifted exp, says exp."""
+    monkeypatch.delenv(EXP_ENV, raising=False)
+    rates = compute.exp_rates()
+    assert all(0 < r < float("inf") for r in rates.values()), rates
+    found = unshifted_base(CPU)
+    assert found.log2 == (rates["exp2"] >= EXP2_FASTER * rates["exp"])
+    assert found.reason.startswith(("exp2 (" if found.log2 else "exp (") + "this CPU's fp32 exp ")
+    assert not unshifted_base(torch.device("cuda")).log2
+    for forced in ("exp", "exp2"):
+        monkeypatch.setenv(EXP_ENV, forced)
+        assert unshifted_base(CPU).log2 == (forced == "exp2")
+    monkeypatch.setenv(EXP_ENV, "exp10")
+    with pytest.raises(ValueError, match=f"{EXP_ENV} should be exp or exp2"):
+        unshifted_base(CPU)
+
+
+@pytest.mark.parametrize("base", ["exp", "exp2"])
 @pytest.mark.parametrize("edge", ["+40", "-40", "random"])
 @pytest.mark.parametrize("mask", ["none", "causal", "dead rows"])
-def test_its_answers_meet_the_rule_up_to_the_bounds_edge(edge: str, mask: str) -> None:
+def test_its_answers_meet_the_rule_up_to_the_bounds_edge(edge: str, mask: str, base: str,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """Scores of exactly +40 or -40 everywhere (each query along, or against, a common key direction), where exp
-    without a shift is largest or smallest, and random ones; with every key of some rows masked (they get 0)."""
+    without a shift is largest or smallest, and random ones; with every key of some rows masked (they get 0). Either
+    base: exp(S), or exp2 of the scores scaled by log2 e in the GEMM."""
+    monkeypatch.setenv(EXP_ENV, base)
     lk = UNSHIFTED_MIN_KEYS
     q, k, v = inputs(lk)
     if edge != "random":
@@ -90,7 +116,7 @@ def test_its_answers_meet_the_rule_up_to_the_bounds_edge(edge: str, mask: str) -
         keep = torch.rand(64, lk, generator=torch.Generator().manual_seed(2)) > 0.3
         keep[5] = keep[40] = False
         kw["attn_mask"] = keep
-    assert op_of(q, k, v, **kw) == "unshifted exp"
+    assert op_of(q, k, v, **kw) == f"unshifted {base}"
     got = sdpa_impls.get("fused")(q, k, v, **kw)
     with shifted():
         softmax = sdpa_impls.get("fused")(q, k, v, **kw)
@@ -118,3 +144,34 @@ def test_inference_tiles_with_no_key_to_skip_are_wider() -> None:
             assert fused.fused_plan(tiles, CPU, 1, 1, 4, inference)[0] == rows, (causal, inference)
         point = prepare_point("fused", CaseContext(Case(lq=2048, lk=2048, e=E), "cpu"))  # 512-row tiles
     assert point.max_error <= point.error_tolerance
+
+
+@pytest.mark.parametrize("base", ["exp", "exp2"])
+@pytest.mark.parametrize("heads", [(2, 2), (4, 2)], ids=["MHA", "GQA"])
+def test_a_row_longer_than_its_tile_is_summed_in_key_blocks(base: str, heads: tuple[int, int],
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no key to skip and a score budget that 64 rows of every key overflow, the unshifted forward keeps its
+    rows and takes the keys a block at a time (the last block shorter): the answer meets the rule and matches the
+    softmax path; a causal call of the same inputs keeps whole rows."""
+    monkeypatch.setenv(EXP_ENV, base)
+    hq, hkv = heads
+    gen = torch.Generator().manual_seed(7)
+    lk = 1000
+    q = torch.randn(1, hq, 64, E, generator=gen)
+    k, v = torch.randn(1, hkv, lk, E, generator=gen), torch.randn(1, hkv, lk, E, generator=gen)
+    kw = {"enable_gqa": hq != hkv}
+    small = CpuTiling(2, 32 << 10)  # a 128 KiB score tile: 2 threads × 64 rows × 256 keys of fp32, per kv head
+    with forced_tiling(small):
+        tiles = MaskTiles.of(SDPAInputs(q, k, v, **kw))
+        rows, _, keys = fused.fused_plan(tiles, CPU, 1, hq // hkv, 4, True, True)
+        assert rows == 64 and keys == 256 // (hq // hkv) and lk % keys
+        assert fused.fused_plan(MaskTiles.of(SDPAInputs(q, k, v, is_causal=True, **kw)), CPU, 1, hq // hkv, 4, True,
+                                True)[2] == lk
+        assert op_of(q, k, v, **kw) == f"unshifted {base}"
+        got = sdpa_impls.get("fused")(q, k, v, **kw)
+    with shifted():
+        softmax = sdpa_impls.get("fused")(q, k, v, **kw)
+    ref = reference(q, k, v, enable_gqa=kw["enable_gqa"])
+    naive = sdpa_impls.get("naive")(q, k, v, **kw)
+    assert max_abs_error(got, ref) <= tolerance(max_abs_error(naive, ref), torch.float32, ref)
+    assert torch.allclose(got, softmax, rtol=1e-5, atol=1e-6)

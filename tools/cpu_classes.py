@@ -50,11 +50,13 @@ def measure_class(rounds: int) -> dict:
     from sdpa_impls.bench.timing import call_context
     from sdpa_impls.impls._tiled import tilemap
     from sdpa_impls.impls._tiled.budget import BF16_ENV, bf16_compute, gemm_rates
+    from sdpa_impls.impls._tiled.compute import exp_rates, unshifted_base
 
     options = Options(warmup=1)
     points: dict[str, object] = {}
     notes = {"bf16_choice": bf16_compute(torch.device("cpu")).reason, "threads": torch.get_num_threads(),
-             "gemm_rates": gemm_rates(), "torch": torch.__version__,
+             "gemm_rates": gemm_rates(), "exp_choice": unshifted_base(torch.device("cpu")).reason,
+             "exp_rates": exp_rates(), "torch": torch.__version__,
              "isa": os.environ.get("ONEDNN_MAX_CPU_ISA", "native")}
 
     def prepared(label: str, impl: str, case: Case, forced: str | None = None) -> None:
@@ -152,8 +154,8 @@ def main() -> int:
             print(f"  {name}: failed (exit {done.returncode})")
             continue
         result = json.loads((args.out / f"{name}.json").read_text(encoding="utf-8"))
-        print(f"  {result['notes']['bf16_choice']}; {result['notes']['threads']} threads, torch "
-              f"{result['notes']['torch']}")
+        print(f"  {result['notes']['bf16_choice']}; unshifted {result['notes']['exp_choice']}; "
+              f"{result['notes']['threads']} threads, torch {result['notes']['torch']}")
         for label, value in ratios(result).items():
             print(f"  {label:50s} {value:.3f}")
     return 0

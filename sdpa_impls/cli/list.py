@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 
 import torch
 
@@ -11,7 +10,8 @@ from ..bench.inputs import make_inputs
 from ..bench.machine import machine_info
 from ..dtypes import DTYPES
 from ..errors import UsageError
-from ..impls._tiled.budget import BF16_ENV, bf16_compute
+from ..impls._tiled.budget import bf16_compute
+from ..impls._tiled.compute import check_settings, unshifted_base
 from ..registry import get, names
 from ..report.markdown import machine_lines
 
@@ -67,11 +67,10 @@ def run(args: argparse.Namespace) -> int:
     device = args.device or default_device()
     if device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda: no CUDA device is available to this torch")
-    if os.environ.get(BF16_ENV, "").strip():  # one line before the table, as `run` says it, not after 50 lines
-        try:
-            bf16_compute(torch.device("cpu"))
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
+    try:  # one line before the table, as `run` says it, not after 50 lines
+        check_settings()
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     info = machine_info(device)
     print("\n".join(line.strip("| ").replace(" | ", ": ", 1) for line in machine_lines({"machine": info})))
     print(f"probed on {device} with L={PROBE_L}, E={PROBE_E}, B=1, H=8; {', '.join(FEATURES)} with the first "
@@ -92,4 +91,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {name}: {getattr(get(name), 'description', '') or '(no description)'}")
     if device == "cpu":  # chosen per CPU, recorded with every bf16 point of these as its `op`
         print(f"\nbf16 calls of chunked and fused: {bf16_compute(torch.device('cpu')).reason}")
+        print(f"fused's fp32 inference without a row max: {unshifted_base(torch.device('cpu')).reason}")
     return 0

@@ -19,7 +19,7 @@ from ..bench.machine import busy_cpus, machine_differences, machine_info, plugin
 from ..bench.measure import Options, run_case
 from ..errors import USAGE_EXIT, UsageError
 from ..fmt import fmt_duration
-from ..impls._tiled.budget import BF16_ENV, bf16_compute
+from ..impls._tiled.compute import check_settings
 from ..registry import PluginLoadError, loaded, names
 from ..report import results as store
 from ..report.write import write_report
@@ -202,11 +202,10 @@ def run(args: argparse.Namespace) -> int:
             torch.cuda.set_device(local_rank)  # one GPU per torchrun process on this node
     impls = _impls(args.impl)
     given, opts = _options(args)
-    if os.environ.get(BF16_ENV, "").strip():  # read by each bf16 call of chunked and fused: checked once, here
-        try:
-            bf16_compute(torch.device("cpu"))  # as it is set, nothing is measured
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
+    try:  # read by the tiled implementations' calls: checked once, here (as set, nothing is measured)
+        check_settings()
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     if device != "cuda" and (opts.flush_l2 or opts.cuda_graph):
         raise UsageError(f"{'--flush-l2' if opts.flush_l2 else '--cuda-graph'} needs --device cuda")
     if args.shard:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import torch
 
-from ._tiled.compute import in_fp32, unshifted_exp, warm_exp
+from ._tiled.compute import LOG2_E, in_fp32, unshifted_base, unshifted_exp, unshifted_tile, warm_exp
 from ._tiled.online_softmax import plan_tiles, take, tiled_attention
 from ..protocol import Implementation, SDPAInputs, Support, empty_attention, with_op
 from ..registry import register
@@ -27,22 +27,27 @@ def tile_shape(device: torch.device, b: int, hkv: int, g: int, lq: int, lk: int,
 
 
 def fused_plan(tiles: MaskTiles, dev: torch.device, b: int, g: int, itemsize: int,
-               inference: bool = False) -> tuple[int, Plan]:
-    """(query rows per tile, plan) of a fused forward whose score tiles hold `itemsize`-byte scores (`inference`:
-    no log-sum-exp or P kept for a backward); worked out once per call shape and thread count (a timed call only
-    looks it up)."""
+               inference: bool = False, unshifted: bool = False) -> tuple[int, Plan, int]:
+    """(query rows per tile, plan, keys per score tile) of a fused forward whose score tiles hold `itemsize`-byte
+    scores (`inference`: no log-sum-exp or P kept for a backward; `unshifted`: P = exp(S) with no row max, so a row
+    with no key to skip is computed in key blocks, `compute.unshifted_tile`); worked out once per call shape and
+    thread count (a timed call only looks it up). Keys per tile: every key of the row but in that case."""
     whole = inference and tiles.mask is None and not tiles.is_causal
-    key = (itemsize, torch.get_num_threads(), whole)
+    blocked = whole and unshifted
+    key = (itemsize, torch.get_num_threads(), whole, blocked)
     found = tiles.memo.get(key)
     if found is None:
-        rows, heads = tile_shape(dev, b, tiles.hkv, g, tiles.lq, tiles.lk, itemsize, whole)
-        found = tiles.memo[key] = (rows, tiles.plan(Tiling(rows, tiles.lk, KEY_BLOCK, True), b, heads))
+        if blocked:
+            rows, heads, keys = unshifted_tile(dev, b, tiles.hkv, g, tiles.lq, tiles.lk, itemsize)
+        else:
+            (rows, heads), keys = tile_shape(dev, b, tiles.hkv, g, tiles.lq, tiles.lk, itemsize, whole), tiles.lk
+        found = tiles.memo[key] = (rows, tiles.plan(Tiling(rows, tiles.lk, KEY_BLOCK, True), b, heads), keys)
     return found  # type: ignore[return-value]
 
 
 def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: torch.Tensor | None,
                   is_causal: bool, scale: float, with_lse: bool, tiles: MaskTiles, unshifted: bool = False,
-                  ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+                  log2: bool = False) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Per query tile: S = scale·Q Kᵀ (one GEMM per run of non-empty key blocks, input dtype), torch.softmax in
     place, O = P V (one GEMM per run).
 
@@ -56,15 +61,18 @@ def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: t
     `SOFTMAX_FROM_HALF` (fp16 without a float mask), the softmax itself reads the fp16 tile and writes fp32 P, and
     the mask and the row max work on the fp16 tile (exact: adding 0 or -inf, and a max, round nothing).
     `unshifted` (`compute.unshifted_exp`, fp32 inference only): P = exp(S) in place with no row max, then P V and
-    the row sums of P, by which the tile's output is divided.
+    the row sums of P, by which the tile's output is divided; with `log2` (`compute.unshifted_base`) the score GEMM
+    writes S · log2 e and P = exp2 of that.
     """
     b, hkv, g, lq, e = q5.shape
     lk, ev, dtype, dev = k4.shape[-2], v4.shape[-1], q5.dtype, q5.device
     float_mask = mask5 is not None and mask5.dtype != torch.bool
     half = dtype != torch.float32
     unshifted = unshifted and not with_lse and not float_mask and not half
-    rows, plan = fused_plan(tiles, dev, b, g, 4 if half and (with_lse or float_mask) else q5.element_size(),
-                            not with_lse)
+    log2 = log2 and unshifted
+    alpha = scale * LOG2_E if log2 else scale
+    rows, plan, keys = fused_plan(tiles, dev, b, g, 4 if half and (with_lse or float_mask) else q5.element_size(),
+                                  not with_lse, unshifted)
     heads = plan.max_heads
     first = plan.tiles[0][0]
     keep_p = with_lse and rows >= lq and len(plan.groups) == 1 and len(first) == 1 and first[0].j0 == 0
@@ -75,7 +83,7 @@ def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: t
     out = torch.empty((b, hkv, g, lq, ev), dtype=dtype, device=dev)
     lse = torch.empty((b, hkv, g, lq), dtype=torch.float32, device=dev) if with_lse else None
     masker = TileMasker(mask5, is_causal, rows, dev, tiles.memo)
-    sbuf = torch.empty(heads * g * rows * lk, dtype=dtype, device=dev)
+    sbuf = torch.empty(heads * g * rows * keys, dtype=dtype, device=dev)
     fbuf = torch.empty(heads * g * rows * lk, dtype=torch.float32, device=dev) if need_f32 else sbuf
     obuf = torch.empty(heads * g * rows * ev, dtype=dtype, device=dev)  # a contiguous GEMM output is faster
     # than writing into the strided rows of `out` (fp32, L=2048, E=64: 25 vs 30 ms for all P V GEMMs)
@@ -90,18 +98,22 @@ def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: t
                 if lse is not None:
                     flat(lse, bs, hs)[:, :, i0:i1] = NEG_INF
                 continue
+            qt = rows3(q4, i0, i1)
+            if keys < lk:  # unshifted, no key to skip: key blocks, each on its own (no row max to carry)
+                _unshifted_blocks(qt, kt3, v3, alpha, log2, keys, sbuf, take(obuf, n, m, ev), out4[:, :, i0:i1],
+                                  compact)
+                continue
             one = len(key_tiles) == 1  # one run of keys (every structure): a contiguous tile, no column slices
             cols = [0]  # where each key tile's columns start in the score tile
             for kt in key_tiles:
                 cols.append(cols[-1] + kt.j1 - kt.j0)
             sd = take(sbuf, n, m, cols[-1])  # (heads, G·rows, keys of the plan)
-            qt = rows3(q4, i0, i1)
             for kt, c in zip(key_tiles, cols):
-                _scores_into(sd, c, qt, columns_t(kt3, kt.j0, kt.j1, compact), scale, one)
+                _scores_into(sd, c, qt, columns_t(kt3, kt.j0, kt.j1, compact), alpha, one)
             pf = take(fbuf, n, m, cols[-1]) if need_f32 else sd  # where P is written: fp32 when needed
             s = sd if from_half or not need_f32 else pf.copy_(sd)
             if unshifted:  # exp(S) of bounded scores, then masked keys to 0 (no -inf meets exp)
-                s.exp_()
+                s.exp2_() if log2 else s.exp_()
             for kt, c in zip(key_tiles, cols):
                 if kt.masked:
                     masker.apply_ranges_(s if one else s[..., c:c + kt.j1 - kt.j0], mask_g, i0, i1, kt.j0, kt.masked,
@@ -145,6 +157,28 @@ def _unshifted_tile(p: torch.Tensor, v3: torch.Tensor, key_tiles: list, cols: li
     torch.div(o.unflatten(1, out.shape[1:3]), total.unflatten(1, out.shape[1:3]), out=out)
 
 
+def _unshifted_blocks(qt: torch.Tensor, kt3: torch.Tensor, v3: torch.Tensor, alpha: float, log2: bool, keys: int,
+                      sbuf: torch.Tensor, o: torch.Tensor, out: torch.Tensor, compact: bool) -> None:
+    """O of one row tile `qt` (heads, G·rows, E) over every key, `keys` at a time: P = exp(S) of each block (exp2 of
+    S · log2 e with `log2`, `alpha` the score GEMM's factor), its row sums and its P V added up in fp32, then O
+    divided by the sums once into `out` (heads, G, rows, Ev). With no row max subtracted, no block rescales another."""
+    n, m, lk = qt.shape[0], qt.shape[1], kt3.shape[-1]
+    total = None
+    for j0 in range(0, lk, keys):
+        j1 = min(lk, j0 + keys)
+        s = take(sbuf, n, m, j1 - j0)
+        torch.baddbmm(s, qt, columns_t(kt3, j0, j1, compact), beta=0, alpha=alpha, out=s)
+        s.exp2_() if log2 else s.exp_()
+        if total is None:
+            total = s.sum(dim=-1, keepdim=True)
+            torch.bmm(s, v3[:, j0:j1], out=o)
+        else:
+            total.add_(s.sum(dim=-1, keepdim=True))
+            o.baddbmm_(s, v3[:, j0:j1])
+    assert total is not None
+    torch.div(o.unflatten(1, out.shape[1:3]), total.unflatten(1, out.shape[1:3]), out=out)
+
+
 def _pv_into(o: torch.Tensor, p: torch.Tensor, v3: torch.Tensor, key_tiles: list, cols: list[int]) -> torch.Tensor:
     """o = P V for a score tile whose key runs `key_tiles` lie side by side at columns `cols`: one GEMM for one
     run (a contiguous tile, no column slices), else one per run, accumulated."""
@@ -182,7 +216,8 @@ class Fused(Implementation):
         tiles.has_dead_rows(0, tiles.lq)  # and which query rows see no key (built once, here)
         widen, computes = in_fp32(inp, 1)  # P is normalized before P V: each output is bounded by max|v|
         unshifted = not inp.needs_grad and unshifted_exp(inp, q.dtype == torch.float32 or widen)
-        computes = ", ".join(filter(None, [computes, "unshifted exp" if unshifted else ""]))
+        log2 = unshifted and unshifted_base(dev).log2
+        computes = ", ".join(filter(None, [computes, f"unshifted exp{'2' if log2 else ''}" if unshifted else ""]))
         half = q.dtype != torch.float32 and not widen
         float_mask = inp.mask_kind == "float"
         rows, _ = tile_shape(dev, b, k.shape[1], g, q.shape[2], k.shape[2], 4)
@@ -190,12 +225,13 @@ class Fused(Implementation):
         dtypes = (q.dtype, torch.float32)  # the score tiles' dtypes: the input's, fp32 where the softmax needs it
         # the plans a timed call looks up: the inference forward's (a call under no_grad too), and for training the
         # forward's (fp32 score tiles) and the backward's
-        fwd_rows, _ = fused_plan(tiles, dev, b, g, 4 if half and float_mask else (2 if half else 4), True)
+        fwd_rows, _, _ = fused_plan(tiles, dev, b, g, 4 if half and float_mask else (2 if half else 4), True,
+                                    unshifted)
         TileMasker.warm(tiles.memo, inp.is_causal, fwd_rows, dev, dtypes, unshifted)
         if inp.needs_grad:
-            train_rows, _ = fused_plan(tiles, dev, b, g, 4)
+            train_rows, _, _ = fused_plan(tiles, dev, b, g, 4)
             TileMasker.warm(tiles.memo, inp.is_causal, train_rows, dev, dtypes)
             plan_tiles(tiles, tiling, b, g, dev)
             TileMasker.warm(tiles.memo, inp.is_causal, min(rows, q.shape[2]), dev, dtypes)
-        forward = functools.partial(fused_forward, tiles=tiles, unshifted=unshifted)
+        forward = functools.partial(fused_forward, tiles=tiles, unshifted=unshifted, log2=log2)
         return with_op(lambda: tiled_attention(inp, forward, tiling, tiles, widen), computes)
