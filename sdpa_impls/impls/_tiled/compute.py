@@ -160,7 +160,7 @@ def check_settings() -> None:
 def exp_rates() -> dict[str, float]:
     """G elements/s of one thread's fp32 exp and exp2 over one score tile (EXP_PROBE, scores in [-8, 8]): the best of
     five calls of each, alternating, after two warm-up calls each, timed by the thread's CPU time as
-    `budget.gemm_rates` is, for the same reason. Once per process, about a millisecond."""
+    `budget.gemm_rates` is, for the same reason. Once per process, a few milliseconds."""
     src = torch.linspace(-8.0, 8.0, EXP_PROBE[0] * EXP_PROBE[1]).view(EXP_PROBE)
     dst = torch.empty_like(src)
     ops = {"exp": torch.exp, "exp2": torch.exp2}
@@ -180,11 +180,12 @@ def exp_rates() -> dict[str, float]:
 
 
 def warm_exp(device: torch.device) -> None:
-    """Run this process's first parallel fp32 `exp_` (and `exp2_`) on the CPU here (once per thread count), not in a call whose
-    answer counts. On the AMX Xeon with torch 2.13.0+cpu, the first `exp_` of a process over a tensor split between
-    threads came out up to 1.5e-4 from exp (relative) in 1 of 20 fresh processes and 4 of 20 after a torch SDPA
-    call, every later call within 6e-8; with one such call made first, the next was within 6e-8 in 60 of 60. The
-    tiled implementations' tiles take exp_ (docs/explanation/tiling.md)."""
+    """Run this process's first parallel fp32 `exp_` and `exp2_` on the CPU here (once per thread count), not in a
+    call whose answer counts. On the AMX Xeon with torch 2.13.0+cpu, the first `exp_` of a process over a tensor
+    split between threads came out up to 1.5e-4 from exp (relative) in 1 of 20 fresh processes and 4 of 20 after a
+    torch SDPA call, every later call within 6e-8; with one such call made first, the next was within 6e-8 in 60 of
+    60. The tiled implementations' tiles take exp_, and fused's unshifted tiles exp2_ where this CPU's is faster
+    (docs/explanation/tiling.md)."""
     if device.type == "cpu":
         _warm_exp(torch.get_num_threads())
 
