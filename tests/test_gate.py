@@ -150,7 +150,10 @@ def test_a_time_reference_named_nowhere_is_refused(runs: dict[str, Path], tmp_pa
     assert "test_tunable" not in names()
     code, out, err = gate(tmp_path, "--baseline", runs["base"], "--candidate", runs["same"],
                           config='time_reference = "test_tunable"\ntime = "median:60%"\n')
-    assert code == 0 and "in units of test_tunable's time" in out, out + err
+    # accepted and applied; the verdict itself is these two runs' noise measured in a plug-in's time (test_tunable
+    # at L 128 moved ×0.63 between them on a 2-vCPU EPYC), not what this test asks
+    assert code in (0, 1) and "in units of test_tunable's time" in out and "time is the reference" in out, out + err
+    assert "time_reference" not in err, err
 
 
 def test_injected_slowdown_fails_naming_the_benchmark(runs: dict[str, Path], tmp_path: Path) -> None:
