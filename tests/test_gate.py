@@ -96,12 +96,13 @@ def test_a_session_with_other_benchmarks_is_gated_on_the_suites_alone(tmp_path: 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Interleaved runs of one tree: base and base2 (baseline), same and again (A/A candidate), slow
+    """Interleaved runs of one tree: base, base2, base3 (baseline), same, again, again3 (A/A candidate), slow
     (SDPA_TUNABLE_SLOWDOWN=2: 8 repeats of naive instead of 4, +100 % work) and big (+1 MiB at the peak)."""
     root = tmp_path_factory.mktemp("gate-runs")
     python = build_plugin_env(root)
     variants = {"base": {}, "same": {}, "slow": {"SDPA_TUNABLE_SLOWDOWN": SLOWDOWN}, "base2": {}, "again": {},
-                "big": {"SDPA_TUNABLE_EXTRA_BYTES": str(1 << 20)}}
+                "big": {"SDPA_TUNABLE_EXTRA_BYTES": str(1 << 20)},
+                "base3": {}, "again3": {}}
     files = {}
     for name, extra in variants.items():
         files[name] = root / f"{name}.json"
@@ -118,17 +119,21 @@ def test_saved_runs_have_raw_samples(runs: dict[str, Path]) -> None:
 
 
 def test_same_tree_passes(runs: dict[str, Path], tmp_path: Path) -> None:
-    """A/A as CI runs it on a shared machine: both trees measured twice, a time regression must show in every pair.
+    """A/A as CI runs it on a shared machine: both trees measured three times, a time regression must show in
+    every pair.
 
-    Judged at 60 %, not 25 %: a shared CI machine has slowed one case of one run 1.9x, and the same slow period can
-    land on both runs of one side. This checks the mechanics on four real runs; the false-alarm rate of the 15 %
-    default is measured in docs/records/2026-11-21-epyc-gate-false-alarms.md."""
-    code, out, err = gate(tmp_path, "--baseline", runs["base"], "--baseline", runs["base2"],
-                          "--candidate", runs["same"], "--candidate", runs["again"],
+    Judged at 60 %, not 25 %, and on three runs a side, not two: on shared 2-vCPU VMs one case of one run has come
+    out 1.9x slower, and naive's 90 µs decode case ran 1.5-1.8x slower for a tenth of a second in two of six runs
+    while the probe beside it slowed 1.17x (a neighbour's slow period that the time reference, measured half a second
+    later, does not share). Two such runs on one side and none on the other failed a 2 + 2 A/A at 60 %. This checks
+    the mechanics on six real runs; the false-alarm rate of the 15 % default is measured in
+    docs/records/2026-11-21-epyc-gate-false-alarms.md."""
+    code, out, err = gate(tmp_path, "--baseline", runs["base"], "--baseline", runs["base2"], "--baseline", runs["base3"],
+                          "--candidate", runs["same"], "--candidate", runs["again"], "--candidate", runs["again3"],
                           config=REF_NAIVE.replace("median:25%", "median:60%"))
     assert code == 0, out + err
     assert "sdpa-bench gate: PASS" in out and "test_tunable[L128-E64-fp32-fwd]" in out
-    assert "2 baseline and 2 candidate runs" in out and "in units of naive's time" in out
+    assert "3 baseline and 3 candidate runs" in out and "in units of naive's time" in out
 
 
 def test_a_time_reference_that_did_not_run_is_said_so(runs: dict[str, Path], tmp_path: Path) -> None:
