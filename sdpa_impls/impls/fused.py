@@ -154,7 +154,7 @@ def _unshifted_tile(p: torch.Tensor, v3: torch.Tensor, key_tiles: list, cols: li
     _pv_into(o, p, v3, key_tiles, cols)
     if dead:
         total = torch.where(total == 0, 1.0, total)
-    torch.div(o.unflatten(1, out.shape[1:3]), total.unflatten(1, out.shape[1:3]), out=out)
+    _divide_into(out, o, total)
 
 
 def _unshifted_blocks(qt: torch.Tensor, kt3: torch.Tensor, v3: torch.Tensor, alpha: float, log2: bool, keys: int,
@@ -176,6 +176,12 @@ def _unshifted_blocks(qt: torch.Tensor, kt3: torch.Tensor, v3: torch.Tensor, alp
             total.add_(s.sum(dim=-1, keepdim=True))
             o.baddbmm_(s, v3[:, j0:j1])
     assert total is not None
+    _divide_into(out, o, total)
+
+
+def _divide_into(out: torch.Tensor, o: torch.Tensor, total: torch.Tensor) -> None:
+    """out (heads, G, rows, Ev) = o (heads, G·rows, Ev) / total (heads, G·rows, 1): the unnormalized P V divided
+    by the row sums of P."""
     torch.div(o.unflatten(1, out.shape[1:3]), total.unflatten(1, out.shape[1:3]), out=out)
 
 

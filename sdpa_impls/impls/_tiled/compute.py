@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from ...protocol import SDPAInputs
-from .budget import BF16_ENV, bf16_compute, choice, fit_rows, tiling_for
+from .budget import BF16_ENV, CpuTiling, bf16_compute, choice, fit_rows, tiling_for
 
 FP16_MAX = 65504.0
 # |score| at most this for an unshifted exp: exp(S) then lies in [4e-18, 3e17], so a row's largest term is a normal
@@ -115,9 +115,9 @@ def unshifted_tile(device: torch.device, b: int, hkv: int, g: int, lq: int, lk: 
     torch's SDPA with 512 rows × 512 keys against 1.15-1.38 with the 128 or 256 rows that fit whole rows of keys.
     Where 512 rows of every key fit the budget (the AMX Xeon at L 2048), this is the whole-row tile."""
     policy = tiling_for(device)
-    rows = min(lq, policy.FUSED_ROWS_WHOLE[1])  # type: ignore[union-attr]
-    keys = min(lk, fit_rows(policy.score_tile_bytes, policy.threads * g * rows * itemsize,  # type: ignore[union-attr]
-                            KEY_STEP, lk, KEY_STEP))
+    assert isinstance(policy, CpuTiling), "only a CPU policy takes the unshifted exp (UNSHIFTED_EXP)"
+    rows = min(lq, policy.FUSED_ROWS_WHOLE[1])
+    keys = min(lk, fit_rows(policy.score_tile_bytes, policy.threads * g * rows * itemsize, KEY_STEP, lk, KEY_STEP))
     return rows, policy.group_heads(b * hkv, rows * g * keys * itemsize), keys
 
 
