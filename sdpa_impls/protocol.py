@@ -8,10 +8,12 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
+from .callshape import to_bhle
 from .dtypes import short_name
 from .masks import Structure
 
 ALL_HALF_AND_FLOAT = frozenset({torch.float32, torch.float16, torch.bfloat16})
+WITH_FP64 = ALL_HALF_AND_FLOAT | {torch.float64}  # a drop-in's dtypes where fp64 is computed as fp64 (no grid point)
 
 
 class Unsupported(NotImplementedError):
@@ -142,8 +144,8 @@ def validate(inp: SDPAInputs) -> None:
     elif hq != hkv:
         raise ValueError(f"sdpa: query and key/value heads differ ({hq} vs {hkv}) and enable_gqa=False: {shapes}")
     _validate_mask(inp, shapes)
-    if not 0.0 <= float(inp.dropout_p) < 1.0:
-        raise ValueError(f"sdpa: dropout_p must be in [0, 1); got {inp.dropout_p}")
+    if not 0.0 <= float(inp.dropout_p) <= 1.0:  # 1: every weight dropped, zeros (torch answers so)
+        raise ValueError(f"sdpa: dropout_p must be in [0, 1]; got {inp.dropout_p}")
     if inp.scale is not None and not math.isfinite(float(inp.scale)):
         raise ValueError(f"sdpa: scale must be a finite number or None; got {inp.scale}")
     if inp.structure is not None and not isinstance(inp.structure, Structure):
@@ -238,16 +240,6 @@ class SDPAImplementation(Protocol):
                 scale: float | None = None, enable_gqa: bool = False) -> Callable[[], torch.Tensor]: ...
 
 
-def _batched(query: object, key: object, value: object) -> tuple[object, object, object, int]:
-    """q, k and v of rank 2 or 3 (torch takes them without a batch, and heads) made (B, H, L, E) by size-1 dims in
-    front, and how many; other ranks as they are (validate names them). A mask broadcasts from the right."""
-    ranks = {t.dim() if isinstance(t, torch.Tensor) else None for t in (query, key, value)}
-    if len(ranks) != 1 or not ranks <= {2, 3}:
-        return query, key, value, 0
-    added = 4 - ranks.pop()
-    return (*(t[(None,) * added] for t in (query, key, value)), added)  # type: ignore[index]
-
-
 class Implementation:
     """Base class: validation, reasons and the prepare/call split shared by every implementation.
 
@@ -282,34 +274,35 @@ class Implementation:
                             is_causal: bool = False, scale: float | None = None,
                             enable_gqa: bool = False) -> list[str]:
         """Empty when this implementation can run the call here; else one sentence per obstacle."""
-        query, key, value, _ = _batched(query, key, value)
-        return self.not_supported_reasons(SDPAInputs(query, key, value, attn_mask, dropout_p, is_causal, scale,
-                                                      enable_gqa))
+        call = to_bhle(query, key, value, attn_mask, enable_gqa)
+        return self.not_supported_reasons(SDPAInputs(call.query, call.key, call.value, call.attn_mask, dropout_p,
+                                                      is_causal, scale, enable_gqa))
 
     def prepare(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0, is_causal: bool = False,
                 scale: float | None = None, enable_gqa: bool = False, *,
                 structure: Structure | None = None) -> Callable[[], torch.Tensor]:
-        """Validate and check support once; return a zero-argument closure that only computes. q, k and v of rank 2
-        or 3 (no batch, or no batch and heads), as torch takes them, are computed as (B, H, L, E) with size-1 dims in
-        front, and the answer comes back at their rank. `structure`
+        """Validate and check support once; return a zero-argument closure that only computes. q, k and v of any
+        rank from 2 and batch dims that broadcast, as torch takes them, are computed as (B, H, L, E)
+        (`callshape.to_bhle`), and the answer comes back at the caller's shape. `structure`
         (keyword only) names what the dense `attn_mask` is, for implementations with a native form of it. The
         closure may carry an `op` string, the library's own name for what it runs (xformers: "cutlassF-pt"),
         which a benchmark records with the point."""
-        query, key, value, added = _batched(query, key, value)
-        inp = SDPAInputs(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, structure)
+        call = to_bhle(query, key, value, attn_mask, enable_gqa)
+        inp = SDPAInputs(call.query, call.key, call.value, call.attn_mask, dropout_p, is_causal, scale, enable_gqa,
+                         structure)
         reasons = self.not_supported_reasons(inp)
         if reasons:
             raise Unsupported(self.name, reasons)
         fn = self.prepare_inputs(inp)
-        if not added:
+        if call.query is query and call.key is key and call.value is value:
             return fn
 
-        def unbatched() -> torch.Tensor:  # the caller's rank back
-            return fn()[(0,) * added]
+        def reshaped() -> torch.Tensor:  # the caller's shape back
+            return call.restore(fn())
 
-        unbatched.__dict__.update(fn.__dict__)  # the library's `op`, where it names one
-        return unbatched
+        reshaped.__dict__.update(fn.__dict__)  # the library's `op`, where it names one
+        return reshaped
 
     def __call__(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                  attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0, is_causal: bool = False,

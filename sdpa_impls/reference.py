@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 
 import torch
 
+from .callshape import to_bhle
 from .protocol import SDPAInputs, validate
 
 # Absolute error floor per dtype, scaled by max(1, |reference|): what rounding alone can cost
@@ -20,15 +21,18 @@ def reference(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
               attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0, is_causal: bool = False,
               scale: float | None = None, enable_gqa: bool = False,
               rounding: tuple[torch.dtype, torch.dtype] | None = None) -> torch.Tensor:
-    """softmax(Q Kᵀ·scale + mask) V in float64, query rows in chunks; returns float64 (B, Hq, Lq, Ev).
+    """softmax(Q Kᵀ·scale + mask) V in float64, query rows in chunks; returns float64 (B, Hq, Lq, Ev), or the
+    shape torch gives where q, k and v have another rank or broadcast (`callshape.to_bhle`).
 
     Differentiable (autograd through fp64 ops), so it also gives reference gradients.
     A row whose keys are all masked gives zeros. `rounding` (scores' dtype, weights' dtype): Q Kᵀ rounded to the
     first before the scale, the softmax weights to the second before they multiply V, all else in fp64: what a
     computation whose GEMMs return those dtypes costs at the least (vetted_baseline's witness).
     """
-    inp = SDPAInputs(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    call = to_bhle(query, key, value, attn_mask, enable_gqa)  # torch's shapes, as every implementation takes them
+    inp = SDPAInputs(call.query, call.key, call.value, call.attn_mask, dropout_p, is_causal, scale, enable_gqa)
     validate(inp)
+    query, key, value, attn_mask = inp.query, inp.key, inp.value, inp.attn_mask
     if dropout_p:
         raise ValueError("sdpa: the reference is deterministic; dropout_p must be 0")
     q, k, v = query.double(), key.double(), value.double()
@@ -69,7 +73,7 @@ def reference(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
         if rounding is not None:
             w = w.to(rounding[1]).double()
         outs.append(torch.einsum("bkgij,bkjd->bkgid", w, v))
-    return torch.cat(outs, dim=3).flatten(1, 2)  # (B, Hq, Lq, Ev)
+    return call.restore(torch.cat(outs, dim=3).flatten(1, 2))  # (B, Hq, Lq, Ev), at the caller's shape
 
 
 def max_abs_error(result: torch.Tensor, expected: torch.Tensor) -> float:

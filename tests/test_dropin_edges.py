@@ -4,6 +4,8 @@ views of the caller's tensors (its strides, no gradient into its tensors, none o
 wrong type are one error for every implementation, as torch refuses them."""
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -93,6 +95,67 @@ def test_inputs_without_a_batch_get_torchs_answer_at_their_rank(name: str, shape
         mine.sum().backward()
         theirs.sum().backward()
         torch.testing.assert_close(qq.grad, theirs_q.grad, atol=1e-4, rtol=1e-4)
-    five = tuple(t[(None,) * (5 - t.dim())] for t in (q, k, v))  # rank 5 (and mixed ranks) stay refused, by name
-    with pytest.raises(ValueError, match="must be 4-D"):
-        impl(*five)
+
+
+def _shaped(q: tuple[int, ...], kv: tuple[int, ...], seed: int) -> tuple[torch.Tensor, ...]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*q, generator=g), torch.randn(*kv, generator=g), torch.randn(*kv, generator=g)
+
+
+BROADCASTS = {  # (query shape, key/value shape, mask shape or None, enable_gqa): torch answers each
+    "rank 5": ((2, 3, 2, 9, 16), (2, 3, 2, 9, 16), (2, 1, 1, 9, 9), False),
+    "rank 6, mask of rank 3": ((2, 1, 3, 2, 9, 16), (2, 1, 3, 2, 9, 16), (2, 9, 9), False),
+    "key/value batch 1": ((3, 2, 9, 16), (1, 2, 9, 16), (3, 1, 9, 9), False),
+    "query batch 1": ((1, 2, 9, 16), (3, 2, 9, 16), None, False),
+    "rank 3 query, rank 4 key/value": ((2, 9, 16), (3, 2, 9, 16), None, False),
+    "one key/value head, no enable_gqa": ((2, 4, 9, 16), (2, 1, 9, 16), None, False),
+    "rank 5 grouped, batch broadcast": ((2, 3, 4, 9, 16), (1, 3, 2, 9, 16), (3, 1, 9, 9), True),
+}
+
+
+@pytest.mark.parametrize("name", EAGER_CPU)
+@pytest.mark.parametrize("case", list(BROADCASTS))
+def test_shapes_torch_broadcasts_get_torchs_answer_and_gradients(name: str, case: str) -> None:
+    """torch multiplies q, k, v as batched matrices: any rank from 2, batch dims (and heads without enable_gqa)
+    that broadcast. Every drop-in gives torch's answer at torch's shape, and the gradients of q, k and v."""
+    q_shape, kv_shape, mask_shape, gqa = BROADCASTS[case]
+    q, k, v = _shaped(q_shape, kv_shape, seed=8)
+    masks = [None] if mask_shape is None else [None, torch.rand(*mask_shape, generator=torch.Generator().manual_seed(9))
+                                               > 0.3]
+    impl = sdpa_impls.get(name)
+    for mask in masks:
+        for causal in (False, True) if mask is None else (False,):
+            kw = dict(attn_mask=mask, is_causal=causal, enable_gqa=gqa)
+            assert impl.unsupported_reasons(q, k, v, **kw) == [], (case, kw)
+            mine_in = [t.clone().requires_grad_() for t in (q, k, v)]
+            theirs_in = [t.clone().requires_grad_() for t in (q, k, v)]
+            mine, theirs = impl(*mine_in, **kw), F.scaled_dot_product_attention(*theirs_in, **kw)
+            assert mine.shape == theirs.shape, (case, kw)
+            torch.testing.assert_close(mine, theirs, atol=1e-5, rtol=1e-5)
+            (mine * theirs.detach()).sum().backward()
+            (theirs * theirs.detach()).sum().backward()
+            for a, b in zip(mine_in, theirs_in):
+                torch.testing.assert_close(a.grad, b.grad, atol=1e-4, rtol=1e-4)
+
+
+def test_shapes_torch_refuses_are_one_error_for_every_implementation() -> None:
+    """Below rank 2, and batch dims that do not broadcast: one ValueError naming the shapes, as torch refuses."""
+    for args, fragment in (((torch.ones(8), torch.ones(8), torch.ones(8)), "query must have at least 2 dims"),
+                           (_shaped((2, 2, 9, 16), (3, 2, 9, 16), seed=1),
+                            "batch sizes differ and do not broadcast: query (2, 2, 9, 16), key (3, 2, 9, 16)")):
+        with pytest.raises(RuntimeError):
+            F.scaled_dot_product_attention(*args)
+        for name in EAGER_CPU:
+            with pytest.raises(ValueError, match=re.escape(fragment)):
+                sdpa_impls.get(name)(*args)
+
+
+@pytest.mark.parametrize("name", ["naive", "torch_sdpa", "torch_sdpa_math"])
+def test_fp64_and_dropout_of_one_get_torchs_answer(name: str) -> None:
+    """fp64 computed in fp64 (no grid point: a drop-in call), and dropout_p=1 (every weight dropped: zeros)."""
+    q, k, v = (t.double() for t in qkv(2, 2, 9, 16, seed=3))
+    mine = sdpa_impls.get(name)(q, k, v, is_causal=True)
+    assert mine.dtype == torch.float64
+    torch.testing.assert_close(mine, F.scaled_dot_product_attention(q, k, v, is_causal=True), atol=1e-12, rtol=1e-12)
+    assert torch.equal(sdpa_impls.get(name)(q, k, v, dropout_p=1.0), torch.zeros_like(q))
+    assert "dtype=fp64" in " ".join(sdpa_impls.get("fused").unsupported_reasons(q, k, v))  # a reason, not a guess

@@ -31,11 +31,11 @@ def t(*shape: int, dtype: torch.dtype = torch.float32, device: str = "cpu") -> t
 
 
 BAD_INPUTS = {
-    "3-D query": (dict(query=t(2, 5, 8), key=t(1, 2, 5, 8), value=t(1, 2, 5, 8)), "query must be 4-D"),
-    "batch mismatch": (dict(query=t(2, 2, 5, 8), key=t(1, 2, 5, 8), value=t(1, 2, 5, 8)), "batch sizes differ"),
+    "1-D query": (dict(query=t(8), key=t(1, 2, 5, 8), value=t(1, 2, 5, 8)), "query must have at least 2 dims"),
+    "batch mismatch": (dict(query=t(2, 2, 5, 8), key=t(3, 2, 5, 8), value=t(3, 2, 5, 8)), "batch sizes differ"),
     "head dim mismatch": (dict(query=t(1, 2, 5, 8), key=t(1, 2, 5, 4), value=t(1, 2, 5, 8)), "same head dim E"),
     "Lk != Lv": (dict(query=t(1, 2, 5, 8), key=t(1, 2, 6, 8), value=t(1, 2, 7, 8)), "same sequence length"),
-    "kv heads differ": (dict(query=t(1, 2, 5, 8), key=t(1, 2, 5, 8), value=t(1, 1, 5, 8)), "same number of heads"),
+    "kv heads differ": (dict(query=t(1, 2, 5, 8), key=t(1, 2, 5, 8), value=t(1, 3, 5, 8)), "same number of heads"),
     "gqa not a multiple": (dict(query=t(1, 3, 5, 8), key=t(1, 2, 5, 8), value=t(1, 2, 5, 8), enable_gqa=True),
                            "must be a multiple"),
     "heads differ, no gqa": (dict(query=t(1, 4, 5, 8), key=t(1, 2, 5, 8), value=t(1, 2, 5, 8)), "enable_gqa=False"),

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from ..protocol import Implementation, SDPAInputs, Support, empty_attention
+from ..protocol import WITH_FP64, Implementation, SDPAInputs, Support, empty_attention
 from ..registry import register
 from ._tiled.tiles import gmm, grouped, mask_scores_
 
@@ -12,7 +12,7 @@ from ._tiled.tiles import gmm, grouped, mask_scores_
 class Naive(Implementation):
     name = "naive"
     description = "materializes the (Lq, Lk) scores; softmax in fp32, GEMMs in the input dtype (fp16 scores: fp32)"
-    support = Support(dropout=True, mask_grad=True)
+    support = Support(dtypes=WITH_FP64, dropout=True, mask_grad=True)
 
     def forward(self, inp: SDPAInputs) -> torch.Tensor:
         if inp.is_empty:
@@ -21,7 +21,8 @@ class Naive(Implementation):
         lq, lk = q5.shape[-2], k4.shape[-2]
         if q5.dtype == torch.float16:  # fp16 ends at 65504, where large inputs' scores do not: form them in fp32
             q5, k4 = q5.float(), k4.float()
-        scores = gmm(q5, k4.transpose(-2, -1)).float() * inp.softmax_scale  # (B, Hkv, G, Lq, Lk)
+        scores = gmm(q5, k4.transpose(-2, -1))  # (B, Hkv, G, Lq, Lk), softmax in fp32 (fp64 stays fp64)
+        scores = scores.to(torch.promote_types(scores.dtype, torch.float32)) * inp.softmax_scale
         scores = mask_scores_(scores, mask5, inp.is_causal, 0, lq, 0, lk)
         row_max = scores.amax(dim=-1, keepdim=True).detach()
         row_max = torch.where(torch.isinf(row_max), torch.zeros_like(row_max), row_max)  # fully masked rows

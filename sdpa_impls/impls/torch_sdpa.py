@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from ..protocol import Implementation, SDPAInputs, Support
+from ..protocol import WITH_FP64, Implementation, SDPAInputs, Support
 from ..registry import register
 from ..torchver import needs_torch
 
@@ -122,7 +122,7 @@ class TorchSDPA(Implementation):
     """F.scaled_dot_product_attention, optionally pinned to one backend with sdpa_kernel."""
 
     backend: SDPBackend | None = None
-    support = Support(devices=frozenset({"cpu", "cuda"}), dropout=True, mask_grad=True)
+    support = Support(devices=frozenset({"cpu", "cuda"}), dtypes=WITH_FP64, dropout=True, mask_grad=True)
 
     def library_reasons(self, inp: SDPAInputs) -> list[str]:
         if inp.enable_gqa and inp.key.shape[1] == 0:  # asked before any probe: the probe would be the crash
@@ -177,7 +177,7 @@ class TorchEfficient(TorchSDPA):
     name = "torch_sdpa_efficient"
     description = "pinned to EFFICIENT_ATTENTION (CUDA memory-efficient kernel)"
     backend = SDPBackend.EFFICIENT_ATTENTION
-    support = Support(devices=frozenset({"cuda"}), dropout=True, mask_grad=True)
+    support = Support(devices=frozenset({"cuda"}), dtypes=WITH_FP64, dropout=True, mask_grad=True)
 
 
 @register
@@ -185,4 +185,4 @@ class TorchCudnn(TorchSDPA):
     name = "torch_sdpa_cudnn"
     description = "pinned to CUDNN_ATTENTION (cuDNN fused attention, CUDA)"
     backend = SDPBackend.CUDNN_ATTENTION
-    support = Support(devices=frozenset({"cuda"}), dropout=True, mask_grad=True)
+    support = Support(devices=frozenset({"cuda"}), dtypes=WITH_FP64, dropout=True, mask_grad=True)

@@ -1,0 +1,93 @@
+"""The shapes torch's SDPA takes, made the (B, H, L, E) every implementation computes on, and the answer given back
+at the caller's shape.
+
+torch multiplies q, k and v as batched matrices: every dim in front of (L, E) broadcasts, and q, k, v may have any
+rank from 2 up (rank 2 is (L, E), rank 3 (H, L, E), rank 5 (B, X, H, L, E), ...); the output has the largest rank
+and the broadcast shape. Here the dims in front of the heads become one batch dim (views where the layout allows),
+a size-1 batch or head dim is broadcast (expanded, not copied), and heads that do not broadcast are left for
+`protocol.validate` to name. The mask follows the same batch dims; one that would enlarge the output is left as it
+is, and validate refuses it, as torch does.
+
+    to_bhle(query, key, value, attn_mask, enable_gqa) -> Call(query, key, value, attn_mask, restore)
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+@dataclass(frozen=True)
+class Call:
+    """The call's tensors as (B, H, L, E), or as given where they are not tensors (validate names those)."""
+
+    query: Any
+    key: Any
+    value: Any
+    attn_mask: Any
+    restore: Callable[[torch.Tensor], torch.Tensor]  # (B, H, Lq, Ev) -> the caller's rank and batch dims
+
+
+def _same(out: torch.Tensor) -> torch.Tensor:
+    return out
+
+
+def _shape(t: torch.Tensor) -> str:
+    return "(" + ", ".join(str(s) for s in t.shape) + ")"
+
+
+def _heads(hq: int, hk: int, hv: int, gqa: bool) -> tuple[int, int, int]:
+    """The heads q, k and v are expanded to: broadcast where a size-1 side allows (with enable_gqa, only between k
+    and v); as they are otherwise, for validate to name."""
+    sizes = (hk, hv) if gqa else (hq, hk, hv)
+    try:
+        h = torch.broadcast_shapes(*((s,) for s in sizes))[0]
+    except RuntimeError:
+        return hq, hk, hv
+    return (hq, h, h) if gqa else (h, h, h)
+
+
+def to_bhle(query: object, key: object, value: object, attn_mask: object, enable_gqa: object) -> Call:
+    """q, k, v (and the mask) as (B, H, L, E), with `restore` for the answer; inputs that are already so, with one
+    batch size and heads torch would not broadcast, come back as they are. ValueError for a tensor below rank 2
+    and for batch dims that do not broadcast (torch refuses both)."""
+    named = (("query", query), ("key", key), ("value", value))
+    if not all(isinstance(t, torch.Tensor) for _, t in named):
+        return Call(query, key, value, attn_mask, _same)  # validate names what is not a tensor
+    q, k, v = query, key, value
+    assert isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)
+    for name, t in named:
+        if t.dim() < 2:
+            raise ValueError(f"sdpa: {name} must have at least 2 dims (..., L, E); got {t.dim()}-D shape {_shape(t)}")
+    gqa = enable_gqa is True
+    heads = _heads(q.shape[-3] if q.dim() > 2 else 1, k.shape[-3] if k.dim() > 2 else 1,
+                   v.shape[-3] if v.dim() > 2 else 1, gqa)
+    if q.dim() == k.dim() == v.dim() == 4 and q.shape[0] == k.shape[0] == v.shape[0] and \
+            heads == (q.shape[1], k.shape[1], v.shape[1]):
+        return Call(q, k, v, attn_mask, _same)
+    rank = max(t.dim() for _, t in named)
+    padded = [t[(None,) * (max(rank, 4) - t.dim())] for _, t in named]
+    try:
+        lead = tuple(torch.broadcast_shapes(*(t.shape[:-3] for t in padded)))
+    except RuntimeError:
+        raise ValueError("sdpa: batch sizes differ and do not broadcast: "
+                         + ", ".join(f"{n} {_shape(t)}" for (n, _), t in zip(named, padded))) from None
+    b = math.prod(lead)
+    q4, k4, v4 = (t.expand(*lead, h, *t.shape[-2:]).reshape(b, h, *t.shape[-2:]) for t, h in zip(padded, heads))
+    mask = attn_mask
+    if isinstance(mask, torch.Tensor) and 2 <= mask.dim() <= len(lead) + 3:
+        m = mask[(None,) * (len(lead) + 3 - mask.dim())]
+        try:
+            mask = m.expand(*lead, *m.shape[-3:]).reshape(b, *m.shape[-3:]) if any(s != 1 for s in m.shape[:-3]) \
+                else m.reshape(1, *m.shape[-3:])
+        except RuntimeError:
+            mask = attn_mask  # does not broadcast to the output: validate says so
+
+    def restore(out: torch.Tensor) -> torch.Tensor:
+        full = out.reshape(*lead, *out.shape[1:])
+        return full[(0,) * (full.dim() - rank)] if full.dim() > rank else full
+
+    return Call(q4, k4, v4, mask, restore)
