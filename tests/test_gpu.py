@@ -277,3 +277,21 @@ def test_a_child_forked_after_importing_the_asv_suite_can_use_cuda() -> None:
                           timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "child exit 0", done.stdout
+
+
+@pytest.mark.parametrize("impl", sdpa_impls.names())
+def test_every_implementation_takes_torchs_broadcast_shapes_on_cuda(impl: str) -> None:
+    """Rank 5 with K and V of batch 1 (expanded batch views, `callshape.to_bhle`): torch's answer at torch's shape,
+    or an Unsupported naming why; never a library's crash on the stride-0 batch."""
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.randn(2, 3, 4, 128, 64, device="cuda", dtype=torch.bfloat16, generator=g)
+    k, v = (torch.randn(1, 3, 2, 128, 64, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+    fn = sdpa_impls.get(impl)
+    reasons = fn.unsupported_reasons(q, k, v, is_causal=True, enable_gqa=True)
+    if reasons:
+        pytest.skip("; ".join(reasons))
+    mine = fn(q, k, v, is_causal=True, enable_gqa=True)
+    theirs = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True,
+                                                              enable_gqa=True)
+    assert mine.shape == theirs.shape
+    torch.testing.assert_close(mine.float(), theirs, atol=2e-2, rtol=2e-2)
