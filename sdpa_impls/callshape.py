@@ -9,6 +9,7 @@ a size-1 batch or head dim is broadcast (expanded, not copied), and heads that d
 is, and validate refuses it, as torch does.
 
     to_bhle(query, key, value, attn_mask, enable_gqa) -> Call(query, key, value, attn_mask, restore)
+    shape_text(tensor) -> "(2, 3, 8, 16)"       # how every shape error writes a shape
 """
 from __future__ import annotations
 
@@ -35,7 +36,8 @@ def _same(out: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def _shape(t: torch.Tensor) -> str:
+def shape_text(t: torch.Tensor) -> str:
+    """A tensor's shape as the errors write it: (2, 3, 8, 16)."""
     return "(" + ", ".join(str(s) for s in t.shape) + ")"
 
 
@@ -61,7 +63,8 @@ def to_bhle(query: object, key: object, value: object, attn_mask: object, enable
     assert isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)
     for name, t in named:
         if t.dim() < 2:
-            raise ValueError(f"sdpa: {name} must have at least 2 dims (..., L, E); got {t.dim()}-D shape {_shape(t)}")
+            raise ValueError(f"sdpa: {name} must have at least 2 dims (..., L, E); got {t.dim()}-D shape "
+                             f"{shape_text(t)}")
     gqa = enable_gqa is True
     heads = _heads(q.shape[-3] if q.dim() > 2 else 1, k.shape[-3] if k.dim() > 2 else 1,
                    v.shape[-3] if v.dim() > 2 else 1, gqa)
@@ -74,7 +77,7 @@ def to_bhle(query: object, key: object, value: object, attn_mask: object, enable
         lead = tuple(torch.broadcast_shapes(*(t.shape[:-3] for t in padded)))
     except RuntimeError:
         raise ValueError("sdpa: batch sizes differ and do not broadcast: "
-                         + ", ".join(f"{n} {_shape(t)}" for (n, _), t in zip(named, padded))) from None
+                         + ", ".join(f"{n} {shape_text(t)}" for (n, _), t in zip(named, padded))) from None
     b = math.prod(lead)
     q4, k4, v4 = (t.expand(*lead, h, *t.shape[-2:]).reshape(b, h, *t.shape[-2:]) for t, h in zip(padded, heads))
     mask = attn_mask

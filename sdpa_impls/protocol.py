@@ -8,7 +8,7 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-from .callshape import to_bhle
+from .callshape import shape_text, to_bhle
 from .dtypes import short_name
 from .masks import Structure
 
@@ -101,10 +101,6 @@ def empty_attention(inp: SDPAInputs) -> torch.Tensor:
     return _NoAttention.apply(inp.query, inp.key, inp.value, (b, hq, lq, inp.value.shape[-1]))
 
 
-def _shape(t: torch.Tensor) -> str:
-    return "(" + ", ".join(str(s) for s in t.shape) + ")"
-
-
 def validate(inp: SDPAInputs) -> None:
     """Raise one ValueError naming the offending tensors and shapes; the same text for every implementation."""
     named = (("query", inp.query), ("key", inp.key), ("value", inp.value))
@@ -112,7 +108,7 @@ def validate(inp: SDPAInputs) -> None:
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"sdpa: {name} must be a torch.Tensor, got {type(t).__name__}")
         if t.dim() != 4:
-            raise ValueError(f"sdpa: {name} must be 4-D (B, H, L, E); got {t.dim()}-D shape {_shape(t)}")
+            raise ValueError(f"sdpa: {name} must be 4-D (B, H, L, E); got {t.dim()}-D shape {shape_text(t)}")
         if not t.is_floating_point():
             raise ValueError(f"sdpa: {name} has dtype {t.dtype}; a floating-point dtype is required")
     for name, flag in (("is_causal", inp.is_causal), ("enable_gqa", inp.enable_gqa)):
@@ -126,7 +122,7 @@ def validate(inp: SDPAInputs) -> None:
         raise ValueError(f"sdpa: query, key and value must share one dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
     if not (q.device == k.device == v.device):
         raise ValueError(f"sdpa: query, key and value must be on one device; got {q.device}, {k.device}, {v.device}")
-    shapes = f"query {_shape(q)}, key {_shape(k)}, value {_shape(v)}"
+    shapes = f"query {shape_text(q)}, key {shape_text(k)}, value {shape_text(v)}"
     if not (q.shape[0] == k.shape[0] == v.shape[0]):
         raise ValueError(f"sdpa: batch sizes differ: {shapes}")
     if k.shape[1] != v.shape[1]:
@@ -177,7 +173,7 @@ def _validate_mask(inp: SDPAInputs, shapes: str) -> None:
             ok = False
     if not ok:
         raise ValueError(
-            f"sdpa: attn_mask {_shape(m)} does not broadcast to (B, Hq, Lq, Lk) = "
+            f"sdpa: attn_mask {shape_text(m)} does not broadcast to (B, Hq, Lq, Lk) = "
             f"({', '.join(map(str, target))}); {shapes}"
         )
 
