@@ -150,12 +150,63 @@ def test_shapes_torch_refuses_are_one_error_for_every_implementation() -> None:
                 sdpa_impls.get(name)(*args)
 
 
-@pytest.mark.parametrize("name", ["naive", "torch_sdpa", "torch_sdpa_math"])
-def test_fp64_and_dropout_of_one_get_torchs_answer(name: str) -> None:
-    """fp64 computed in fp64 (no grid point: a drop-in call), and dropout_p=1 (every weight dropped: zeros)."""
-    q, k, v = (t.double() for t in qkv(2, 2, 9, 16, seed=3))
-    mine = sdpa_impls.get(name)(q, k, v, is_causal=True)
+FP64_CASES = {  # (B, Hq, Hkv, Lq, Lk, E), call: every path of the tiled loops (one and several key tiles, GQA)
+    "causal": ((2, 2, 2, 9, 9, 16), dict(is_causal=True)),
+    "bool mask, gqa": ((1, 4, 2, 40, 56, 8), dict(enable_gqa=True, attn_mask="bool")),
+    "float mask": ((1, 2, 2, 33, 47, 8), dict(attn_mask="float")),
+    "long, causal": ((1, 1, 1, 1500, 1500, 8), dict(is_causal=True)),
+    "long, plain": ((1, 1, 1, 700, 2600, 8), {}),
+}
+
+
+@pytest.mark.parametrize("name", ["naive", "chunked", "fused", "torch_sdpa", "torch_sdpa_math"])
+@pytest.mark.parametrize("case", list(FP64_CASES))
+def test_fp64_is_computed_in_fp64(name: str, case: str) -> None:
+    """fp64 (no grid point: a drop-in call) gets torch's fp64 answer and gradients to fp64 precision: no fp32 step
+    (an fp32 softmax, log-sum-exp or accumulator would leave errors near 1e-7)."""
+    (b, hq, hkv, lq, lk, e), kw = FP64_CASES[case]
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(b, h, n, e, generator=g, dtype=torch.float64)
+               for h, n in ((hq, lq), (hkv, lk), (hkv, lk)))
+    kw = dict(kw)
+    if kw.get("attn_mask") == "bool":
+        kw["attn_mask"] = torch.rand(lq, lk, generator=g) > 0.3
+    elif kw.get("attn_mask") == "float":
+        kw["attn_mask"] = torch.randn(lq, lk, generator=g, dtype=torch.float64)
+    mine_in = [t.clone().requires_grad_() for t in (q, k, v)]
+    theirs_in = [t.clone().requires_grad_() for t in (q, k, v)]
+    mine, theirs = sdpa_impls.get(name)(*mine_in, **kw), F.scaled_dot_product_attention(*theirs_in, **kw)
     assert mine.dtype == torch.float64
-    torch.testing.assert_close(mine, F.scaled_dot_product_attention(q, k, v, is_causal=True), atol=1e-12, rtol=1e-12)
+    torch.testing.assert_close(mine, theirs, atol=1e-12, rtol=1e-12)
+    with torch.no_grad():  # the inference forward, whose paths differ from the training one's in fused
+        torch.testing.assert_close(sdpa_impls.get(name)(q, k, v, **kw), theirs, atol=1e-12, rtol=1e-12)
+    weights = torch.randn(theirs.shape, generator=g, dtype=torch.float64)
+    (mine * weights).sum().backward()
+    (theirs * weights).sum().backward()
+    for a, t in zip(mine_in, theirs_in):
+        torch.testing.assert_close(a.grad, t.grad, atol=1e-11, rtol=1e-11)
+
+
+@pytest.mark.parametrize("name", ["naive", "torch_sdpa", "torch_sdpa_math"])
+def test_dropout_of_one_gives_zeros(name: str) -> None:
+    """dropout_p=1 (every weight dropped): zeros, as torch answers."""
+    q, k, v = (t.double() for t in qkv(2, 2, 9, 16, seed=3))
     assert torch.equal(sdpa_impls.get(name)(q, k, v, dropout_p=1.0), torch.zeros_like(q))
-    assert "dtype=fp64" in " ".join(sdpa_impls.get("fused").unsupported_reasons(q, k, v))  # a reason, not a guess
+
+
+def test_fp64_where_the_library_refuses_it_is_a_reason() -> None:
+    """flex: compiled FlexAttention on the CPU takes fp32, fp16 and bf16 only; a reason, not a guess."""
+    q, k, v = (t.double() for t in qkv(2, 2, 9, 16, seed=3))
+    assert "dtype=fp64" in " ".join(sdpa_impls.get("flex").unsupported_reasons(q, k, v))
+
+
+def test_compiled_computes_fp64_in_fp64() -> None:
+    """compiled: naive's math compiled for fp64 inputs (a graph of its own, compiled on this call)."""
+    q, k, v = (t.double().requires_grad_() for t in qkv(2, 2, 9, 16, seed=3))
+    mine = sdpa_impls.get("compiled")(q, k, v, is_causal=True)
+    theirs = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert mine.dtype == torch.float64
+    torch.testing.assert_close(mine, theirs, atol=1e-12, rtol=1e-12)
+    mine_grads = torch.autograd.grad(mine.sum(), (q, k, v))
+    for a, t in zip(mine_grads, torch.autograd.grad(theirs.sum(), (q, k, v))):
+        torch.testing.assert_close(a, t, atol=1e-11, rtol=1e-11)

@@ -8,7 +8,7 @@ import torch
 
 from ._tiled.compute import in_fp32, warm_exp
 from ._tiled.online_softmax import chunked_forward, plan_tiles, tiled_attention
-from ..protocol import Implementation, SDPAInputs, Support, with_op
+from ..protocol import WITH_FP64, Implementation, SDPAInputs, Support, with_op
 from ..registry import register
 from ._tiled.budget import tiling_for
 from ._tiled.tilemap import EMPTY, MaskTiles, Tiling
@@ -40,7 +40,7 @@ def narrowest_useful(tiles: MaskTiles, k_tile: int, q_tile: int) -> int:
 class Chunked(Implementation):
     name = "chunked"
     description = "online softmax over query×key tiles; custom backward recomputes tiles from the log-sum-exp"
-    support = Support()
+    support = Support(dtypes=WITH_FP64)
 
     def forward(self, inp: SDPAInputs) -> torch.Tensor:
         return self.prepare_inputs(inp)()

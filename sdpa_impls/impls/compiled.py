@@ -7,7 +7,7 @@ from collections.abc import Callable
 import torch
 
 from ..compilation import declare_compiles
-from ..protocol import Implementation, SDPAInputs, Support, empty_attention
+from ..protocol import WITH_FP64, Implementation, SDPAInputs, Support, empty_attention
 from ..registry import register
 from ..torchver import COMPILATION, needs_torch
 from .naive import Naive
@@ -32,7 +32,7 @@ def compiled_textbook() -> Callable[..., torch.Tensor]:
 class Compiled(Implementation):
     name = "compiled"
     description = "torch.compile(naive's math), inductor's default mode; compiled before the first sample"
-    support = Support(mask_grad=True)  # no dropout: random numbers under compilation are not naive's
+    support = Support(dtypes=WITH_FP64, mask_grad=True)  # no dropout: random numbers under compilation are not naive's
     compiles = True  # its prepared closures compile on their first call (sdpa_impls.compilation)
 
     def library_reasons(self, inp: SDPAInputs) -> list[str]:

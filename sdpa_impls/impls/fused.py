@@ -8,12 +8,12 @@ import torch
 
 from ._tiled.compute import LOG2_E, in_fp32, unshifted_base, unshifted_exp, unshifted_tile, warm_exp
 from ._tiled.online_softmax import plan_tiles, take, tiled_attention
-from ..protocol import Implementation, SDPAInputs, Support, empty_attention, with_op
+from ..protocol import WITH_FP64, Implementation, SDPAInputs, Support, empty_attention, with_op
 from ..registry import register
 from ._tiled.tilemap import MaskTiles, Plan, Tiling
 from ._tiled.budget import choice, tiling_for
-from ._tiled.tiles import (NEG_INF, TileMasker, columns_t, compact_transposed, flat, forward_views,
-                           rows3, store_rows_)
+from ._tiled.tiles import (HALF, NEG_INF, TileMasker, columns_t, compact_transposed, flat, forward_views,
+                           rows3, store_rows_, working_dtype)
 
 KEY_BLOCK = 64  # keys per block of the tile map: how finely a mask's empty and full keys are told apart
 
@@ -67,8 +67,8 @@ def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: t
     b, hkv, g, lq, e = q5.shape
     lk, ev, dtype, dev = k4.shape[-2], v4.shape[-1], q5.dtype, q5.device
     float_mask = mask5 is not None and mask5.dtype != torch.bool
-    half = dtype != torch.float32
-    unshifted = unshifted and not with_lse and not float_mask and not half
+    half = dtype in HALF
+    unshifted = unshifted and dtype == torch.float32 and not with_lse and not float_mask and not half
     log2 = log2 and unshifted
     alpha = scale * LOG2_E if log2 else scale
     rows, plan, keys = fused_plan(tiles, dev, b, g, 4 if half and (with_lse or float_mask) else q5.element_size(),
@@ -81,7 +81,7 @@ def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: t
     from_half = need_f32 and not float_mask and dtype == torch.float16 and choice(dev, "SOFTMAX_FROM_HALF")
     compact = compact_transposed(q5)
     out = torch.empty((b, hkv, g, lq, ev), dtype=dtype, device=dev)
-    lse = torch.empty((b, hkv, g, lq), dtype=torch.float32, device=dev) if with_lse else None
+    lse = torch.empty((b, hkv, g, lq), dtype=working_dtype(dtype), device=dev) if with_lse else None
     masker = TileMasker(mask5, is_causal, rows, dev, tiles.memo)
     sbuf = torch.empty(heads * g * rows * keys, dtype=dtype, device=dev)
     fbuf = torch.empty(heads * g * rows * lk, dtype=torch.float32, device=dev) if need_f32 else sbuf
@@ -133,9 +133,9 @@ def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: t
             if dead is not None:  # P of those rows is 0 before any GEMM reads it: a GEMM may spread a NaN row
                 p.masked_fill_(dead, 0.0)  # into others (oneDNN's AMX bf16 kernels do), and O, dQ, dK, dV get 0
             o = _pv_into(take(obuf, n, m, ev), p, v3, key_tiles, cols)  # (heads, G·rows, Ev)
-            if lse is not None:  # max P = 1 / Σ exp(s - max), so lse = max - log(max P), in fp32
+            if lse is not None:  # max P = 1 / Σ exp(s - max), so lse = max - log(max P), in fp32 (fp64 inputs: fp64)
                 assert row_max is not None
-                lse_t = row_max.float() - torch.log(pf.amax(dim=-1, keepdim=True))
+                lse_t = row_max.to(lse.dtype) - torch.log(pf.amax(dim=-1, keepdim=True))
                 if dead is not None:  # no key: -inf (the backward's P = exp(S - lse) is then 0)
                     lse_t = torch.where(dead, NEG_INF, lse_t)
                 store_rows_(flat(lse, bs, hs).unsqueeze(-1), i0, i1, lse_t)
@@ -207,7 +207,7 @@ def _scores_into(sd: torch.Tensor, c: int, qt: torch.Tensor, kt: torch.Tensor, s
 class Fused(Implementation):
     name = "fused"
     description = "query-tiled GEMMs with scale folded in, in-place torch.softmax on cache-sized tiles, causal skip"
-    support = Support()
+    support = Support(dtypes=WITH_FP64)
 
     def forward(self, inp: SDPAInputs) -> torch.Tensor:
         return self.prepare_inputs(inp)()
@@ -224,18 +224,18 @@ class Fused(Implementation):
         unshifted = not inp.needs_grad and unshifted_exp(inp, q.dtype == torch.float32 or widen)
         log2 = unshifted and unshifted_base(dev).log2
         computes = ", ".join(filter(None, [computes, f"unshifted exp{'2' if log2 else ''}" if unshifted else ""]))
-        half = q.dtype != torch.float32 and not widen
+        half = q.dtype in HALF and not widen
+        wide = 4 if widen else q.element_size()  # the bytes of a score the forward computes in fp32 or fp64
         float_mask = inp.mask_kind == "float"
         rows, _ = tile_shape(dev, b, k.shape[1], g, q.shape[2], k.shape[2], 4)
         tiling = Tiling(rows, k.shape[2], KEY_BLOCK, True)  # backward: full-width rows of key blocks
         dtypes = (q.dtype, torch.float32)  # the score tiles' dtypes: the input's, fp32 where the softmax needs it
         # the plans a timed call looks up: the inference forward's (a call under no_grad too), and for training the
         # forward's (fp32 score tiles) and the backward's
-        fwd_rows, _, _ = fused_plan(tiles, dev, b, g, 4 if half and float_mask else (2 if half else 4), True,
-                                    unshifted)
+        fwd_rows, _, _ = fused_plan(tiles, dev, b, g, (4 if float_mask else 2) if half else wide, True, unshifted)
         TileMasker.warm(tiles.memo, inp.is_causal, fwd_rows, dev, dtypes, unshifted)
         if inp.needs_grad:
-            train_rows, _, _ = fused_plan(tiles, dev, b, g, 4)
+            train_rows, _, _ = fused_plan(tiles, dev, b, g, max(4, wide))
             TileMasker.warm(tiles.memo, inp.is_causal, train_rows, dev, dtypes)
             plan_tiles(tiles, tiling, b, g, dev)
             TileMasker.warm(tiles.memo, inp.is_causal, min(rows, q.shape[2]), dev, dtypes)

@@ -65,9 +65,9 @@ def fp16_in_fp32(inp: SDPAInputs, keys_summed: int) -> bool:
 
 def in_fp32(inp: SDPAInputs, keys_summed: int) -> tuple[bool, str]:
     """Whether a half-precision call computes in fp32 (inputs widened once, the answer rounded once), and what it
-    computes in, for the benchmark's record (the closure's `op`; "" for fp32 calls): fp16 as `fp16_in_fp32`
+    computes in, for the benchmark's record (the closure's `op`; "" for fp32 and fp64 calls): fp16 as `fp16_in_fp32`
     says, bf16 as this device's GEMMs say (`budget.bf16_compute`). Decide it in `prepare_inputs`."""
-    if inp.is_empty or inp.query.dtype == torch.float32:
+    if inp.is_empty or inp.query.dtype in (torch.float32, torch.float64):
         return False, ""
     if inp.query.dtype == torch.float16:
         widen = fp16_in_fp32(inp, keys_summed)

@@ -18,8 +18,8 @@ import torch
 from ...protocol import SDPAInputs, empty_attention
 from .tilemap import KeyTile, MaskTiles, Plan, Tiling
 from .budget import choice, group_heads
-from .tiles import (NEG_INF, TileMasker, columns_t, compact_transposed, flat, forward_views,
-                    grouped, rows3, store_rows_)
+from .tiles import (HALF, NEG_INF, TileMasker, columns_t, compact_transposed, flat, forward_views,
+                    grouped, rows3, store_rows_, working_dtype)
 
 # (q5, k4, v4, mask5, is_causal, scale, with_lse) -> (out5 (B, Hkv, G, Lq, Ev), lse (B, Hkv, G, Lq) fp32 or None,
 # P (B, Hkv, G, Lq, keys) in the input dtype or None); with_lse asks for one of lse and P, for the backward
@@ -79,15 +79,15 @@ def chunked_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5:
     Only the key tiles of `tiles`' plan are computed; the mask is applied only where the plan says."""
     b, hkv, g, lq, e = q5.shape
     lk, ev, dtype, dev = k4.shape[-2], v4.shape[-1], q5.dtype, q5.device
-    half = dtype != torch.float32
+    half, work = dtype in HALF, working_dtype(dtype)  # work: fp32 (fp64 for fp64 inputs)
     plan = plan_tiles(tiles, Tiling(q_tile, k_tile, k_tile, False), b, g, dev)  # as prepare_inputs built it
     q_tile, k_tile = min(q_tile, lq), min(k_tile, lk)
     heads = plan.max_heads
     out = torch.empty((b, hkv, g, lq, ev), dtype=dtype, device=dev)
-    lse = torch.empty((b, hkv, g, lq), dtype=torch.float32, device=dev) if with_lse else None
+    lse = torch.empty((b, hkv, g, lq), dtype=work, device=dev) if with_lse else None
     sbuf = torch.empty(heads * g * q_tile * k_tile, dtype=dtype, device=dev)  # S, then P, in the input dtype
     pbuf = torch.empty_like(sbuf, dtype=torch.float32) if half else sbuf  # fp32 P
-    abuf = torch.empty(heads * g * q_tile * ev, dtype=torch.float32, device=dev)  # output accumulator
+    abuf = torch.empty(heads * g * q_tile * ev, dtype=work, device=dev)  # output accumulator
     masker = TileMasker(mask5, is_causal, q_tile, dev, tiles.memo)
     widen, compact = choice(dev, "CAST_FIRST"), compact_transposed(q5)
     for (bs, hs), key_rows in zip(plan.groups, plan.tiles):
@@ -111,7 +111,7 @@ def chunked_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5:
                 s = p.copy_(sd) if masker.float_mask and half else sd  # a float mask is added in fp32, as naive does
                 if kt.masked:
                     masker.apply_ranges_(s, mask_g, i0, i1, j0, kt.masked)
-                new_max = s.amax(dim=-1, keepdim=True).float()
+                new_max = s.amax(dim=-1, keepdim=True).to(work)
                 if run_max is not None:
                     new_max = torch.maximum(run_max, new_max)
                 safe_max = new_max if mask5 is None else finite_or_zero(new_max)  # -inf: every key so far masked
@@ -150,7 +150,7 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
     """
     b, hkv, g, lq, e = q5.shape
     lk, ev, dtype, dev = k4.shape[-2], v4.shape[-1], q5.dtype, q5.device
-    half = dtype != torch.float32
+    half, work = dtype in HALF, working_dtype(dtype)
     q_tile, k_tile = min(tiling.q_tile, lq), min(tiling.k_tile, lk)
     plan = plan_tiles(tiles, tiling, b, g, dev)
     heads = plan.max_heads
@@ -159,11 +159,11 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
     lse5 = None if lse is None else finite_or_zero(lse).unsqueeze(-1)  # fully masked rows: all scores -inf, P = 0
     delta = v32 = None
     if p5 is None and plan.multi_tile():  # some rows span several key tiles
-        delta = (dout5.float() * out5.float()).sum(dim=-1, keepdim=True)  # (B, Hkv, G, Lq, 1)
-        v32 = v4.float()  # (B, Hkv, Lk, Ev), a copy only for half types
+        delta = (dout5.to(work) * out5.to(work)).sum(dim=-1, keepdim=True)  # (B, Hkv, G, Lq, 1)
+        v32 = v4.to(work)  # (B, Hkv, Lk, Ev), a copy only for half types
     dq = torch.empty(q5.shape, dtype=dtype, device=dev)
-    dk = torch.zeros((b, hkv, lk, e), dtype=torch.float32, device=dev)
-    dv = torch.zeros((b, hkv, lk, ev), dtype=torch.float32, device=dev)
+    dk = torch.zeros((b, hkv, lk, e), dtype=work, device=dev)
+    dv = torch.zeros((b, hkv, lk, ev), dtype=work, device=dev)
     tile = heads * g * q_tile * k_tile
     sbuf = torch.empty(tile, dtype=dtype, device=dev) if p5 is None else None  # S, then P, in the input dtype
     dpbuf = torch.empty(tile, dtype=dtype, device=dev)  # dP, then dS, in the input dtype
@@ -192,9 +192,9 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
             one_tile = len(key_tiles) == 1
             dq_acc = delta_t = dot32 = v32_3 = None
             if not one_tile:
-                dq_acc = torch.zeros((n, m, e), dtype=torch.float32, device=dev)
+                dq_acc = torch.zeros((n, m, e), dtype=work, device=dev)
                 delta_t = rows3(flat(delta, bs, hs), i0, i1)  # (heads, G·rows, 1)
-                dot32, v32_3 = dot.float(), flat(v32, bs, hs)  # fp32 operands of dP
+                dot32, v32_3 = dot.to(work), flat(v32, bs, hs)  # fp32 operands of dP
             for kt in key_tiles:
                 j0, j1 = kt.j0, kt.j1
                 dp, ds = take(dpbuf, n, m, j1 - j0), take(dsbuf, n, m, j1 - j0)
@@ -214,7 +214,7 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
                     torch.bmm(dot, columns_t(vt3, j0, j1, compact), out=dp)
                     if one_pass_ds:  # torch's softmax backward of fp32 dP and P; dS over dP (read before written)
                         dp32 = ds.copy_(dp) if half else ds  # fp32: ds is dp's tile
-                        torch.ops.aten._softmax_backward_data.out(dp32, p, -1, torch.float32, grad_input=dp32)
+                        torch.ops.aten._softmax_backward_data.out(dp32, p, -1, p.dtype, grad_input=dp32)
                     else:
                         times_into(ds, p, dp, widen)
                         ds.addcmul_(p, ds.sum(dim=-1, keepdim=True), value=-1.0)

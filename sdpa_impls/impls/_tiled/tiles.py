@@ -7,6 +7,13 @@ from ...protocol import SDPAInputs
 from .budget import choice
 
 NEG_INF = float("-inf")
+HALF = (torch.float16, torch.bfloat16)
+
+
+def working_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype of the softmax arithmetic, the accumulators and the log-sum-exp for inputs of `dtype`: fp64 for
+    fp64 (computed in fp64 throughout, as torch's math backend does), else fp32."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def grouped(inp: SDPAInputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
@@ -187,7 +194,7 @@ def forward_views(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, out: tor
 def compact_transposed(x: torch.Tensor) -> bool:
     """Whether `columns_t` copies a key range of `x`'s dtype on its device (the policy's `COMPACT_TRANSPOSED`, never
     for fp32): decided once per call, so that a tile pays nothing for it."""
-    return x.dtype != torch.float32 and choice(x.device, "COMPACT_TRANSPOSED")
+    return x.dtype in HALF and choice(x.device, "COMPACT_TRANSPOSED")
 
 
 def columns_t(xt3: torch.Tensor, j0: int, j1: int, compact: bool) -> torch.Tensor:
