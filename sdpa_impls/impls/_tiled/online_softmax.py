@@ -137,8 +137,12 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
                    is_causal: bool, scale: float, out5: torch.Tensor, lse: torch.Tensor | None,
                    p5: torch.Tensor | None, dout5: torch.Tensor, tiling: Tiling, tiles: MaskTiles,
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """dq (B, Hkv, G, Lq, E), dk, dv (B, Hkv, Lk, ·) fp32 by recomputing P = exp(S - lse) tile by tile, or
-    reading it from the forward's P (`p5`, input dtype, keys 0:p5.shape[-1], one query tile of every row).
+    """dq (B, Hkv, G, Lq, E), dk, dv (B, Hkv, Lk, ·) fp32 by recomputing P tile by tile, or reading it from the
+    forward's P (`p5`, input dtype, keys 0:p5.shape[-1], one query tile of every row). A row whose keys fit one key
+    tile gets P = softmax(S) again, as the forward computed it; one whose keys span several, P = exp(S - lse). The
+    first sums to 1 however large the scores: exp(S - lse) carries lse's rounding (|lse| · 2⁻²⁴, 0.004 at scores of
+    10⁵) into every P, and with D = rowsum(P ⊙ dP) a near one-hot row's dS then grows from ~0 to 0.4 % of its dP
+    (dK 26× naive's error at L 24, fused's 5-10× at L 1500, against fp64).
 
     Only the key tiles of `tiles`' plan are computed. dk and dv accumulate in fp32 (O(L)); dq is written once
     per query tile when one key tile holds all of its keys (fused), else accumulated in an fp32 tile.
@@ -157,6 +161,7 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
     p_keys = None if p5 is None else (KeyTile(0, p5.shape[-1]),)  # the saved P is final: no mask to apply
     assert p5 is None or q_tile >= lq, "a saved P is read a whole row at a time"
     lse5 = None if lse is None else finite_or_zero(lse).unsqueeze(-1)  # fully masked rows: all scores -inf, P = 0
+    dead5 = None if lse is None or mask5 is None else (lse == NEG_INF).unsqueeze(-1)  # rows that see no key
     delta = v32 = None
     if p5 is None and plan.multi_tile():  # some rows span several key tiles
         delta = (dout5.to(work) * out5.to(work)).sum(dim=-1, keepdim=True)  # (B, Hkv, G, Lq, 1)
@@ -177,6 +182,7 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
         kt3, vt3 = k3.transpose(1, 2) if p5 is None else None, v3.transpose(1, 2)  # sliced per tile (Kᵀ: P not saved)
         dk3, dv3 = flat(dk, bs, hs), flat(dv, bs, hs)
         lse4 = None if lse5 is None else flat(lse5, bs, hs)  # (heads, G, Lq, 1)
+        dead4 = None if dead5 is None else flat(dead5, bs, hs)
         p4 = None if p5 is None else flat(p5, bs, hs)  # (heads, G, Lq, keys)
         mask_g = None if mask5 is None else mask5[bs, hs]
         n = q4.shape[0]
@@ -207,7 +213,10 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
                     s = p.copy_(sd) if masker.float_mask and half else sd
                     if kt.masked:
                         masker.apply_ranges_(s, mask_g, i0, i1, j0, kt.masked)
-                    minus_into(p, s, lse_t, widen).exp_()  # P (heads, G·rows, keys) in fp32
+                    if one_tile:  # every key of these rows: P is their softmax, as the forward computed it
+                        _softmax_into(p, s, dead4 is not None and tiles.has_dead_rows(i0, i1) and rows3(dead4, i0, i1))
+                    else:
+                        minus_into(p, s, lse_t, widen).exp_()  # P (heads, G·rows, keys) in fp32
                     pd = sd.copy_(p) if half else p  # P in the input dtype for the GEMMs
                 _accumulate(dv3[:, j0:j1], pd.transpose(1, 2), dot, 1.0, half)  # dV += Pᵀ dO
                 if one_tile:  # dS = P ⊙ dP − P ⊙ rowsum(P ⊙ dP), dP = dO Vᵀ in the input dtype
@@ -229,6 +238,14 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
             if dq_acc is not None:
                 store_rows_(dq4, i0, i1, dq_acc)
     return dq, dk, dv
+
+
+def _softmax_into(p: torch.Tensor, s: torch.Tensor, dead: torch.Tensor | bool) -> None:
+    """P = softmax(s) into the fp32 tile `p` (through a copy for a score tile of the input dtype), rows `dead`
+    (every key masked: a softmax of 0/0) set to 0."""
+    torch.softmax(s if s.dtype == p.dtype else p.copy_(s), dim=-1, out=p)
+    if dead is not False:
+        p.masked_fill_(dead, 0.0)
 
 
 def _matmul_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, half: bool) -> None:
