@@ -40,7 +40,7 @@ def narrowest_useful(tiles: MaskTiles, k_tile: int, q_tile: int) -> int:
 class Chunked(Implementation):
     name = "chunked"
     description = "online softmax over query×key tiles; custom backward recomputes tiles from the log-sum-exp"
-    support = Support(dtypes=WITH_FP64)
+    support = Support(dtypes=WITH_FP64, mask_grad=True)
 
     def forward(self, inp: SDPAInputs) -> torch.Tensor:
         return self.prepare_inputs(inp)()

@@ -207,7 +207,7 @@ def _scores_into(sd: torch.Tensor, c: int, qt: torch.Tensor, kt: torch.Tensor, s
 class Fused(Implementation):
     name = "fused"
     description = "query-tiled GEMMs with scale folded in, in-place torch.softmax on cache-sized tiles, causal skip"
-    support = Support(dtypes=WITH_FP64)
+    support = Support(dtypes=WITH_FP64, mask_grad=True)
 
     def forward(self, inp: SDPAInputs) -> torch.Tensor:
         return self.prepare_inputs(inp)()
@@ -234,7 +234,7 @@ class Fused(Implementation):
         # forward's (fp32 score tiles) and the backward's
         fwd_rows, _, _ = fused_plan(tiles, dev, b, g, (4 if float_mask else 2) if half else wide, True, unshifted)
         TileMasker.warm(tiles.memo, inp.is_causal, fwd_rows, dev, dtypes, unshifted)
-        if inp.needs_grad:
+        if inp.needs_grad or inp.mask_needs_grad:
             train_rows, _, _ = fused_plan(tiles, dev, b, g, max(4, wide))
             TileMasker.warm(tiles.memo, inp.is_causal, train_rows, dev, dtypes)
             plan_tiles(tiles, tiling, b, g, dev)

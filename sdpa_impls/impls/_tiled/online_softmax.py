@@ -136,7 +136,7 @@ def chunked_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5:
 def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: torch.Tensor | None,
                    is_causal: bool, scale: float, out5: torch.Tensor, lse: torch.Tensor | None,
                    p5: torch.Tensor | None, dout5: torch.Tensor, tiling: Tiling, tiles: MaskTiles,
-                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                   dmask4: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq (B, Hkv, G, Lq, E), dk, dv (B, Hkv, Lk, ·) fp32 by recomputing P tile by tile, or reading it from the
     forward's P (`p5`, input dtype, keys 0:p5.shape[-1], one query tile of every row). A row whose keys fit one key
     tile gets P = softmax(S) again, as the forward computed it; one whose keys span several, P = exp(S - lse). The
@@ -151,6 +151,8 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
     - the row's keys fit one key tile (always in fused): D = rowsum(P ⊙ dP) from the very dP, rounded to the
       input dtype, that dS uses (naive's softmax backward does the same); such a row gets dS = 0 exactly;
     - they span several: D = rowsum(dO ⊙ O) in fp32 (FlashAttention's), against dP computed in fp32.
+    `dmask4` (a float mask's gradient, the mask's own shape as 4-D, fp32 or fp64, zeros): each tile's dS is added
+    in, summed over the dims where the mask broadcasts (the scores' gradient is the mask's).
     """
     b, hkv, g, lq, e = q5.shape
     lk, ev, dtype, dev = k4.shape[-2], v4.shape[-1], q5.dtype, q5.device
@@ -162,6 +164,8 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
     assert p5 is None or q_tile >= lq, "a saved P is read a whole row at a time"
     lse5 = None if lse is None else finite_or_zero(lse).unsqueeze(-1)  # fully masked rows: all scores -inf, P = 0
     dead5 = None if lse is None or mask5 is None else (lse == NEG_INF).unsqueeze(-1)  # rows that see no key
+    dmask5 = None if dmask4 is None else (dmask4.unflatten(1, (hkv, g)) if dmask4.shape[1] == hkv * g
+                                          else dmask4.unsqueeze(2))  # (B, Hkv, G, Lq, Lk), each dim full or 1
     delta = v32 = None
     if p5 is None and plan.multi_tile():  # some rows span several key tiles
         delta = (dout5.to(work) * out5.to(work)).sum(dim=-1, keepdim=True)  # (B, Hkv, G, Lq, 1)
@@ -229,6 +233,8 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
                         ds.addcmul_(p, ds.sum(dim=-1, keepdim=True), value=-1.0)
                 else:  # dS = P ⊙ (dP − D), dP = dO Vᵀ in fp32
                     torch.bmm(dot32, v32_3[:, j0:j1].transpose(1, 2), out=ds).sub_(delta_t).mul_(p)
+                if dmask5 is not None:
+                    _add_mask_grad(dmask5, ds, bs, hs, g, (i0, i1), (j0, j1))
                 dsd = dp.copy_(ds) if half else ds  # dS in the input dtype
                 if dq_acc is None:  # one key tile: dQ = scale · dS K is final, written once in the input dtype
                     store_rows_(dq4, i0, i1, torch.baddbmm(qt, dsd, k3[:, j0:j1], beta=0, alpha=scale))
@@ -238,6 +244,18 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
             if dq_acc is not None:
                 store_rows_(dq4, i0, i1, dq_acc)
     return dq, dk, dv
+
+
+def _add_mask_grad(dmask5: torch.Tensor, ds: torch.Tensor, bs: slice, hs: slice, g: int, rows: tuple[int, int],
+                   keys: tuple[int, int]) -> None:
+    """dmask5 (the mask's shape as (B, Hkv, G, Lq, Lk), each dim full or 1) += one tile's score gradient `ds`
+    (the heads of `bs` × `hs`, G·rows, keys), summed over the dims where the mask broadcasts."""
+    t = ds.view(bs.stop - bs.start, hs.stop - hs.start, g, rows[1] - rows[0], keys[1] - keys[0])
+    dims = [d for d in range(5) if dmask5.shape[d] == 1 and t.shape[d] != 1]
+    if dims:
+        t = t.sum(dims, keepdim=True)
+    where = (bs, hs, slice(None), slice(*rows), slice(*keys))
+    dmask5[tuple(slice(None) if dmask5.shape[d] == 1 else w for d, w in enumerate(where))] += t
 
 
 def _softmax_into(p: torch.Tensor, s: torch.Tensor, dead: torch.Tensor | bool) -> None:
@@ -282,9 +300,14 @@ class TiledAttention(torch.autograd.Function):
         is_causal, scale, tiling, tiles = ctx.meta
         q5, k4, v4, mask5 = grouped(SDPAInputs(query, key, value, attn_mask, 0.0, is_causal, scale, True))
         dout5 = dout.unflatten(1, out5.shape[1:3])  # (B, Hkv, G, Lq, Ev)
-        dq, dk, dv = tiled_backward(q5, k4, v4, mask5, is_causal, scale, out5, lse, p5, dout5, tiling, tiles)
+        dmask4 = None
+        if ctx.needs_input_grad[3]:  # a learned bias: its gradient in its own shape (a 2-D mask as (1, 1, Lq, Lk))
+            dmask4 = torch.zeros((1,) * (4 - attn_mask.dim()) + tuple(attn_mask.shape),
+                                 dtype=working_dtype(query.dtype), device=query.device)
+        dq, dk, dv = tiled_backward(q5, k4, v4, mask5, is_causal, scale, out5, lse, p5, dout5, tiling, tiles, dmask4)
+        dmask = None if dmask4 is None else dmask4.reshape(attn_mask.shape).to(attn_mask.dtype)
         return (dq.flatten(1, 2), dk.to(key.dtype), dv.to(value.dtype),
-                None, None, None, None, None, None)
+                dmask, None, None, None, None, None)
 
 
 def tiled_attention(inp: SDPAInputs, forward_fn: ForwardFn, tiling: Tiling, tiles: MaskTiles,
@@ -302,7 +325,7 @@ def tiled_attention(inp: SDPAInputs, forward_fn: ForwardFn, tiling: Tiling, tile
         up = replace(inp, query=inp.query.float(), key=inp.key.float(), value=inp.value.float(), attn_mask=mask)
         return tiled_attention(up, forward_fn, tiling, tiles).to(inp.query.dtype)
     scale = inp.softmax_scale
-    if not (inp.needs_grad and torch.is_grad_enabled()):
+    if not ((inp.needs_grad or inp.mask_needs_grad) and torch.is_grad_enabled()):
         q5, k4, v4, mask5 = grouped(inp)
         return forward_fn(q5, k4, v4, mask5, inp.is_causal, scale, False)[0].flatten(1, 2)
     return TiledAttention.apply(inp.query, inp.key, inp.value, inp.attn_mask, inp.is_causal, scale,
