@@ -295,3 +295,23 @@ def test_every_implementation_takes_torchs_broadcast_shapes_on_cuda(impl: str) -
                                                               enable_gqa=True)
     assert mine.shape == theirs.shape
     torch.testing.assert_close(mine.float(), theirs, atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("impl", ["chunked", "fused"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+def test_tiled_fp64_and_a_learned_bias_get_torchs_gradients_on_cuda(impl: str, dtype: torch.dtype,
+                                                                    device: str = "cuda") -> None:
+    """The tiled backward on CUDA: fp64 computed in fp64, and a (H, Lq, Lk) bias's gradient summed over the batch,
+    against torch's fp64 answer (fp32 and bf16 within the correctness rule's floors)."""
+    g = torch.Generator(device=device).manual_seed(1)
+    shapes = ((2, 4, 300, 64), (2, 4, 700, 64), (2, 4, 700, 64), (4, 300, 700))
+    base = [torch.randn(s, device=device, dtype=torch.float64, generator=g) for s in shapes]
+    weights = torch.randn(2, 4, 300, 64, device=device, dtype=torch.float64, generator=g)
+    grads = []
+    for fn, dt in ((torch.nn.functional.scaled_dot_product_attention, torch.float64), (sdpa_impls.get(impl), dtype)):
+        q, k, v, bias = (t.to(dt, copy=True).requires_grad_() for t in base)
+        (fn(q, k, v, attn_mask=bias) * weights.to(dt)).sum().backward()
+        grads.append([t.grad.double() for t in (q, k, v, bias)])  # type: ignore[union-attr]
+    floor = {torch.float64: 1e-10, torch.float32: 2e-4, torch.bfloat16: 5e-2}[dtype]
+    for got, want in zip(grads[1], grads[0]):
+        assert (got - want).abs().max().item() <= floor * max(1.0, want.abs().max().item())
