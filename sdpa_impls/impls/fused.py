@@ -47,7 +47,8 @@ def fused_plan(tiles: MaskTiles, dev: torch.device, b: int, g: int, itemsize: in
 
 def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: torch.Tensor | None,
                   is_causal: bool, scale: float, with_lse: bool, tiles: MaskTiles, unshifted: bool = False,
-                  log2: bool = False) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+                  log2: bool = False, lse_wanted: bool = True
+                  ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Per query tile: S = scale·Q Kᵀ (one GEMM per run of non-empty key blocks, input dtype), torch.softmax in
     place, O = P V (one GEMM per run).
 
@@ -56,7 +57,9 @@ def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: t
     past the tile's last row), and the mask is applied only to its partial blocks.
     Training (`with_lse`): when one score tile holds every head and row, that tile is P itself, and it is
     returned for the backward instead of the log-sum-exp (no recomputation, and no more memory than the tile
-    the backward would allocate again); otherwise the log-sum-exp is returned. An fp32 copy of the tile is
+    the backward would allocate again); otherwise the log-sum-exp is returned where the backward's plan needs it
+    (`lse_wanted`: some row's keys span several key runs), else nothing: a row whose keys fit one tile gets its P
+    from the softmax again (`online_softmax.tiled_backward`). An fp32 copy of the tile is
     made only when the log-sum-exp is needed or a float mask is added; where the device's policy says
     `SOFTMAX_FROM_HALF` (fp16 without a float mask), the softmax itself reads the fp16 tile and writes fp32 P, and
     the mask and the row max work on the fp16 tile (exact: adding 0 or -inf, and a max, round nothing).
@@ -76,7 +79,7 @@ def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: t
     heads = plan.max_heads
     first = plan.tiles[0][0]
     keep_p = with_lse and rows >= lq and len(plan.groups) == 1 and len(first) == 1 and first[0].j0 == 0
-    with_lse = with_lse and not keep_p
+    with_lse = with_lse and not keep_p and lse_wanted
     need_f32 = half and (with_lse or float_mask)
     from_half = need_f32 and not float_mask and dtype == torch.float16 and choice(dev, "SOFTMAX_FROM_HALF")
     compact = compact_transposed(q5)
@@ -234,10 +237,12 @@ class Fused(Implementation):
         # forward's (fp32 score tiles) and the backward's
         fwd_rows, _, _ = fused_plan(tiles, dev, b, g, (4 if float_mask else 2) if half else wide, True, unshifted)
         TileMasker.warm(tiles.memo, inp.is_causal, fwd_rows, dev, dtypes, unshifted)
+        lse_wanted = True
         if inp.needs_grad or inp.mask_needs_grad:
             train_rows, _, _ = fused_plan(tiles, dev, b, g, max(4, wide))
             TileMasker.warm(tiles.memo, inp.is_causal, train_rows, dev, dtypes)
-            plan_tiles(tiles, tiling, b, g, dev)
+            lse_wanted = plan_tiles(tiles, tiling, b, g, dev).multi_tile()  # else the backward needs no lse
             TileMasker.warm(tiles.memo, inp.is_causal, min(rows, q.shape[2]), dev, dtypes)
-        forward = functools.partial(fused_forward, tiles=tiles, unshifted=unshifted, log2=log2)
+        forward = functools.partial(fused_forward, tiles=tiles, unshifted=unshifted, log2=log2,
+                                    lse_wanted=lse_wanted)
         return with_op(lambda: tiled_attention(inp, forward, tiling, tiles, widen), computes)

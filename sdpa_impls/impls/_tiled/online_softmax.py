@@ -164,6 +164,7 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
     assert p5 is None or q_tile >= lq, "a saved P is read a whole row at a time"
     lse5 = None if lse is None else finite_or_zero(lse).unsqueeze(-1)  # fully masked rows: all scores -inf, P = 0
     dead5 = None if lse is None or mask5 is None else (lse == NEG_INF).unsqueeze(-1)  # rows that see no key
+    assert lse is not None or p5 is not None or not plan.multi_tile(), "rows across key tiles need the lse"
     dmask5 = None if dmask4 is None else (dmask4.unflatten(1, (hkv, g)) if dmask4.shape[1] == hkv * g
                                           else dmask4.unsqueeze(2))  # (B, Hkv, G, Lq, Lk), each dim full or 1
     delta = v32 = None
@@ -218,7 +219,10 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
                     if kt.masked:
                         masker.apply_ranges_(s, mask_g, i0, i1, j0, kt.masked)
                     if one_tile:  # every key of these rows: P is their softmax, as the forward computed it
-                        _softmax_into(p, s, dead4 is not None and tiles.has_dead_rows(i0, i1) and rows3(dead4, i0, i1))
+                        dead = mask5 is not None and tiles.has_dead_rows(i0, i1)  # a row that sees no key
+                        if dead:  # from the forward's lse, or (none kept) from the masked scores
+                            dead = rows3(dead4, i0, i1) if dead4 is not None else s.amax(-1, keepdim=True) == NEG_INF
+                        _softmax_into(p, s, dead)
                     else:
                         minus_into(p, s, lse_t, widen).exp_()  # P (heads, G·rows, keys) in fp32
                     pd = sd.copy_(p) if half else p  # P in the input dtype for the GEMMs
