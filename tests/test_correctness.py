@@ -12,7 +12,8 @@ import torch
 import sdpa_impls
 from sdpa_impls import max_abs_error, reference, tolerance
 from sdpa_impls.reference import naive_rounding, vetted_baseline
-from sdpa_impls.impls._tiled.online_softmax import chunked_forward, tiled_backward
+from sdpa_impls.impls._tiled.backward import tiled_backward
+from sdpa_impls.impls._tiled.online_softmax import chunked_forward
 from sdpa_impls.impls._tiled.tiles import grouped
 from sdpa_impls.impls._tiled.tilemap import MaskTiles, Tiling
 from sdpa_impls.impls.fused import KEY_BLOCK, fused_forward

@@ -14,7 +14,8 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 import fused_variants as fv  # noqa: E402
 from sdpa_impls.impls._tiled.budget import CpuTiling, CudaTiling, choice, cuda_tiling  # noqa: E402
-from sdpa_impls.impls._tiled.online_softmax import minus_into, times_into  # noqa: E402
+from sdpa_impls.impls._tiled.backward import times_into  # noqa: E402
+from sdpa_impls.impls._tiled.online_softmax import minus_into  # noqa: E402
 
 
 def test_a_small_run_checks_and_times_every_experiment(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -10,7 +10,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import sdpa_impls
 from sdpa_impls.bench.grid import Case
-from sdpa_impls.impls._tiled.online_softmax import chunked_forward, tiled_backward
+from sdpa_impls.impls._tiled.backward import tiled_backward
+from sdpa_impls.impls._tiled.online_softmax import chunked_forward
 from sdpa_impls.impls._tiled.tilemap import EMPTY, FULL, PARTIAL, MaskTiles, Tiling, block_states
 from sdpa_impls.impls._tiled.tiles import grouped
 from sdpa_impls.impls.chunked import narrowest_useful, tile_size

@@ -55,7 +55,8 @@ from sdpa_impls.bench.measure import mode_closure  # noqa: E402
 from sdpa_impls.bench.timing import same_context, time_closure  # noqa: E402
 from sdpa_impls.impls._tiled.budget import CpuTiling, CudaTiling, free_device_bytes  # noqa: E402
 from sdpa_impls.registry import get  # noqa: E402
-from sdpa_impls.impls._tiled.online_softmax import minus_into, times_into  # noqa: E402
+from sdpa_impls.impls._tiled.backward import times_into  # noqa: E402
+from sdpa_impls.impls._tiled.online_softmax import minus_into  # noqa: E402
 from sdpa_impls.impls._tiled.tiles import NEG_INF, TileMasker  # noqa: E402
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}

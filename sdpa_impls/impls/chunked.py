@@ -7,7 +7,8 @@ from collections.abc import Callable
 import torch
 
 from ._tiled.compute import in_fp32, warm_exp
-from ._tiled.online_softmax import chunked_forward, plan_tiles, tiled_attention
+from ._tiled.backward import tiled_attention
+from ._tiled.online_softmax import chunked_forward, plan_tiles
 from ..protocol import WITH_FP64, Implementation, SDPAInputs, Support, with_op
 from ..registry import register
 from ._tiled.budget import tiling_for

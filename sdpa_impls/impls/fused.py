@@ -7,7 +7,8 @@ from collections.abc import Callable
 import torch
 
 from ._tiled.compute import LOG2_E, in_fp32, unshifted_base, unshifted_exp, unshifted_tile, warm_exp
-from ._tiled.online_softmax import plan_tiles, take, tiled_attention
+from ._tiled.backward import tiled_attention
+from ._tiled.online_softmax import plan_tiles, take
 from ..protocol import WITH_FP64, Implementation, SDPAInputs, Support, empty_attention, with_op
 from ..registry import register
 from ._tiled.tilemap import MaskTiles, Plan, Tiling
@@ -59,7 +60,7 @@ def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: t
     returned for the backward instead of the log-sum-exp (no recomputation, and no more memory than the tile
     the backward would allocate again); otherwise the log-sum-exp is returned where the backward's plan needs it
     (`lse_wanted`: some row's keys span several key runs), else nothing: a row whose keys fit one tile gets its P
-    from the softmax again (`online_softmax.tiled_backward`). An fp32 copy of the tile is
+    from the softmax again (`backward.tiled_backward`). An fp32 copy of the tile is
     made only when the log-sum-exp is needed or a float mask is added; where the device's policy says
     `SOFTMAX_FROM_HALF` (fp16 without a float mask), the softmax itself reads the fp16 tile and writes fp32 P, and
     the mask and the row max work on the fp16 tile (exact: adding 0 or -inf, and a max, round nothing).
@@ -71,7 +72,7 @@ def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: t
     lk, ev, dtype, dev = k4.shape[-2], v4.shape[-1], q5.dtype, q5.device
     float_mask = mask5 is not None and mask5.dtype != torch.bool
     half = dtype in HALF
-    unshifted = unshifted and dtype == torch.float32 and not with_lse and not float_mask and not half
+    unshifted = unshifted and dtype == torch.float32 and not with_lse and not float_mask
     log2 = log2 and unshifted
     alpha = scale * LOG2_E if log2 else scale
     rows, plan, keys = fused_plan(tiles, dev, b, g, 4 if half and (with_lse or float_mask) else q5.element_size(),

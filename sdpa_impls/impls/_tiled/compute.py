@@ -11,7 +11,7 @@
     check_settings()                             # SDPA_BENCH_CPU_BF16 and SDPA_BENCH_CPU_EXP read, or ValueError
 
 bf16 follows this CPU's GEMMs (`budget.bf16_compute`). A widened call runs in fp32 and is rounded once at the end
-(`online_softmax.tiled_attention`).
+(`backward.tiled_attention`).
 """
 from __future__ import annotations
 
