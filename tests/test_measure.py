@@ -18,6 +18,7 @@ from sdpa_impls.bench import allocator
 from sdpa_impls.bench.check import CaseContext
 from sdpa_impls.bench.grid import Case
 from sdpa_impls.bench.measure import Options, run_case, run_case_interleaved, run_point
+from sdpa_impls.bench.timing import Sampler
 from sdpa_impls.bench.result import with_speedups
 from sdpa_impls.bench.timing import calibrate, call_context, same_context, time_closure
 
@@ -56,6 +57,27 @@ def test_interleaved_rounds_time_every_implementation_alike() -> None:
                                 Options(budget_s=0.02, min_reps=2, max_reps=50, warmup=0))
     assert all(sum(r.samples) * r.calls_per_sample >= 0.02 or len(r.samples) == 50 for r in more)  # the budget holds for the slowest too
     assert len(more[0].samples) == len(more[1].samples) and more[0].peak_memory_bytes > 0
+
+
+def test_interleaved_rounds_shuffle_who_follows_whom(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call runs slower right after a larger one: each round's order is drawn anew (seeded), so no implementation
+    always follows the same one."""
+    seen: list[int] = []
+    real = Sampler.sample
+
+    def spy(self: Sampler) -> float:
+        seen.append(id(self))
+        return real(self)
+
+    monkeypatch.setattr(Sampler, "sample", spy)
+    names, rounds = ["naive", "fused", "chunked"], 12
+    rows = run_case_interleaved(Case(lq=32, lk=32, e=16), names, "cpu",
+                                Options(budget_s=0.0, min_reps=rounds, max_reps=rounds, warmup=0, memory=False))
+    assert [len(r.samples) for r in rows] == [rounds] * 3
+    orders = [tuple(seen[i:i + 3]) for i in range(0, len(seen), 3)]
+    assert len(orders) == rounds and all(len(set(o)) == 3 for o in orders)  # one sample of each a round
+    assert len(set(orders)) > 1  # not one order for every round
+    assert len({(a, b) for o in orders for a, b in zip(o, o[1:])}) > 3  # more pairs than one turning cycle has
 
 
 @pytest.mark.parametrize("option", ["flush_l2", "cuda_graph"])

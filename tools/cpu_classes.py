@@ -9,8 +9,8 @@ Cascade Lake / Ice Lake class), `AVX2`. Each class runs in a process of its own 
 starts). A cap lowers only what oneDNN runs (torch's GEMMs and its CPU flash kernel's); torch's own vectorized
 loops (the softmax) keep this CPU's AVX-512, so a capped class is an approximation of that CPU, not a copy.
 
-Per class, every point is timed in shared rounds (one sample of each per round, `--rounds` of them), so each ratio
-compares two points that saw the same slow periods:
+Per class, every point is timed in shared rounds (one sample of each per round, `--rounds` of them, in an order
+shuffled each round), so each ratio compares two points that saw the same slow periods:
 - fused / torch_sdpa, bf16, L 4096, E 128, forward (and fused with either compute dtype forced, to show the choice);
 - fused / torch_sdpa, fp32, L 2048, E 64, forward;
 - the drop-in `fused(q, k, v, attn_mask=window)` with a 512-key sliding window, fp32, L 8192, against fused's
@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -108,8 +109,9 @@ def measure_class(rounds: int) -> dict:
             points[label] = (fn, options.sampler(fn, "cpu"))
     samples: dict[str, list[float]] = {label: [] for label in points}
     start = time.perf_counter()
-    for r in range(rounds):
-        for label, (fn, sampler) in points.items():
+    order = random.Random(rounds)
+    for r in range(rounds):  # shuffled each round: a call runs slower right after a larger one, whichever it is
+        for label, (fn, sampler) in order.sample(list(points.items()), len(points)):
             with call_context(fn):
                 samples[label].append(sampler.sample())
         print(f"  [{time.perf_counter() - start:4.0f}s] round {r + 1}/{rounds}", flush=True)
