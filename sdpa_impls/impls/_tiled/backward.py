@@ -204,7 +204,7 @@ def tiled_attention(inp: SDPAInputs, forward_fn: ForwardFn, tiling: Tiling, tile
     """
     if inp.is_empty:
         return empty_attention(inp)
-    if widen and inp.query.dtype in (torch.float16, torch.bfloat16):
+    if widen and inp.query.dtype in HALF:
         mask = inp.attn_mask
         mask = mask.float() if mask is not None and mask.is_floating_point() else mask
         up = replace(inp, query=inp.query.float(), key=inp.key.float(), value=inp.value.float(), attn_mask=mask)
