@@ -1,8 +1,9 @@
-"""Gradients of rows whose scores are large (one key takes nearly all of the weight): where a row's keys fit one
-key tile (every row of fused; chunked's up to its key tile), the tiled backward recomputes P as the forward's softmax
-did, so the gradients are within 2x naive's own error against fp64 (flash-attention's factor, with no floor: at these
-magnitudes the floor alone would excuse any error). Rows whose keys span several tiles recompute P = exp(S - lse), as
-FlashAttention and torch's CPU flash kernel do, which carries lse's rounding."""
+"""Gradients of rows whose scores are large (one key takes nearly all of the weight) are within 2x naive's own error
+against fp64 (flash-attention's factor, with no floor: at these magnitudes the floor alone would excuse any error).
+Where a row's keys fit one key tile (every row of fused without a gap in its mask; chunked's up to its key tile), the
+tiled backward recomputes P as the forward's softmax did. Where they span several, it computes P = exp((S - max) -
+log-sum) from the forward's row max and log-sum, one at a time: exp(S - lse), as FlashAttention and torch's CPU flash
+kernel compute it, carries the rounding of a large lse into every P of the row."""
 from __future__ import annotations
 
 import pytest
@@ -14,29 +15,54 @@ from sdpa_impls.impls.chunked import tile_size
 CASES = {  # (B, H, L, E, factor on q): the scores reach about factor · sqrt(E) · 3
     "L 24, scores ~1e5": (2, 4, 24, 16, 1e4),  # one key tile in chunked; fused keeps the forward's P
     "L 1000, scores ~400": (1, 2, 1000, 16, 30.0),  # chunked: as many keys as its key tile holds on this CPU
-    "L 1500, scores ~400": (1, 2, 1500, 16, 30.0),  # fused recomputes P
+    "L 1500, scores ~400": (1, 2, 1500, 16, 30.0),  # fused recomputes P; chunked's rows span two key tiles
+    "L 1500, scores ~3e4": (1, 2, 1500, 16, 1000.0),
 }
-POINTS = [("chunked", "L 24, scores ~1e5"), ("chunked", "L 1000, scores ~400"), ("fused", "L 24, scores ~1e5"),
-          ("fused", "L 1500, scores ~400")]
+ONE_TILE = [("chunked", "L 24, scores ~1e5"), ("chunked", "L 1000, scores ~400"), ("fused", "L 24, scores ~1e5"),
+            ("fused", "L 1500, scores ~400")]
+# Rows across key tiles: chunked past its key tile (at most 1024 keys on any CPU), fused with a mask whose keys fall
+# in two runs far apart. exp(S - lse) had 2.3x (chunked, dv) and 3.2x (fused, dv) naive's error at these points on
+# the EPYC (docs/records/2026-11-30-epyc-split-lse.md)
+SEVERAL_TILES = [("chunked", "L 1500, scores ~400", False), ("chunked", "L 1500, scores ~3e4", False),
+                 ("fused", "L 1500, scores ~3e4", True)]
 
 
-def grads(name: str, args: tuple[torch.Tensor, ...], weights: torch.Tensor, dtype: torch.dtype) -> list[torch.Tensor]:
+def grads(name: str, args: tuple[torch.Tensor, ...], weights: torch.Tensor, dtype: torch.dtype,
+          mask: torch.Tensor | None = None) -> list[torch.Tensor]:
     ins = [a.detach().to(dtype, copy=True).requires_grad_() for a in args]
-    (sdpa_impls.get(name)(*ins) * weights.to(dtype)).sum().backward()
+    (sdpa_impls.get(name)(*ins, attn_mask=mask) * weights.to(dtype)).sum().backward()
     return [i.grad.double() for i in ins]  # type: ignore[union-attr]
 
 
-@pytest.mark.parametrize("name, case", POINTS)
-def test_near_one_hot_rows_get_gradients_as_exact_as_naive(name: str, case: str) -> None:
-    b, h, length, e, factor = CASES[case]
-    if name == "chunked":  # every key in one key tile (1024 on a CPU with 1 MiB of L2 a core, fewer with less)
-        length = min(length, tile_size(torch.device("cpu"), b * h)[1])
+def check_against_naive(name: str, case: str, length: int | None = None, mask: torch.Tensor | None = None) -> None:
+    b, h, full, e, factor = CASES[case]
+    length = length or full
     gen = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(b, h, length, e, generator=gen) for _ in range(3))
     args = (q * factor, k, v)  # fp32 values: the fp64 call computes exactly what the fp32 ones are given
     weights = torch.randn(b, h, length, e, generator=torch.Generator().manual_seed(1))
-    exact = grads("naive", args, weights, torch.float64)
-    naive, mine = grads("naive", args, weights, torch.float32), grads(name, args, weights, torch.float32)
+    exact = grads("naive", args, weights, torch.float64, mask)
+    naive, mine = grads("naive", args, weights, torch.float32, mask), grads(name, args, weights, torch.float32, mask)
     for label, want, base, got in zip("qkv", exact, naive, mine):
         base_error, error = (base - want).abs().max().item(), (got - want).abs().max().item()
         assert error <= 2 * base_error, f"d{label}: {error:.3g} against naive's {base_error:.3g}"
+
+
+@pytest.mark.parametrize("name, case", ONE_TILE)
+def test_near_one_hot_rows_get_gradients_as_exact_as_naive(name: str, case: str) -> None:
+    length = None
+    if name == "chunked":  # every key in one key tile (1024 on a CPU with 1 MiB of L2 a core, fewer with less)
+        b, h, full = CASES[case][:3]
+        length = min(full, tile_size(torch.device("cpu"), b * h)[1])
+    check_against_naive(name, case, length)
+
+
+@pytest.mark.parametrize("name, case, two_runs", SEVERAL_TILES)
+def test_rows_across_key_tiles_get_gradients_as_exact_as_naive(name: str, case: str, two_runs: bool) -> None:
+    length = CASES[case][2]
+    assert name != "chunked" or length > tile_size(torch.device("cpu"), 2)[1], "the row must span key tiles"
+    mask = None
+    if two_runs:  # keys 0-199 and the last 200: two runs of key blocks, so fused's backward reads the lse
+        mask = torch.zeros(length, length, dtype=torch.bool)
+        mask[:, :200] = mask[:, -200:] = True
+    check_against_naive(name, case, mask=mask)

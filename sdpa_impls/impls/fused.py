@@ -57,11 +57,11 @@ def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: t
     fp32 softmax followed by the cast. Only the key blocks that `tiles`' plan keeps are computed (causal: none
     past the tile's last row), and the mask is applied only to its partial blocks.
     Training (`with_lse`): when one score tile holds every head and row, that tile is P itself, and it is
-    returned for the backward instead of the log-sum-exp (no recomputation, and no more memory than the tile
-    the backward would allocate again); otherwise the log-sum-exp is returned where the backward's plan needs it
+    returned for the backward instead of each row's max and log-sum (`lse`; no recomputation, and no more memory
+    than the tile the backward would allocate again); otherwise `lse` is returned where the backward's plan needs it
     (`lse_wanted`: some row's keys span several key runs), else nothing: a row whose keys fit one tile gets its P
     from the softmax again (`backward.tiled_backward`). An fp32 copy of the tile is
-    made only when the log-sum-exp is needed or a float mask is added; where the device's policy says
+    made only when `lse` is needed or a float mask is added; where the device's policy says
     `SOFTMAX_FROM_HALF` (fp16 without a float mask), the softmax itself reads the fp16 tile and writes fp32 P, and
     the mask and the row max work on the fp16 tile (exact: adding 0 or -inf, and a max, round nothing).
     `unshifted` (`compute.unshifted_exp`, fp32 inference only): P = exp(S) in place with no row max, then P V and
@@ -85,7 +85,7 @@ def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: t
     from_half = need_f32 and not float_mask and dtype == torch.float16 and choice(dev, "SOFTMAX_FROM_HALF")
     compact = compact_transposed(q5)
     out = torch.empty((b, hkv, g, lq, ev), dtype=dtype, device=dev)
-    lse = torch.empty((b, hkv, g, lq), dtype=working_dtype(dtype), device=dev) if with_lse else None
+    lse = torch.empty((b, hkv, g, lq, 2), dtype=working_dtype(dtype), device=dev) if with_lse else None
     masker = TileMasker(mask5, is_causal, rows, dev, tiles.memo)
     sbuf = torch.empty(heads * g * rows * keys, dtype=dtype, device=dev)
     fbuf = torch.empty(heads * g * rows * lk, dtype=torch.float32, device=dev) if need_f32 else sbuf
@@ -137,12 +137,12 @@ def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: t
             if dead is not None:  # P of those rows is 0 before any GEMM reads it: a GEMM may spread a NaN row
                 p.masked_fill_(dead, 0.0)  # into others (oneDNN's AMX bf16 kernels do), and O, dQ, dK, dV get 0
             o = _pv_into(take(obuf, n, m, ev), p, v3, key_tiles, cols)  # (heads, G·rows, Ev)
-            if lse is not None:  # max P = 1 / Σ exp(s - max), so lse = max - log(max P), in fp32 (fp64 inputs: fp64)
+            if lse is not None:  # max P = 1 / Σ exp(s - max): (max, -log(max P)), fp32 (fp64 inputs: fp64)
                 assert row_max is not None
-                lse_t = row_max.to(lse.dtype) - torch.log(pf.amax(dim=-1, keepdim=True))
-                if dead is not None:  # no key: -inf (the backward's P = exp(S - lse) is then 0)
+                lse_t = torch.cat([row_max.to(lse.dtype), torch.log(pf.amax(dim=-1, keepdim=True)).neg_()], dim=-1)
+                if dead is not None:  # no key: -inf (the backward's P = exp(S - max - log sum) is then 0)
                     lse_t = torch.where(dead, NEG_INF, lse_t)
-                store_rows_(flat(lse, bs, hs).unsqueeze(-1), i0, i1, lse_t)
+                store_rows_(flat(lse, bs, hs), i0, i1, lse_t)
             store_rows_(out4, i0, i1, o)
     p_keys = first[0].j1 if keep_p else 0
     return out, lse, sbuf[:b * hkv * g * lq * p_keys].view(b, hkv, g, lq, p_keys) if keep_p else None

@@ -1,7 +1,7 @@
 """The tiled backward of chunked and fused, and the autograd Function around any tiled forward.
 
-The backward recomputes score tiles (P from the softmax where a row's keys fit one key tile, else from the saved
-per-row log-sum-exp), so it holds O(L) state, unless the forward hands it P (fused, when a single tile held all of
+The backward recomputes score tiles (P from the softmax where a row's keys fit one key tile, else from each row's
+max and log-sum, saved by the forward), so it holds O(L) state, unless the forward hands it P (fused, when a single tile held all of
 it). A learned bias's gradient is the scores' gradient, added up in the bias's own shape.
 """
 from __future__ import annotations
@@ -18,8 +18,9 @@ from .tilemap import KeyTile, MaskTiles, Tiling
 from .tiles import HALF, NEG_INF, TileMasker, columns_t, compact_transposed, flat, grouped, rows3, store_rows_, \
     working_dtype
 
-# (q5, k4, v4, mask5, is_causal, scale, with_lse) -> (out5 (B, Hkv, G, Lq, Ev), lse (B, Hkv, G, Lq) fp32 or None,
-# P (B, Hkv, G, Lq, keys) in the input dtype or None); with_lse asks for one of lse and P, for the backward
+# (q5, k4, v4, mask5, is_causal, scale, with_lse) -> (out5 (B, Hkv, G, Lq, Ev), lse (B, Hkv, G, Lq, 2): each row's
+# max and the log of its sum of exp(S - max), fp32 (fp64 inputs: fp64), or None, P (B, Hkv, G, Lq, keys) in the input
+# dtype or None); with_lse asks for one of lse and P, for the backward
 ForwardFn = Callable[..., tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]]
 
 
@@ -36,10 +37,12 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
                    dmask4: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq (B, Hkv, G, Lq, E), dk, dv (B, Hkv, Lk, ·) fp32 by recomputing P tile by tile, or reading it from the
     forward's P (`p5`, input dtype, keys 0:p5.shape[-1], one query tile of every row). A row whose keys fit one key
-    tile gets P = softmax(S) again, as the forward computed it; one whose keys span several, P = exp(S - lse). The
-    first sums to 1 however large the scores: exp(S - lse) carries lse's rounding (|lse| · 2⁻²⁴, 0.004 at scores of
-    10⁵) into every P, and with D = rowsum(P ⊙ dP) a near one-hot row's dS then grows from ~0 to 0.4 % of its dP
-    (dK 26× naive's error at L 24, fused's 5-10× at L 1500, against fp64).
+    tile gets P = softmax(S) again, as the forward computed it; one whose keys span several, P = exp((S - max) -
+    log-sum), subtracted one at a time. Both stay as exact as naive's softmax however large the scores: their sum,
+    the log-sum-exp, is rounded at |lse| · 2⁻²⁴ (0.004 at scores of 10⁵), and exp(S - lse) carries that into every
+    P of the row (as torch's CPU flash kernel does: dV 2-3× naive's error against fp64 at L 1500), while S - max is
+    exact near the max and the log-sum is at most log Lk. With D = rowsum(P ⊙ dP) from such a P, a near one-hot row's
+    dS grew from ~0 to 0.4 % of its dP (dK 26× naive's error at L 24).
 
     Only the key tiles of `tiles`' plan are computed. dk and dv accumulate in fp32 (O(L)); dq is written once
     per query tile when one key tile holds all of its keys (fused), else accumulated in an fp32 tile.
@@ -59,8 +62,8 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
     heads = plan.max_heads
     p_keys = None if p5 is None else (KeyTile(0, p5.shape[-1]),)  # the saved P is final: no mask to apply
     assert p5 is None or q_tile >= lq, "a saved P is read a whole row at a time"
-    lse5 = None if lse is None else finite_or_zero(lse).unsqueeze(-1)  # fully masked rows: all scores -inf, P = 0
-    dead5 = None if lse is None or mask5 is None else (lse == NEG_INF).unsqueeze(-1)  # rows that see no key
+    lse5 = None if lse is None else finite_or_zero(lse)  # fully masked rows: all scores -inf, P = 0
+    dead5 = None if lse is None or mask5 is None else lse[..., :1] == NEG_INF  # rows that see no key
     assert lse is not None or p5 is not None or not plan.multi_tile(), "rows across key tiles need the lse"
     dmask5 = None if dmask4 is None else (dmask4.unflatten(1, (hkv, g)) if dmask4.shape[1] == hkv * g
                                           else dmask4.unsqueeze(2))  # (B, Hkv, G, Lq, Lk), each dim full or 1
@@ -83,7 +86,7 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
         k3, v3 = flat(k4, bs, hs), flat(v4, bs, hs)  # (heads, Lk, E), (heads, Lk, Ev)
         kt3, vt3 = k3.transpose(1, 2) if p5 is None else None, v3.transpose(1, 2)  # sliced per tile (Kᵀ: P not saved)
         dk3, dv3 = flat(dk, bs, hs), flat(dv, bs, hs)
-        lse4 = None if lse5 is None else flat(lse5, bs, hs)  # (heads, G, Lq, 1)
+        lse4 = None if lse5 is None else flat(lse5, bs, hs)  # (heads, G, Lq, 2)
         dead4 = None if dead5 is None else flat(dead5, bs, hs)
         p4 = None if p5 is None else flat(p5, bs, hs)  # (heads, G, Lq, keys)
         mask_g = None if mask5 is None else mask5[bs, hs]
@@ -96,7 +99,7 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
                 dq4[:, :, i0:i1] = 0
                 continue
             qt, dot = rows3(q4, i0, i1), rows3(do4, i0, i1)  # (heads, G·rows, E), (heads, G·rows, Ev)
-            lse_t = None if lse4 is None else rows3(lse4, i0, i1)  # (heads, G·rows, 1)
+            lse_t = None if lse4 is None else rows3(lse4, i0, i1)  # (heads, G·rows, 2): row max, log of the sum
             one_tile = len(key_tiles) == 1
             dq_acc = delta_t = dot32 = v32_3 = None
             if not one_tile:
@@ -121,7 +124,7 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
                             dead = rows3(dead4, i0, i1) if dead4 is not None else s.amax(-1, keepdim=True) == NEG_INF
                         _softmax_into(p, s, dead)
                     else:
-                        minus_into(p, s, lse_t, widen).exp_()  # P (heads, G·rows, keys) in fp32
+                        minus_into(p, s, lse_t[..., :1], widen).sub_(lse_t[..., 1:]).exp_()  # P in fp32
                     pd = sd.copy_(p) if half else p  # P in the input dtype for the GEMMs
                 accumulate(dv3[:, j0:j1], pd.transpose(1, 2), dot, 1.0, half)  # dV += Pᵀ dO
                 if one_tile:  # dS = P ⊙ dP − P ⊙ rowsum(P ⊙ dP), dP = dO Vᵀ in the input dtype

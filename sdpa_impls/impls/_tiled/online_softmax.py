@@ -68,7 +68,7 @@ def chunked_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5:
     q_tile, k_tile = min(q_tile, lq), min(k_tile, lk)
     heads = plan.max_heads
     out = torch.empty((b, hkv, g, lq, ev), dtype=dtype, device=dev)
-    lse = torch.empty((b, hkv, g, lq), dtype=work, device=dev) if with_lse else None
+    lse = torch.empty((b, hkv, g, lq, 2), dtype=work, device=dev) if with_lse else None  # (row max, log of sum)
     sbuf = torch.empty(heads * g * q_tile * k_tile, dtype=dtype, device=dev)  # S, then P, in the input dtype
     pbuf = torch.empty_like(sbuf, dtype=torch.float32) if half else sbuf  # fp32 P
     abuf = torch.empty(heads * g * q_tile * ev, dtype=work, device=dev)  # output accumulator
@@ -113,7 +113,7 @@ def chunked_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5:
             denom = torch.where(run_sum == 0, torch.ones_like(run_sum), run_sum)
             store_rows_(out4, i0, i1, acc.div_(denom))
             if lse is not None:  # -inf for fully masked rows
-                store_rows_(flat(lse, bs, hs).unsqueeze(-1), i0, i1, run_max + torch.log(run_sum))
+                store_rows_(flat(lse, bs, hs), i0, i1, torch.cat([run_max, torch.log(run_sum)], dim=-1))
     return out, lse, None
 
 
