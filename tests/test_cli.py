@@ -394,3 +394,46 @@ def test_a_session_on_busy_cpus_says_so_in_the_report() -> None:
     text = sessions_text(meta, 6)
     assert "points 1–3: abc1234, started t0;" in text
     assert "points 4–6: abc1234, started t1 on busy CPUs (load average 1.93" in text
+
+
+def test_an_implementation_that_fails_every_point_fails_the_run(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A kernel that raises on every case measured nothing: `run` exits 1 and names it (a failed point among measured
+    ones stays a result, exit 0), so a CI job that runs a plug-in does not pass on a kernel that never ran."""
+    import sdpa_impls
+    from sdpa_impls import registry
+    from sdpa_impls.cli import main
+    from sdpa_impls.impls.naive import Naive
+
+    class Raises(Naive):
+        name = "test_raises_always"
+
+        def forward(self, inp):
+            raise RuntimeError("kernel exploded")
+
+    class RaisesOnce(Naive):  # fails the first smoke case only
+        name = "test_raises_once"
+
+        def forward(self, inp):
+            if inp.query.shape[-2] == preset("smoke")[0].lq and not inp.is_causal:
+                raise RuntimeError("one bad shape")
+            return super().forward(inp)
+
+    for cls in (Raises, RaisesOnce):
+        sdpa_impls.register(cls)
+    try:
+        rc = main(["run", "--preset", "smoke", "--impl", "test_raises_once,naive", "--out", str(tmp_path / "a"),
+                   "--no-plots", *FAST])
+        assert rc == 0, capsys.readouterr().err[-2000:]
+        assert "failed on every point" not in capsys.readouterr().err
+        once = {r["status"] for r in load(tmp_path / "a")["results"] if r["impl"] == "test_raises_once"}
+        assert once == {"ok", "failed"}, once
+        rc = main(["run", "--preset", "smoke", "--impl", "test_raises_always,naive", "--out", str(tmp_path / "b"),
+                   "--no-plots", *FAST])
+        err = capsys.readouterr().err
+        assert rc == 1, err[-2000:]
+        line = [x for x in err.splitlines() if "failed on every point" in x]
+        assert len(line) == 1 and "test_raises_always" in line[0] and "kernel exploded" in line[0], err[-2000:]
+        assert all(r["status"] == "ok" for r in load(tmp_path / "b")["results"] if r["impl"] == "naive")
+    finally:
+        for cls in (Raises, RaisesOnce):
+            registry._REGISTRY.pop(cls.name, None)

@@ -17,6 +17,7 @@ from ..bench import grid
 from ..bench.ceilings import RunCeilings, needed_ceilings
 from ..bench.machine import busy_cpus, machine_differences, machine_info, plugin_sources, source_revision
 from ..bench.measure import Options, run_case
+from ..bench.result import Result
 from ..errors import USAGE_EXIT, UsageError
 from ..fmt import fmt_duration
 from ..impls._tiled.compute import check_settings
@@ -287,4 +288,18 @@ def _sweep(args: argparse.Namespace, device: str, preset: str, impls: list[str] 
         print(f"sdpa-bench: nothing was measured: every point was skipped here (the reasons are in "
               f"{out / 'report.md'})", file=sys.stderr)
         return USAGE_EXIT
-    return 1 if wrong else 0
+    never = never_ran(sweep.results)
+    for name, first in never.items():  # a kernel that raises on every point is a bug too, not a fact of the machine
+        print(f"sdpa-bench: {name} failed on every point it ran and measured nothing (first, {first.case.id}: "
+              f"{first.reason.splitlines()[0][:200]})", file=sys.stderr)
+    return 1 if wrong or never else 0
+
+
+def never_ran(results: list[Result]) -> dict[str, Result]:
+    """The implementations with a failed point and none measured (every other point skipped), each with its first
+    failed point: a plug-in whose kernel raises on every case must not leave a CI job green."""
+    by_impl: dict[str, list[Result]] = {}
+    for r in results:
+        by_impl.setdefault(r.impl, []).append(r)
+    return {name: next(r for r in rs if r.status == "failed") for name, rs in by_impl.items()
+            if all(r.status in ("failed", "skipped") for r in rs) and any(r.status == "failed" for r in rs)}
