@@ -82,6 +82,10 @@ def test_the_notes_say_the_probe_scaled_only_what_it_scaled() -> None:
     assert "each sample divided by the machine's speed" in notes and "as measured" not in notes
     notes = " ".join(judge(base, head, CONFIG, paired_from=1).notes)
     assert "later rounds' as measured" in notes and "divided by the machine's speed" not in notes, notes
+    assert "is missing from some run" not in notes, "the time reference is in every run"
+    gone = [[p for p in run if p.impl != "torch_sdpa"] for run in base]  # missing: said where it would have scaled
+    notes = " ".join(judge(gone, head, replace(CONFIG, speed_probe=False)).notes)
+    assert "torch_sdpa (time_reference) is missing from some run" in notes, notes
 
 
 def test_one_round_a_side_says_it_can_judge_nothing_slower() -> None:

@@ -309,7 +309,7 @@ def judge(base_runs: Sequence[Sequence[Point]], head_runs: Sequence[Sequence[Poi
                      "cases of its time there / its time over all runs: base " + ", ".join(
                          f"{v:.3f}" for v in speeds[:len(base)]) + "; head " + ", ".join(
                          f"{v:.3f}" for v in speeds[len(base):]) + ".")
-    elif reference:
+    elif reference and typical is None:  # no probe, and no run speeds: the reference was not in every run
         notes.append(f"times compared as measured: {reference} (time_reference) is missing from some run.")
     notes.append("memory: exact (peak memory is deterministic); 95% CI: two-stage bootstrap over runs and samples.")
     full = list(head_runs[:planned] if planned is not None else head_runs)
