@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -441,3 +442,27 @@ def test_what_people_wrote_is_text_in_the_comment() -> None:
     assert text.count(sneaky) == 3  # base name, header line, about line: each shown, as text
     assert redact(f"https://u:{SECRET}@h/x") == "https://u:****@h/x" and redact(f"git+https://{SECRET}@h/r") == \
         "git+https://****@h/r"
+
+
+def test_a_sigterm_stops_a_run_with_one_line_and_leaves_nothing(plugin_repo: Path) -> None:
+    """SIGTERM (a CI's time limit, a cancelled job) once the base is checked out: exit 143, one line saying so, and
+    the run's work folder and git worktrees are gone (no later run needed to sweep them)."""
+    before = set(Path(tempfile.gettempdir()).glob("sdpa-continuous-*"))
+    run = subprocess.Popen([sys.executable, "-m", "sdpa_impls", "continuous", "HEAD~1", "HEAD", *QUICK],
+                           cwd=plugin_repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while git(plugin_repo, "worktree", "list").count("\n") < 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert git(plugin_repo, "worktree", "list").count("\n") >= 1, "the run never checked its base out"
+        run.send_signal(signal.SIGTERM)
+        out, err = run.communicate(timeout=60)
+    finally:
+        run.kill()
+        run.wait()
+    assert run.returncode == 128 + signal.SIGTERM and "Traceback" not in err, (run.returncode, err[-2000:])
+    said = [line for line in err.splitlines() if not line.startswith("[")]  # progress lines start with [
+    assert said == ["sdpa-bench continuous: terminated (SIGTERM): nothing was judged; its temporary checkouts are "
+                    "removed"], err[-2000:]
+    assert git(plugin_repo, "worktree", "list").count("\n") == 0
+    assert set(Path(tempfile.gettempdir()).glob("sdpa-continuous-*")) <= before

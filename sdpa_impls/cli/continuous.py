@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from pathlib import Path
 
@@ -41,7 +42,8 @@ from ..continuous.comparison import Plan, compare
 from ..continuous.project import find
 from ..credentials import redact
 from ..errors import GateInputError
-from .outputs import add_measuring, guarded, impl_names, seed, timed_progress, writable, write
+from .outputs import (Terminated, add_measuring, guarded, impl_names, seed, terminate_as_interrupt, timed_progress,
+                      writable, write)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -99,4 +101,11 @@ def run(args: argparse.Namespace) -> int:
         progress(f"done: exit {comparison.exit_code}")
         return comparison.exit_code
 
-    return guarded("continuous", body, settings.source_of(args))
+    try:  # SIGTERM (a CI's time limit, a cancelled job) stops it as Ctrl-C does: its checkouts removed on the way out
+        with terminate_as_interrupt():
+            return guarded("continuous", body, settings.source_of(args))
+    except KeyboardInterrupt as exc:
+        how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+        print(f"sdpa-bench continuous: {how}: nothing was judged; its temporary checkouts are removed",
+              file=sys.stderr)
+        return 128 + signal.SIGTERM if isinstance(exc, Terminated) else 130
