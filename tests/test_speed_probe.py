@@ -100,9 +100,9 @@ def test_one_round_a_side_says_it_can_judge_nothing_slower() -> None:
     assert not any("one round a side" in n for n in judge(*sides(1.3, runs=2), CONFIG).notes)
 
 
-def test_a_wrong_point_is_one_failure_not_also_a_missing_one() -> None:
-    """A point whose answer is wrong fails its test in head, so head's runs lack it: that is one correctness
-    failure, named with its error, not a second one for a benchmark gone missing."""
+def test_a_failed_point_is_one_failure_not_also_a_missing_one() -> None:
+    """A point whose answer is wrong (or whose kernel raised) fails its test in head, so head's runs lack it: that is
+    one failure, named with its error, not a second one for a benchmark gone missing."""
     base, head = sides(1.0)
     head = [[p for p in r if p.label != "naive[L128-E64-fp32-fwd]"] for r in head]
     line = ("FAILED test_sdpa.py::test_sdpa[naive-L128-E64-fp32-fwd] - sdpa_impls.bench.check.WrongResult: "
@@ -111,6 +111,10 @@ def test_a_wrong_point_is_one_failure_not_also_a_missing_one() -> None:
     assert [(c.kind, c.subject) for c in failures] == [("correctness", "naive[L128-E64-fp32-fwd]")], failures
     gone = judge(base, head, CONFIG).failures  # no failed test: the benchmark is missing from head
     assert [(c.kind, c.subject) for c in gone] == [("missing", "naive[L128-E64-fp32-fwd]")], gone
+    raised = line.split(" - ")[0] + " - RuntimeError: kernel exploded"  # an error, not a wrong answer: also once
+    failures = judge(base, head, CONFIG, head_failures=[raised]).failures
+    assert [(c.kind, c.subject) for c in failures] == [("suite", "naive[L128-E64-fp32-fwd]")], failures
+    assert "kernel exploded" in failures[0].message
 
 
 @pytest.mark.parametrize("how", ["a point without probes", "another probe's work", "switched off"])

@@ -230,12 +230,11 @@ def judge(base_runs: Sequence[Sequence[Point]], head_runs: Sequence[Sequence[Poi
         b, h = [run[key] for run in base if key in run], [run[key] for run in head if key in run]
         checks: list[Check] = []
         th = config.thresholds(*key)
-        if not h and WRONG in failed_in_head.get(b[0].label, ""):
-            pass  # its test failed on a wrong answer: the correctness failure of head's suite names it, once
+        if not h and b[0].label in failed_in_head:
+            pass  # its test failed in head (a wrong answer, an error): head's suite check names it, once
         elif not h:
             status = INFO if th.allow_missing else FAIL
-            why = ": its test failed there" if b[0].label in failed_in_head else ""
-            checks.append(Check("missing", b[0].label, status, f"in base ({len(b)} runs) but not in head{why}"
+            checks.append(Check("missing", b[0].label, status, f"in base ({len(b)} runs) but not in head"
                                 + (" (allowed by allow_missing)" if th.allow_missing else "")))
         elif not b:
             checks.append(Check("new", h[0].label, INFO, "in head only, not in base"))
