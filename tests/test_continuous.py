@@ -112,7 +112,7 @@ def test_a_slower_implementation_fails_naming_it(repo: dict, tmp_path: Path) -> 
     assert len(naive) == 5 and all(ratio > 1 for ratio in naive.values()), naive
     assert "sdpa-bench continuous: FAIL" in out and "Benjamini–Hochberg" in out
     # the first round checks in separate processes; the two after it are each one process timing both sides in turn
-    assert "round 1/3: " in err and "first; base and head measured" in err
+    assert "round 1/3 (checks every point; the timed rounds follow): " in err and "first; base and head measured" in err
     assert "round 3/3: one process, base and head in turn" in err and "one process timing base and head in turn" in out
     assert (tmp_path / "v.md").read_text().startswith("## sdpa-bench continuous: FAIL")
 

@@ -304,17 +304,17 @@ def interleaved(base: Side, head: Side, rounds: int, pytest_args: list[str], cpu
     """`rounds` runs of each side alternating in time, which side starts each round drawn by `schedule` (one of
     each per two rounds), so a slow period, a drift of the machine or an advantage of starting first falls on both
     sides alike. The first round checks every point against fp64; the later ones, the same code, environment and
-    inputs, only time them (run_pair's `repeat`). `first_tag`: the number of the first of these rounds (files and
-    progress lines), when earlier rounds ran otherwise; `last`: the number of the comparison's last planned round,
-    when later rounds run otherwise (the progress lines' "round n/last"). Returns (base runs, head runs, head's
-    failed tests); GateInputError as run_pair."""
+    inputs, only time them (run_pair's `repeat`). `first_tag`: the number of the first of these rounds (files, progress
+    lines) when earlier rounds ran otherwise; `last`: the comparison's last planned round when later rounds run
+    otherwise ("round n/last"). Returns (base runs, head runs, head's failed tests); GateInputError as run_pair."""
     base_runs, head_runs, failed = [], [], []
     for n in range(first_tag, first_tag + rounds):
         b, h, f = run_pair(base, head, schedule, pytest_args, cpu, workdir, str(n), timeout, repeat=n > 1)
         base_runs.append(b)
         head_runs.append(h)
         failed += [x for x in f if x not in failed]
-        if progress:
-            progress(f"round {n}/{last or first_tag + rounds - 1}: {schedule.orders[-1]} first; base and head "
-                     f"measured, {len(b)} and {len(h)} benchmarks")
+        if progress:  # with `last`, paired processes time the rounds after this one, which checks
+            progress(f"round {n}/{last or first_tag + rounds - 1}"
+                     f"{' (checks every point; the timed rounds follow)' if last and n == 1 else ''}: "
+                     f"{schedule.orders[-1]} first; base and head measured, {len(b)} and {len(h)} benchmarks")
     return base_runs, head_runs, failed
