@@ -1,8 +1,8 @@
 """The tiled backward of chunked and fused, and the autograd Function around any tiled forward.
 
 The backward recomputes score tiles (P from the softmax where a row's keys fit one key tile, else from each row's
-max and log-sum, saved by the forward), so it holds O(L) state, unless the forward hands it P (fused, when a single tile held all of
-it). A learned bias's gradient is the scores' gradient, added up in the bias's own shape.
+max and log-sum, saved by the forward), so it holds O(L) state, unless the forward hands it P (fused, when a single
+tile held all of it). A learned bias's gradient is the scores' gradient, added up in the bias's own shape.
 """
 from __future__ import annotations
 
@@ -38,11 +38,11 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
     """dq (B, Hkv, G, Lq, E), dk, dv (B, Hkv, Lk, ·) fp32 by recomputing P tile by tile, or reading it from the
     forward's P (`p5`, input dtype, keys 0:p5.shape[-1], one query tile of every row). A row whose keys fit one key
     tile gets P = softmax(S) again, as the forward computed it; one whose keys span several, P = exp((S - max) -
-    log-sum), subtracted one at a time. Both stay as exact as naive's softmax however large the scores: their sum,
-    the log-sum-exp, is rounded at |lse| · 2⁻²⁴ (0.004 at scores of 10⁵), and exp(S - lse) carries that into every
-    P of the row (as torch's CPU flash kernel does: dV 2-3× naive's error against fp64 at L 1500), while S - max is
-    exact near the max and the log-sum is at most log Lk. With D = rowsum(P ⊙ dP) from such a P, a near one-hot row's
-    dS grew from ~0 to 0.4 % of its dP (dK 26× naive's error at L 24).
+    log-sum), subtracted one at a time. Both stay as exact as naive's softmax however large the scores: their
+    sum, the log-sum-exp, is rounded at |lse| · 2⁻²⁴ (0.004 at scores of 10⁵), and exp(S - lse) carries that into
+    every P of the row (as torch's CPU flash kernel does: dV up to 2.3× naive's error against fp64 at L 1500),
+    while S - max is exact near the max and the log-sum is at most log Lk. With D = rowsum(P ⊙ dP) from such a P,
+    a near one-hot row's dS grew from ~0 to 0.4 % of its dP (dK 26× naive's error at L 24).
 
     Only the key tiles of `tiles`' plan are computed. dk and dv accumulate in fp32 (O(L)); dq is written once
     per query tile when one key tile holds all of its keys (fused), else accumulated in an fp32 tile.
