@@ -3,7 +3,8 @@
 Ported: the SDPA, CPU-only, failure-mode and attention-bias tests whose inputs our protocol covers (4-D tensors;
 no nested tensors, dropout statistics or CausalBias objects), batch and head counts trimmed, shapes otherwise kept.
 Where torch raises, we raise one ValueError; where it answers, so do we: empty shapes, masks of rank 0 to 4, fp16
-scores past 65504, and gradients that are exactly zero on rows that attend to a single key.
+scores past 65504, gradients that are exactly zero on rows that attend to a single key, and where ±inf or NaN inputs
+make the answer and gradients non-finite.
 """
 from __future__ import annotations
 
@@ -265,3 +266,22 @@ def test_rows_with_one_key_get_exactly_zero_dq_like_torch_math(impl, lq: int, lk
     single = slice(None) if lk == 1 else slice(0, 1)
     assert (want_dq[..., single, :] == 0).all()
     assert (dq[..., single, :] == 0).all(), float(dq[..., single, :].abs().max())
+
+
+@pytest.mark.parametrize("impl", OURS, ids=lambda i: i.name)
+@pytest.mark.parametrize("where", ["query", "key", "value", "attn_mask"])
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")], ids=str)
+def test_a_non_finite_input_spreads_like_torch_math(impl, where: str, value: float) -> None:
+    """One ±inf or NaN in q, k, v or a float mask: the answer and the gradients are non-finite where torch's math
+    backend's are (a +inf score makes its whole row NaN, as torch's softmax does) and agree elsewhere. (With causal
+    masking torch's own backends differ from each other here: math's NaN reaches rows the causal mask hides.)"""
+    gen = torch.Generator().manual_seed(zlib.crc32(repr((where, value)).encode()))
+    q, k, v = torch.randn(1, 2, 5, 8, generator=gen), torch.randn(1, 2, 6, 8, generator=gen), torch.randn(1, 2, 6, 8)
+    args = {"query": q, "key": k, "value": v, "attn_mask": torch.randn(5, 6, generator=gen)}
+    args[where][..., 1, 2] = value
+    grad_out = torch.randn(1, 2, 5, 8, generator=gen)
+    (got, grads), (want, want_grads) = ours(impl, args, grad_out), torch_math(args, grad_out)
+    assert want.isfinite().all() == (where == "attn_mask" and value == float("-inf"))  # a -inf mask entry masks
+    for name, g, w in zip(("out", "dq", "dk", "dv"), (got, *grads), (want, *want_grads)):
+        assert torch.equal(g.isnan(), w.isnan()) and torch.equal(g.isinf(), w.isinf()), (name, g, w)
+        torch.testing.assert_close(g[w.isfinite()], w[w.isfinite()], atol=1e-5, rtol=1e-4)

@@ -25,7 +25,8 @@ class Naive(Implementation):
         scores = scores.to(torch.promote_types(scores.dtype, torch.float32)) * inp.softmax_scale
         scores = mask_scores_(scores, mask5, inp.is_causal, 0, lq, 0, lk)
         row_max = scores.amax(dim=-1, keepdim=True).detach()
-        row_max = torch.where(torch.isinf(row_max), torch.zeros_like(row_max), row_max)  # fully masked rows
+        # a fully masked row (max -inf) stays all zeros below; a +inf score makes its row NaN, as torch's softmax does
+        row_max = torch.where(row_max == float("-inf"), torch.zeros_like(row_max), row_max)
         p = torch.exp(scores - row_max)
         denom = p.sum(dim=-1, keepdim=True)
         p = p / torch.where(denom == 0, torch.ones_like(denom), denom)  # a fully masked row stays all zeros
