@@ -13,6 +13,8 @@ is, and validate refuses it, as torch does.
 """
 from __future__ import annotations
 
+import numbers
+
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -94,3 +96,16 @@ def to_bhle(query: object, key: object, value: object, attn_mask: object, enable
         return full[(0,) * (full.dim() - rank)] if full.dim() > rank else full
 
     return Call(q4, k4, v4, mask, restore)
+
+
+def plain_number(x: Any) -> Any:
+    """`dropout_p` or `scale` as a Python float where torch takes it as one: a NumPy scalar (np.float32, np.int64) or
+    a 0-d tensor of a real dtype that does not require grad. Anything else is returned as it is, for `validate` to
+    refuse (a Python bool, int or float is kept: torch takes those too)."""
+    if isinstance(x, torch.Tensor):
+        if x.dim() == 0 and not x.is_complex() and not x.requires_grad:
+            return float(x)
+        return x
+    if not isinstance(x, (bool, int, float)) and isinstance(x, numbers.Real):
+        return float(x)
+    return x

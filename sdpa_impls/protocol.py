@@ -8,7 +8,7 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-from .callshape import shape_text, to_bhle
+from .callshape import plain_number, shape_text, to_bhle
 from .dtypes import short_name
 from .masks import Structure
 
@@ -41,6 +41,10 @@ class SDPAInputs:
     # knows it. An implementation with a native form for it may read it in `prepare_inputs`; the answer must
     # still equal the dense mask's.
     structure: Structure | None = None
+
+    def __post_init__(self) -> None:  # a NumPy scalar or 0-d tensor as a Python float, where torch reads it so
+        for name in ("dropout_p", "scale"):
+            object.__setattr__(self, name, plain_number(getattr(self, name)))
 
     @property
     def mask_kind(self) -> str:
@@ -113,7 +117,8 @@ def validate(inp: SDPAInputs) -> None:
             raise ValueError(f"sdpa: {name} has dtype {t.dtype}; a floating-point dtype is required")
     for name, flag in (("is_causal", inp.is_causal), ("enable_gqa", inp.enable_gqa)):
         if not isinstance(flag, bool):  # torch refuses these too; `is_causal="no"` would have meant causal
-            raise ValueError(f"sdpa: {name} must be a bool, got {type(flag).__name__} {flag!r}")
+            kind = f"{type(flag).__module__}.{type(flag).__qualname__}".removeprefix("builtins.")  # numpy.bool
+            raise ValueError(f"sdpa: {name} must be a bool, got {kind} {flag!r}")
     for name, number in (("dropout_p", inp.dropout_p), ("scale", inp.scale)):
         if number is not None and not isinstance(number, (int, float)):
             raise ValueError(f"sdpa: {name} must be a number, got {type(number).__name__} {number!r}")
@@ -248,6 +253,12 @@ class Implementation:
     name: str = ""
     support: Support = Support()
     description: str = ""
+    eager: bool = False  # True: a torch.compile'd caller runs the drop-in eagerly (a graph break), not traced
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.__dict__.get("eager"):
+            cls.__call__ = torch.compiler.disable(Implementation.__call__)  # type: ignore[method-assign]
 
     def forward(self, inp: SDPAInputs) -> torch.Tensor:
         raise NotImplementedError

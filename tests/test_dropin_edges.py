@@ -1,7 +1,9 @@
 """The drop-in call where a caller's own tensors could be touched or misread: a learned bias (a float mask that
 requires grad) gets torch's gradient or a clear refusal, never none; torch's pinned backends probe support on
 views of the caller's tensors (its strides, no gradient into its tensors, none of its random numbers); flags of the
-wrong type are one error for every implementation, as torch refuses them."""
+wrong type are one error for every implementation, as torch refuses them, and the numbers torch takes (NumPy
+scalars, 0-d tensors) are taken; create_graph, an answer written in place and a torch.compile'd caller behave as with
+torch's kernels."""
 from __future__ import annotations
 
 import re
@@ -13,6 +15,7 @@ import torch.nn.functional as F
 import sdpa_impls
 from sdpa_impls.impls import torch_sdpa
 from sdpa_impls.protocol import Unsupported
+from test_parity_torch import OURS, torch_math
 
 EAGER_CPU = ("naive", "chunked", "fused", "torch_sdpa", "torch_sdpa_math", "torch_sdpa_flash")
 
@@ -210,3 +213,48 @@ def test_compiled_computes_fp64_in_fp64() -> None:
     mine_grads = torch.autograd.grad(mine.sum(), (q, k, v))
     for a, t in zip(mine_grads, torch.autograd.grad(theirs.sum(), (q, k, v))):
         torch.testing.assert_close(a, t, atol=1e-11, rtol=1e-11)
+
+
+@pytest.mark.parametrize("impl", OURS + [sdpa_impls.reference], ids=lambda i: getattr(i, "name", "reference"))
+def test_scalars_torch_takes_as_numbers(impl) -> None:
+    """torch reads a NumPy scalar or a 0-d tensor as `scale` or `dropout_p`; so do we. A NumPy bool is no bool to
+    torch, and the error names its type."""
+    np = pytest.importorskip("numpy")
+    gen = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(1, 2, 6, 8, generator=gen) for _ in range(3))
+    for kwargs in ({"scale": np.float32(0.3)}, {"scale": torch.tensor(0.3)}, {"scale": np.int64(2)},
+                   {"dropout_p": np.float32(0.0)}, {"dropout_p": torch.tensor(0.0)}):
+        want = torch_math({"query": q, "key": k, "value": v, **kwargs})[0]
+        torch.testing.assert_close(impl(q, k, v, **kwargs).float(), want, msg=repr(kwargs))
+    with pytest.raises(ValueError, match="is_causal must be a bool, got numpy.bool"):
+        impl(q, k, v, is_causal=np.True_)
+
+
+@pytest.mark.parametrize("impl", OURS, ids=lambda i: i.name)
+def test_autograd_uses_answer_like_torch(impl) -> None:
+    """create_graph=True gives the usual gradients, and a second derivative one error (torch's flash kernels have
+    none either); the answer may be written in place, and then the backward refuses, as torch's does."""
+    gen = torch.Generator().manual_seed(6)
+    q, k, v = (torch.randn(1, 2, 40, 8, generator=gen).requires_grad_() for _ in range(3))
+    grads = torch.autograd.grad(impl(q, k, v).sum(), (q, k, v), create_graph=True)
+    for g, w in zip(grads, torch_math({"query": q, "key": k, "value": v}, torch.ones(1, 2, 40, 8))[1]):
+        torch.testing.assert_close(g, w)
+    if impl.name != "naive":  # naive's ops are torch's: it has the math backend's second derivative
+        with pytest.raises(RuntimeError, match="no second derivative"):
+            torch.autograd.grad(grads[0].sum(), q)
+    out = impl(q, k, v)
+    out.mul_(2)
+    if impl.name != "naive":
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            out.sum().backward()
+
+
+@pytest.mark.parametrize("impl", OURS[1:], ids=lambda i: i.name)
+def test_a_caller_compiled_with_torch_compile_gets_the_answer(impl) -> None:
+    """torch.compile of a function that calls chunked or fused: they run eagerly there (a graph break; their tile
+    loops with out= ops are not traceable, and dynamo failed on them). naive's ops are traced (`compiled`)."""
+    gen = torch.Generator().manual_seed(7)
+    q, k, v = (torch.randn(1, 2, 24, 8, generator=gen) for _ in range(3))
+    torch._dynamo.reset()
+    got = torch.compile(lambda a, b, c: impl(a, b, c, is_causal=True) * 2)(q, k, v)
+    torch.testing.assert_close(got, 2 * torch_math({"query": q, "key": k, "value": v, "is_causal": True})[0])

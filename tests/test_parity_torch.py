@@ -285,3 +285,4 @@ def test_a_non_finite_input_spreads_like_torch_math(impl, where: str, value: flo
     for name, g, w in zip(("out", "dq", "dk", "dv"), (got, *grads), (want, *want_grads)):
         assert torch.equal(g.isnan(), w.isnan()) and torch.equal(g.isinf(), w.isinf()), (name, g, w)
         torch.testing.assert_close(g[w.isfinite()], w[w.isfinite()], atol=1e-5, rtol=1e-4)
+

@@ -42,6 +42,7 @@ class Chunked(Implementation):
     name = "chunked"
     description = "online softmax over query×key tiles; custom backward recomputes tiles from the log-sum-exp"
     support = Support(dtypes=WITH_FP64, mask_grad=True)
+    eager = True  # torch.compile of a caller: a graph break here (its tile loop with out= ops is not traceable)
 
     def forward(self, inp: SDPAInputs) -> torch.Tensor:
         return self.prepare_inputs(inp)()

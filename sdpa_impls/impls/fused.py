@@ -212,6 +212,7 @@ class Fused(Implementation):
     name = "fused"
     description = "query-tiled GEMMs with scale folded in, in-place torch.softmax on cache-sized tiles, causal skip"
     support = Support(dtypes=WITH_FP64, mask_grad=True)
+    eager = True  # torch.compile of a caller: a graph break here (its tile loop with out= ops is not traceable)
 
     def forward(self, inp: SDPAInputs) -> torch.Tensor:
         return self.prepare_inputs(inp)()

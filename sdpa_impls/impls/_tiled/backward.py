@@ -180,14 +180,26 @@ class TiledAttention(torch.autograd.Function):
         out5, lse, p5 = forward_fn(q5, k4, v4, mask5, is_causal, scale, True)
         ctx.save_for_backward(query, key, value, attn_mask, out5, lse, p5)
         ctx.meta = (is_causal, scale, tiling, tiles)
-        return out5.flatten(1, 2)  # (B, Hq, Lq, Ev)
+        return out5  # (B, Hkv, G, Lq, Ev), flattened outside: a view made here could not be written in place
 
     @staticmethod
-    def backward(ctx, dout):  # type: ignore[override]
+    def backward(ctx, dout5):  # type: ignore[override]
+        """The tiled backward, once differentiable: its out= ops build no graph, so with create_graph=True the
+        gradients come from a node on q, k, v whose own backward is one clear error (`NoSecondDerivative`), as
+        torch's flash kernels answer a second derivative."""
+        create_graph = torch.is_grad_enabled()
+        with torch.no_grad():
+            grads = TiledAttention._gradients(ctx, dout5)
+        if not create_graph:
+            return grads
+        query, key, value, attn_mask = ctx.saved_tensors[:4]
+        return (*NoSecondDerivative.apply(query, key, value, attn_mask, *grads[:4]), *grads[4:])
+
+    @staticmethod
+    def _gradients(ctx, dout5):  # type: ignore[no-untyped-def]
         query, key, value, attn_mask, out5, lse, p5 = ctx.saved_tensors
         is_causal, scale, tiling, tiles = ctx.meta
         q5, k4, v4, mask5 = grouped(SDPAInputs(query, key, value, attn_mask, 0.0, is_causal, scale, True))
-        dout5 = dout.unflatten(1, out5.shape[1:3])  # (B, Hkv, G, Lq, Ev)
         dmask4 = None
         if ctx.needs_input_grad[3]:  # a learned bias: its gradient in its own shape (a 2-D mask as (1, 1, Lq, Lk))
             dmask4 = torch.zeros((1,) * (4 - attn_mask.dim()) + tuple(attn_mask.shape),
@@ -196,6 +208,19 @@ class TiledAttention(torch.autograd.Function):
         dmask = None if dmask4 is None else dmask4.reshape(attn_mask.shape).to(attn_mask.dtype)
         return (dq.flatten(1, 2), dk.to(key.dtype), dv.to(value.dtype),
                 dmask, None, None, None, None, None)
+
+
+class NoSecondDerivative(torch.autograd.Function):
+    """The gradients (dq, dk, dv, dmask or None) as outputs of a node on q, k, v and the mask that raises when it is
+    differentiated: with create_graph=True a second derivative gets one clear error, as from torch's kernels."""
+
+    @staticmethod
+    def forward(ctx, query, key, value, attn_mask, *grads):  # type: ignore[override]
+        return tuple(None if g is None else g.view_as(g) for g in grads)
+
+    @staticmethod
+    def backward(ctx, *_):  # type: ignore[override]
+        raise RuntimeError("chunked and fused have no second derivative (their tiled backward builds no graph)")
 
 
 def tiled_attention(inp: SDPAInputs, forward_fn: ForwardFn, tiling: Tiling, tiles: MaskTiles,
@@ -217,4 +242,4 @@ def tiled_attention(inp: SDPAInputs, forward_fn: ForwardFn, tiling: Tiling, tile
         q5, k4, v4, mask5 = grouped(inp)
         return forward_fn(q5, k4, v4, mask5, inp.is_causal, scale, False)[0].flatten(1, 2)
     return TiledAttention.apply(inp.query, inp.key, inp.value, inp.attn_mask, inp.is_causal, scale,
-                                forward_fn, tiling, tiles)
+                                forward_fn, tiling, tiles).flatten(1, 2)  # (B, Hq, Lq, Ev)
