@@ -1,7 +1,8 @@
 """The dtype the tiled implementations (chunked, fused) compute bf16 calls in on a CPU: bf16 where this CPU's bf16
 GEMM keeps up with its fp32 GEMM, fp32 where it does not (`budget.bf16_compute`). Either path gives answers within
-the correctness rule, the choice is recorded with a benchmark's point, and the classes of CPU this machine is not
-are reached by capping oneDNN's instruction set in a process of the test environment."""
+the correctness rule (fp32: torch's error), the choice is recorded with a benchmark's point and printed by `list`, and
+the classes of CPU this machine is not are reached by capping oneDNN's instruction set in a process of the test
+environment."""
 from __future__ import annotations
 
 import json
@@ -88,3 +89,26 @@ def test_an_amx_cpu_keeps_bf16() -> None:
         pytest.skip("this CPU has no AMX bf16 tiles (or the kernel does not grant them to torch)")
     found = choice_in_process()
     assert found["dtype"] == "torch.bfloat16", found
+
+
+@pytest.mark.parametrize("name", TILED)
+def test_fp32_compute_has_torchs_bf16_error_and_list_says_which_one_runs(name: str, monkeypatch: pytest.MonkeyPatch,
+                                                                         capsys: pytest.CaptureFixture) -> None:
+    """Scores near 50, where rounding them to bf16 costs most: computed in fp32 the answer is as close to fp64 as
+    torch's math backend's (which keeps fp32 scores); `sdpa-bench list` says when the scores are rounded instead."""
+    import sdpa_impls
+    from sdpa_impls.cli import main as cli_main
+
+    gen = torch.Generator().manual_seed(0)
+    q = (torch.randn(1, 2, 256, 64, generator=gen) * 10).bfloat16()
+    k, v = (torch.randn(1, 2, 256, 64, generator=gen).bfloat16() for _ in "kv")
+    ref = sdpa_impls.reference(q, k, v)
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+        theirs = float((torch.nn.functional.scaled_dot_product_attention(q, k, v).double() - ref).abs().max())
+    for forced in ("fp32", "bf16"):
+        monkeypatch.setenv(BF16_ENV, forced)
+        mine = float((sdpa_impls.get(name)(q, k, v).double() - ref).abs().max())
+        if forced == "fp32":
+            assert mine <= 1.25 * theirs, (mine, theirs)
+        cli_main(["list", "--device", "cpu"])
+        assert ("scores rounded to bf16" in capsys.readouterr().out) == (forced == "bf16")

@@ -90,6 +90,8 @@ def run(args: argparse.Namespace) -> int:
     for name in names():
         print(f"  {name}: {getattr(get(name), 'description', '') or '(no description)'}")
     if device == "cpu":  # chosen per CPU, recorded with every bf16 point of these as its `op`
-        print(f"\nbf16 calls of chunked and fused: {bf16_compute(torch.device('cpu')).reason}")
+        bf16 = bf16_compute(torch.device("cpu"))
+        print(f"\nbf16 calls of chunked and fused: {bf16.reason}" + ("" if bf16.widen else
+              "; scores rounded to bf16, as naive's (SDPA_BENCH_CPU_BF16=fp32: torch's accuracy, slower)"))
         print(f"fused's fp32 inference without a row max: {unshifted_base(torch.device('cpu')).reason}")
     return 0
