@@ -286,3 +286,16 @@ def test_a_non_finite_input_spreads_like_torch_math(impl, where: str, value: flo
         assert torch.equal(g.isnan(), w.isnan()) and torch.equal(g.isinf(), w.isinf()), (name, g, w)
         torch.testing.assert_close(g[w.isfinite()], w[w.isfinite()], atol=1e-5, rtol=1e-4)
 
+
+
+@pytest.mark.parametrize("impl", OURS[1:], ids=lambda i: i.name)
+@pytest.mark.parametrize("dtype", (F32, BF16), ids=str)
+def test_a_scale_past_fp32s_range_answers_like_torch_math(impl, dtype: torch.dtype) -> None:
+    """scale = 1e39 is a finite Python float that no fp32 GEMM factor holds: torch's math backend answers (NaN where
+    a score overflows), and so do chunked and fused, instead of failing inside torch.baddbmm."""
+    gen = torch.Generator().manual_seed(8)
+    args = {"query": torch.randn(1, 2, 8, 4, generator=gen).to(dtype), "scale": 1e39}
+    args["key"], args["value"] = (torch.randn(1, 2, 8, 4, generator=gen).to(dtype) for _ in "kv")
+    got, want = ours(impl, args)[0], torch_math(args)[0]
+    assert torch.equal(got.isnan(), want.isnan()) and want.isnan().any()
+    torch.testing.assert_close(got[~got.isnan()], want[~want.isnan()])

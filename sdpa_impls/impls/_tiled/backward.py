@@ -6,6 +6,7 @@ tile held all of it). A learned bias's gradient is the scores' gradient, added u
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -237,7 +238,9 @@ def tiled_attention(inp: SDPAInputs, forward_fn: ForwardFn, tiling: Tiling, tile
         mask = mask.float() if mask is not None and mask.is_floating_point() else mask
         up = replace(inp, query=inp.query.float(), key=inp.key.float(), value=inp.value.float(), attn_mask=mask)
         return tiled_attention(up, forward_fn, tiling, tiles).to(inp.query.dtype)
-    scale = inp.softmax_scale
+    scale = inp.softmax_scale  # past fp32's range (where a GEMM's alpha cannot hold it): inf, as torch computes it
+    if inp.query.dtype != torch.float64 and abs(scale) > torch.finfo(torch.float32).max:
+        scale = math.copysign(math.inf, scale)
     if not ((inp.needs_grad or inp.mask_needs_grad) and torch.is_grad_enabled()):
         q5, k4, v4, mask5 = grouped(inp)
         return forward_fn(q5, k4, v4, mask5, inp.is_causal, scale, False)[0].flatten(1, 2)
