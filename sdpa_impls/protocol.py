@@ -255,11 +255,6 @@ class Implementation:
     description: str = ""
     eager: bool = False  # True: a torch.compile'd caller runs the drop-in eagerly (a graph break), not traced
 
-    def __init_subclass__(cls, **kwargs: object) -> None:
-        super().__init_subclass__(**kwargs)
-        if cls.__dict__.get("eager"):
-            cls.__call__ = torch.compiler.disable(Implementation.__call__)  # type: ignore[method-assign]
-
     def forward(self, inp: SDPAInputs) -> torch.Tensor:
         raise NotImplementedError
 
@@ -314,7 +309,9 @@ class Implementation:
     def __call__(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                  attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0, is_causal: bool = False,
                  scale: float | None = None, enable_gqa: bool = False) -> torch.Tensor:
-        return self.prepare(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)()
+        call = lambda: self.prepare(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)()  # noqa
+        # only while dynamo traces: torch.compiler.disable imports dynamo, 1.4 s of every process's start
+        return torch.compiler.disable(call)() if self.eager and torch.compiler.is_compiling() else call()
 
     def __repr__(self) -> str:
         return f"<sdpa implementation {self.name!r}>"
