@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 
+import sdpa_impls
 from sdpa_impls import registry
 from sdpa_impls.bench.grid import Case
-from sdpa_impls.bench.measure import Options, run_case
+from sdpa_impls.bench.measure import Options, run_case, run_case_interleaved
 from sdpa_impls.cli import main
-from sdpa_impls.protocol import Implementation, SDPAInputs
+from sdpa_impls.protocol import Implementation, SDPAInputs, Support
 
 FAST = ["--preset", "smoke", "--impl", "naive", "--budget", "0.01", "--min-reps", "2", "--max-reps", "3", "--no-plots"]
 
@@ -125,6 +126,56 @@ def test_an_implementation_calling_sys_exit_fails_its_point_and_the_sweep_goes_o
                          Options(budget_s=0.01, min_reps=2, max_reps=3, memory=False)))
     assert rows[0].status == "failed" and rows[0].reason.startswith("SystemExit: 3")
     assert rows[1].status == "ok"
+
+
+class Misbehaves(Implementation):
+    """naive's answer, bent as a plug-in's bug might bend it (`how`)."""
+
+    name = "misbehaves"
+    how = ""
+    support = Support(backward=True)
+
+    def forward(self, inp: SDPAInputs) -> torch.Tensor:
+        out = sdpa_impls.get("naive").forward(inp)
+        if self.how == "writes its inputs":
+            with torch.no_grad():
+                inp.value.zero_()
+        if self.how == "one thread":
+            torch.set_num_threads(1)
+        return {"batch dim dropped": lambda: out[0], "fp64": out.double, "None": lambda: None,
+                "cut": lambda: out[..., :-1]}.get(self.how, lambda: out)()
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("how, said", [
+    ("batch dim dropped", "returned (8, 64, 16) torch.float32 on cpu; the call's answer is (1, 8, 64, 16) "
+                          "torch.float32 on cpu"),
+    ("fp64", "returned (1, 8, 64, 16) torch.float64 on cpu; the call's answer is (1, 8, 64, 16) torch.float32"),
+    ("None", "returned NoneType; the call's answer is (1, 8, 64, 16)"),
+    ("cut", "returned (1, 8, 64, 15) torch.float32"),
+    ("writes its inputs", "wrote into its inputs in place (value); put back for the implementations after it"),
+    ("one thread", "changed torch's settings (torch threads 2 -> 1); put back"),
+])
+def test_an_answer_torch_would_not_give_fails_its_point_and_no_other(how, said, interleaved, monkeypatch) -> None:
+    """A wrong shape that broadcasts against the reference, or a dtype more accurate than the case's, passed the
+    check; a plug-in writing into q, k or v had the next implementation marked wrong, one setting the thread count
+    had the next ones timed on one thread. Each is now its own point's failure, named, and the implementations
+    after it are checked and timed on the case's own inputs and settings."""
+    impl = Misbehaves()
+    impl.how = how
+    monkeypatch.setitem(registry._REGISTRY, impl.name, impl)
+    case, options = Case(lq=64, lk=64, e=16), Options(budget_s=0.01, min_reps=2, max_reps=3, memory=False)
+    names = [impl.name, "naive", "torch_sdpa"]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # "2 -> 1" on any machine
+    try:
+        rows = run_case_interleaved(case, names, "cpu", options) if interleaved else list(
+            run_case(case, names, "cpu", options))
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
+    assert rows[0].status in ("wrong", "failed") and said in rows[0].reason, rows[0].reason
+    assert [r.status for r in rows[1:]] == ["ok", "ok"], [r.reason for r in rows]
 
 
 def test_more_mistakes_are_named_for_what_they_are(sweep, tmp_path, monkeypatch) -> None:

@@ -13,6 +13,7 @@ from .fits import ensure_fits, point_bytes, reference_bytes
 from .grid import Case
 from .inputs import Inputs, make_inputs
 from .refgrads import reference_grads
+from .result import Result
 
 BASELINE_IMPL = "naive"  # the error every other implementation is allowed twice of
 GRAD_CHECK_MAX_SCORES = 1 << 27  # larger cases check their gradients on a slice: one batch, one or two heads
@@ -61,6 +62,12 @@ def cut_mask(mask: torch.Tensor | None, batch: int, heads: int) -> torch.Tensor 
     return mask[tuple(index)]
 
 
+# torch's process-wide settings an implementation could leave changed for every point after it: (name, get, set)
+SETTINGS = (("torch threads", torch.get_num_threads, torch.set_num_threads),
+            ("grad mode", torch.is_grad_enabled, torch.set_grad_enabled),
+            ("default dtype", torch.get_default_dtype, torch.set_default_dtype))
+
+
 class CaseContext:
     """The inputs of one case, and (computed on first use, once for all implementations) the fp64 reference and
     naive's errors. A case whose reference cannot be computed raises the same error for every implementation."""
@@ -69,6 +76,7 @@ class CaseContext:
         self.case = case
         self.device = device
         self.inputs: Inputs = make_inputs(case, device, seed)
+        self.seed = seed
         self.grad_case: Case | None = grad_slice(case) if case.mode != "fwd" else None
         self._grad_inputs: Inputs | None = None
         self._expected: tuple[torch.Tensor, tuple[torch.Tensor, ...] | None, dict[str, float]] | None = None
@@ -134,18 +142,79 @@ class CaseContext:
                 return {}
             ensure_fits(impl.name, point_bytes(impl.name, replace(self.case, mode="fwd")), self.device)
             with torch.no_grad():
-                return {"out": max_abs_error(inp.call(impl), ref_out)}
+                return {"out": max_abs_error(self.answer(impl, inp, inp.call(impl)), ref_out)}
         if ref_grads is None:
             return {}
         gi = self._grad_inputs
         ensure_fits(impl.name, point_bytes(impl.name, self.grad_case), self.device)
         q, k, v = (t.detach().requires_grad_(True) for t in (gi.query, gi.key, gi.value))
-        out = replace(gi, query=q, key=k, value=v).call(impl)  # as it is timed: with the structure
+        out = self.answer(impl, gi, replace(gi, query=q, key=k, value=v).call(impl))  # as timed: with the structure
         grads = torch.autograd.grad(out, (q, k, v), gi.grad_out)
         errs = {"out": max_abs_error(out.detach(), ref_out)} if whole else {}
         for name, g, r in zip(("dq", "dk", "dv"), grads, ref_grads):
             errs[name] = max_abs_error(g, r)
         return errs
+
+    def answer(self, impl, inp: Inputs, out: object) -> torch.Tensor:
+        """`out`, where it is what torch would answer the call: a tensor of the query's dtype and device and shape
+        (B, Hq, Lq, Ev); else WrongResult saying what the implementation returned (a wrong shape can broadcast
+        against the reference and pass, a wrong dtype be more accurate than the case's)."""
+        q, v = inp.query, inp.value
+        want = (tuple(q.shape[:-1]) + tuple(v.shape[-1:]), q.dtype, q.device)
+        got = (tuple(out.shape), out.dtype, out.device) if isinstance(out, torch.Tensor) else None
+        if got != want:
+            said = type(out).__name__ if got is None else f"{got[0]} {got[1]} on {got[2]}"
+            raise WrongResult(f"{impl.name} returned {said}; the call's answer is {want[0]} {want[1]} on {want[2]}")
+        return out  # type: ignore[return-value]
+
+    def mark(self) -> None:
+        """Note the version counters of the case's tensors and torch's process-wide settings, before an
+        implementation runs."""
+        self._versions = {name: t._version for name, t in self._tensors()}
+        self._settings = [get() for _, get, _ in SETTINGS]
+
+    def written(self) -> list[str]:
+        """The case's tensors written in place since `mark` (an implementation that changes its inputs), and
+        torch's settings changed (one that sets the thread count or grad mode for every implementation after it)."""
+        marked = getattr(self, "_versions", {})
+        changed = [f"{what} {was} -> {get()}" for (what, get, _), was in zip(SETTINGS, getattr(self, "_settings", []))
+                   if get() != was]
+        return [name for name, t in self._tensors() if name in marked and t._version != marked[name]] + changed
+
+    def restore(self) -> None:
+        """The case's tensors made again, in place (prepared closures keep them), for the implementations after."""
+        fresh = make_inputs(self.case, self.device, self.seed)
+        pairs = [(self.inputs, fresh)]
+        if self._grad_inputs is not None and self.grad_case is not None:
+            pairs.append((self._grad_inputs, sliced_inputs(fresh, self.grad_case)))
+        with torch.no_grad():
+            for mine, new in pairs:
+                for name in ("query", "key", "value", "attn_mask", "grad_out"):
+                    if getattr(mine, name) is not None:
+                        getattr(mine, name).copy_(getattr(new, name))
+        self.mark()
+
+    def kept(self, result: Result) -> Result:
+        """`result`, or a failure where its implementation wrote into the case's tensors or changed torch's settings
+        since `mark`; both are put back (the tensors made again) for the implementations after it, which would
+        otherwise be checked and timed on what it left."""
+        written = self.written()
+        if not written:
+            return result
+        inputs, settings = [w for w in written if " -> " not in w], [w for w in written if " -> " in w]
+        for (_, _, put), was in zip(SETTINGS, self._settings):
+            put(was)
+        if inputs:
+            self.restore()
+        did = ([f"wrote into its inputs in place ({', '.join(inputs)})"] if inputs else []) + (
+            [f"changed torch's settings ({', '.join(settings)})"] if settings else [])
+        return Result(impl=result.impl, case=result.case, device=result.device, status="failed",
+                      reason=f"{result.impl} {' and '.join(did)}; put back for the implementations after it")
+
+    def _tensors(self) -> list[tuple[str, torch.Tensor]]:
+        parts = [("", self.inputs)] + ([("gradient check's ", self._grad_inputs)] if self._grad_inputs else [])
+        return [(prefix + name, t) for prefix, inp in parts
+                for name in ("query", "key", "value", "attn_mask", "grad_out") if (t := getattr(inp, name)) is not None]
 
     def errors(self, impl) -> dict[str, float]:
         """Max |error| of the output (whole case) and of dq, dk, dv (on `grad_case`, when checked) against fp64."""

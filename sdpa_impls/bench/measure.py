@@ -204,6 +204,11 @@ def _context_or_failures(case: Case, impl_names: list[str], device: str, seed: i
 
 def run_point(impl_name: str, ctx: CaseContext, options: Options = Options()) -> Result:
     """Check, then time and measure one implementation on one case. Every failure becomes a Result."""
+    ctx.mark()
+    return ctx.kept(_run_point(impl_name, ctx, options))
+
+
+def _run_point(impl_name: str, ctx: CaseContext, options: Options) -> Result:
     base, fn = _prepared(impl_name, ctx)
     try:
         if fn is None:
@@ -266,9 +271,10 @@ def run_case_interleaved(case: Case, impl_names: list[str], device: str, options
     results: dict[str, Result] = {}
     live: dict[str, tuple[Result, Callable[[], object], Sampler, Sampler | None, DeviceTiming]] = {}
     for name in impl_names:  # every option of `options` applies, as in run_point
+        ctx.mark()
         base, fn = _prepared(name, ctx)
-        if fn is None:
-            results[name] = base
+        if fn is None or ctx.written():
+            results[name] = ctx.kept(base)
             continue
         try:
             eager = options.sampler(fn, device, log=ClockLog())
@@ -282,12 +288,16 @@ def run_case_interleaved(case: Case, impl_names: list[str], device: str, options
     while live and rounds < options.max_reps and (rounds < options.min_reps or min(
             sum(samples[n]) * live[n][2].calls for n in live) < options.budget_s):
         for name, (base, fn, sampler, graph, _) in order.sample(list(live.items()), len(live)):
+            ctx.mark()
             try:
                 samples[name].append(sampler.sample())
                 if graph is not None:  # the device time in the same round, right after the eager sample
                     graph_samples[name].append(graph.sample())
             except POINT_ERRORS as exc:
                 results[name] = failed(base, exc)
+            if name not in results and ctx.written():
+                results[name] = ctx.kept(base)
+            if name in results:
                 del live[name]
         rounds += 1
         if after_round is not None and live:
