@@ -173,12 +173,60 @@ def test_killed_run_resumes_without_repeating_finished_points(tmp_path):
     assert (f"points {len(saved) + 1}–{total}: {source_revision()}" in (out / "report.md").read_text())
 
 
+CRASHES = """
+import ctypes, sys
+import torch
+import sdpa_impls
+from sdpa_impls.cli import main
+from sdpa_impls.protocol import Implementation
+from sdpa_impls.registry import register
+
+
+@register
+class Crashes(Implementation):
+    name = "crashes"
+
+    def forward(self, inp):
+        if inp.query.dtype == torch.bfloat16:  # the smoke preset's second case
+            ctypes.string_at(0)  # a segfault, as a broken compiled kernel gives
+        return sdpa_impls.get("naive").forward(inp)
+
+
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_point_whose_process_keeps_crashing_fails_and_the_rest_is_measured(tmp_path):
+    """A segfault inside an implementation ends the process with no Python error: it prints where it was, the
+    finished points are saved, and the point is noted in the folder. --resume measures it once more; where the
+    process ends there again, the point is recorded as failed and every point after it is measured."""
+    (tmp_path / "crashes.py").write_text(CRASHES)
+    out = tmp_path / "crash"
+    argv = [sys.executable, str(tmp_path / "crashes.py"), "run", "--preset", "smoke", "--impl", "crashes,naive",
+            "--out", str(out), *FAST, "--no-memory", "--no-plots"]
+    for attempt, said in enumerate(("", "the last run's process ended inside this point; measuring it again")):
+        proc = subprocess.run(argv + (["--resume"] if attempt else []), capture_output=True, text=True, timeout=150)
+        assert proc.returncode == -signal.SIGSEGV, proc.stderr[-2000:]
+        assert "Fatal Python error: Segmentation fault" in proc.stderr and "in forward" in proc.stderr
+        assert said in proc.stderr and len(load(out)["results"]) == 2  # the first case's two points
+    last = subprocess.run(argv + ["--resume"], capture_output=True, text=True, timeout=150)
+    assert last.returncode == 0, last.stderr[-2000:]
+    assert "crashes on L128-E64-bf16-causal-fwd: a process ended inside this point 2 times" in last.stderr
+    results = load(out)["results"]
+    assert len(results) == 2 * len(preset("smoke"))
+    failed = [r for r in results if r["status"] != "ok"]
+    assert [(r["impl"], r["case"]["id"]) for r in failed] == [("crashes", "L128-E64-bf16-causal-fwd")], failed
+    assert "ended inside this point 2 times with no Python error" in failed[0]["reason"]
+    assert load(out)["meta"]["ended_inside"] == {"crashes on L128-E64-bf16-causal-fwd": 2}
+
+
 def test_sigterm_stops_a_run_the_way_ctrl_c_does(tmp_path):
     """A batch scheduler's time limit sends SIGTERM: the finished points, a report and the resume command stay (one
     that can be pasted, for a folder with a space). Meanwhile no other `run` may write the same folder."""
     out = tmp_path / "terminated run"
     cmd = [sys.executable, "-m", "sdpa_impls", "run", "--preset", "smoke", "--impl", "naive", "--out", str(out),
-           *CPU, "--budget", "1", "--min-reps", "2", "--warmup", "1", "--no-memory", "--no-plots"]
+           *CPU, "--budget", "1", "--min-reps", "2", "--max-reps", "10000", "--warmup", "1", "--no-memory",
+           "--no-plots"]  # each point its whole second: the run outlasts the second command's start
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:

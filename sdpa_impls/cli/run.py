@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
+import faulthandler
 import math
 import os
 import shlex
@@ -23,6 +25,7 @@ from ..fmt import fmt_duration
 from ..impls._tiled.compute import check_settings
 from ..registry import PluginLoadError, loaded, names
 from ..report import results as store
+from ..report import running
 from ..report.write import write_report
 from .outputs import Terminated, impl_names, seed, terminate_as_interrupt
 from .progress import Progress
@@ -172,6 +175,7 @@ def run_pending(sweep: store.Sweep, out: Path, progress: Progress, ceilings: Run
         case = pending[0][1]
         impls = [i for i, c in pending if c == case]
         progress.start(pending)
+        running.mark(out, case.id, pending[0][0])
         for result in run_case(case, impls, meta["device"], opts, meta.get("seed", 0)):
             sweep.results.append(result.on_roofline(ceilings.values()))
             store.save(out, sweep)
@@ -179,6 +183,8 @@ def run_pending(sweep: store.Sweep, out: Path, progress: Progress, ceilings: Run
             progress.finish(result, pending)
             if pending and pending[0][1] == case:
                 progress.start(pending)
+                running.mark(out, case.id, pending[0][0])
+        running.mark(out, None)
         if ceilings.sample_if_due():
             meta.update(ceilings.meta())
 
@@ -221,6 +227,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         out = args.out or Path("results") / (preset + (f"-shard{args.shard.replace('/', 'of')}" if args.shard else ""))
     store.prepare_dir(out)
+    if not faulthandler.is_enabled():  # a crash inside an implementation prints where it was, not nothing
+        with contextlib.suppress(ValueError, OSError):  # a stderr with no file descriptor (redirected in-process)
+            faulthandler.enable()
     with store.only_writer(out):
         return _sweep(args, device, preset, impls, given, opts, out)
 
@@ -247,6 +256,9 @@ def _sweep(args: argparse.Namespace, device: str, preset: str, impls: list[str] 
     if args.resume:
         progress.note(f"resuming {out}: {done} of {total} points already finished" if existing else
                       f"nothing to resume in {out}: starting a new sweep")
+    said = running.ended_inside(out, sweep) if existing else None
+    if said:
+        progress.note(said)
     progress.note(f"sweep: preset {meta['preset']}{' shard ' + meta['shard'] if meta['shard'] else ''}, "
                   f"{len(meta['case_ids'])} cases × {len(meta['impls'])} implementations on "
                   f"{meta['machine']['device_name']}; saving to {out / store.RESULTS_FILE}")
@@ -265,6 +277,7 @@ def _sweep(args: argparse.Namespace, device: str, preset: str, impls: list[str] 
             run_pending(sweep, out, progress, run_ceilings)
             judge(sweep, run_ceilings)  # the last ceilings' sample: an interrupt there still saves and reports
     except KeyboardInterrupt as exc:
+        running.mark(out, None)  # an interrupt is no crash: --resume measures that point again
         progress.close()
         meta["wall_s"] = meta.get("wall_s", 0.0) + progress.wall_s
         store.save(out, sweep)
