@@ -31,4 +31,9 @@ def check(name: str, case: Case, device: str = "cpu", seed: int = 0) -> tuple[fl
     reasons = context.inputs.reasons(impl)
     if reasons:
         raise Unsupported(impl.name, reasons)
-    return context.check(impl)
+    context.mark()
+    worst = context.check(impl)
+    said = context.put_back()  # its inputs written in place, or torch's thread count, grad mode or default dtype
+    if said:
+        raise WrongResult(f"{impl.name} {said}")
+    return worst

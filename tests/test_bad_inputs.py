@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -12,7 +13,8 @@ import pytest
 import torch
 
 import sdpa_impls
-from sdpa_impls import registry
+from sdpa_impls import registry, testing
+from sdpa_impls.bench.check import WrongResult
 from sdpa_impls.bench.grid import Case
 from sdpa_impls.bench.measure import Options, run_case, run_case_interleaved
 from sdpa_impls.cli import main
@@ -176,6 +178,25 @@ def test_an_answer_torch_would_not_give_fails_its_point_and_no_other(how, said, 
         torch.set_num_threads(threads)
     assert rows[0].status in ("wrong", "failed") and said in rows[0].reason, rows[0].reason
     assert [r.status for r in rows[1:]] == ["ok", "ok"], [r.reason for r in rows]
+
+
+@pytest.mark.parametrize("how, said", [("batch dim dropped", "returned (8, 64, 16) torch.float32"),
+                                       ("writes its inputs", "wrote into its inputs in place (value)"),
+                                       ("one thread", "changed torch's settings (torch threads 2 -> 1)")])
+def test_a_plugin_authors_own_check_names_the_same_mistakes(how, said, monkeypatch) -> None:
+    """`sdpa_impls.testing.check`, which the quickstart's test calls, had passed a dropped batch dim and inputs
+    written in place."""
+    impl = Misbehaves()
+    impl.how = how
+    monkeypatch.setitem(registry._REGISTRY, impl.name, impl)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with pytest.raises(WrongResult, match=re.escape(said)):
+            testing.check(impl.name, Case(lq=64, lk=64, e=16))
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_more_mistakes_are_named_for_what_they_are(sweep, tmp_path, monkeypatch) -> None:

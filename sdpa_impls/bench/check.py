@@ -195,12 +195,18 @@ class CaseContext:
         self.mark()
 
     def kept(self, result: Result) -> Result:
-        """`result`, or a failure where its implementation wrote into the case's tensors or changed torch's settings
-        since `mark`; both are put back (the tensors made again) for the implementations after it, which would
-        otherwise be checked and timed on what it left."""
+        """`result`, or a failure where its implementation changed the case since `mark` (`put_back`)."""
+        said = self.put_back()
+        return result if not said else Result(impl=result.impl, case=result.case, device=result.device,
+                                              status="failed", reason=f"{result.impl} {said}")
+
+    def put_back(self) -> str:
+        """What the implementation run since `mark` changed: the case's tensors written in place, torch's settings;
+        both put back (the tensors made again) for the implementations after it, which would otherwise be checked
+        and timed on what it left. '' where it changed nothing."""
         written = self.written()
         if not written:
-            return result
+            return ""
         inputs, settings = [w for w in written if " -> " not in w], [w for w in written if " -> " in w]
         for (_, _, put), was in zip(SETTINGS, self._settings):
             put(was)
@@ -208,8 +214,7 @@ class CaseContext:
             self.restore()
         did = ([f"wrote into its inputs in place ({', '.join(inputs)})"] if inputs else []) + (
             [f"changed torch's settings ({', '.join(settings)})"] if settings else [])
-        return Result(impl=result.impl, case=result.case, device=result.device, status="failed",
-                      reason=f"{result.impl} {' and '.join(did)}; put back for the implementations after it")
+        return f"{' and '.join(did)}; put back for the implementations after it"
 
     def _tensors(self) -> list[tuple[str, torch.Tensor]]:
         parts = [("", self.inputs)] + ([("gradient check's ", self._grad_inputs)] if self._grad_inputs else [])
