@@ -149,16 +149,18 @@ class Misbehaves(Implementation):
 
 
 @pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("mode", ["fwd", "fwd+bwd"])  # fwd+bwd: the gradient check's inputs are the ones written
 @pytest.mark.parametrize("how, said", [
     ("batch dim dropped", "returned (8, 64, 16) torch.float32 on cpu; the call's answer is (1, 8, 64, 16) "
                           "torch.float32 on cpu"),
     ("fp64", "returned (1, 8, 64, 16) torch.float64 on cpu; the call's answer is (1, 8, 64, 16) torch.float32"),
     ("None", "returned NoneType; the call's answer is (1, 8, 64, 16)"),
     ("cut", "returned (1, 8, 64, 15) torch.float32"),
-    ("writes its inputs", "wrote into its inputs in place (value); put back for the implementations after it"),
+    ("writes its inputs", "value); put back for the implementations after it"),  # (gradient check's value)
     ("one thread", "changed torch's settings (torch threads 2 -> 1); put back"),
 ])
-def test_an_answer_torch_would_not_give_fails_its_point_and_no_other(how, said, interleaved, monkeypatch) -> None:
+def test_an_answer_torch_would_not_give_fails_its_point_and_no_other(how, said, interleaved, mode,
+                                                                     monkeypatch) -> None:
     """A wrong shape that broadcasts against the reference, or a dtype more accurate than the case's, passed the
     check; a plug-in writing into q, k or v had the next implementation marked wrong, one setting the thread count
     had the next ones timed on one thread. Each is now its own point's failure, named, and the implementations
@@ -166,7 +168,7 @@ def test_an_answer_torch_would_not_give_fails_its_point_and_no_other(how, said, 
     impl = Misbehaves()
     impl.how = how
     monkeypatch.setitem(registry._REGISTRY, impl.name, impl)
-    case, options = Case(lq=64, lk=64, e=16), Options(budget_s=0.01, min_reps=2, max_reps=3, memory=False)
+    case, options = Case(lq=64, lk=64, e=16, mode=mode), Options(budget_s=0.01, min_reps=2, max_reps=3, memory=False)
     names = [impl.name, "naive", "torch_sdpa"]
     threads = torch.get_num_threads()
     torch.set_num_threads(2)  # "2 -> 1" on any machine

@@ -108,6 +108,8 @@ class CaseContext:
         grads = None
         if self.grad_case is not None:
             self._grad_inputs = sliced_inputs(inputs, self.grad_case)
+            if hasattr(self, "_versions"):  # made during a point (the first to check gradients): watched from now
+                self._versions |= {n: t._version for n, t in self._tensors() if n not in self._versions}
             gi = self._grad_inputs
             grads = reference_grads(gi.query, gi.key, gi.value, gi.grad_out, gi.attn_mask, is_causal=case.causal)
         self._expected = (ref, grads, {})
