@@ -175,13 +175,13 @@ class CaseContext:
         self._versions = {name: t._version for name, t in self._tensors()}
         self._settings = [get() for _, get, _ in SETTINGS]
 
-    def written(self) -> list[str]:
-        """The case's tensors written in place since `mark` (an implementation that changes its inputs), and
-        torch's settings changed (one that sets the thread count or grad mode for every implementation after it)."""
+    def changed(self) -> tuple[list[str], list[str]]:
+        """Since `mark`: the case's tensors written in place (an implementation that changes its inputs), and
+        torch's settings changed ("torch threads 2 -> 1": one that sets them for every implementation after it)."""
         marked = getattr(self, "_versions", {})
-        changed = [f"{what} {was} -> {get()}" for (what, get, _), was in zip(SETTINGS, getattr(self, "_settings", []))
-                   if get() != was]
-        return [name for name, t in self._tensors() if name in marked and t._version != marked[name]] + changed
+        settings = [f"{what} {was} -> {get()}" for (what, get, _), was in zip(SETTINGS, getattr(self, "_settings", []))
+                    if get() != was]
+        return [name for name, t in self._tensors() if name in marked and t._version != marked[name]], settings
 
     def restore(self) -> None:
         """The case's tensors made again, in place (prepared closures keep them), for the implementations after."""
@@ -206,10 +206,9 @@ class CaseContext:
         """What the implementation run since `mark` changed: the case's tensors written in place, torch's settings;
         both put back (the tensors made again) for the implementations after it, which would otherwise be checked
         and timed on what it left. '' where it changed nothing."""
-        written = self.written()
-        if not written:
+        inputs, settings = self.changed()
+        if not (inputs or settings):
             return ""
-        inputs, settings = [w for w in written if " -> " not in w], [w for w in written if " -> " in w]
         for (_, _, put), was in zip(SETTINGS, self._settings):
             put(was)
         if inputs:

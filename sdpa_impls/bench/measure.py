@@ -273,7 +273,7 @@ def run_case_interleaved(case: Case, impl_names: list[str], device: str, options
     for name in impl_names:  # every option of `options` applies, as in run_point
         ctx.mark()
         base, fn = _prepared(name, ctx)
-        if fn is None or ctx.written():
+        if fn is None or any(ctx.changed()):
             results[name] = ctx.kept(base)
             continue
         try:
@@ -295,7 +295,7 @@ def run_case_interleaved(case: Case, impl_names: list[str], device: str, options
                     graph_samples[name].append(graph.sample())
             except POINT_ERRORS as exc:
                 results[name] = failed(base, exc)
-            if name not in results and ctx.written():
+            if name not in results and any(ctx.changed()):
                 results[name] = ctx.kept(base)
             if name in results:
                 del live[name]
