@@ -4,6 +4,7 @@ from __future__ import annotations
 import copy
 import csv
 import json
+import os
 import re
 import statistics
 import signal
@@ -218,6 +219,61 @@ def test_a_point_whose_process_keeps_crashing_fails_and_the_rest_is_measured(tmp
     assert [(r["impl"], r["case"]["id"]) for r in failed] == [("crashes", "L128-E64-bf16-causal-fwd")], failed
     assert "ended inside this point 2 times with no Python error" in failed[0]["reason"]
     assert load(out)["meta"]["ended_inside"] == {"crashes on L128-E64-bf16-causal-fwd": 2}
+
+
+HANGS = """
+import ctypes, os, sys, time
+import torch
+import sdpa_impls
+from sdpa_impls.cli import main, watch
+from sdpa_impls.protocol import Implementation
+from sdpa_impls.registry import register
+
+watch.HELD_GIL_GRACE_S = 1.0  # a call holding the GIL ends the process one second after the timeout
+
+
+@register
+class Hangs(Implementation):
+    name = "hangs"
+
+    def forward(self, inp):
+        if inp.query.dtype == torch.bfloat16:  # the smoke preset's second case
+            if os.environ["HOW"] == "holds-gil":
+                ctypes.PyDLL(None).sleep(3600)  # a C call that keeps the GIL: no Python thread runs meanwhile
+            time.sleep(3600)  # as a deadlocked kernel does: never returns
+        return sdpa_impls.get("naive").forward(inp)
+
+
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("how", ["sleeps", "holds-gil"])
+def test_a_point_that_never_returns_is_stopped_and_the_sweep_goes_on(tmp_path, how):
+    """A point past --point-timeout is stopped: `run` prints where it is stuck, saves it as failed and runs its
+    command line again in its place, which measures the rest of the sweep, all in the one command. A stuck call that
+    holds the GIL (no Python thread can run) ends the process with SIGALRM and its stack, leaving the point noted for
+    --resume as one a process ended inside."""
+    (tmp_path / "hangs.py").write_text(HANGS)
+    out = tmp_path / "hang"
+    argv = [sys.executable, str(tmp_path / "hangs.py"), "run", "--preset", "smoke", "--impl", "hangs,naive",
+            "--out", str(out), *FAST, "--no-memory", "--no-plots", "--point-timeout", "2"]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=150, env={**os.environ, "HOW": how})
+    assert "in forward" in proc.stderr, proc.stderr[-2000:]  # the stuck thread's stack, down to the plug-in's line
+    results = load(out)["results"]
+    if how == "holds-gil":
+        assert proc.returncode == -signal.SIGALRM, proc.stderr[-2000:]  # a shell says 142
+        assert len(results) == 2 and json.loads((out / ".sdpa-bench-point").read_text()) == [
+            "L128-E64-bf16-causal-fwd", "hangs"]
+        return
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "hangs on L128-E64-bf16-causal-fwd is still running after 2s (--point-timeout)" in proc.stderr
+    assert "the sweep goes on in a new process" in proc.stderr and f"resuming {out}: 3 of 10" in proc.stderr
+    assert len(results) == 2 * len(preset("smoke")) and not (out / ".sdpa-bench-point").exists()
+    failed = [r for r in results if r["status"] != "ok"]
+    assert [(r["impl"], r["case"]["id"]) for r in failed] == [("hangs", "L128-E64-bf16-causal-fwd")], failed
+    assert failed[0]["reason"].startswith("still running after 2 s (--point-timeout)")
+    assert len(load(out)["meta"]["sessions"]) == 2 and (out / "report.md").exists()
 
 
 def test_sigterm_stops_a_run_the_way_ctrl_c_does(tmp_path):

@@ -19,7 +19,6 @@ from ..bench import grid
 from ..bench.ceilings import RunCeilings, needed_ceilings
 from ..bench.machine import busy_cpus, machine_differences, machine_info, plugin_sources, source_revision
 from ..bench.measure import Options, run_case
-from ..bench.result import Result
 from ..errors import USAGE_EXIT, UsageError
 from ..fmt import fmt_duration
 from ..impls._tiled.compute import check_settings
@@ -27,6 +26,7 @@ from ..registry import PluginLoadError, loaded, names
 from ..report import results as store
 from ..report import running
 from ..report.write import write_report
+from . import watch
 from .outputs import Terminated, impl_names, seed, terminate_as_interrupt
 from .progress import Progress
 from .shards import auto_shard, parse_shard
@@ -70,6 +70,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--no-memory", dest="memory", action="store_const", const=False,
                    help="skip the peak-memory measurement")
     p.add_argument("--no-plots", action="store_true", help="write tables, CSV and report without PNGs")
+    watch.add_argument(p)
 
 
 def _impls(requested: list[str] | None) -> list[str] | None:
@@ -163,9 +164,10 @@ def _new(args: argparse.Namespace, device: str, preset: str, impls: list[str] | 
     return store.Sweep(meta)
 
 
-def run_pending(sweep: store.Sweep, out: Path, progress: Progress, ceilings: RunCeilings) -> None:
+def run_pending(sweep: store.Sweep, watched: watch.PointWatch, progress: Progress, ceilings: RunCeilings) -> None:
     """Run every unfinished point, saving results.json after each one; the ceilings are sampled again between
-    cases (at most every 30 s), and every result is judged against the run's ceilings at the end (`judge`)."""
+    cases (at most every 30 s), and every result is judged against the run's ceilings at the end (`judge`).
+    `watched` notes each point in the sweep's folder while it runs, and stops one past --point-timeout."""
     meta = sweep.meta
     by_id = {c.id: c for c in grid.preset(meta["preset"])}
     opts = store.options(meta)
@@ -175,16 +177,17 @@ def run_pending(sweep: store.Sweep, out: Path, progress: Progress, ceilings: Run
         case = pending[0][1]
         impls = [i for i, c in pending if c == case]
         progress.start(pending)
-        running.mark(out, case.id, pending[0][0])
+        watched.point(case, pending[0][0])
         for result in run_case(case, impls, meta["device"], opts, meta.get("seed", 0)):
-            sweep.results.append(result.on_roofline(ceilings.values()))
-            store.save(out, sweep)
-            pending.pop(0)
-            progress.finish(result, pending)
-            if pending and pending[0][1] == case:
-                progress.start(pending)
-                running.mark(out, case.id, pending[0][0])
-        running.mark(out, None)
+            with watched.lock:  # a point timing out meanwhile is recorded by the watcher, which then holds it
+                sweep.results.append(result.on_roofline(ceilings.values()))
+                store.save(watched.out, sweep)
+                pending.pop(0)
+                progress.finish(result, pending)
+                if pending and pending[0][1] == case:
+                    progress.start(pending)
+                    watched.point(case, pending[0][0])
+        watched.point(None)
         if ceilings.sample_if_due():
             meta.update(ceilings.meta())
 
@@ -211,6 +214,7 @@ def run(args: argparse.Namespace) -> int:
     given, opts = _options(args)
     try:  # read by the tiled implementations' calls: checked once, here (as set, nothing is measured)
         check_settings()
+        args.point_timeout = watch.checked(args.point_timeout)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if device != "cuda" and (opts.flush_l2 or opts.cuda_graph):
@@ -227,6 +231,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         out = args.out or Path("results") / (preset + (f"-shard{args.shard.replace('/', 'of')}" if args.shard else ""))
     store.prepare_dir(out)
+    if watch.continuing(out):  # this process replaced one whose point timed out: it goes on with that sweep
+        args.resume, args.overwrite = True, False
     if not faulthandler.is_enabled():  # a crash inside an implementation prints where it was, not nothing
         with contextlib.suppress(ValueError, OSError):  # a stderr with no file descriptor (redirected in-process)
             faulthandler.enable()
@@ -268,16 +274,17 @@ def _sweep(args: argparse.Namespace, device: str, preset: str, impls: list[str] 
         progress.note(f"warning: {busy[1]}")
     dtypes = sorted({c.dtype for c in grid.preset(meta["preset"]) if c.id in set(meta["case_ids"])})
     run_ceilings = RunCeilings(device, needed_ceilings(dtypes, device), meta.get("ceiling_samples"))
+    watched = watch.PointWatch(out, sweep, progress, args.point_timeout, getattr(args, "own_process", False))
     try:
         with terminate_as_interrupt():
             progress.note("measuring this run's ceilings (a large GEMM per dtype, a copy); again between cases …")
             run_ceilings.sample()
             meta.update(run_ceilings.meta())
             store.save(out, sweep)
-            run_pending(sweep, out, progress, run_ceilings)
+            run_pending(sweep, watched, progress, run_ceilings)
             judge(sweep, run_ceilings)  # the last ceilings' sample: an interrupt there still saves and reports
     except KeyboardInterrupt as exc:
-        running.mark(out, None)  # an interrupt is no crash: --resume measures that point again
+        watched.point(None)  # an interrupt is no crash: --resume measures that point again
         progress.close()
         meta["wall_s"] = meta.get("wall_s", 0.0) + progress.wall_s
         store.save(out, sweep)
@@ -301,18 +308,9 @@ def _sweep(args: argparse.Namespace, device: str, preset: str, impls: list[str] 
         print(f"sdpa-bench: nothing was measured: every point was skipped here (the reasons are in "
               f"{out / 'report.md'})", file=sys.stderr)
         return USAGE_EXIT
-    never = never_ran(sweep.results)
+    never = store.never_ran(sweep.results)
     for name, first in never.items():  # a kernel that raises on every point is a bug too, not a fact of the machine
         print(f"sdpa-bench: {name} failed on every point it ran and measured nothing (first, {first.case.id}: "
               f"{first.reason.splitlines()[0][:200]})", file=sys.stderr)
     return 1 if wrong or never else 0
 
-
-def never_ran(results: list[Result]) -> dict[str, Result]:
-    """The implementations with a failed point and none measured (every other point skipped), each with its first
-    failed point: a plug-in whose kernel raises on every case must not leave a CI job green."""
-    by_impl: dict[str, list[Result]] = {}
-    for r in results:
-        by_impl.setdefault(r.impl, []).append(r)
-    return {name: next(r for r in rs if r.status == "failed") for name, rs in by_impl.items()
-            if all(r.status in ("failed", "skipped") for r in rs) and any(r.status == "failed" for r in rs)}

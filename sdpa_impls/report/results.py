@@ -283,3 +283,13 @@ def merge(sweeps: list[tuple[Path, Sweep]], all_case_ids: list[str] | None = Non
                               "sessions": s.meta.get("sessions")}
                              for d, s in sweeps]}
     return Sweep(meta, results)
+
+
+def never_ran(results: list[Result]) -> dict[str, Result]:
+    """The implementations with a failed point and none measured (every other point skipped), each with its first
+    failed point: a plug-in whose kernel raises on every case must not leave a CI job green."""
+    by_impl: dict[str, list[Result]] = {}
+    for r in results:
+        by_impl.setdefault(r.impl, []).append(r)
+    return {name: next(r for r in rs if r.status == "failed") for name, rs in by_impl.items()
+            if all(r.status in ("failed", "skipped") for r in rs) and any(r.status == "failed" for r in rs)}

@@ -1,0 +1,126 @@
+"""`run --point-timeout`: a point that never returns (a deadlocked kernel, a spinning plug-in) is stopped, recorded
+as failed, and the sweep goes on, as it does after a point that raises.
+
+A thread cannot stop another that is inside a kernel, so the watcher replaces the whole process: it prints where
+every thread is, saves the point as failed with the finished ones, and runs the same command line again in this
+process (exec), which resumes the sweep after that point (CONTINUE_ENV tells it to, whatever --overwrite said).
+It does so only where sdpa-bench is the process's command (`sdpa-bench run …`, `python -m sdpa_impls run …`):
+called from other Python code (`sdpa_impls.cli.main([...])` in a test), a run has no point timeout.
+
+The watcher is a Python thread, which runs while the stuck call has released the GIL (torch's ops, a CUDA wait, a
+sleep, a Python loop). For a call that holds it, an interval timer's SIGALRM ends the process a minute later (exit
+142) with every thread's stack (faulthandler); the point is then noted in DIR as one the process ended inside, as
+after a segfault (report.running), and --resume goes on.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import faulthandler
+import os
+import shlex
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from ..bench.grid import Case
+from ..bench.result import Result
+from ..fmt import fmt_duration
+from ..report import results as store
+from ..report import running
+from .progress import Progress
+
+DEFAULT_S = 1800.0
+CONTINUE_ENV = "SDPA_BENCH_CONTINUE"  # set to --out for the process that replaces a timed-out one
+HELD_GIL_GRACE_S = 60.0  # after the timeout: SIGALRM ends a process whose stuck call holds the GIL
+TIMED_OUT_EXIT = 124  # as timeout(1): where exec fails
+
+
+def add_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--point-timeout", type=float, metavar="SECONDS", default=DEFAULT_S,
+                   help=f"a point still running after this long is stopped and recorded as failed, and the sweep "
+                        f"goes on in a new process (default {DEFAULT_S:g}; 0: no limit)")
+
+
+def checked(seconds: float) -> float | None:
+    """--point-timeout's seconds, None for no limit; ValueError for a negative or non-finite value."""
+    if not 0 <= seconds < float("inf"):
+        raise ValueError(f"--point-timeout must be >= 0 seconds and finite (0: no limit); got {seconds}")
+    return seconds or None
+
+
+def continuing(out: Path) -> bool:
+    """True in the process that replaced a timed-out one writing `out`: it resumes that sweep."""
+    said = os.environ.pop(CONTINUE_ENV, None)
+    return said is not None and said == str(Path(out).resolve())
+
+
+class PointWatch:
+    """Notes the point being measured in `out` (report.running) and stops one that runs past `seconds`.
+
+    `point(case, impl)` before each point, `point(None)` after the last; `lock` is held while the sweep saves a
+    finished point, so that a point which finishes as it times out is recorded once. `own`: sdpa-bench is this
+    process's command, which can be run again in its place (else nothing is timed)."""
+
+    def __init__(self, out: Path, sweep: store.Sweep, progress: Progress, seconds: float | None,
+                 own: bool) -> None:
+        self.out, self.sweep, self.progress, self.seconds = out, sweep, progress, seconds if own else None
+        self.lock = threading.RLock()
+        self._woken = threading.Condition(self.lock)
+        self._point: tuple[Case, str] | None = None
+        self._since = 0.0
+        self._alarm = False  # SIGALRM's default action ends the process; faulthandler prints the stacks first
+        if self.seconds and hasattr(signal, "setitimer") and hasattr(faulthandler, "register"):
+            with contextlib.suppress(ValueError, OSError, RuntimeError):  # a stderr with no file descriptor
+                faulthandler.register(signal.SIGALRM, file=sys.__stderr__, all_threads=True, chain=True)
+                self._alarm = True
+        if self.seconds:
+            threading.Thread(target=self._watch, name="sdpa-bench point timeout", daemon=True).start()
+
+    def point(self, case: Case | None, impl: str = "") -> None:
+        with self.lock:
+            running.mark(self.out, case and case.id, impl)
+            self._point, self._since = (case, impl) if case else None, time.monotonic()
+            self._woken.notify()
+        if self._alarm:
+            signal.setitimer(signal.ITIMER_REAL, self.seconds + HELD_GIL_GRACE_S if case else 0.0)
+
+    def _watch(self) -> None:
+        with self.lock:
+            while True:
+                left = self._point and self._since + self.seconds - time.monotonic()
+                if left is None or left > 0:
+                    self._woken.wait(left)
+                    continue
+                self._expired(*self._point)  # returns only where it could not end the process
+                return
+
+    def _expired(self, case: Case, impl: str) -> None:
+        """With the lock held for good (the sweep's thread saves nothing more): say where it is stuck, save the
+        point as failed, and replace the process (or end it, where exec fails)."""
+        self.progress.note(f"sdpa-bench: {impl} on {case.id} is still running after {fmt_duration(self.seconds)} "
+                           "(--point-timeout): stopping it. Where each thread is:")
+        with contextlib.suppress(ValueError, OSError, RuntimeError):
+            faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        meta = self.sweep.meta
+        self.sweep.results.append(Result(impl=impl, case=case, device=meta["device"], status="failed", reason=(
+            f"still running after {self.seconds:g} s (--point-timeout): stopped, not measured again")))
+        meta["wall_s"] = meta.get("wall_s", 0.0) + self.progress.wall_s
+        store.save(self.out, self.sweep)
+        running.mark(self.out, None)
+        sys.stdout.flush()
+        self.progress.note(f"sdpa-bench: recorded as failed; {len(self.sweep.done())} of {self.sweep.planned} "
+                           "points saved; the sweep goes on in a new process")
+        sys.stderr.flush()
+        if self._alarm:  # an interval timer outlives exec, and the new process would die of it
+            signal.setitimer(signal.ITIMER_REAL, 0.0)
+        os.environ[CONTINUE_ENV] = str(Path(self.out).resolve())
+        try:
+            os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
+        except OSError as exc:
+            self.progress.note(f"sdpa-bench: could not start the new process ({exc}); continue with: sdpa-bench run "
+                               f"--out {shlex.quote(str(self.out))} --resume")
+            sys.stderr.flush()
+            os._exit(TIMED_OUT_EXIT)
