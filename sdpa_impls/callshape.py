@@ -8,14 +8,14 @@ a size-1 batch or head dim is broadcast (expanded, not copied), and heads that d
 `protocol.validate` to name. The mask follows the same batch dims; one that would enlarge the output is left as it
 is, and validate refuses it, as torch does.
 
-    to_bhle(query, key, value, attn_mask, enable_gqa) -> Call(query, key, value, attn_mask, restore)
+    to_bhle(query, key, value, attn_mask, enable_gqa) -> Call(query, key, value, attn_mask, restore, given)
+    call.checked(check)                  # check(); its ValueError names the caller's shapes, not the (B, H, L, E)
     shape_text(tensor) -> "(2, 3, 8, 16)"       # how every shape error writes a shape
 """
 from __future__ import annotations
 
-import numbers
-
 import math
+import numbers
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +32,18 @@ class Call:
     value: Any
     attn_mask: Any
     restore: Callable[[torch.Tensor], torch.Tensor]  # (B, H, Lq, Ev) -> the caller's rank and batch dims
+    given: str = ""  # where q, k and v were reshaped: their shapes as the caller gave them, as the errors write them
+
+    def checked(self, check: Callable[[], Any]) -> Any:
+        """check() (validate, the support checks); a ValueError that names q's, k's and v's (B, H, L, E) shapes
+        names the caller's instead, so that an error about a 3-D or 5-D call shows the shapes the caller passed."""
+        try:
+            return check()
+        except ValueError as exc:
+            computed = _shapes(self.query, self.key, self.value)
+            if not self.given or type(exc) is not ValueError or computed not in str(exc):
+                raise
+            raise ValueError(str(exc).replace(computed, self.given)) from None
 
 
 def _same(out: torch.Tensor) -> torch.Tensor:
@@ -41,6 +53,11 @@ def _same(out: torch.Tensor) -> torch.Tensor:
 def shape_text(t: torch.Tensor) -> str:
     """A tensor's shape as the errors write it: (2, 3, 8, 16)."""
     return "(" + ", ".join(str(s) for s in t.shape) + ")"
+
+
+def _shapes(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> str:
+    """q's, k's and v's shapes as every shape error ends (protocol.validate)."""
+    return f"query {shape_text(query)}, key {shape_text(key)}, value {shape_text(value)}"
 
 
 def _heads(hq: int, hk: int, hv: int, gqa: bool) -> tuple[int, int, int]:
@@ -95,7 +112,7 @@ def to_bhle(query: object, key: object, value: object, attn_mask: object, enable
         full = out.reshape(*lead, *out.shape[1:])
         return full[(0,) * (full.dim() - rank)] if full.dim() > rank else full
 
-    return Call(q4, k4, v4, mask, restore)
+    return Call(q4, k4, v4, mask, restore, _shapes(q, k, v))
 
 
 def plain_number(x: Any) -> Any:

@@ -127,7 +127,7 @@ def validate(inp: SDPAInputs) -> None:
         raise ValueError(f"sdpa: query, key and value must share one dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
     if not (q.device == k.device == v.device):
         raise ValueError(f"sdpa: query, key and value must be on one device; got {q.device}, {k.device}, {v.device}")
-    shapes = f"query {shape_text(q)}, key {shape_text(k)}, value {shape_text(v)}"
+    shapes = f"query {shape_text(q)}, key {shape_text(k)}, value {shape_text(v)}"  # callshape._shapes
     if not (q.shape[0] == k.shape[0] == v.shape[0]):
         raise ValueError(f"sdpa: batch sizes differ: {shapes}")
     if k.shape[1] != v.shape[1]:
@@ -277,8 +277,8 @@ class Implementation:
                             enable_gqa: bool = False) -> list[str]:
         """Empty when this implementation can run the call here; else one sentence per obstacle."""
         call = to_bhle(query, key, value, attn_mask, enable_gqa)
-        return self.not_supported_reasons(SDPAInputs(call.query, call.key, call.value, call.attn_mask, dropout_p,
-                                                      is_causal, scale, enable_gqa))
+        return call.checked(lambda: self.not_supported_reasons(SDPAInputs(
+            call.query, call.key, call.value, call.attn_mask, dropout_p, is_causal, scale, enable_gqa)))
 
     def prepare(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0, is_causal: bool = False,
@@ -293,7 +293,7 @@ class Implementation:
         call = to_bhle(query, key, value, attn_mask, enable_gqa)
         inp = SDPAInputs(call.query, call.key, call.value, call.attn_mask, dropout_p, is_causal, scale, enable_gqa,
                          structure)
-        reasons = self.not_supported_reasons(inp)
+        reasons = call.checked(lambda: self.not_supported_reasons(inp))
         if reasons:
             raise Unsupported(self.name, reasons)
         fn = self.prepare_inputs(inp)

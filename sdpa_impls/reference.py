@@ -31,7 +31,7 @@ def reference(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     """
     call = to_bhle(query, key, value, attn_mask, enable_gqa)  # torch's shapes, as every implementation takes them
     inp = SDPAInputs(call.query, call.key, call.value, call.attn_mask, dropout_p, is_causal, scale, enable_gqa)
-    validate(inp)
+    call.checked(lambda: validate(inp))
     query, key, value, attn_mask = inp.query, inp.key, inp.value, inp.attn_mask
     if dropout_p:
         raise ValueError("sdpa: the reference is deterministic; dropout_p must be 0")

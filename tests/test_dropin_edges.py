@@ -15,6 +15,7 @@ import torch.nn.functional as F
 import sdpa_impls
 from sdpa_impls.impls import torch_sdpa
 from sdpa_impls.protocol import Unsupported
+from sdpa_impls.reference import reference
 from test_parity_torch import OURS, torch_math
 
 EAGER_CPU = ("naive", "chunked", "fused", "torch_sdpa", "torch_sdpa_math", "torch_sdpa_flash")
@@ -151,6 +152,23 @@ def test_shapes_torch_refuses_are_one_error_for_every_implementation() -> None:
         for name in EAGER_CPU:
             with pytest.raises(ValueError, match=re.escape(fragment)):
                 sdpa_impls.get(name)(*args)
+
+
+@pytest.mark.parametrize("shapes, fragment", [
+    (((8, 16, 32), (8, 16, 16), (8, 16, 32)), "same head dim E: query (8, 16, 32), key (8, 16, 16), value (8, 16, 32)"),
+    (((2, 3, 4, 16, 32), (2, 3, 4, 16, 32), (2, 3, 4, 12, 32)),
+     "same sequence length: query (2, 3, 4, 16, 32), key (2, 3, 4, 16, 32), value (2, 3, 4, 12, 32)"),
+    (((8, 16, 32), (7, 16, 32), (7, 16, 32)), "heads differ (8 vs 7) and enable_gqa=False: query (8, 16, 32)"),
+])
+def test_an_error_about_a_call_of_another_rank_names_the_shapes_the_caller_gave(shapes, fragment) -> None:
+    """q, k and v of rank 3 or 5 are computed as (B, H, L, E); a mistake in them is named with the caller's shapes,
+    for every implementation, in its unsupported_reasons and in the fp64 reference."""
+    args = [torch.randn(*s) for s in shapes]
+    with pytest.raises(RuntimeError):
+        F.scaled_dot_product_attention(*args)
+    for call in [sdpa_impls.get(n) for n in EAGER_CPU] + [sdpa_impls.get("naive").unsupported_reasons, reference]:
+        with pytest.raises(ValueError, match=re.escape(fragment)):
+            call(*args)
 
 
 FP64_CASES = {  # (B, Hq, Hkv, Lq, Lk, E), call: every path of the tiled loops (one and several key tiles, GQA)
