@@ -94,7 +94,7 @@ class PointWatch:
                 if left is None or left > 0:
                     self._woken.wait(left)
                     continue
-                self._expired(*self._point)  # returns only where it could not end the process
+                self._expired(*self._point)  # never returns: the process is replaced or ends
                 return
 
     def _expired(self, case: Case, impl: str) -> None:
