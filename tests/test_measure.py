@@ -103,10 +103,15 @@ def test_a_sample_is_back_to_back_calls_lasting_the_minimum() -> None:
 
 def test_calibration_hands_back_the_sample_it_measured_last() -> None:
     """The suite sizes its rounds from calibrate's own last sample instead of timing one more."""
-    x, calls = torch.randn(64, 64), []
-    for _ in range(3):  # calibrate is called after warm-up: a process's first GEMM can take milliseconds alone
-        x @ x
-    n, sample_s = calibrate(lambda: calls.append(x @ x), "cpu", min_sample_s=2e-3)
+    calls: list[float] = []
+
+    def spin() -> None:  # 0.1 ms on one thread: a small GEMM on two threads took 2 ms while other work held a CPU
+        start = time.perf_counter()
+        while time.perf_counter() - start < 1e-4:
+            pass
+        calls.append(start)
+
+    n, sample_s = calibrate(spin, "cpu", min_sample_s=2e-3)
     assert 1 < n < 10_000 and sample_s >= 2e-3  # what it returns is a sample that lasted the minimum
     assert len(calls) > n  # it tried fewer calls first
     slow_n, slow_s = calibrate(lambda: time.sleep(3e-3), "cpu", min_sample_s=2e-3)
