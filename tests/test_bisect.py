@@ -160,6 +160,8 @@ def test_a_range_with_nothing_planted_is_no_regression(history: dict, tmp_path: 
     (["{good}", "{fixed}", "-k", "L128 and"], "-k 'L128 and' is no pytest -k expression: expected"),
     (["{good}", "{fixed}", "--impl", "nosuch"], "nothing can be searched: GOOD {good7}"),  # named as the user does
     (["{good}", "{fixed}", "--max-time", "-1"], "--max-time should be more than 0 seconds"),
+    (["{good}", "{slow}", *FAST[:2], "-k", "torch_sdpa and L128-E64-fp32-fwd", *FAST[4:]],  # judged by nobody
+     "only torch_sdpa was measured, the time reference"),
 ])
 def test_unusable_input_is_one_message_and_exit_2(history: dict, args: list[str], message: str) -> None:
     filled = [a.format(**history) for a in args]

@@ -168,6 +168,10 @@ class _Searcher(Resumable):
                                      + (" after the extra rounds" if self.plan.adaptive_budget != 0 else "") + "): "
                                      "run again with more --rounds, or fewer rows (-k, --from), before trusting "
                                      "that nothing changed there.")
+        if not slower and not bigger and reference and all(r.impl == reference for r in report.rows):
+            raise GateInputError(f"only {reference} was measured, the time reference that every other implementation "
+                                 "is timed against and that is not judged itself: no row could be slower, so "
+                                 "nothing was searched; choose another implementation's rows (-k, --impl)")
         if not slower and not bigger:
             self._keep_state()
             return False
