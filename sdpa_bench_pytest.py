@@ -36,7 +36,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     """The suite's options, and $SDPA_BENCH_PRESET, are checked before anything is collected, so that a typo is
     one line and pytest's usage error (exit 4), as in pytest's own options. Sessions that name none of them
-    import nothing here."""
+    import nothing here. An empty value is refused, as the command line refuses it: it never means "the default"."""
+    for flag in ("--sdpa-preset", "--sdpa-device"):
+        value = config.getoption(flag.lstrip("-").replace("-", "_"))
+        if value is not None and not value.strip():
+            raise pytest.UsageError(f"{flag}: an empty value; give one, or leave {flag} out")
+    impls = config.getoption("sdpa_impl")
+    if impls and not any(n.strip() for given in impls for n in given.split(",")):
+        raise pytest.UsageError(f"--sdpa-impl {','.join(impls)!r}: names no implementation")
     if not (config.getoption("sdpa_preset") or config.getoption("sdpa_impl") or config.getoption("sdpa_device")
             or os.environ.get(PRESET_VARIABLE, "").strip()):
         return

@@ -160,6 +160,8 @@ SUITE = ("python", "-m", "pytest", "--pyargs", "sdpa_impls.suite.test_sdpa", "-q
     (("--sdpa-impl", "naive,nope"), {}, "unknown implementation 'nope'"),
     (("--sdpa-device", "meta"), {}, "--sdpa-device meta: the suite runs on cpu or cuda"),
     ((), {"SDPA_BENCH_PRESET": "smok"}, "SDPA_BENCH_PRESET='smok': unknown preset 'smok'"),
+    (("--sdpa-preset", ""), {}, "--sdpa-preset: an empty value"),  # not the whole cpu preset
+    (("--sdpa-impl", ",,"), {}, "--sdpa-impl ',,': names no implementation"),  # not every implementation
 ])
 def test_the_packaged_suite_refuses_a_typo_in_one_line(tool: dict, args: tuple[str, ...], env: dict[str, str],
                                                        said: str) -> None:
