@@ -117,7 +117,7 @@ def test_an_interrupted_search_keeps_its_steps_and_resumes_from_them(history: di
     code, out, err = bisect(history["repo"], history["good"], "HEAD", *FAST, "--resume", str(resumed))
     assert code == 1 and "CULPRIT" in out and ": measuring" not in err, out + err  # a finished answer, replayed
     code, _, err = bisect(history["repo"], history["good"], "HEAD", *FAST, "--rounds", "3", "--resume", str(resumed))
-    assert code == 2 and "that search was measured otherwise (rounds 2 there, 3 here)" in err, err
+    assert code == 2 and "that search was measured otherwise (--rounds 2 there, --rounds 3 here)" in err, err
 
 
 def test_an_answer_that_could_not_tell_is_undecided_not_no_regression() -> None:

@@ -23,6 +23,7 @@ from sdpa_impls.gate.interval import ratio_interval
 from sdpa_impls.gate.points import Point
 from sdpa_impls.continuous.render import render
 from sdpa_impls.continuous.revisions import ci_base, snapshot_working_tree
+from sdpa_impls.errors import UsageError
 from sdpa_impls.continuous.schedule import Schedule
 from sdpa_impls.continuous.verdict import judge
 
@@ -236,11 +237,13 @@ def test_an_answer_that_could_not_be_written_is_refused_before_measuring(repo: d
 def test_ci_base_names_main_before_the_change(repo: dict) -> None:
     path = repo["path"]
     assert ci_base(path, {"SDPA_CONTINUOUS_BASE": "v1.0"}) == ("v1.0", "$SDPA_CONTINUOUS_BASE")
-    base, why = ci_base(path, {})
-    assert base == "HEAD~1" and "main already points at HEAD" in why  # nothing else names the state before
+    # nothing else names the state before, and main's one commit has no parent (with one: HEAD~1, tested below)
+    with pytest.raises(UsageError, match="main already points at HEAD"):
+        ci_base(path, {})
     git(path, "branch", "-q", "-m", "main", "trunk")  # no remote, no main: said so, not that they point at HEAD
     try:
-        assert "this repository has no origin/main or main" in ci_base(path, {})[1]
+        with pytest.raises(UsageError, match="this repository has no origin/main or main"):
+            ci_base(path, {})
     finally:
         git(path, "branch", "-q", "-m", "trunk", "main")
     git(path, "checkout", "-q", "slowed")  # a clone of the submitted branch: main is where it forked
@@ -250,6 +253,20 @@ def test_ci_base_names_main_before_the_change(repo: dict) -> None:
     finally:
         git(path, "checkout", "-q", "main")
 
+
+def test_ci_base_says_when_there_is_nothing_before_head(tmp_path: Path) -> None:
+    """No BASE given in a repository with no commit, or only one: said so, not "'HEAD~1' is not a revision"."""
+    git(tmp_path, "init", "-q", "-b", "main")
+    with pytest.raises(UsageError, match="has no commit yet, so no BASE can be chosen"):
+        ci_base(tmp_path, {})
+    (tmp_path / "a.txt").write_text("a\n")
+    commit(tmp_path, "first")
+    with pytest.raises(UsageError, match="HEAD is the first commit of .*: nothing before it to compare with"):
+        ci_base(tmp_path, {})
+    (tmp_path / "a.txt").write_text("b\n")
+    commit(tmp_path, "second")
+    base, why = ci_base(tmp_path, {})
+    assert base == "HEAD~1" and "main already points at HEAD" in why
 
 # ---------- the statistics, on points made here ----------
 

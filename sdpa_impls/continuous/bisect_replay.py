@@ -63,7 +63,7 @@ def load_replay(path: str | Path, query: Query, plan: Plan) -> Replay:
         raise UsageError(f"--resume {path}: not the --json of a bisect this sdpa-bench can resume")
     mine = settings_of(query, plan)
     theirs = saved.get("settings") or {}
-    differ = [f"{k} {theirs.get(k)!r} there, {v!r} here" for k, v in mine.items() if theirs.get(k) != v]
+    differ = [f"{_shown(k, theirs.get(k))} there, {_shown(k, v)} here" for k, v in mine.items() if theirs.get(k) != v]
     if differ:
         raise UsageError(f"--resume {path}: that search was measured otherwise ({'; '.join(differ)}): its "
                          "verdicts are not this one's")
@@ -137,3 +137,13 @@ class Resumable:
         self.result.rows = step.rows
         self.progress("rows under test: " + "; ".join(r.text() for r in self.result.rows))
         return True
+
+
+def _shown(key: str, value: object) -> str:
+    """A setting as a person typed it: its option, rows as impl[case], lists comma-separated ("no -k": none)."""
+    flag = {"select": "-k", "rows": "--from rows"}.get(key, "--" + key.replace("_", "-"))
+    if isinstance(value, (list, tuple)):
+        text = ", ".join(f"{v[0]}[{v[1]}]" if isinstance(v, (list, tuple)) and len(v) == 2 else str(v) for v in value)
+    else:
+        text = repr(value) if isinstance(value, str) and value else str(value) if value not in (None, "") else ""
+    return f"{flag} {text}" if text else f"no {flag}"

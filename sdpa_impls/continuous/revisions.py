@@ -181,7 +181,11 @@ def ci_base(root: Path, environ: Mapping[str, str] = os.environ) -> tuple[str, s
     named = environ.get(BASE_ENV, "").strip()
     if named:
         return named, f"${BASE_ENV}"
-    head = resolve(root, "HEAD")
+    try:
+        head = resolve(root, "HEAD")
+    except UsageError:
+        raise UsageError(f"{root} has no commit yet, so no BASE can be chosen for it: commit, then compare (or "
+                         "name BASE and HEAD)") from None
     present = []  # the main refs this clone has
     for ref in MAIN_REFS:
         done = _git(root, "merge-base", "HEAD", ref, check=False)
@@ -192,5 +196,9 @@ def ci_base(root: Path, environ: Mapping[str, str] = os.environ) -> tuple[str, s
             present.append(ref)
     where = (f"{' and '.join(present)} already {'point' if len(present) > 1 else 'points'} at HEAD" if present
              else f"this repository has no {' or '.join(MAIN_REFS)}")
+    if _git(root, "rev-parse", "--verify", "--quiet", "HEAD~1^{commit}", check=False).returncode != 0 and \
+            _git(root, "rev-parse", "--is-shallow-repository", check=False).stdout.strip() != "true":
+        raise UsageError(f"no BASE given, and HEAD is the first commit of {root} ({where}): nothing before it to "
+                         f"compare with; name BASE, or set ${BASE_ENV}")  # a shallow clone: resolve says to fetch
     return "HEAD~1", (f"HEAD's parent: {where}, so the state before the change is not named in this clone (set "
                       f"${BASE_ENV} to compare a longer series)")
