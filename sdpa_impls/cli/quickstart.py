@@ -48,5 +48,5 @@ next, in {dest}:
   sdpa-bench list                        # {names.package} is listed, with what it runs here
   python -m pytest                       # {names.package} against float64 on the smoke cases
   {start} && git commit -qm "{names.package}"{"" if outer else "   # then: sdpa-bench continuous HEAD, after a change"}
-  asv run   # its history over commits: sdpa-bench's guide "History with asv" (asv.conf.json, benchmarks/)""")
+  SDPA_BENCH_PRESET=quick asv run        # its history over commits (unset: the whole cpu preset)""")
     return 0

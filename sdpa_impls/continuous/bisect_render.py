@@ -72,7 +72,7 @@ def render(search: Search, markdown: bool = False, unfinished: str | None = None
         out += table(["#", "step", "base", "head", "verdict", "floor", "rows (head/base, 95% CI)", "time"],
                      [[str(i), s.kind, in_cell(short(s.base)) if s.base else "-", in_cell(short(s.head)), s.verdict,
                        f"×{s.floor:.3f}" if s.floor else "-",
-                       in_cell(_rows_cell(s) or (s.notes[0] if s.notes else "-")),
+                       in_cell(_rows_cell(s) or next((n for n in s.notes if not n.startswith("adaptive")), "-")),
                        fmt_duration(s.seconds)]
                       for i, s in enumerate(search.steps, 1)], markdown).splitlines()
     notes = [*search.notes, EXIT_MEANING]
