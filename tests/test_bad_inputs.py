@@ -53,6 +53,8 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (["envs", "--env-cache", ""], "--env-cache: an empty value"),
     (["quickstart", "--dest", "", "--name", "x"], "--dest: an empty value"),
     (["run", "--seed", "-1"], "--seed: should be from 0 to 2**63 - 1, got -1"),
+    (["continuous", "HEAD~1", "--env-cache", "/etc/passwd"], "--env-cache /etc/passwd: is a file, not a folder"),
+    (["bisect", "HEAD~1", "--env-cache", "/etc/passwd"], "--env-cache /etc/passwd: is a file, not a folder"),
     (["run", "--preset", "smoke", "--point-timeout", "-5"], "--point-timeout must be >= 0 seconds and finite"),
     (["run", "--preset", "smoke", "--point-timeout", "inf"], "--point-timeout must be >= 0 seconds and finite"),
     (["run", "--seed", "100000000000000000000000"], "should be from 0 to 2**63 - 1"),

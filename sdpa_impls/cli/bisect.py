@@ -36,7 +36,7 @@ from ..continuous.project import find
 from ..continuous.steps import rows_from_verdict
 from ..credentials import redact
 from ..errors import GateInputError, UsageError
-from .outputs import (Terminated, add_measuring, guarded, impl_names, seed, terminate_as_interrupt,
+from .outputs import (Terminated, add_measuring, folders, guarded, impl_names, seed, terminate_as_interrupt,
                       timed_progress, writable, write)
 
 
@@ -98,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
                  {"--from": args.from_verdict, "--config": args.config})
         if args.config and not Path(args.config).is_file():  # here, not once a side has read it
             raise GateInputError(f"--config {args.config}: no such file")
+        folders({"--env-cache": args.env_cache})
         rows = rows_from_verdict(args.from_verdict) if args.from_verdict else ()
         if args.package and args.bad is None:
             raise UsageError("--package needs BAD: the later version, known to be slower")

@@ -42,8 +42,8 @@ from ..continuous.comparison import Plan, compare
 from ..continuous.project import find
 from ..credentials import redact
 from ..errors import GateInputError
-from .outputs import (Terminated, add_measuring, guarded, impl_names, seed, terminate_as_interrupt, timed_progress,
-                      writable, write)
+from .outputs import (Terminated, add_measuring, folders, guarded, impl_names, seed, terminate_as_interrupt,
+                      timed_progress, writable, write)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -84,9 +84,7 @@ def run(args: argparse.Namespace) -> int:
         writable({"--markdown": args.markdown, "--json": args.json}, {"--config": args.config})  # before the rounds
         if args.config and not Path(args.config).is_file():  # here, not once a side has read it
             raise GateInputError(f"--config {args.config}: no such file")
-        kept = Path(args.keep_runs) if args.keep_runs else None
-        if kept is not None and (kept.exists() or kept.is_symlink()) and not kept.is_dir():
-            raise GateInputError(f"--keep-runs {args.keep_runs}: is a file, not a folder")
+        folders({"--keep-runs": args.keep_runs, "--env-cache": args.env_cache})
         request = Request(args.base, args.head, args.base_env, args.head_env, args.env_cache, impl_names(args.impl),
                           args.config)
         plan = Plan(args.preset, args.rounds, args.max_time, args.adaptive_budget, args.adaptive_rounds,

@@ -100,6 +100,15 @@ def timed_progress() -> Callable[[str], None]:
     return progress
 
 
+def folders(named: dict[str, object]) -> None:
+    """GateInputError for a folder option (--keep-runs, --env-cache) whose path is a file: refused before any work,
+    not once (or whether) the run reaches it."""
+    for flag, path in named.items():
+        folder = Path(str(path)).expanduser() if path else None
+        if folder is not None and (folder.exists() or folder.is_symlink()) and not folder.is_dir():
+            raise GateInputError(f"{flag} {path}: is a file, not a folder")
+
+
 def writable(outputs: dict[str, str | Path | None], inputs: dict[str, str | Path | None] | None = None) -> None:
     """GateInputError now, before any measuring, where an output (`{"--json": path}`; None: not asked for) could not
     be written at the end (a folder; a folder that cannot be made or written in; a file system that takes no new
