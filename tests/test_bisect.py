@@ -20,7 +20,7 @@ from sdpa_impls.continuous.bisect_answer import UNDECIDED, Search, comparison_bu
 from sdpa_impls.continuous.bisect_render import render
 from sdpa_impls.continuous.lines import between
 from sdpa_impls.continuous.revisions import first_parents
-from sdpa_impls.continuous.steps import rows_from_verdict, selection_of
+from sdpa_impls.continuous.steps import DIFFERENT, SAME, RowStep, rows_from_verdict, selection_of, unexplained
 from sdpa_impls.errors import UsageError
 from test_as_a_tool import PLUGIN, SLOWER
 from test_continuous import command, commit, git
@@ -128,6 +128,27 @@ def test_an_answer_that_could_not_tell_is_undecided_not_no_regression() -> None:
     text = render(search)
     assert text.startswith("sdpa-bench bisect: UNDECIDED: GOOD and BAD could not be told apart on 1 row(s)"), text
     assert "NO REGRESSION" not in text and "4: undecided" in text
+
+
+def test_a_culprit_is_said_to_explain_part_only_where_its_own_search_step_agrees() -> None:
+    """The culprit against its parent clearly below BAD against GOOD is not enough: two steps' intervals can be
+    apart by the machine's drift between them (seen: ×2.434 against ×2.853 for the only change in the range, whose
+    search step read ×2.925). The culprit against GOOD must be below BAD too; SAME rows and memory are as before."""
+    row = "toy[L128-E64-fp32-fwd]"
+
+    def timed(ratio: float, low: float, high: float, verdict: str = DIFFERENT) -> dict[str, RowStep]:
+        return {row: RowStep(row, ratio, (low, high), verdict)}
+
+    endpoints, confirmed = timed(2.853, 2.736, 2.969), timed(2.434, 2.137, 2.614)
+    assert unexplained(tuple(confirmed.values()), endpoints, timed(2.925, 2.515, 3.078)) == []
+    assert unexplained(tuple(confirmed.values()), endpoints, {}) == []  # the culprit is BAD: nothing came later
+    later = unexplained(tuple(confirmed.values()), endpoints, timed(2.45, 2.30, 2.60))
+    assert len(later) == 1 and "a later change in the range adds to it" in later[0], later
+    same = unexplained(tuple(timed(1.01, 0.98, 1.03, SAME).values()), endpoints, {})
+    assert len(same) == 1 and "is not slower at the culprit" in same[0]
+    memory = {row: RowStep(row, 1.2, None, DIFFERENT, memory="1.0 M → 1.2 M")}
+    assert "peak memory" in unexplained(tuple(memory.values()), {row: RowStep(row, 1.5, None, DIFFERENT,
+                                                                             memory="1.0 M → 1.5 M")}, {})[0]
 
 
 def test_a_range_with_nothing_planted_is_no_regression(history: dict, tmp_path: Path) -> None:

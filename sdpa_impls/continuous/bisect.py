@@ -56,7 +56,7 @@ from .bisect_answer import (AGAINST_BAD, CONFIRM, CULPRIT, ENDPOINTS, INCONCLUSI
 from .bisect_replay import Replay, Resumable, settings_of
 from .revisions import uncommitted
 from .steps import (DIFFERENT, SAME, SKIPPED, UNKNOWN, Step, memory_failed, row_steps, selection_of,
-                    step_notes, verdict_of)
+                    step_notes, unexplained, verdict_of)
 from .verdict import SLOWER
 
 
@@ -282,20 +282,12 @@ class _Searcher(Resumable):
             return
         self.result.answer, self.result.culprit = CULPRIT, self.result.commits[hi]
         endpoint = {r.label: r for r in self.result.rows}
-        for row in step.rows:
-            whole = endpoint[row.label]
-            if row.verdict == SAME:
-                self.result.notes.append(f"{row.label} is not {'bigger' if row.memory else 'slower'} at the "
-                                         "culprit: it changed elsewhere between GOOD and BAD (bisect again with that "
-                                         "row).")
-            elif row.memory and whole.ratio and row.ratio and row.ratio < whole.ratio:  # exact: any shortfall counts
-                self.result.notes.append(f"{row.label}: the culprit explains only part of GOOD → BAD's peak memory "
-                                         f"({row.memory} against {whole.memory}): another change in the range adds "
-                                         "to it.")
-            elif row.interval and whole.interval and row.interval[1] < whole.interval[0]:
-                self.result.notes.append(f"{row.label}: the culprit explains only part of GOOD → BAD "
-                                         f"(×{row.ratio:.3f} against ×{whole.ratio:.3f}, intervals apart): another "
-                                         "change in the range adds to it.")
+        # the culprit against GOOD, as its search step measured it (none where the culprit is BAD): below BAD against
+        # GOOD, a later change adds to it; the search found its parent SAME, so no earlier one does
+        culprit_name = self.line.name(culprit)
+        at_culprit = {r.label: r for s in self.result.steps if s.kind == SEARCH and s.head == culprit_name
+                      and s.verdict == DIFFERENT for r in s.rows}
+        self.result.notes += unexplained(step.rows, endpoint, at_culprit)
 
 
 def search(query: Query, plan: Plan, project: Project, progress: Callable[[str], None],

@@ -138,3 +138,28 @@ def selection_of(rows: tuple[tuple[str, str], ...], select: str | None, referenc
         except ValueError as exc:
             raise UsageError(f"--from: {exc}") from None
     return select
+
+
+def unexplained(confirmed: tuple[RowStep, ...], endpoints: dict[str, RowStep], at_culprit: dict[str, RowStep]
+                ) -> list[str]:
+    """Notes on the rows a confirmed culprit does not explain. `confirmed`: the culprit against its parent;
+    `endpoints`: BAD against GOOD; `at_culprit`: the culprit against GOOD as the search measured it (empty where the
+    culprit is BAD). A row SAME at the culprit changed elsewhere. Peak memory is exact: any shortfall is another
+    change. A time row is short only where the culprit against GOOD is also clearly below BAD against GOOD (the
+    search found the parent SAME, so what is missing came later): two steps' intervals alone can be apart by the
+    machine's drift between them."""
+    notes = []
+    for row in confirmed:
+        whole, searched = endpoints[row.label], at_culprit.get(row.label)
+        if row.verdict == SAME:
+            notes.append(f"{row.label} is not {'bigger' if row.memory else 'slower'} at the culprit: it changed "
+                         "elsewhere between GOOD and BAD (bisect again with that row).")
+        elif row.memory and whole.ratio and row.ratio and row.ratio < whole.ratio:
+            notes.append(f"{row.label}: the culprit explains only part of GOOD → BAD's peak memory ({row.memory} "
+                         f"against {whole.memory}): another change in the range adds to it.")
+        elif not row.memory and row.interval and whole.interval and row.interval[1] < whole.interval[0] \
+                and searched is not None and searched.interval and searched.interval[1] < whole.interval[0]:
+            notes.append(f"{row.label}: the culprit explains only part of GOOD → BAD (×{row.ratio:.3f} against its "
+                         f"parent, ×{searched.ratio:.3f} against GOOD, ×{whole.ratio:.3f} at BAD, intervals apart): "
+                         "a later change in the range adds to it.")
+    return notes
