@@ -135,6 +135,8 @@ def _about(project: Project, base: Side, head: Side) -> str:
         impls = ", ".join(dict.fromkeys(base.impls + head.impls)) or "every one"
         return (f"plug-in {project.package} ({project.root}) at each revision, installed over {running}, whose suite "
                 f"measures {impls}.")
+    if os.path.abspath(base.python) == os.path.abspath(head.python):  # not realpath: two venvs link one python
+        return f"{running} on both sides, in the same environment ({base.python}): any difference is noise."
     return f"{running} on both sides, which differ only in their environments."
 
 
