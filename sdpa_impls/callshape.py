@@ -11,6 +11,7 @@ is, and validate refuses it, as torch does.
     to_bhle(query, key, value, attn_mask, enable_gqa) -> Call(query, key, value, attn_mask, restore, given)
     call.checked(check)                  # check(); its ValueError names the caller's shapes, not the (B, H, L, E)
     shape_text(tensor) -> "(2, 3, 8, 16)"       # how every shape error writes a shape
+    qkv_text(q, k, v) -> "query (...), key (...), value (...)"   # how every shape error ends
 """
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ class Call:
         try:
             return check()
         except ValueError as exc:
-            computed = _shapes(self.query, self.key, self.value)
+            computed = qkv_text(self.query, self.key, self.value)
             if not self.given or type(exc) is not ValueError or computed not in str(exc):
                 raise
             raise ValueError(str(exc).replace(computed, self.given)) from None
@@ -55,8 +56,8 @@ def shape_text(t: torch.Tensor) -> str:
     return "(" + ", ".join(str(s) for s in t.shape) + ")"
 
 
-def _shapes(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> str:
-    """q's, k's and v's shapes as every shape error ends (protocol.validate)."""
+def qkv_text(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> str:
+    """q's, k's and v's shapes as every shape error ends them (protocol.validate; Call.checked replaces them)."""
     return f"query {shape_text(query)}, key {shape_text(key)}, value {shape_text(value)}"
 
 
@@ -112,7 +113,7 @@ def to_bhle(query: object, key: object, value: object, attn_mask: object, enable
         full = out.reshape(*lead, *out.shape[1:])
         return full[(0,) * (full.dim() - rank)] if full.dim() > rank else full
 
-    return Call(q4, k4, v4, mask, restore, _shapes(q, k, v))
+    return Call(q4, k4, v4, mask, restore, qkv_text(q, k, v))
 
 
 def plain_number(x: Any) -> Any:

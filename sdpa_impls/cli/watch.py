@@ -95,7 +95,6 @@ class PointWatch:
                     self._woken.wait(left)
                     continue
                 self._expired(*self._point)  # never returns: the process is replaced or ends
-                return
 
     def _expired(self, case: Case, impl: str) -> None:
         """With the lock held for good (the sweep's thread saves nothing more): say where it is stuck, save the
