@@ -218,14 +218,16 @@ def test_more_mistakes_are_named_for_what_they_are(sweep, tmp_path, monkeypatch)
     ):
         code, err = said(argv, tmp_path, monkeypatch)
         assert code == 2 and named in err and len(err.strip().splitlines()) == 1, (argv, err)
+        # the prefix argparse gives the same command's errors (`sdpa-bench run: error: argument --budget: ...`)
+        assert err.startswith(f"sdpa-bench {argv[0]}: error: "), err
     monkeypatch.setenv("SDPA_BENCH_CPU_BF16", "fp16")
     code, err = said(["list"], tmp_path, monkeypatch)  # before the table, not after it
-    assert code == 2 and err.startswith("sdpa-bench: error: SDPA_BENCH_CPU_BF16 should be bf16 or fp32")
+    assert code == 2 and err.startswith("sdpa-bench list: error: SDPA_BENCH_CPU_BF16 should be bf16 or fp32")
     monkeypatch.delenv("SDPA_BENCH_CPU_BF16")
     monkeypatch.setenv("SDPA_BENCH_CPU_EXP", "exp10")
     for argv in (["list"], ["run", *FAST, "--out", "exp"]):
         code, err = said(argv, tmp_path, monkeypatch)
-        assert code == 2 and err.startswith("sdpa-bench: error: SDPA_BENCH_CPU_EXP should be exp or exp2"), err
+        assert code == 2 and err.startswith(f"sdpa-bench {argv[0]}: error: SDPA_BENCH_CPU_EXP should be exp or exp2"), err
         assert len(err.strip().splitlines()) == 1 and not (tmp_path / "exp").exists()
     monkeypatch.delenv("SDPA_BENCH_CPU_EXP")
     code, _ = said(["envs", "--env-cache", "not-there"], tmp_path, monkeypatch)

@@ -96,7 +96,7 @@ def test_an_unforeseen_error_shows_where_on_request_and_is_still_2(monkeypatch, 
     assert cli.main(["envs"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("Traceback") and "in unforeseen" in err and "hunter2" not in err  # masked there too
-    assert err.strip().splitlines()[-1].startswith("sdpa-bench: error: RuntimeError: index https://ci:")
+    assert err.strip().splitlines()[-1].startswith("sdpa-bench envs: error: RuntimeError: index https://ci:")
 
 
 def test_a_url_in_the_failure_is_masked_as_everywhere_else(tmp_path):

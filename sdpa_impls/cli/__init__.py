@@ -91,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     chosen = _command_in(argv)
     source = ""  # the pyproject.toml table and keys that set options, named beside a usage error
+    # the prefix argparse gives the command's own errors, so every error of one command starts the same way
+    prefix = f"sdpa-bench {chosen}" if chosen in COMMANDS else "sdpa-bench"
     try:
         module = command = None
         for name, (_, help_text) in COMMANDS.items():
@@ -115,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()  # a reader that went away shows here, in the handler below, not at the interpreter's exit
         return code
     except UsageError as exc:
-        print(redact(f"sdpa-bench: error: {exc}{settings.note(source)}"), file=sys.stderr)
+        print(redact(f"{prefix}: error: {exc}{settings.note(source)}"), file=sys.stderr)
         return USAGE_EXIT
     except KeyboardInterrupt:
         print("sdpa-bench: interrupted", file=sys.stderr)
@@ -125,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + signal.SIGPIPE  # what a shell reports for a writer the pipe stopped
     except Exception as exc:  # a CI reads exit 1 as "regression" or "wrong": anything unforeseen is 2, one line
-        return unforeseen("sdpa-bench", exc, f" (an error sdpa-bench did not foresee; {TRACEBACK_ENV}=1 shows where)")
+        return unforeseen(prefix, exc, f" (an error sdpa-bench did not foresee; {TRACEBACK_ENV}=1 shows where)")
 
 
 if __name__ == "__main__":
