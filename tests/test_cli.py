@@ -281,8 +281,8 @@ def test_sigterm_stops_a_run_the_way_ctrl_c_does(tmp_path):
     that can be pasted, for a folder with a space). Meanwhile no other `run` may write the same folder."""
     out = tmp_path / "terminated run"
     cmd = [sys.executable, "-m", "sdpa_impls", "run", "--preset", "smoke", "--impl", "naive", "--out", str(out),
-           *CPU, "--budget", "1", "--min-reps", "2", "--max-reps", "10000", "--warmup", "1", "--no-memory",
-           "--no-plots"]  # each point its whole second: the run outlasts the second command's start
+           *CPU, "--budget", "2", "--min-reps", "2", "--max-reps", "10000", "--warmup", "1", "--no-memory",
+           "--no-plots"]  # each point two whole seconds: the run outlasts the second command, also on a busy machine
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:

@@ -112,7 +112,9 @@ def main(argv: list[str] | None = None) -> int:
             return exc.code if isinstance(exc.code, int) else USAGE_EXIT
         # defaults of the project's [tool.sdpa_bench.<command>] for what the command line leaves unset
         source = settings.apply(parser, command, argv, args, args.command, COMMANDS)
-        args.own_process = argv == sys.argv[1:]  # sdpa-bench is this process's command (run may exec it again)
+        # sdpa-bench is this process's command, which `run` may exec again: its arguments are the ones the process
+        # started with (a script that sets sys.argv and calls main() would be run again whole, setup and all)
+        args.own_process = argv == sys.argv[1:] == sys.orig_argv[len(sys.orig_argv) - len(argv):]
         code = int(module.run(args))
         sys.stdout.flush()  # a reader that went away shows here, in the handler below, not at the interpreter's exit
         return code

@@ -34,10 +34,10 @@ def run(args: argparse.Namespace) -> int:
     files = write_report(args.out, merged, plots=not args.no_plots)
     if all_ids is not None and len(merged.meta["case_ids"]) < len(all_ids):
         missing = len(all_ids) - len(merged.meta["case_ids"])
-        print(f"sdpa-bench: note: {missing} of the {len(all_ids)} cases of preset {name} are in none of these "
+        print(f"sdpa-bench merge: note: {missing} of the {len(all_ids)} cases of preset {name} are in none of these "
               f"shards (is a shard missing?)", file=sys.stderr)
     if not merged.complete:
-        print(f"sdpa-bench: note: {len(merged.done())} of {merged.planned} planned points are finished "
-              "(resume the unfinished shards, then merge again)", file=sys.stderr)
+        print(f"sdpa-bench merge: note: {len(merged.done())} of {merged.planned} planned points are finished "
+              "(resume the unfinished shards, then merge them again into a new OUT)", file=sys.stderr)
     print(f"wrote {', '.join(map(str, [args.out / store.RESULTS_FILE, *files]))}", file=sys.stderr)
     return 0

@@ -177,16 +177,27 @@ class Terminated(KeyboardInterrupt):
 
 @contextlib.contextmanager
 def terminate_as_interrupt():
-    """While a sweep or a search runs, SIGTERM raises `Terminated`, so a killed job saves what it finished the way an
-    interrupted one does; the previous handler comes back afterwards. Off the main thread, nothing changes."""
+    """While a sweep or a search runs, SIGTERM raises `Terminated` (and Ctrl-C KeyboardInterrupt), so a killed job
+    saves what it finished the way an interrupted one does. From the first of them both are ignored, to the
+    process's exit: the ending that saves and says how to go on runs whole, and the first signal's exit code stands,
+    through a second Ctrl-C or the SIGTERM a CI sends after its SIGINT. Where no signal came, the previous handlers
+    come back afterwards; a SIGINT the process was started to ignore stays ignored. Off the main thread, nothing
+    changes."""
     def stop(signum, frame):
-        raise Terminated()
+        for s in previous:
+            signal.signal(s, signal.SIG_IGN)
+        previous.clear()  # the command is ending: nothing to give back
+        raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+    previous: dict[int, object] = {}
     try:
-        previous = signal.signal(signal.SIGTERM, stop)
+        for s in (signal.SIGTERM, signal.SIGINT):
+            if signal.getsignal(s) is not signal.SIG_IGN:
+                previous[s] = signal.signal(s, stop)
     except ValueError:  # signal handlers belong to the main thread
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)

@@ -17,7 +17,7 @@ import torch
 
 from ..bench import grid
 from ..bench.ceilings import RunCeilings, needed_ceilings
-from ..bench.machine import busy_cpus, machine_differences, machine_info, plugin_sources, source_revision
+from ..bench.machine import busy_cpus, machine_info, plugin_sources, source_revision
 from ..bench.measure import Options, run_case
 from ..errors import USAGE_EXIT, UsageError
 from ..fmt import fmt_duration
@@ -29,11 +29,9 @@ from ..report.write import write_report
 from . import watch
 from .outputs import Terminated, impl_names, seed, terminate_as_interrupt
 from .progress import Progress
+from .resume import OPTION_FLAGS, saved
 from .shards import auto_shard, parse_shard
 
-OPTION_FLAGS = {"budget_s": "--budget", "min_reps": "--min-reps", "max_reps": "--max-reps", "warmup": "--warmup",
-                "flush_l2": "--flush-l2", "cuda_graph": "--cuda-graph", "memory": "--no-memory",
-                "min_sample_s": "--min-sample"}
 MAX_FORCED = 10_000  # --min-reps and --warmup: calls made whatever --budget says
 
 
@@ -105,50 +103,6 @@ def _options(args: argparse.Namespace) -> tuple[dict, Options]:
     if opts.min_reps > opts.max_reps:
         raise UsageError(f"--min-reps {opts.min_reps} exceeds --max-reps {opts.max_reps}")
     return given, opts
-
-
-def _shown(what: str, value: object) -> str:
-    """An option's value as the command line says it (--no-memory keeps False in `memory`)."""
-    if what == "--no-memory":
-        return what if value is False else "memory measured"
-    if isinstance(value, bool) or value is None:
-        return what if value else f"no {what}"
-    return f"{what} {value}"
-
-
-def _conflict(what: str, given: object, saved: object, out: Path) -> None:
-    if given is not None and given != saved:
-        raise UsageError(f"{out} holds a sweep with {_shown(what, saved)}, not {_shown(what, given)}: --resume "
-                         f"continues it as it was started (drop the option), or choose another --out")
-
-
-def _resume(out: Path, args: argparse.Namespace, impls: list[str] | None, given: dict) -> store.Sweep:
-    """The saved sweep, after checking that this command line and machine can continue it."""
-    sweep = store.load(out)
-    meta = sweep.meta
-    _conflict("--preset", args.preset, meta.get("preset"), out)
-    if impls is not None and set(impls) != set(meta.get("impls", ())):
-        _conflict("--impl", ",".join(impls), ",".join(meta.get("impls", ())), out)
-    _conflict("--shard", args.shard and "/".join(map(str, parse_shard(args.shard))), meta.get("shard"), out)
-    _conflict("--device", args.device, meta.get("device"), out)
-    _conflict("--seed", args.seed, meta.get("seed"), out)
-    for k, v in given.items():
-        _conflict(OPTION_FLAGS[k], v, (meta.get("options") or {}).get(k), out)
-    diffs = machine_differences(meta.get("machine") or {}, machine_info(meta.get("device")))
-    if diffs:
-        raise UsageError(f"{out} was measured on another machine ({'; '.join(diffs)}, saved vs here). Resume it "
-                         f"there (or split a sweep over machines with --shard and `merge`)")
-    try:
-        known = {c.id for c in grid.preset(meta["preset"])}
-    except ValueError as exc:
-        raise UsageError(f"{out}: cannot resume: {exc}") from None
-    lost = [c for c in meta["case_ids"] if c not in known]
-    if lost:
-        raise UsageError(f"{out}: cannot resume: preset {meta['preset']} no longer has case(s) {', '.join(lost)}")
-    unknown = [i for i in meta["impls"] if i not in names()]
-    if unknown:
-        raise UsageError(f"{out}: cannot resume: implementation(s) {', '.join(unknown)} are not installed here")
-    return sweep
 
 
 def _now() -> str:
@@ -252,16 +206,21 @@ def _sweep(args: argparse.Namespace, device: str, preset: str, impls: list[str] 
     elif existing and not args.resume:
         raise UsageError(f"{out} already holds a sweep ({out / store.RESULTS_FILE}): continue it with --resume, "
                          "start it again with --overwrite, or choose another --out")
-    sweep = _resume(out, args, impls, given) if existing else _new(args, device, preset, impls, opts)
+    sweep = saved(out, args, impls, given) if existing else _new(args, device, preset, impls, opts)
     meta = sweep.meta
     total, done = sweep.planned, len(sweep.done())
-    # which code measured which points, when a sweep is resumed over days (report.md lists them)
-    meta.setdefault("sessions", []).append({"started": _now(), "source": source_revision()
-                                            + plugin_sources(meta["impls"]), "first_point": done + 1})
     progress = Progress(total, store.options(meta), sweep.results)
     if args.resume:
         progress.note(f"resuming {out}: {done} of {total} points already finished" if existing else
                       f"nothing to resume in {out}: starting a new sweep")
+    if existing and done == total and "finished" in meta:  # the sweep stays as measured (ceilings, sessions)
+        running.mark(out, None)
+        files = write_report(out, sweep, plots=not args.no_plots)
+        return _outcome(out, sweep, files, f"nothing left to measure: {total} points, measured in "
+                                           f"{fmt_duration(meta.get('wall_s', 0.0))}")
+    # which code measured which points, when a sweep is resumed over days (report.md lists them)
+    meta.setdefault("sessions", []).append({"started": _now(), "source": source_revision()
+                                            + plugin_sources(meta["impls"]), "first_point": done + 1})
     said = running.ended_inside(out, sweep) if existing else None
     if said:
         progress.note(said)
@@ -275,31 +234,48 @@ def _sweep(args: argparse.Namespace, device: str, preset: str, impls: list[str] 
     dtypes = sorted({c.dtype for c in grid.preset(meta["preset"]) if c.id in set(meta["case_ids"])})
     run_ceilings = RunCeilings(device, needed_ceilings(dtypes, device), meta.get("ceiling_samples"))
     watched = watch.PointWatch(out, sweep, progress, args.point_timeout, getattr(args, "own_process", False))
-    try:
-        with terminate_as_interrupt():
+
+    closed: list[float] = []
+
+    def close() -> None:  # once: the session's time joins the sweep's
+        if not closed:
+            progress.close()
+            closed.append(progress.wall_s)
+            meta["wall_s"] = meta.get("wall_s", 0.0) + closed[0]
+    with terminate_as_interrupt():  # from the first Ctrl-C or SIGTERM, the ending below runs whole
+        try:
+            store.save(out, sweep)  # before the ceilings: a process killed there leaves a sweep --resume knows
             progress.note("measuring this run's ceilings (a large GEMM per dtype, a copy); again between cases …")
             run_ceilings.sample()
             meta.update(run_ceilings.meta())
             store.save(out, sweep)
             run_pending(sweep, watched, progress, run_ceilings)
             judge(sweep, run_ceilings)  # the last ceilings' sample: an interrupt there still saves and reports
-    except KeyboardInterrupt as exc:
-        watched.point(None)  # an interrupt is no crash: --resume measures that point again
-        progress.close()
-        meta["wall_s"] = meta.get("wall_s", 0.0) + progress.wall_s
-        store.save(out, sweep)
-        write_report(out, sweep, plots=False)
-        how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
-        print(f"sdpa-bench: {how}; {len(sweep.done())} of {total} points are saved in "  # last: what to do next
-              f"{out / store.RESULTS_FILE}; continue with: sdpa-bench run --out {shlex.quote(str(out))} --resume",
-              file=sys.stderr)
-        return 128 + signal.SIGTERM if isinstance(exc, Terminated) else 130
-    progress.close()
-    meta["wall_s"] = meta.get("wall_s", 0.0) + progress.wall_s
-    meta["finished"] = _now()
-    store.save(out, sweep)
-    files = write_report(out, sweep, plots=not args.no_plots)
-    print(f"{len(sweep.results)} points in {fmt_duration(progress.wall_s)}; wrote "
+            close()
+            meta["finished"] = _now()
+            store.save(out, sweep)
+            files = write_report(out, sweep, plots=not args.no_plots)  # interrupted in the plots: the report still
+        except KeyboardInterrupt as exc:
+            watched.point(None)  # an interrupt is no crash: --resume measures that point again
+            close()
+            store.save(out, sweep)
+            write_report(out, sweep, plots=False)
+            how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+            print(f"sdpa-bench: {how}; {len(sweep.done())} of {total} points are saved in "  # last: what to do next
+                  f"{out / store.RESULTS_FILE}; continue with: sdpa-bench run --out {shlex.quote(str(out))} --resume",
+                  file=sys.stderr)
+            return 128 + signal.SIGTERM if isinstance(exc, Terminated) else 130
+        except BaseException:  # our error or the machine's (a full disk, a closed pipe), not a crash in the point:
+            with contextlib.suppress(OSError):  # --resume measures it again, and never counts it as one
+                watched.point(None)
+            raise
+    return _outcome(out, sweep, files, f"{len(sweep.results)} points in {fmt_duration(closed[0])}")
+
+
+def _outcome(out: Path, sweep: store.Sweep, files: list[Path], said: str) -> int:
+    """What a finished sweep says last (`said`, then the files), and its exit code: 1 for a wrong result or an
+    implementation that failed on every point, 2 where every point was skipped."""
+    print(f"{said}; wrote "
           f"{', '.join(str(f) for f in [out / store.RESULTS_FILE, *files])}", file=sys.stderr)
     wrong = [r for r in sweep.results if r.status == "wrong"]
     if wrong:  # a failure (e.g. out of memory) is a fact about the machine; a wrong answer is a bug
@@ -313,4 +289,3 @@ def _sweep(args: argparse.Namespace, device: str, preset: str, impls: list[str] 
         print(f"sdpa-bench: {name} failed on every point it ran and measured nothing (first, {first.case.id}: "
               f"{first.reason.splitlines()[0][:200]})", file=sys.stderr)
     return 1 if wrong or never else 0
-

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from ..bench.grid import Case
 from ..bench.result import Result
+from ..errors import USAGE_EXIT, UsageError
 from ..fmt import fmt_duration
 from ..report import results as store
 from ..report import running
@@ -66,7 +67,8 @@ class PointWatch:
 
     def __init__(self, out: Path, sweep: store.Sweep, progress: Progress, seconds: float | None,
                  own: bool) -> None:
-        self.out, self.sweep, self.progress, self.seconds = out, sweep, progress, seconds if own else None
+        self.out, self.sweep, self.progress, self.seconds = out.absolute(), sweep, progress, seconds if own else None
+        self.cwd = os.getcwd()  # where the command line's paths mean what they meant, whatever a plug-in did since
         self.lock = threading.RLock()
         self._woken = threading.Condition(self.lock)
         self._point: tuple[Case, str] | None = None
@@ -107,7 +109,14 @@ class PointWatch:
         self.sweep.results.append(Result(impl=impl, case=case, device=meta["device"], status="failed", reason=(
             f"still running after {self.seconds:g} s (--point-timeout): stopped, not measured again")))
         meta["wall_s"] = meta.get("wall_s", 0.0) + self.progress.wall_s
-        store.save(self.out, self.sweep)
+        try:
+            store.save(self.out, self.sweep)
+        except UsageError as exc:  # a full disk: said as the sweep's thread says it, and no crash is noted
+            with contextlib.suppress(OSError):
+                running.mark(self.out, None)
+            self.progress.note(f"sdpa-bench run: error: {exc}")
+            sys.stderr.flush()
+            os._exit(USAGE_EXIT)
         running.mark(self.out, None)
         sys.stdout.flush()
         self.progress.note(f"sdpa-bench: recorded as failed; {len(self.sweep.done())} of {self.sweep.planned} "
@@ -117,6 +126,7 @@ class PointWatch:
             signal.setitimer(signal.ITIMER_REAL, 0.0)
         os.environ[CONTINUE_ENV] = str(Path(self.out).resolve())
         try:
+            os.chdir(self.cwd)
             os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
         except OSError as exc:
             self.progress.note(f"sdpa-bench: could not start the new process ({exc}); continue with: sdpa-bench run "

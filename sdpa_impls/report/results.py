@@ -87,14 +87,22 @@ def to_text(sweep: Sweep) -> str:
 
 
 def save(directory: Path, sweep: Sweep) -> Path:
-    """Write DIR/results.json atomically (temp file + os.replace): a killed run leaves the last complete file."""
+    """Write DIR/results.json atomically (temp file + os.replace): a killed run leaves the last complete file. One
+    that cannot be written (a full disk, a folder made read-only) is UsageError, and leaves no temp file behind to
+    keep the disk full."""
     path = Path(directory) / RESULTS_FILE
     tmp = path.with_name(f".{RESULTS_FILE}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(to_text(sweep))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(to_text(sweep))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        kept = "; it holds what was saved before" if path.exists() else ""
+        raise UsageError(f"cannot save {path}: {exc.strerror or exc}{kept}") from None
     return path
 
 

@@ -1,0 +1,77 @@
+"""`run --resume`: whether this command line, machine and installation can continue the sweep saved in a folder
+(the same preset, implementations, shard, device, seed and timing options; the same CPU or GPU; every implementation
+still there and loading), and which timing options the command line may repeat."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..bench import grid
+from ..bench.machine import machine_differences, machine_info
+from ..errors import UsageError
+from ..registry import PluginLoadError, loaded, names
+from ..report import results as store
+from .shards import parse_shard
+
+OPTION_FLAGS = {"budget_s": "--budget", "min_reps": "--min-reps", "max_reps": "--max-reps", "warmup": "--warmup",
+                "flush_l2": "--flush-l2", "cuda_graph": "--cuda-graph", "memory": "--no-memory",
+                "min_sample_s": "--min-sample"}
+
+
+def _shown(what: str, value: object) -> str:
+    """An option's value as the command line says it (--no-memory keeps False in `memory`)."""
+    if what == "--no-memory":
+        return what if value is False else "memory measured"
+    if isinstance(value, bool) or value is None:
+        return what if value else f"no {what}"
+    return f"{what} {value}"
+
+
+def _conflict(what: str, given: object, kept: object, out: Path) -> None:
+    if given is not None and given != kept:
+        raise UsageError(f"{out} holds a sweep with {_shown(what, kept)}, not {_shown(what, given)}: --resume "
+                         f"continues it as it was started (drop the option), or choose another --out")
+
+
+def saved(out: Path, args: argparse.Namespace, impls: list[str] | None, given: dict) -> store.Sweep:
+    """The saved sweep, after checking that this command line, machine and installation can continue it."""
+    sweep = store.load(out)
+    meta = sweep.meta
+    _conflict("--preset", args.preset, meta.get("preset"), out)
+    if impls is not None and set(impls) != set(meta.get("impls", ())):
+        _conflict("--impl", ",".join(impls), ",".join(meta.get("impls", ())), out)
+    _conflict("--shard", args.shard and "/".join(map(str, parse_shard(args.shard))), meta.get("shard"), out)
+    _conflict("--device", args.device, meta.get("device"), out)
+    _conflict("--seed", args.seed, meta.get("seed"), out)
+    for k, v in given.items():
+        _conflict(OPTION_FLAGS[k], v, (meta.get("options") or {}).get(k), out)
+    diffs = machine_differences(meta.get("machine") or {}, machine_info(meta.get("device")))
+    if diffs:
+        raise UsageError(f"{out} was measured on another machine ({'; '.join(diffs)}, saved vs here). Resume it "
+                         f"there (or split a sweep over machines with --shard and `merge`)")
+    try:
+        known = {c.id for c in grid.preset(meta["preset"])}
+    except ValueError as exc:
+        raise UsageError(f"{out}: cannot resume: {exc}") from None
+    lost = [c for c in meta["case_ids"] if c not in known]
+    if lost:
+        raise UsageError(f"{out}: cannot resume: preset {meta['preset']} no longer has case(s) {', '.join(lost)}")
+    unknown = [i for i in meta["impls"] if i not in names()]
+    if unknown:
+        raise UsageError(f"{out}: cannot resume: implementation(s) {', '.join(unknown)} are not installed here")
+    _loads(out, sweep)
+    return sweep
+
+
+def _loads(out: Path, sweep: store.Sweep) -> None:
+    """UsageError where a plug-in of the sweep does not load here but did when the sweep measured it: its points
+    left would be saved as skipped ("failed to load") and never measured again. A plug-in that was already broken
+    when the sweep started (its points say so) goes on being skipped, as it would in a new sweep."""
+    for name in sweep.meta["impls"]:
+        try:
+            loaded(name)
+        except PluginLoadError as exc:
+            mine = [r for r in sweep.results if r.impl == name]
+            if not mine or any("plug-in failed to load" not in (r.reason or "") for r in mine):
+                raise UsageError(f"{out}: cannot resume: {exc} (its points left would be skipped for good; mend "
+                                 "it and resume again)") from None

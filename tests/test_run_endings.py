@@ -1,0 +1,144 @@
+"""How a `run` ends when something other than a point goes wrong: a file that cannot be written, a second signal
+while the first one's ending saves, a plug-in that no longer loads for the resume, a sweep resumed with nothing
+left. Finished points are never lost, and a point is blamed only for what happened inside it."""
+from __future__ import annotations
+
+import json
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from sdpa_impls import registry
+from sdpa_impls.bench.grid import preset
+from sdpa_impls.cli import main
+from sdpa_impls.impls.naive import Naive
+
+FAST = ["--device", "cpu", "--budget", "0.005", "--min-reps", "2", "--warmup", "1", "--no-memory", "--no-plots"]
+SMOKE = ["run", "--preset", "smoke"]
+
+
+def load(directory: Path) -> dict:
+    return json.loads((directory / "results.json").read_text())
+
+
+def test_a_finished_sweep_resumed_measures_nothing_and_keeps_its_results(tmp_path, capsys):
+    """Resuming a finished sweep (a CI that always passes --resume) changes nothing: not the ceilings its points were
+    judged against, not their rooflines, not its list of sessions."""
+    out = tmp_path / "done"
+    assert main([*SMOKE, "--impl", "naive", "--out", str(out), *FAST]) == 0
+    before = (out / "results.json").read_bytes()
+    capsys.readouterr()
+    assert main([*SMOKE, "--impl", "naive", "--out", str(out), "--resume", "--no-plots"]) == 0
+    err = capsys.readouterr().err
+    assert f"nothing left to measure: {len(preset('smoke'))} points" in err and "measuring" not in err, err
+    assert (out / "results.json").read_bytes() == before
+
+
+def _file_size_limit() -> None:  # in the child: writes past 6 kB fail with EFBIG, as on a full disk
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (6000, 6000))
+
+
+def test_a_save_that_fails_keeps_the_saved_points_and_blames_no_point(tmp_path):
+    """results.json that cannot be written (here a file-size limit; a full disk is the same error) ends the run with
+    one line and exit 2: the file keeps the points saved before, no temp file is left to fill the disk, and the
+    point being measured is not noted as one the process died in, so --resume measures it without a crash note."""
+    out = tmp_path / "full"
+    cmd = [sys.executable, "-m", "sdpa_impls", *SMOKE, "--impl", "naive", "--out", str(out), *FAST]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=150, preexec_fn=_file_size_limit)
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 2 and last.startswith(f"sdpa-bench run: error: cannot save {out / 'results.json'}: "), \
+        proc.stderr[-2000:]
+    assert "it holds what was saved before" in last and "Traceback" not in proc.stderr
+    assert sorted(p.name for p in out.iterdir()) == [".sdpa-bench-run.lock", "results.json"]
+    kept = len(load(out)["results"])
+    assert kept < len(preset("smoke"))
+    proc = subprocess.run([*cmd, "--resume"], capture_output=True, text=True, timeout=150)
+    assert proc.returncode == 0 and "ended inside" not in proc.stderr, proc.stderr[-2000:]
+    assert f"resuming {out}: {kept} of {len(preset('smoke'))}" in proc.stderr
+    assert len(load(out)["results"]) == len(preset("smoke"))
+
+
+def test_sigterm_after_ctrl_c_does_not_cut_the_ending_short(tmp_path):
+    """A CI cancels a job with SIGINT and then SIGTERM: the first signal's ending runs whole (saved points, report,
+    the resume command last) and its exit code stands (130), whatever the second arrives during."""
+    out = tmp_path / "cancelled"
+    cmd = [sys.executable, "-m", "sdpa_impls", *SMOKE, "--impl", "naive", "--out", str(out), "--device", "cpu",
+           "--budget", "1", "--min-reps", "2", "--max-reps", "10000", "--warmup", "1", "--no-memory", "--no-plots"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if (out / "results.json").exists() and load(out)["results"]:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.02)
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    saved = len(load(out)["results"])
+    assert proc.returncode == 130 and 1 <= saved < len(preset("smoke")), err[-2000:]
+    assert f"interrupted; {saved} of {len(preset('smoke'))} points are saved" in err.strip().splitlines()[-1]
+    assert (out / "report.md").exists() and "Traceback" not in err
+
+
+class Flaky(Naive):
+    name = "flaky"
+
+
+def test_a_plugin_that_no_longer_loads_stops_the_resume(tmp_path, monkeypatch, capsys):
+    """A plug-in that measured part of a sweep and fails to load for its resume would have its points left saved as
+    skipped ("failed to load"), and a later resume, with it mended, would never measure them: the resume stops."""
+    monkeypatch.setitem(registry._REGISTRY, "flaky", Flaky())
+    out = tmp_path / "half"
+    assert main([*SMOKE, "--impl", "flaky,naive", "--out", str(out), *FAST]) == 0
+    doc = load(out)  # as an interrupted sweep leaves it: flaky's last points not measured yet
+    doc["results"] = [r for r in doc["results"] if r["impl"] != "flaky" or r["case"]["id"] == doc["meta"]["case_ids"][0]]
+    del doc["meta"]["finished"]
+    (out / "results.json").write_text(json.dumps(doc))
+    monkeypatch.setitem(registry._REGISTRY, "flaky", registry.BrokenPlugin("flaky", "ImportError: no module x"))
+    capsys.readouterr()
+    assert main([*SMOKE, "--out", str(out), "--resume", "--no-plots"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"sdpa-bench run: error: {out}: cannot resume: plug-in 'flaky' failed to load: ImportError: no "
+                   "module x (its points left would be skipped for good; mend it and resume again)"), err
+    assert load(out) == doc
+
+
+WRAPPER = """
+import sys, time
+import sdpa_impls
+from sdpa_impls.cli import main
+from sdpa_impls.impls.naive import Naive
+from sdpa_impls.registry import register
+
+
+@register
+class Slow(Naive):
+    name = "slow"
+
+    def forward(self, inp):
+        time.sleep(0.5)
+        return super().forward(inp)
+
+
+sys.argv[1:] = ["run", "--preset", "smoke", "--impl", "slow", "--out", sys.argv[1], "--point-timeout", "0.2",
+                "--device", "cpu", "--budget", "0", "--min-reps", "1", "--max-reps", "1", "--warmup", "0",
+                "--no-memory", "--no-plots"]
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_script_that_sets_its_own_arguments_is_not_run_again_by_the_point_timeout(tmp_path):
+    """--point-timeout replaces the process with its own command line. A script that builds the arguments itself
+    (and may clear its output first) is not that command line: it gets no point timeout, rather than a loop of
+    restarts that never finishes."""
+    (tmp_path / "wrapper.py").write_text(WRAPPER)
+    out = tmp_path / "wrapped"
+    proc = subprocess.run([sys.executable, str(tmp_path / "wrapper.py"), str(out)], capture_output=True, text=True,
+                          timeout=150)
+    assert proc.returncode == 0 and "--point-timeout" not in proc.stderr, proc.stderr[-2000:]
+    assert [r["status"] for r in load(out)["results"]] == ["ok"] * len(preset("smoke"))
