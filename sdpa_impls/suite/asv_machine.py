@@ -39,11 +39,31 @@ def machine_entry(info: dict, defaults: dict[str, str], host: str | None = None)
     return {**defaults, "machine": machine_name(info, host), "gpu": describe_gpu(info)}
 
 
+def device_problem(device: str) -> str | None:
+    """Why `device` cannot be described here (not cpu or cuda[:N], or no such CUDA device), naming what can; None
+    when it can."""
+    import torch
+
+    count = torch.cuda.device_count()
+    available = ", ".join(["cpu"] + (["cuda"] + [f"cuda:{i}" for i in range(count)] if count else []))
+    kind, _, index = device.partition(":")
+    if kind not in ("cpu", "cuda") or (index and not index.isdigit()) or (kind == "cpu" and index not in ("", "0")):
+        return f"--device {device}: not a device this tool describes; available here: {available}"
+    if kind == "cuda" and int(index or 0) >= count:
+        return (f"--device {device}: no such CUDA device for this torch ({torch.__version__}, CUDA "
+                f"{torch.version.cuda or 'none'}, {count} device(s)); available here: {available}")
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sdpa_impls.suite.asv_machine", description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
+    parser.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda when available)")
     parser.add_argument("--dry-run", action="store_true", help="print the entry instead of saving it")
     args = parser.parse_args(argv)
+    problem = device_problem(args.device) if args.device is not None else None
+    if problem:  # one line and exit 2, as argparse's own usage errors, never torch's traceback
+        print(f"{parser.prog}: error: {problem}", file=sys.stderr)
+        return 2
     from asv.machine import Machine, MachineCollection  # deferred: keeps benchmark discovery light
 
     from sdpa_impls.bench.machine import machine_info
