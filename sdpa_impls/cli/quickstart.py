@@ -48,5 +48,6 @@ next, in {dest}:
   sdpa-bench list                        # {names.package} is listed, with what it runs here
   python -m pytest                       # {names.package} against float64 on the smoke cases
   {start} && git commit -qm "{names.package}"{"" if outer else "   # then: sdpa-bench continuous HEAD, after a change"}
-  SDPA_BENCH_PRESET=quick asv run        # its history over commits (unset: the whole cpu preset)""")
+  MACHINE="$(python -m sdpa_impls.suite.asv_machine)"   # this machine's asv entry, named with its GPU
+  SDPA_BENCH_PRESET=quick asv run --machine "$MACHINE"  # its history over commits (unset: the whole default preset)""")
     return 0

@@ -2,6 +2,7 @@
 
     python -m sdpa_impls.suite.asv_machine            # writes the entry to ~/.asv-machine.json, prints its name
     python -m sdpa_impls.suite.asv_machine --dry-run  # prints the entry instead
+    asv run --machine "$(python -m sdpa_impls.suite.asv_machine)" ...   # results under that name, whatever is there
 
 asv copies every key of the entry into each result's machine.json and the published site shows them in
 the machine tooltip. `asv machine --machine NAME --cpu ...` cannot do this: it has no free field and, on
@@ -55,6 +56,23 @@ def device_problem(device: str) -> str | None:
     return None
 
 
+def others_note(path: str, name: str) -> str:
+    """What to pass asv where its machine file has entries beside `name` ('' where it has none): without --machine,
+    asv takes the entry named after the host (which `asv machine --yes` writes), else the file's only one, else asks
+    for a new one, and files results under it."""
+    from asv import util
+    from asv.machine import MachineCollection
+
+    others = sorted(k for k in util.load_json(path, MachineCollection.api_version) if k != name)
+    if not others:
+        return ""
+    host = platform.node()
+    which = (f"an entry named after this host, {host!r}, which asv uses" if host in others else
+             f"other entries ({', '.join(others)}) and none named after this host, for which asv asks")
+    return (f"note: {path} also has {which} unless given the machine: pass `--machine {name}` to asv run, "
+            "continuous and compare")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sdpa_impls.suite.asv_machine", description=__doc__.splitlines()[0])
     parser.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda when available)")
@@ -73,7 +91,10 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(entry, indent=1))
         return 0
     MachineCollection.save(entry["machine"], entry)
-    print(entry["machine"])
+    print(entry["machine"])  # stdout holds the name alone: `asv run --machine "$(python -m ...)"`
+    note = others_note(MachineCollection.get_machine_file_path(), entry["machine"])
+    if note:
+        print(note, file=sys.stderr)
     return 0
 
 
