@@ -124,3 +124,19 @@ def test_a_plugin_in_a_subfolder_of_a_repository_is_told_it_must_be_at_a_root(tm
         os.chdir(here)
     assert code == 2 and f"{outer.resolve()} has no pyproject.toml (the repository's root;" in err.getvalue()
     assert "so the package must sit at its root" in err.getvalue(), err.getvalue()
+
+
+def test_the_plugins_suite_without_sdpa_bench_says_so_in_its_error(tmp_path: Path) -> None:
+    """asv imports the benchmark file in an environment without sdpa-bench (an `existing:` one): the error names
+    what is missing and where, not a bare ModuleNotFoundError. Run with -I -S: no site-packages, so no sdpa_impls."""
+    import sys
+
+    plan = scaffold.files(scaffold.names_for("toy"), "x")
+    bench = tmp_path / "bench_toy.py"
+    bench.write_text(plan["benchmarks/bench_toy.py"], encoding="utf-8")
+    done = subprocess.run([sys.executable, "-I", "-S", str(bench)], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60)
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 1 and last.startswith(f"ImportError: sdpa-bench is not installed in {sys.executable}:"), \
+        done.stderr
+    assert "--environment existing:PYTHON" in last and "ModuleNotFoundError" not in done.stderr, done.stderr
