@@ -4,8 +4,11 @@ template."""
 from __future__ import annotations
 
 import json
+import os
+import runpy
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -129,8 +132,6 @@ def test_a_plugin_in_a_subfolder_of_a_repository_is_told_it_must_be_at_a_root(tm
 def test_the_plugins_suite_without_sdpa_bench_says_so_in_its_error(tmp_path: Path) -> None:
     """asv imports the benchmark file in an environment without sdpa-bench (an `existing:` one): the error names
     what is missing and where, not a bare ModuleNotFoundError. Run with -I -S: no site-packages, so no sdpa_impls."""
-    import sys
-
     plan = scaffold.files(scaffold.names_for("toy"), "x")
     bench = tmp_path / "bench_toy.py"
     bench.write_text(plan["benchmarks/bench_toy.py"], encoding="utf-8")
@@ -140,3 +141,23 @@ def test_the_plugins_suite_without_sdpa_bench_says_so_in_its_error(tmp_path: Pat
     assert done.returncode == 1 and last.startswith(f"ImportError: sdpa-bench is not installed in {sys.executable}:"), \
         done.stderr
     assert "--environment existing:PYTHON" in last and "ModuleNotFoundError" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("value", [None, "", " ", ",,", "naive"])
+def test_the_plugins_suite_measures_the_plugin_unless_impls_name_others(value: str | None, tmp_path: Path,
+                                                                        monkeypatch) -> None:
+    """SDPA_BENCH_IMPLS unset or empty (a CI template's "") is the plug-in and torch_sdpa, never every
+    implementation; a name given is kept. The real template file, executed; the suite reads the variable."""
+    from sdpa_impls.suite import asv_suite
+
+    plan = scaffold.files(scaffold.names_for("toy"), "x")
+    bench = tmp_path / "bench_toy.py"
+    bench.write_text(plan["benchmarks/bench_toy.py"], encoding="utf-8")
+    if value is None:
+        monkeypatch.delenv("SDPA_BENCH_IMPLS", raising=False)
+    else:
+        monkeypatch.setenv("SDPA_BENCH_IMPLS", value)
+    runpy.run_path(str(bench))
+    assert os.environ["SDPA_BENCH_IMPLS"] == ("naive" if value == "naive" else "toy,torch_sdpa")
+    if value == "naive":
+        assert asv_suite.impl_names() == ["naive"]
