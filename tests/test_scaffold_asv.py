@@ -27,7 +27,8 @@ def test_the_branch_is_the_plugin_repositorys_own_or_none(tmp_path: Path) -> Non
     git(repo, "init", "-q", "-b", "trunk")
     assert asv.branch(repo) == "trunk"  # unborn: git init named it before any commit
     (repo / "plug").mkdir()
-    assert asv.branch(repo / "plug") is None  # a folder inside another repository: asv's "repo": "." is not it
+    assert asv.branch(repo / "plug") == "trunk"  # a folder inside the repository: the branch checked out there
+    assert asv.branch(repo / "new" / "plug") == "trunk"  # not made yet: quickstart makes it there
     assert asv.branch(tmp_path) is None  # no repository
     git(repo, "-c", "user.name=t", "-c", "user.email=t@localhost", "commit", "-q", "--allow-empty", "-m", "one")
     git(repo, "checkout", "-q", "--detach")
@@ -95,8 +96,10 @@ def test_the_template_copied_by_hand_installs_sdpa_bench_from_no_index() -> None
 
 
 def test_a_plugin_in_a_subfolder_of_a_repository_is_told_it_must_be_at_a_root(tmp_path: Path) -> None:
-    """quickstart into a subfolder of a repository does not suggest a nested `git init`, and says why; continuous
-    run there names the root it read and why the package must sit there."""
+    """quickstart into a subfolder of a repository does not suggest a nested `git init`, and says why; its
+    asv.conf.json names the repository's top and the subfolder, which real asv finds and measures (this Python, the
+    smoke preset's forward cases of naive); continuous run there names the root it read and why the package must sit
+    there."""
     import contextlib
     import io
     import os
@@ -115,8 +118,20 @@ def test_a_plugin_in_a_subfolder_of_a_repository_is_told_it_must_be_at_a_root(tm
         assert main(["quickstart", "--name", "mono_kernel", "--dest", str(sub)]) == 0
     assert f"{sub} is inside the git repository {outer.resolve()}" in err.getvalue()
     assert "git init" not in out.getvalue() and "continuous" not in out.getvalue(), out.getvalue()
+    assert asv.repo_place(sub) == ("../..", "kernels/mine") and asv.repo_place(outer) == (".", "")
     git(outer, "add", "-A")
     git(outer, "-c", "user.name=t", "-c", "user.email=t@localhost", "commit", "-qm", "mono")
+    conf = json.loads("\n".join(line for line in (sub / "asv.conf.json").read_text().splitlines()
+                                if not line.lstrip().startswith("//")))
+    assert (conf["repo"], conf["repo_subdir"], conf["branches"]) == ("../..", "kernels/mine", ["trunk"]), conf
+    env = {**os.environ, "HOME": str(tmp_path), "SDPA_BENCH_PRESET": "smoke", "SDPA_BENCH_IMPLS": "naive"}
+    for args in (["machine", "--yes"], ["run", "--python=same", "--quick", "--set-commit-hash", "trunk", "--bench",
+                                        r"^bench_mono_kernel\.Forward\.track_peak_memory"]):
+        done = subprocess.run([sys.executable, "-m", "asv", *args], cwd=sub, env=env, capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    head = git(outer, "rev-parse", "HEAD").strip()
+    assert list((sub / ".asv" / "results").glob(f"*/{head[:8]}-*.json")), done.stdout[-3000:]  # the top's commit
     here = Path.cwd()
     os.chdir(sub)
     try:

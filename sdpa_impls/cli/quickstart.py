@@ -25,8 +25,8 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     release, torch_note = asv.torch_pin(torch.__version__)
-    own_branch = asv.branch(dest) if dest.is_dir() else None
-    plan = scaffold.files(names, install, asv.replacements(release, own_branch, asv.sdpa_requirement()))
+    own_branch, place = asv.branch(dest), asv.repo_place(dest)  # dest, or the folder it will be made in
+    plan = scaffold.files(names, install, asv.replacements(release, own_branch, asv.sdpa_requirement(), place))
     written = scaffold.write(dest, plan)
     print(f"wrote the plug-in {names.package} into {dest}:")
     for path in written:
@@ -36,12 +36,13 @@ def run(args: argparse.Namespace) -> int:
     for text in (renamed, note, torch_note):
         if text:
             print(f"note: {text}", file=sys.stderr)
-    outer = asv.enclosing(dest) if dest.is_dir() else None
+    outer = asv.enclosing(dest)
     if outer is not None:  # a git init here would nest a repository in it
-        print(f"note: {dest} is inside the git repository {outer}: `sdpa-bench continuous`, `bisect` and asv compare "
-              "revisions of a repository whose root holds the package, so move it to a repository of its own (or "
-              "to the root) to use them", file=sys.stderr)
-    start = "git add -A" if own_branch or outer else f"git init -q -b {asv.TEMPLATE_BRANCH} && git add -A"
+        print(f"note: {dest} is inside the git repository {outer}: asv.conf.json measures it there (repo_subdir "
+              f"{place[1]}), but `sdpa-bench continuous` and `bisect` compare revisions of a repository whose root "
+              "holds the package, so move it to a repository of its own (or to the root) to use them", file=sys.stderr)
+    start = ("git add -A ." if outer else "git add -A" if own_branch  # `.`: none of the outer repository's changes
+             else f"git init -q -b {asv.TEMPLATE_BRANCH} && git add -A")
     print(f"""
 next, in {dest}:
   python -m pip install --no-deps -e .   # beside this sdpa-bench and your torch

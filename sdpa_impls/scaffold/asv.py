@@ -1,7 +1,9 @@
-"""What the plug-in's asv.conf.json takes from the machine quickstart runs on: the branch of the plug-in's own git
-repository, the torch release to pin in asv's environments, and where asv installs this sdpa-bench from.
+"""What the plug-in's asv.conf.json takes from the machine quickstart runs on: the git repository the plug-in is in
+(its branch, and the plug-in's folder there), the torch release to pin in asv's environments, and where asv
+installs this sdpa-bench from.
 
-    branch(dest)          -> str | None        # dest's own branch, None where dest is no repository's top
+    branch(dest)          -> str | None        # the branch of the repository dest is in, None outside one
+    repo_place(dest)      -> (repo, subdir)    # asv's "repo" and "repo_subdir": (".", "") unless below a top
     torch_pin(version)    -> (release, note)   # "2.11.0" for 2.11.0+cu130; the template's for a pre-release
     sdpa_requirement()    -> str               # pip's requirement for this sdpa-bench (URL, folder, wheel or version)
     replacements(...)     -> {template text: text}
@@ -9,6 +11,7 @@ repository, the torch release to pin in asv's environments, and where asv instal
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -21,31 +24,44 @@ TEMPLATE_SDPA = "git+https://HOST/OWNER/sdpa-bench@COMMIT"
 RELEASE = re.compile(r"\d+(\.\d+)*")  # a final release: what pip finds by `==` on an index
 
 
-def branch(dest: Path) -> str | None:
-    """The current branch of the git repository whose top is `dest` (unborn too: `git init` names it before the
-    first commit), for asv to follow. None where `dest` is not the top of a repository (asv's "repo": "." needs
-    it), on a detached HEAD, or without git: the plug-in then gets the template's branch and is told to make it."""
+def _git(dest: Path, *args: str) -> str | None:
+    """git's answer in `dest`, or in the nearest folder above it where dest is yet to be made, stripped; None where
+    git fails, is missing or hangs."""
+    here = next((p for p in (dest, *dest.parents) if p.is_dir()), dest)
     try:
-        top = subprocess.run(["git", "-C", str(dest), "rev-parse", "--show-toplevel"], capture_output=True, text=True,
-                             timeout=30)
-        if top.returncode != 0 or Path(top.stdout.strip()).resolve() != dest.resolve():
-            return None
-        head = subprocess.run(["git", "-C", str(dest), "symbolic-ref", "--short", "-q", "HEAD"], capture_output=True,
-                              text=True, timeout=30)
+        done = subprocess.run(["git", "-C", str(here), *args], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return (head.stdout.strip() or None) if head.returncode == 0 else None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def top(dest: Path) -> Path | None:
+    """The top of the git work tree that holds `dest`, made or not (dest itself, or a folder above it), else None."""
+    found = _git(dest, "rev-parse", "--show-toplevel")
+    return Path(found).resolve() if found else None
+
+
+def branch(dest: Path) -> str | None:
+    """The current branch of the git repository that holds `dest`, at its top or below it (unborn too: `git init`
+    names it before the first commit), for asv to follow. None outside a repository, on a detached HEAD, or without
+    git: the plug-in then gets the template's branch and is told to make it."""
+    return (_git(dest, "symbolic-ref", "--short", "-q", "HEAD") or None) if top(dest) is not None else None
 
 
 def enclosing(dest: Path) -> Path | None:
     """The top of a git repository that holds `dest` below its top (quickstart into a subfolder), else None."""
-    try:
-        top = subprocess.run(["git", "-C", str(dest), "rev-parse", "--show-toplevel"], capture_output=True, text=True,
-                             timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    found = Path(top.stdout.strip()).resolve() if top.returncode == 0 else None
+    found = top(dest)
     return found if found is not None and found != dest.resolve() else None
+
+
+def repo_place(dest: Path) -> tuple[str, str]:
+    """asv's "repo" and "repo_subdir" for a plug-in written into `dest`: (".", "") at a repository's top or outside
+    one; below the top, the path from dest up to it and dest's path within it (asv clones the top, which "." is not,
+    and builds the package from the subfolder)."""
+    outer = enclosing(dest)
+    if outer is None:
+        return ".", ""
+    return os.path.relpath(outer, dest.resolve()), dest.resolve().relative_to(outer).as_posix()
 
 
 def torch_pin(version: str) -> tuple[str, str]:
@@ -75,8 +91,14 @@ def sdpa_requirement() -> str:
     return f"{DIST} @ git+{url}@{vcs.get('commit_id', '')}" if vcs.get("vcs") == "git" else f"{DIST} @ {url}"
 
 
-def replacements(torch_release: str, own_branch: str | None, requirement: str) -> dict[str, str]:
-    """The template asv.conf.json's texts and what replaces each."""
-    return {f'"torch": [{json.dumps(TEMPLATE_TORCH)}]': f'"torch": [{json.dumps(torch_release)}]',
-            f'"branches": [{json.dumps(TEMPLATE_BRANCH)}]': f'"branches": [{json.dumps(own_branch or TEMPLATE_BRANCH)}]',
-            f"--no-deps {TEMPLATE_SDPA}": "--no-deps " + json.dumps(shlex.quote(requirement))[1:-1]}
+def replacements(torch_release: str, own_branch: str | None, requirement: str,
+                 place: tuple[str, str] = (".", "")) -> dict[str, str]:
+    """The template asv.conf.json's texts and what replaces each; `place` is repo_place's."""
+    repo, subdir = place
+    where = {} if not subdir else {  # only below a repository's top: the template stays asv's plain form
+        '"repo": ".",': ('// the git repository above, and this plug-in\'s folder in it\n'
+                         f'    "repo": {json.dumps(repo)},\n    "repo_subdir": {json.dumps(subdir)},')}
+    return where | {
+        f'"torch": [{json.dumps(TEMPLATE_TORCH)}]': f'"torch": [{json.dumps(torch_release)}]',
+        f'"branches": [{json.dumps(TEMPLATE_BRANCH)}]': f'"branches": [{json.dumps(own_branch or TEMPLATE_BRANCH)}]',
+        f"--no-deps {TEMPLATE_SDPA}": "--no-deps " + json.dumps(shlex.quote(requirement))[1:-1]}
