@@ -16,11 +16,16 @@ from pathlib import Path
 import pytest
 
 from sdpa_impls.cli import main
-from sdpa_impls.continuous.bisect_answer import UNDECIDED, Search, comparison_budget
+from sdpa_impls.continuous.bisect import search
+from sdpa_impls.continuous.bisect_answer import CONFIRM, ENDPOINTS, SEARCH, UNDECIDED, Query, Search, comparison_budget
 from sdpa_impls.continuous.bisect_render import render
+from sdpa_impls.continuous.bisect_replay import Replay
+from sdpa_impls.continuous.comparison import Plan
+from sdpa_impls.continuous.project import NONE, Project
 from sdpa_impls.continuous.lines import between
 from sdpa_impls.continuous.revisions import first_parents
-from sdpa_impls.continuous.steps import DIFFERENT, SAME, RowStep, rows_from_verdict, selection_of, unexplained
+from sdpa_impls.continuous.steps import (DIFFERENT, SAME, UNKNOWN, RowStep, Step, rows_from_verdict, selection_of,
+                                         unexplained)
 from sdpa_impls.errors import UsageError
 from test_as_a_tool import PLUGIN, SLOWER
 from test_continuous import command, commit, git
@@ -128,6 +133,35 @@ def test_an_answer_that_could_not_tell_is_undecided_not_no_regression() -> None:
     text = render(search)
     assert text.startswith("sdpa-bench bisect: UNDECIDED: GOOD and BAD could not be told apart on 1 row(s)"), text
     assert "NO REGRESSION" not in text and "4: undecided" in text
+
+
+def test_a_single_candidate_left_unconfirmed_is_named_plainly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                                 ) -> None:
+    """The search ends at 1.1, whose parent is GOOD: its search step read DIFFERENT, the re-test of the same pair
+    UNKNOWN (seen by a review). The answer names the one release left and both readings, never "one of 1". The steps
+    are an earlier search's, replayed: nothing is measured (pip has no index, so a measurement would fail)."""
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.chdir(tmp_path)
+    row = "toykernel[L128-E64-fp32-fwd]"
+
+    def step(kind: str, base: str, head: str, verdict: str, ratio: float, low: float, high: float) -> Step:
+        return Step(kind, f"toykernel=={base}", f"toykernel=={head}", verdict, 1.14,
+                    (RowStep(row, ratio, (low, high), verdict),))
+
+    steps = [step(ENDPOINTS, "1.0", "1.2", DIFFERENT, 1.35, 1.30, 1.40),
+             step(SEARCH, "1.0", "1.1", DIFFERENT, 1.351, 1.283, 1.379),
+             step(CONFIRM, "1.0", "1.1", UNKNOWN, 1.12, 1.02, 1.25)]
+    replay = Replay("earlier.json", steps, {"labels": [row], "floor": 1.14, "select": "L128-E64-fp32-fwd"}, "1.0",
+                    "1.2", ["1.1", "1.2"])
+    query = Query("1.0", "1.2", ("toykernel",), package="toykernel", versions=("1.0", "1.1", "1.2"))
+    found = search(query, Plan(preset="smoke"), Project(NONE, None), lambda text: None, replay)
+    assert (found.answer, found.among, found.exit_code, found.steps) == ("inconclusive", ["toykernel==1.1"], 3, steps)
+    text = render(found)
+    assert text.startswith("sdpa-bench bisect: INCONCLUSIVE: toykernel==1.1 is the only release left, not confirmed "
+                           "against its parent"), text
+    assert "one of 1" not in text and "is one of" not in text, text
+    assert ("against its parent it was UNKNOWN, not DIFFERENT; step 2 (search), the same pair, read DIFFERENT: not "
+            "confirmed") in text, text
 
 
 def test_a_culprit_is_said_to_explain_part_only_where_its_own_search_step_agrees() -> None:

@@ -266,8 +266,10 @@ class _Searcher(Resumable):
     def _inconclusive(self, lo: int, hi: int, why: str) -> None:
         self.result.answer = INCONCLUSIVE
         self.result.among = self.result.commits[lo + 1:hi + 1]
-        self.result.notes.append(f"stopped: {why}; the first slower {self.line.unit} is one of the "
-                                 f"{len(self.result.among)} named.")
+        left = (f"the first slower {self.line.unit} is one of the {len(self.result.among)} named"
+                if len(self.result.among) > 1 else f"{self.result.among[0]} is the only {self.line.unit} left, "
+                                                   "not confirmed against its parent")
+        self.result.notes.append(f"stopped: {why}; {left}.")
 
     def _confirm(self, hi: int) -> None:
         culprit = self.commits[hi]
@@ -277,8 +279,14 @@ class _Searcher(Resumable):
         if step.verdict != DIFFERENT:
             self.result.answer = INCONCLUSIVE
             self.result.among = [self.result.commits[hi]]
+            # where the search measured this very pair (the parent is GOOD, or the culprit is BAD and its parent was
+            # asked against BAD), the re-test is the independent second reading that keeps one wrong step from
+            # naming a commit: both readings are said
+            pair = step.base, step.head
+            also = "".join(f"; step {i} ({s.kind}), the same pair, read {s.verdict}"
+                           for i, s in enumerate(self.result.steps[:-1], 1) if (s.base, s.head) == pair)
             self.result.notes.append(f"the search ended at {self.result.commits[hi]}, but against its parent it was "
-                                     f"{step.verdict}, not DIFFERENT: not confirmed.")
+                                     f"{step.verdict}, not DIFFERENT{also}: not confirmed.")
             return
         self.result.answer, self.result.culprit = CULPRIT, self.result.commits[hi]
         endpoint = {r.label: r for r in self.result.rows}

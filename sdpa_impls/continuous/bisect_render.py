@@ -23,6 +23,9 @@ def _headline(search: Search, shown, unfinished: str | None = None) -> str:
         return f"{unfinished.upper()} after {len(search.steps)} step(s), no answer yet"
     if search.answer == CULPRIT:
         return f"CULPRIT {shown(search.culprit)}"
+    if search.answer == INCONCLUSIVE and len(search.among) == 1:  # one left: the search ended, unconfirmed
+        return (f"INCONCLUSIVE: {shown(search.among[0])} is the only {search.unit} left, not confirmed against its "
+                "parent")
     if search.answer == INCONCLUSIVE:
         return f"INCONCLUSIVE: the first slower {search.unit} is one of {len(search.among)}"
     if search.answer == UNDECIDED:  # no row slower, but "no regression" would be a guess for these
@@ -66,7 +69,8 @@ def render(search: Search, markdown: bool = False, unfinished: str | None = None
                     + (f" and {len(search.files) - 20} more" if len(search.files) > 20 else "")]
         out += [f"{bullet}{shown(n)}" for n in confirm.notes if not n.startswith("adaptive")] + [""]
     elif search.answer == INCONCLUSIVE and not unfinished:
-        out += [f"The first slower {search.unit} is one of:"] + [f"{bullet}{shown(c)}" + (
+        out += [f"The first slower {search.unit} is one of:" if len(search.among) > 1 else
+                f"The only {search.unit} left (the notes say why it is not confirmed):"] + [f"{bullet}{shown(c)}" + (
             f" (skipped: {shown(search.skipped[c])})" if c in search.skipped else "") for c in search.among] + [""]
     if search.steps:
         out += table(["#", "step", "base", "head", "verdict", "floor", "rows (head/base, 95% CI)", "time"],
