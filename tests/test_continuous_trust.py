@@ -288,11 +288,17 @@ def test_a_size_cap_removes_the_least_recently_used_and_never_one_in_use(offline
         assert main(["envs"]) == 0
     assert "(at most 0.001 GB, $SDPA_BENCH_ENV_CACHE_MAX_GB)" in listed.getvalue()
     monkeypatch.setenv(envcache.MAX_SIZE_ENV, "lots")
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        assert main(["envs"]) == 0  # a listing needs no cap: it says what is wrong and lists
-        assert main(["envs", "--prune"]) == 2  # a prune does
+    away = offline.parent / "away"  # no repository: continuous and bisect would stop on that, were the cap not first
+    away.mkdir()
+    monkeypatch.chdir(away)
+    out = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):  # one error wherever it is read
+        assert [main(["envs"]), main(["envs", "--prune"]), main(["continuous"]), main(["bisect", "HEAD~1"])] == [2] * 4
     said = err.getvalue().splitlines()
-    assert len(said) == 2 and all("$SDPA_BENCH_ENV_CACHE_MAX_GB should be a positive number" in s for s in said), said
+    assert [s.split(": error: ")[0] for s in said] == [f"sdpa-bench {c}" for c in ("envs", "envs", "continuous",
+                                                                                    "bisect")], said
+    assert all(s.endswith("$SDPA_BENCH_ENV_CACHE_MAX_GB should be a positive number of GB, got 'lots'")
+               for s in said) and not out.getvalue(), said
     with pytest.raises(UsageError, match="SDPA_BENCH_ENV_CACHE_MAX_GB"):  # before a build, not after it
         envcache.prepare(EnvSpec("torch", requirements=("torch",)), None)
     assert sorted(p.name for p in offline.iterdir() if p.is_dir()) == ["c3" * 8, "d4" * 8]
