@@ -232,6 +232,11 @@ def test_more_mistakes_are_named_for_what_they_are(sweep, tmp_path, monkeypatch)
     monkeypatch.delenv("SDPA_BENCH_CPU_EXP")
     code, _ = said(["envs", "--env-cache", "not-there"], tmp_path, monkeypatch)
     assert code == 0 and not (tmp_path / "not-there").exists()  # listing makes no folder
+    monkeypatch.setenv("SDPA_BENCH_ENV_CACHE", str(tmp_path / "afile"))  # a setting nobody typed: named
+    for argv in (["envs"], ["envs", "--prune"], ["continuous", "HEAD~1"], ["bisect", "HEAD~1"]):
+        code, err = said(argv, tmp_path, monkeypatch)
+        assert code == 2 and f"error: $SDPA_BENCH_ENV_CACHE {tmp_path / 'afile'}: " in err, (argv, err)
+        assert len(err.strip().splitlines()) == 1, err
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine where torch_sdpa_cudnn cannot run")

@@ -236,7 +236,7 @@ def test_an_answer_that_could_not_be_written_is_refused_before_measuring(repo: d
 
 def test_ci_base_names_main_before_the_change(repo: dict) -> None:
     path = repo["path"]
-    assert ci_base(path, {"SDPA_CONTINUOUS_BASE": "v1.0"}) == ("v1.0", "$SDPA_CONTINUOUS_BASE")
+    assert ci_base(path, {"SDPA_CONTINUOUS_BASE": "main"}) == ("main", "$SDPA_CONTINUOUS_BASE")
     # nothing else names the state before, and main's one commit has no parent (with one: HEAD~1, tested below)
     with pytest.raises(UsageError, match="main already points at HEAD"):
         ci_base(path, {})
@@ -259,6 +259,8 @@ def test_ci_base_says_when_there_is_nothing_before_head(tmp_path: Path) -> None:
     git(tmp_path, "init", "-q", "-b", "main")
     with pytest.raises(UsageError, match="has no commit yet, so no BASE can be chosen"):
         ci_base(tmp_path, {})
+    with pytest.raises(UsageError, match=r"^\$SDPA_CONTINUOUS_BASE='nope': 'nope' is not a revision of "):
+        ci_base(tmp_path, {"SDPA_CONTINUOUS_BASE": "nope"})  # a CI's setting: named, as no one typed it here
     (tmp_path / "a.txt").write_text("a\n")
     commit(tmp_path, "first")
     with pytest.raises(UsageError, match="HEAD is the first commit of .*: nothing before it to compare with"):

@@ -32,7 +32,7 @@ from ..continuous.bisect_answer import Query, Search
 from ..continuous.bisect_replay import INTERRUPTED, IN_PROGRESS, load_replay
 from ..continuous.bisect_render import as_dict, render
 from ..continuous.comparison import Plan
-from ..continuous.envcache import size_cap
+from ..continuous.envcache import cache_source, size_cap
 from ..continuous.project import find
 from ..continuous.steps import rows_from_verdict
 from ..credentials import redact
@@ -99,7 +99,8 @@ def run(args: argparse.Namespace) -> int:
                  {"--from": args.from_verdict, "--config": args.config})
         if args.config and not Path(args.config).is_file():  # here, not once a side has read it
             raise GateInputError(f"--config {args.config}: no such file")
-        folders({"--env-cache": args.env_cache})
+        named, cache = cache_source(args.env_cache)  # the option, or $SDPA_BENCH_ENV_CACHE, or the default
+        folders({named: cache})
         size_cap()  # a bad $SDPA_BENCH_ENV_CACHE_MAX_GB, before any work, not at the first build (or never)
         rows = rows_from_verdict(args.from_verdict) if args.from_verdict else ()
         if args.package and args.bad is None:

@@ -39,7 +39,7 @@ from .. import settings
 from ..bench.grid import PRESETS
 from ..continuous.assemble import Request, compares_revisions
 from ..continuous.comparison import Plan, compare
-from ..continuous.envcache import size_cap
+from ..continuous.envcache import cache_source, size_cap
 from ..continuous.project import find
 from ..credentials import redact
 from ..errors import GateInputError
@@ -85,7 +85,8 @@ def run(args: argparse.Namespace) -> int:
         writable({"--markdown": args.markdown, "--json": args.json}, {"--config": args.config})  # before the rounds
         if args.config and not Path(args.config).is_file():  # here, not once a side has read it
             raise GateInputError(f"--config {args.config}: no such file")
-        folders({"--keep-runs": args.keep_runs, "--env-cache": args.env_cache})
+        named, cache = cache_source(args.env_cache)  # the option, or $SDPA_BENCH_ENV_CACHE, or the default
+        folders({"--keep-runs": args.keep_runs, named: cache})
         size_cap()  # a bad $SDPA_BENCH_ENV_CACHE_MAX_GB, before any work, not at the first build (or never)
         request = Request(args.base, args.head, args.base_env, args.head_env, args.env_cache, impl_names(args.impl),
                           args.config)

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from .. import settings
-from ..continuous.envcache import (MAX_AGE_DAYS, MAX_SIZE_ENV, RECENT_S, default_cache, entries, open_cache, prune,
+from ..continuous.envcache import (MAX_AGE_DAYS, MAX_SIZE_ENV, RECENT_S, cache_source, entries, open_cache, prune,
                                    size_cap)
 from ..errors import UsageError
 from ..fmt import fmt_bytes, fmt_duration, table
@@ -54,9 +54,9 @@ def run(args: argparse.Namespace) -> int:
 def _listing(args: argparse.Namespace) -> int:
     """The cache as it is: a folder that is not there is not made. The size cap is shown; a bad one is the error
     `continuous` and `bisect` give, since the next build would stop on it."""
-    cache, now = (args.env_cache or default_cache()).expanduser(), time.time()
+    (named, cache), now = cache_source(args.env_cache), time.time()
     if cache.exists() and not cache.is_dir():
-        raise UsageError(f"--env-cache {cache}: is a file, not a folder")
+        raise UsageError(f"{named} {cache}: is a file, not a folder")
     cap = size_cap()
     found = entries(cache)
     rows = [[e.folder.name, e.spec or "(a build that did not finish)", fmt_bytes(e.size),

@@ -3,7 +3,7 @@ when pip would build the same one, built where a crash leaves nothing trusted, b
 
     prepare(spec, cache, progress, scratch) -> Env   # the interpreter of a SPEC's environment, built once
     build(folder, requirements, constraints) -> s    # a layered environment in `folder`, uncached
-    default_cache() -> Path
+    default_cache() -> Path  /  cache_source(cache) -> (who named it, Path)
     entries(cache) -> [Entry]  /  prune(cache, older_than_s, max_bytes=None) -> [Entry]  /  open_cache(cache) -> Path
     size_cap() -> bytes | None                       # $SDPA_BENCH_ENV_CACHE_MAX_GB
 
@@ -88,24 +88,33 @@ def default_cache() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sdpa-bench" / "envs"
 
 
+def cache_source(cache: str | Path | None) -> tuple[str, Path]:
+    """The cache folder `cache` (None: the default) and what named it, for an error to say: "--env-cache",
+    "$SDPA_BENCH_ENV_CACHE", or "the environment cache" (the default folder)."""
+    if cache:
+        return "--env-cache", Path(cache).expanduser()
+    return (f"${CACHE_ENV}" if os.environ.get(CACHE_ENV) else "the environment cache"), default_cache().expanduser()
+
+
 def open_cache(cache: Path | None) -> Path:
-    """The cache folder, made (mode 700) if missing; UsageError when it cannot be used, belongs to another user or
-    others may write to it (it holds interpreters that run)."""
-    cache = (cache or default_cache()).expanduser()
+    """The cache folder, made (mode 700) if missing; UsageError, naming the option or variable that chose it, when
+    it cannot be used, belongs to another user or others may write to it (it holds interpreters that run)."""
+    source, cache = cache_source(cache)
+    named = f"{source} {cache}" if source != "the environment cache" else str(cache)
     try:
         cache.mkdir(parents=True, exist_ok=True, mode=0o700)
         st = cache.stat()
         if hasattr(os, "getuid") and st.st_uid != os.getuid():
-            raise UsageError(f"{cache}: the environment cache belongs to another user (uid {st.st_uid}); use one "
+            raise UsageError(f"{named}: the environment cache belongs to another user (uid {st.st_uid}); use one "
                              "of your own (--env-cache DIR)")
         if st.st_mode & 0o022:
-            raise UsageError(f"{cache}: others may write to the environment cache (mode {st.st_mode & 0o777:o}); "
+            raise UsageError(f"{named}: others may write to the environment cache (mode {st.st_mode & 0o777:o}); "
                              f"chmod go-w it, or use another (--env-cache DIR)")
         probe = cache / f".probe-{uuid.uuid4().hex}"
         probe.write_text("")
         probe.unlink()
     except OSError as exc:
-        raise UsageError(f"{cache}: cannot be used as the environment cache ({exc.strerror or exc})") from None
+        raise UsageError(f"{named}: cannot be used as the environment cache ({exc.strerror or exc})") from None
     return cache
 
 

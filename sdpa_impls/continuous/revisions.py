@@ -180,6 +180,10 @@ def ci_base(root: Path, environ: Mapping[str, str] = os.environ) -> tuple[str, s
     """
     named = environ.get(BASE_ENV, "").strip()
     if named:
+        try:  # a CI's setting, not a name the user typed here: say where it came from
+            resolve(root, named)
+        except UsageError as exc:
+            raise UsageError(f"${BASE_ENV}={named!r}: {exc}") from None
         return named, f"${BASE_ENV}"
     try:
         head = resolve(root, "HEAD")
