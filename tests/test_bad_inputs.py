@@ -207,6 +207,7 @@ def test_a_plugin_authors_own_check_names_the_same_mistakes(how, said, monkeypat
 
 def test_more_mistakes_are_named_for_what_they_are(sweep, tmp_path, monkeypatch) -> None:
     (tmp_path / "afile").write_text("mine\n")
+    (tmp_path / "badgate.toml").write_text("time = 5\n")
     bench = tmp_path / "cand.json"
     bench.write_text(json.dumps({"benchmarks": []}))
     for argv, named in (
@@ -215,6 +216,10 @@ def test_more_mistakes_are_named_for_what_they_are(sweep, tmp_path, monkeypatch)
         (["merge", "m", str(sweep), str(sweep)], "is no shard (run without --shard)"),
         (["gate", "--candidate", str(sweep / "results.json")], "compare two of those with `sdpa-bench compare"),
         (["envs", "--env-cache", "afile"], "--env-cache afile: is a file, not a folder"),
+        # the user's file, never "head working tree of ...: badgate.toml"; before any work (no repository here)
+        *([[cmd, "HEAD~1", "--config", "badgate.toml"],
+           "error: --config badgate.toml, over sdpa-bench's defaults: time should be a str, got 5"]
+          for cmd in ("continuous", "bisect")),
     ):
         code, err = said(argv, tmp_path, monkeypatch)
         assert code == 2 and named in err and len(err.strip().splitlines()) == 1, (argv, err)

@@ -36,9 +36,9 @@ from ..continuous.envcache import cache_source, size_cap
 from ..continuous.project import find
 from ..continuous.steps import rows_from_verdict
 from ..credentials import redact
-from ..errors import GateInputError, UsageError
-from .outputs import (Terminated, add_measuring, folders, guarded, impl_names, seed, terminate_as_interrupt,
-                      timed_progress, writable, write)
+from ..errors import UsageError
+from .outputs import (Terminated, add_measuring, config_file, folders, guarded, impl_names, seed,
+                      terminate_as_interrupt, timed_progress, writable, write)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -97,8 +97,7 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("--from and -k both choose the rows: give one")
         writable({"--markdown": args.markdown, "--json": args.json},  # before a search of many minutes, not after
                  {"--from": args.from_verdict, "--config": args.config})
-        if args.config and not Path(args.config).is_file():  # here, not once a side has read it
-            raise GateInputError(f"--config {args.config}: no such file")
+        config_file(args.config)  # here, not once a side has read it
         named, cache = cache_source(args.env_cache)  # the option, or $SDPA_BENCH_ENV_CACHE, or the default
         folders({named: cache})
         size_cap()  # a bad $SDPA_BENCH_ENV_CACHE_MAX_GB, before any work, not at the first build (or never)

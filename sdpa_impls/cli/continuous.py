@@ -42,9 +42,8 @@ from ..continuous.comparison import Plan, compare
 from ..continuous.envcache import cache_source, size_cap
 from ..continuous.project import find
 from ..credentials import redact
-from ..errors import GateInputError
-from .outputs import (Terminated, add_measuring, folders, guarded, impl_names, seed, terminate_as_interrupt,
-                      timed_progress, writable, write)
+from .outputs import (Terminated, add_measuring, config_file, folders, guarded, impl_names, seed,
+                      terminate_as_interrupt, timed_progress, writable, write)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -83,8 +82,7 @@ def run(args: argparse.Namespace) -> int:
 
     def body() -> int:
         writable({"--markdown": args.markdown, "--json": args.json}, {"--config": args.config})  # before the rounds
-        if args.config and not Path(args.config).is_file():  # here, not once a side has read it
-            raise GateInputError(f"--config {args.config}: no such file")
+        config_file(args.config)  # here, not once a side has read it
         named, cache = cache_source(args.env_cache)  # the option, or $SDPA_BENCH_ENV_CACHE, or the default
         folders({"--keep-runs": args.keep_runs, named: cache})
         size_cap()  # a bad $SDPA_BENCH_ENV_CACHE_MAX_GB, before any work, not at the first build (or never)

@@ -7,6 +7,7 @@ any error (exit 2 for anything that is not an answer).
     impl_names(values) -> (name, ...)    # --impl's values, repeated or comma-separated (run takes them so too)
     progress = timed_progress()          # progress(text) prints "[  12s] text" to stderr
     writable(outputs, inputs)            # GateInputError up front where an answer's file could not be written
+    config_file(path)                    # GateInputError up front, naming --config, for a gate config that is unusable
     write(path, text)                    # the file, credentials masked; GateInputError when it cannot be written
     guarded(command, body, source) -> int  # body()'s exit code, or 2 with one line for any error, never a traceback
 """
@@ -27,6 +28,7 @@ from ..continuous.comparison import ADAPTIVE_BUDGET, ENV_BUDGET_FACTOR, MAX_TIME
 from ..credentials import redact
 from ..errors import USAGE_EXIT, GateInputError, UsageError, unforeseen
 from ..fmt import fmt_duration
+from ..gate.config import load_config
 
 
 def impl_names(values: list[str] | None) -> tuple[str, ...]:
@@ -141,6 +143,20 @@ def writable(outputs: dict[str, str | Path | None], inputs: dict[str, str | Path
             target.unlink()
         except OSError as exc:
             raise GateInputError(f"{path}: cannot write ({exc.strerror or exc})") from None
+
+
+def config_file(path: str | None) -> None:
+    """GateInputError now, before any side is checked out, where the --config file is missing or not a gate config
+    sdpa-bench can read, labelled as the user's file: a side's error would call it the head's, and a search would skip
+    every commit over it."""
+    if path is None:
+        return
+    if not Path(path).is_file():
+        raise GateInputError(f"--config {path}: no such file")
+    try:
+        load_config(path)
+    except UsageError as exc:  # each message starts with the file's path
+        raise GateInputError(f"--config {exc}") from None
 
 
 def _same(path: str | Path) -> Path:

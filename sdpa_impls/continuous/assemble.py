@@ -174,8 +174,11 @@ def assemble(request: Request, project: Project, work: Path, folders: tuple[str,
             head = side("head", head_dir, f"working tree of {root}", head_dir / "tree")
             snapshot_working_tree(root, head.tree)
     envs, notes = _environments(request, {"base": base, "head": head}, progress, work)
-    with _as_side(head):
-        config = load_config(request.config, start=head.tree or Path.cwd())
+    if request.config:  # the user's file, not the head's: its error is the input's, never a side's to skip
+        config = load_config(request.config)
+    else:
+        with _as_side(head):
+            config = load_config(None, start=head.tree or Path.cwd())
     if head.tree is not None:  # a temporary folder means nothing in a PR comment
         config = dataclasses.replace(config, source=config.source.replace(f"{head.tree}{os.sep}", "head's "))
     reference = config.time_reference
