@@ -18,7 +18,7 @@ import pytest
 from sdpa_impls.cli import main
 from sdpa_impls.continuous.bisect import search
 from sdpa_impls.continuous.bisect_answer import CONFIRM, ENDPOINTS, SEARCH, UNDECIDED, Query, Search, comparison_budget
-from sdpa_impls.continuous.bisect_render import render
+from sdpa_impls.continuous.bisect_render import as_dict, render
 from sdpa_impls.continuous.bisect_replay import Replay
 from sdpa_impls.continuous.comparison import Plan
 from sdpa_impls.continuous.project import NONE, Project
@@ -288,6 +288,13 @@ def test_the_rows_of_a_failed_gate_are_what_is_searched(tmp_path: Path) -> None:
         rows_from_verdict(str(verdict))
     verdict.write_text(json.dumps({"rows": [{"impl": "fused", "case": "x", "decision": "not slower"}]}))
     with pytest.raises(UsageError, match="no benchmark in it was slower"):
+        rows_from_verdict(str(verdict))
+    # a bisect's own answer has rows too, with no decision: named for what it is, not "nothing slower"
+    answer = Search("aaaaaaa good", "bbbbbbb bad", ["bbbbbbb bad"], answer="culprit", culprit="bbbbbbb bad",
+                    rows=(RowStep("fused[L1024-E64-fp32-fwd]", 1.5, (1.4, 1.6), DIFFERENT),))
+    verdict.write_text(json.dumps(as_dict(answer)))
+    with pytest.raises(UsageError, match=r"is the answer of `sdpa-bench bisect --json`; --from takes a verdict of "
+                                         r"`sdpa-bench continuous --json`"):
         rows_from_verdict(str(verdict))
 
 

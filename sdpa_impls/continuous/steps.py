@@ -111,14 +111,33 @@ def step_notes(comparison: Comparison, labels: tuple[str, ...]) -> tuple[str, ..
     return (*adaptive, *kernels, *comparison.header)
 
 
+def _other_json(data: object) -> str:
+    """What a JSON file that is not a `continuous` verdict is, where sdpa-bench wrote it ("" where unknown)."""
+    if not isinstance(data, dict):
+        return ""
+    if "resume" in data or {"answer", "steps"} <= data.keys():
+        return "the answer of `sdpa-bench bisect --json`"
+    rows = data.get("rows")
+    if isinstance(rows, list) and rows and all(isinstance(r, dict) and "baseline" in r for r in rows):
+        return "a verdict of `sdpa-bench gate --json`"
+    if "benchmarks" in data:
+        return "pytest-benchmark's results"
+    return ""
+
+
 def rows_from_verdict(path: str) -> tuple[tuple[str, str], ...]:
-    """The (impl, case) rows a `continuous --json` verdict found slower; UsageError when there are none."""
+    """The (impl, case) rows a `continuous --json` verdict found slower; UsageError when there are none, or when the
+    file is another JSON (a bisect's answer has rows too, with no decision: it would read as "nothing slower")."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
-        rows = tuple((r["impl"], r["case"]) for r in data["rows"] if r.get("decision") == SLOWER)
+        rows = tuple((r["impl"], r["case"]) for r in data["rows"] if r["decision"] == SLOWER)
     except OSError as exc:
         raise UsageError(f"--from {path}: cannot be read ({exc.strerror or exc})") from None
     except (ValueError, KeyError, TypeError, AttributeError) as exc:  # not JSON, or rows that are not objects
+        other = _other_json(data) if not isinstance(exc, ValueError) else ""
+        if other:
+            raise UsageError(f"--from {path}: is {other}; --from takes a verdict of `sdpa-bench continuous --json` "
+                             "(its rows with decision \"slower\")") from None
         why = f"no {exc}" if isinstance(exc, KeyError) else str(exc)  # a KeyError's text is the bare key
         raise UsageError(f"--from {path}: not a verdict of `sdpa-bench continuous --json` ({why})") from None
     if not rows:
