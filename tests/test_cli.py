@@ -222,7 +222,7 @@ def test_a_point_whose_process_keeps_crashing_fails_and_the_rest_is_measured(tmp
 
 
 HANGS = """
-import ctypes, os, sys, time
+import ctypes, os, signal, sys, time
 import torch
 import sdpa_impls
 from sdpa_impls.cli import main, watch
@@ -240,6 +240,12 @@ class Hangs(Implementation):
         if inp.query.dtype == torch.bfloat16:  # the smoke preset's second case
             if os.environ["HOW"] == "holds-gil":
                 ctypes.PyDLL(None).sleep(3600)  # a C call that keeps the GIL: no Python thread runs meanwhile
+            if os.environ["HOW"] == "swallows-ctrl-c":  # a Ctrl-C that never ends the point it came in
+                try:
+                    os.kill(os.getpid(), signal.SIGINT)
+                    time.sleep(1)
+                except KeyboardInterrupt:
+                    pass
             time.sleep(3600)  # as a deadlocked kernel does: never returns
         return sdpa_impls.get("naive").forward(inp)
 
@@ -248,12 +254,12 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-@pytest.mark.parametrize("how", ["sleeps", "holds-gil"])
+@pytest.mark.parametrize("how", ["sleeps", "holds-gil", "swallows-ctrl-c"])
 def test_a_point_that_never_returns_is_stopped_and_the_sweep_goes_on(tmp_path, how):
     """A point past --point-timeout is stopped: `run` prints where it is stuck, saves it as failed and runs its
     command line again in its place, which measures the rest of the sweep, all in the one command. A stuck call that
     holds the GIL (no Python thread can run) ends the process with SIGALRM and its stack, leaving the point noted for
-    --resume as one a process ended inside."""
+    --resume as one a process ended inside. A Ctrl-C that came while the point hung still ends the command."""
     (tmp_path / "hangs.py").write_text(HANGS)
     out = tmp_path / "hang"
     argv = [sys.executable, str(tmp_path / "hangs.py"), "run", "--preset", "smoke", "--impl", "hangs,naive",
@@ -265,6 +271,10 @@ def test_a_point_that_never_returns_is_stopped_and_the_sweep_goes_on(tmp_path, h
         assert proc.returncode == -signal.SIGALRM, proc.stderr[-2000:]  # a shell says 142
         assert len(results) == 2 and json.loads((out / ".sdpa-bench-point").read_text()) == [
             "L128-E64-bf16-causal-fwd", "hangs"]
+        return
+    if how == "swallows-ctrl-c":  # the Ctrl-C still ends the command, rather than a new process that ignores it
+        assert proc.returncode == 130 and len(results) == 3, proc.stderr[-2000:]
+        assert proc.stderr.strip().splitlines()[-1].startswith("sdpa-bench: interrupted; 3 of 10 points are saved")
         return
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "hangs on L128-E64-bf16-causal-fwd is still running after 2s (--point-timeout)" in proc.stderr

@@ -69,6 +69,7 @@ class PointWatch:
                  own: bool) -> None:
         self.out, self.sweep, self.progress, self.seconds = out.absolute(), sweep, progress, seconds if own else None
         self.cwd = os.getcwd()  # where the command line's paths mean what they meant, whatever a plug-in did since
+        self._term_ignored = signal.getsignal(signal.SIGTERM) is signal.SIG_IGN  # as the process started
         self.lock = threading.RLock()
         self._woken = threading.Condition(self.lock)
         self._point: tuple[Case, str] | None = None
@@ -119,11 +120,18 @@ class PointWatch:
             os._exit(USAGE_EXIT)
         running.mark(self.out, None)
         sys.stdout.flush()
+        if self._alarm:  # an interval timer outlives exec, and the new process would die of it
+            signal.setitimer(signal.ITIMER_REAL, 0.0)
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_IGN and not self._term_ignored:
+            # a Ctrl-C or SIGTERM came meanwhile (outputs.terminate_as_interrupt ignores both from then on, and a new
+            # process would inherit that): the command ends as interrupted, its report left to --resume
+            self.progress.note(f"sdpa-bench: interrupted; {len(self.sweep.done())} of {self.sweep.planned} points "
+                               f"are saved; continue with: sdpa-bench run --out {shlex.quote(str(self.out))} --resume")
+            sys.stderr.flush()
+            os._exit(130)
         self.progress.note(f"sdpa-bench: recorded as failed; {len(self.sweep.done())} of {self.sweep.planned} "
                            "points saved; the sweep goes on in a new process")
         sys.stderr.flush()
-        if self._alarm:  # an interval timer outlives exec, and the new process would die of it
-            signal.setitimer(signal.ITIMER_REAL, 0.0)
         os.environ[CONTINUE_ENV] = str(Path(self.out).resolve())
         try:
             os.chdir(self.cwd)
