@@ -3,11 +3,14 @@ while the first one's ending saves, a plug-in that no longer loads for the resum
 left. Finished points are never lost, and a point is blamed only for what happened inside it."""
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import resource
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -142,3 +145,35 @@ def test_a_script_that_sets_its_own_arguments_is_not_run_again_by_the_point_time
                           timeout=150)
     assert proc.returncode == 0 and "--point-timeout" not in proc.stderr, proc.stderr[-2000:]
     assert [r["status"] for r in load(out)["results"]] == ["ok"] * len(preset("smoke"))
+
+
+def test_the_process_that_replaces_a_timed_out_one_keeps_the_folder_locked(tmp_path):
+    """--point-timeout replaces the process (exec): the folder's lock goes with it, held at every moment, so that no
+    `run --resume` started meanwhile takes the folder (and the replaced run's own job then fails on it)."""
+    from test_cli import HANGS
+
+    (tmp_path / "hangs.py").write_text(HANGS)
+    out = tmp_path / "hang"
+    proc = subprocess.Popen([sys.executable, str(tmp_path / "hangs.py"), *SMOKE, "--impl", "hangs,naive", "--out",
+                             str(out), *FAST, "--point-timeout", "2"], stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "HOW": "sleeps"})
+    lines: list[str] = []
+    threading.Thread(target=lambda: [lines.append(line) for line in proc.stderr], daemon=True).start()
+
+    def said(text: str) -> bool:
+        return any(text in line for line in lines)
+    deadline = time.monotonic() + 120
+    while not said("the sweep goes on in a new process") and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    free = False
+    with open(out / ".sdpa-bench-run.lock", "a+") as lock:  # another run's try, again and again, until it resumes
+        while not free and not said("resuming") and proc.poll() is None and time.monotonic() < deadline:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                free = True
+                fcntl.flock(lock, fcntl.LOCK_UN)
+            except BlockingIOError:
+                time.sleep(0.01)
+    proc.wait(timeout=150)
+    assert said("resuming") and not free, "".join(lines)[-2000:]
+    assert proc.returncode == 0, "".join(lines)[-2000:]

@@ -26,6 +26,7 @@ from ..registry import PluginLoadError, loaded, names
 from ..report import results as store
 from ..report import running
 from ..report.write import write_report
+from ..report.writer_lock import only_writer
 from . import watch
 from .outputs import Terminated, impl_names, seed, terminate_as_interrupt
 from .progress import Progress
@@ -190,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
     if not faulthandler.is_enabled():  # a crash inside an implementation prints where it was, not nothing
         with contextlib.suppress(ValueError, OSError):  # a stderr with no file descriptor (redirected in-process)
             faulthandler.enable()
-    with store.only_writer(out):
+    with only_writer(out):
         return _sweep(args, device, preset, impls, given, opts, out)
 
 

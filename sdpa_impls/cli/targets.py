@@ -25,6 +25,7 @@ from ..errors import UsageError
 from ..report import results as store
 from ..report.targets import DEVICE, MEMORY, TIMING, Table, ceiling_table, evaluate, markdown, plan
 from ..report.write import write_report
+from ..report.writer_lock import only_writer
 from .outputs import terminate_as_interrupt
 
 
@@ -73,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     if args.out is None:
         return _targets(args)
     store.prepare_dir(args.out)  # before a 20-minute run, not after it
-    with store.only_writer(args.out):  # no `run` or other `targets` writes it meanwhile
+    with only_writer(args.out):  # no `run` or other `targets` writes it meanwhile
         if (args.out / store.RESULTS_FILE).exists() and not args.overwrite:
             raise UsageError(f"{args.out} already holds a sweep ({args.out / store.RESULTS_FILE}): replace it with "
                              "--overwrite, or choose another --out")

@@ -31,6 +31,7 @@ from ..errors import USAGE_EXIT, UsageError
 from ..fmt import fmt_duration
 from ..report import results as store
 from ..report import running
+from ..report.writer_lock import keep_lock_across_exec
 from .progress import Progress
 
 DEFAULT_S = 1800.0
@@ -134,6 +135,7 @@ class PointWatch:
         sys.stderr.flush()
         os.environ[CONTINUE_ENV] = str(Path(self.out).resolve())
         try:
+            keep_lock_across_exec(self.out)
             os.chdir(self.cwd)
             os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
         except OSError as exc:

@@ -164,43 +164,6 @@ def clear_outputs(directory: Path) -> None:
             path.unlink()
 
 
-LOCK_FILE = ".sdpa-bench-run.lock"
-
-
-@contextlib.contextmanager
-def only_writer(directory: Path):
-    """While it is held, no other `run` may write DIR: a second one, started before the first saved anything or
-    resuming it meanwhile, would measure the same points on the same CPUs and replace the first one's file. An
-    advisory lock (flock) on DIR/.sdpa-bench-run.lock, released when the process ends however it ends; UsageError
-    naming the holder where another process has it. Where the system or the file system has no flock (some network
-    file systems answer ENOLCK), nothing is locked: the sweep runs as it did before there was a lock."""
-    try:
-        import fcntl
-    except ImportError:  # not a POSIX system
-        yield
-        return
-    path = Path(directory) / LOCK_FILE
-    with open(path, "a+", encoding="utf-8") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "another process"
-            raise UsageError(f"{directory} is being written by another `sdpa-bench run` ({holder}): wait for it to "
-                             "finish, or choose another --out") from None
-        except OSError:  # no locks on this file system
-            yield
-            return
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"process {os.getpid()}\n")
-        handle.flush()
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def prepare_dir(directory: Path) -> Path:
     """Create DIR (and parents) and prove it is writable; UsageError naming the problem otherwise."""
     directory = Path(directory)

@@ -1,0 +1,78 @@
+"""The lock that keeps a sweep's folder to one writer (`run`, `targets`), and its hand-over when `run
+--point-timeout` replaces its own process.
+
+    with only_writer(DIR): ...          # UsageError naming the holder where another process writes DIR
+    keep_lock_across_exec(DIR)          # before exec: the new process takes the lock over, with no moment free
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+from ..errors import UsageError
+
+LOCK_FILE = ".sdpa-bench-run.lock"
+LOCK_FD_ENV = "SDPA_BENCH_LOCK_FD"  # the lock's descriptor, kept open across --point-timeout's exec
+_held: dict[str, int] = {}  # folder -> the descriptor of its lock, while only_writer holds it
+
+
+@contextlib.contextmanager
+def only_writer(directory: Path):
+    """While it is held, no other `run` may write DIR: a second one, started before the first saved anything or
+    resuming it meanwhile, would measure the same points on the same CPUs and replace the first one's file. An
+    advisory lock (flock) on DIR/.sdpa-bench-run.lock, released when the process ends however it ends; UsageError
+    naming the holder where another process has it. Where the system or the file system has no flock (some network
+    file systems answer ENOLCK), nothing is locked: the sweep runs as it did before there was a lock."""
+    try:
+        import fcntl
+    except ImportError:  # not a POSIX system
+        yield
+        return
+    path = Path(directory) / LOCK_FILE
+    with _inherited(path) or open(path, "a+", encoding="utf-8") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)  # an inherited lock is this description's already
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            raise UsageError(f"{directory} is being written by another `sdpa-bench run` ({holder}): wait for it to "
+                             "finish, or choose another --out") from None
+        except OSError:  # no locks on this file system
+            yield
+            return
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"process {os.getpid()}\n")
+        handle.flush()
+        _held[str(path.resolve())] = handle.fileno()
+        try:
+            yield
+        finally:
+            _held.pop(str(path.resolve()), None)
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def keep_lock_across_exec(directory: Path) -> None:
+    """Before the process replaces itself (exec) to go on with DIR's sweep: its lock's descriptor stays open in the
+    new process, which takes it over in `only_writer`, so that no other `run` can take the folder in between."""
+    fd = _held.get(str((Path(directory) / LOCK_FILE).resolve()))
+    if fd is not None:
+        os.set_inheritable(fd, True)
+        os.environ[LOCK_FD_ENV] = str(fd)
+
+
+def _inherited(path: Path):
+    """The lock on `path` a process that replaced itself left open for this one (keep_lock_across_exec), else None."""
+    said = os.environ.pop(LOCK_FD_ENV, None)
+    if not said:
+        return None
+    try:
+        fd = int(said)
+        if os.path.samestat(os.fstat(fd), os.stat(path)):
+            os.set_inheritable(fd, False)  # none of this process's children holds it
+            return os.fdopen(fd, "a+", encoding="utf-8")
+        os.close(fd)  # another folder's: this process does not write there
+    except (ValueError, OSError):
+        pass
+    return None
