@@ -36,6 +36,17 @@ def load(directory: Path) -> dict:
     return json.loads((directory / "results.json").read_text())
 
 
+def slow_run(cmd: list[str], out: Path) -> subprocess.Popen:
+    """`cmd`, a `run` into `out`, started and left running once its first point is saved (or once it ended)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if (out / "results.json").exists() and load(out)["results"]:
+            break
+        time.sleep(0.05)
+    return proc
+
+
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess]:
     out = tmp_path_factory.mktemp("cli") / "smoke"
@@ -293,12 +304,7 @@ def test_sigterm_stops_a_run_the_way_ctrl_c_does(tmp_path):
     cmd = [sys.executable, "-m", "sdpa_impls", "run", "--preset", "smoke", "--impl", "naive", "--out", str(out),
            *CPU, "--budget", "2", "--min-reps", "2", "--max-reps", "10000", "--warmup", "1", "--no-memory",
            "--no-plots"]  # each point two whole seconds: the run outlasts the second command, also on a busy machine
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        if (out / "results.json").exists() and load(out)["results"]:
-            break
-        time.sleep(0.05)
+    proc = slow_run(cmd, out)
     second = cli("run", "--preset", "smoke", "--impl", "naive", "--out", str(out), "--resume", *CPU)
     assert second.returncode == 2 and "is being written by another `sdpa-bench run` (process " in second.stderr, \
         second.stderr

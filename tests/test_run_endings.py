@@ -18,6 +18,7 @@ from sdpa_impls import registry
 from sdpa_impls.bench.grid import preset
 from sdpa_impls.cli import main
 from sdpa_impls.impls.naive import Naive
+from test_cli import HANGS, slow_run
 
 FAST = ["--device", "cpu", "--budget", "0.005", "--min-reps", "2", "--warmup", "1", "--no-memory", "--no-plots"]
 SMOKE = ["run", "--preset", "smoke"]
@@ -71,12 +72,7 @@ def test_sigterm_after_ctrl_c_does_not_cut_the_ending_short(tmp_path):
     out = tmp_path / "cancelled"
     cmd = [sys.executable, "-m", "sdpa_impls", *SMOKE, "--impl", "naive", "--out", str(out), "--device", "cpu",
            "--budget", "1", "--min-reps", "2", "--max-reps", "10000", "--warmup", "1", "--no-memory", "--no-plots"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        if (out / "results.json").exists() and load(out)["results"]:
-            break
-        time.sleep(0.05)
+    proc = slow_run(cmd, out)
     proc.send_signal(signal.SIGINT)
     time.sleep(0.02)
     if proc.poll() is None:
@@ -116,6 +112,7 @@ import sys, time
 import sdpa_impls
 from sdpa_impls.cli import main
 from sdpa_impls.impls.naive import Naive
+from test_cli import HANGS, slow_run
 from sdpa_impls.registry import register
 
 
@@ -150,8 +147,6 @@ def test_a_script_that_sets_its_own_arguments_is_not_run_again_by_the_point_time
 def test_the_process_that_replaces_a_timed_out_one_keeps_the_folder_locked(tmp_path):
     """--point-timeout replaces the process (exec): the folder's lock goes with it, held at every moment, so that no
     `run --resume` started meanwhile takes the folder (and the replaced run's own job then fails on it)."""
-    from test_cli import HANGS
-
     (tmp_path / "hangs.py").write_text(HANGS)
     out = tmp_path / "hang"
     proc = subprocess.Popen([sys.executable, str(tmp_path / "hangs.py"), *SMOKE, "--impl", "hangs,naive", "--out",
