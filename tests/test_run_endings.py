@@ -112,7 +112,6 @@ import sys, time
 import sdpa_impls
 from sdpa_impls.cli import main
 from sdpa_impls.impls.naive import Naive
-from test_cli import HANGS, slow_run
 from sdpa_impls.registry import register
 
 
@@ -121,11 +120,11 @@ class Slow(Naive):
     name = "slow"
 
     def forward(self, inp):
-        time.sleep(0.5)
+        time.sleep(0.25)
         return super().forward(inp)
 
 
-sys.argv[1:] = ["run", "--preset", "smoke", "--impl", "slow", "--out", sys.argv[1], "--point-timeout", "0.2",
+sys.argv[1:] = ["run", "--preset", "smoke", "--impl", "slow", "--out", sys.argv[1], "--point-timeout", "0.1",
                 "--device", "cpu", "--budget", "0", "--min-reps", "1", "--max-reps", "1", "--warmup", "0",
                 "--no-memory", "--no-plots"]
 sys.exit(main(sys.argv[1:]))
