@@ -31,6 +31,9 @@ def _add(impl: SDPAImplementation) -> None:
     _REGISTRY[impl.name] = impl
 
 
+LOAD_FAILED = "plug-in failed to load"  # how a broken plug-in's skipped points begin their reason
+
+
 class BrokenPlugin(Implementation):
     """Stands in for a plug-in that failed to load, so the failure shows as a reason, not a crash."""
 
@@ -42,7 +45,7 @@ class BrokenPlugin(Implementation):
 
     def not_supported_reasons(self, inp: SDPAInputs) -> list[str]:
         super().not_supported_reasons(inp)  # bad input still gets the one ValueError every implementation gives
-        return [f"plug-in failed to load: {self.error}"]
+        return [f"{LOAD_FAILED}: {self.error}"]
 
 
 class PluginLoadError(ImportError):

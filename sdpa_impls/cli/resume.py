@@ -9,7 +9,7 @@ from pathlib import Path
 from ..bench import grid
 from ..bench.machine import machine_differences, machine_info
 from ..errors import UsageError
-from ..registry import PluginLoadError, loaded, names
+from ..registry import LOAD_FAILED, PluginLoadError, loaded, names
 from ..report import results as store
 from .shards import parse_shard
 
@@ -72,6 +72,6 @@ def _loads(out: Path, sweep: store.Sweep) -> None:
             loaded(name)
         except PluginLoadError as exc:
             mine = [r for r in sweep.results if r.impl == name]
-            if not mine or any("plug-in failed to load" not in (r.reason or "") for r in mine):
+            if not mine or any(LOAD_FAILED not in (r.reason or "") for r in mine):
                 raise UsageError(f"{out}: cannot resume: {exc} (its points left would be skipped for good; mend "
                                  "it and resume again)") from None
