@@ -340,3 +340,30 @@ def test_a_good_merged_in_from_a_side_branch_starts_the_line_at_its_merge(tmp_pa
     c = commit(repo, "C")
     assert first_parents(repo, good, c) == [merge, c]
     assert first_parents(repo, a, c) == [git(repo, "rev-parse", "main~2"), merge, c]  # on the line: as before
+
+
+def test_a_culprit_whose_parent_does_not_install_is_left_unconfirmed(history: dict, tmp_path: Path) -> None:
+    """GOOD comes in from a side branch; the merge that brings it in, also the slower commit, is the line's only
+    commit, and its first parent (off the line) has a pyproject.toml that does not parse. The confirmation cannot
+    measure that parent: the answer names the merge as the only commit left and says why, exit 3 (it was exit 2, as
+    if the input were unusable)."""
+    repo = tmp_path / "toy"
+    subprocess.run(["git", "clone", "-q", str(history["repo"]), str(repo)], check=True)
+    git(repo, "checkout", "-q", "-b", "line", history["broken"])
+    git(repo, "checkout", "-q", "-b", "side", history["good"])
+    (repo / "README.md").write_text((repo / "README.md").read_text() + "\nA side branch's note.\n")
+    good = commit(repo, "GOOD on a side branch")
+    git(repo, "checkout", "-q", "line")
+    git(repo, "merge", "-q", "--no-ff", "-m", "merge side, the attention three times", "side")
+    (repo / "pyproject.toml").write_text(git(repo, "show", f"{history['good']}:pyproject.toml") + "\n")
+    kernel = repo / "src" / PLUGIN / "__init__.py"
+    kernel.write_text(kernel.read_text().replace(SLOWER[0], SLOWER[1]))
+    git(repo, "commit", "-q", "--amend", "-a", "--no-edit")
+    merge = git(repo, "rev-parse", "HEAD")
+    code, out, err = bisect(repo, good, "HEAD", *FAST, "--json", str(tmp_path / "answer.json"))
+    found = json.loads((tmp_path / "answer.json").read_text())
+    assert code == 3 and found["answer"] == "inconclusive" and "Traceback" not in err, out + err
+    assert found["among_ids"] == [merge] and "is the only commit left, not confirmed against its parent" in out, out
+    parent = next(name for name in found["skipped"] if name.startswith(history["broken"][:7]))
+    assert "pyproject.toml" in found["skipped"][parent], found["skipped"]
+    assert any(f"its parent {parent} could not be measured" in n for n in found["notes"]), found["notes"]

@@ -21,8 +21,9 @@ adaptive rounds), read as a three-way verdict. No statistics of its own: a step'
    BAD no slower means the commit has the change, BAD slower means it has not. Still UNKNOWN, the search stops and
    names the commits the culprit is among: an UNKNOWN is never read as SAME. A commit that does not install, import
    or run is skipped with its reason (as `git bisect skip`) and never blamed; the nearest untested commit is tried.
-4. Confirmation: the culprit is compared with its parent once more, and must be DIFFERENT. Rows under test it does
-   not make slower, or makes slower by clearly less than GOOD → BAD did (its interval below the endpoints'), are
+4. Confirmation: the culprit is compared with its parent once more, and must be DIFFERENT (a parent that does not
+   install, import or run, off the line as a merge's can be, leaves it unconfirmed). Rows under test it does not make
+   slower, or makes slower by clearly less than GOOD → BAD did (its interval below the endpoints'), are
    reported as changed elsewhere in the range.
 
 At most `comparison_budget(N)` = 2·⌈log₂ N⌉ + 3 comparisons for N commits; a search that would need more stops
@@ -274,7 +275,17 @@ class _Searcher(Resumable):
     def _confirm(self, hi: int) -> None:
         culprit = self.commits[hi]
         before = self.line.before(culprit)
-        _, step = self._compare(CONFIRM, before, culprit)
+        try:
+            _, step = self._compare(CONFIRM, before, culprit)
+        except SideError as exc:  # the parent is off the line (a merge's, where GOOD came in from a side branch)
+            if exc.role != "base":
+                raise
+            self.result.answer, self.result.among = INCONCLUSIVE, [self.result.commits[hi]]
+            parent = self.line.name(before)
+            self.result.skipped[parent] = reason = str(exc).removeprefix(f"base {parent}: ")
+            self.result.notes.append(f"the search ended at {self.result.commits[hi]}, but its parent {parent} "
+                                     f"could not be measured ({reason}): not confirmed.")
+            return
         self.result.files = self.line.differences(before, culprit)
         if step.verdict != DIFFERENT:
             self.result.answer = INCONCLUSIVE
