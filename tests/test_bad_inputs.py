@@ -99,6 +99,29 @@ def test_a_results_file_with_a_wrong_type_is_named_as_corrupt(sweep, tmp_path, m
     assert code == 2 and "is a file: give the --out folder of a `run`" in err
 
 
+@pytest.mark.parametrize("edit, named", [
+    ({"budget_s": "x"}, "meta.options.budget_s should be float, got 'x'"),  # was a TypeError nobody foresaw
+    ({"budget_s": -5}, "meta.options.budget_s must be >= 0 seconds and finite; got -5"),  # was taken
+    ({"min_reps": 500}, "meta.options.min_reps 500 exceeds meta.options.max_reps"),
+    ({"memory": 1}, "meta.options.memory should be bool, got 1"),
+    ({"seed": "7"}, "meta.seed should be an int, not str"),  # was taken: a text seed in the report
+])
+def test_a_resume_of_hand_edited_timing_options_is_refused_as_corrupt(sweep, edit, named, tmp_path,
+                                                                       monkeypatch) -> None:
+    """The options a sweep was started with are checked as the command line's are, before anything is measured."""
+    bad = tmp_path / "bad"
+    shutil.copytree(sweep, bad)
+    doc = json.loads((bad / "results.json").read_text())
+    del doc["meta"]["finished"]  # an unfinished sweep, so that --resume would measure
+    doc["results"] = doc["results"][:1]
+    (doc["meta"] if "seed" in edit else doc["meta"]["options"]).update(edit)
+    (bad / "results.json").write_text(json.dumps(doc))
+    before = (bad / "results.json").read_bytes()
+    code, err = said(["run", "--resume", "--out", str(bad), "--no-plots"], tmp_path, monkeypatch)
+    assert code == 2 and f"{bad / 'results.json'} has a malformed entry" in err and named in err, err
+    assert len(err.strip().splitlines()) == 1 and (bad / "results.json").read_bytes() == before, err
+
+
 def test_a_table_may_not_set_an_option_twice_leave_it_empty_or_decide_overwrite(tmp_path, monkeypatch) -> None:
     for body, named in (('overwrite = true', "'overwrite' decides what one run does"),
                         ('out = ""', "out: is empty"), ("impl = []", "impl: is empty"),

@@ -6,7 +6,6 @@ import contextlib
 import dataclasses
 import datetime
 import faulthandler
-import math
 import os
 import shlex
 import signal
@@ -90,19 +89,13 @@ def _impls(requested: list[str] | None) -> list[str] | None:
 def _options(args: argparse.Namespace) -> tuple[dict, Options]:
     """(the options given on the command line, the full Options); UsageError on nonsense values."""
     given = {k: getattr(args, k) for k in OPTION_FLAGS if getattr(args, k) is not None}
-    for k in ("min_reps", "max_reps", "warmup"):
-        if given.get(k, 1) < (0 if k == "warmup" else 1):
-            raise UsageError(f"{OPTION_FLAGS[k]} must be {'>= 0' if k == 'warmup' else '>= 1'}; got {given[k]}")
     for k in ("min_reps", "warmup"):  # calls that --budget does not stop: a typo's extra zeros never end a point
         if given.get(k, 0) > MAX_FORCED:
             raise UsageError(f"{OPTION_FLAGS[k]} must be at most {MAX_FORCED}; got {given[k]} (more time: --budget)")
-    if not 0 <= given.get("min_sample_s", 0.0) < math.inf:
-        raise UsageError(f"--min-sample must be >= 0 seconds and finite; got {given['min_sample_s']}")
-    if not 0 <= given.get("budget_s", 1.0) < math.inf:
-        raise UsageError(f"--budget must be >= 0 seconds and finite; got {given['budget_s']}")
     opts = Options(**given)
-    if opts.min_reps > opts.max_reps:
-        raise UsageError(f"--min-reps {opts.min_reps} exceeds --max-reps {opts.max_reps}")
+    problem = store.option_problem(opts, OPTION_FLAGS.__getitem__)
+    if problem:
+        raise UsageError(problem)
     return given, opts
 
 

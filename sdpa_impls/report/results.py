@@ -4,7 +4,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,7 +24,7 @@ OUTPUTS = (RESULTS_FILE, "results.csv", "report.md", "time-*.png", "memory-*.png
 REQUIRED_META = ("preset", "device", "impls", "case_ids", "options", "machine")
 # what each of them, and the optional lists, must be: a file edited by hand fails here, naming the field
 META_TYPES = {"preset": str, "device": str, "impls": list, "case_ids": list, "options": dict, "machine": dict,
-              "sessions": list, "merged_from": list}
+              "sessions": list, "merged_from": list, "seed": int}
 
 
 @dataclass
@@ -72,7 +74,7 @@ _TYPE_CHECKS = {  # a field's annotation -> whether a JSON value fits it
     "str": lambda v: isinstance(v, str), "str | None": lambda v: v is None or isinstance(v, str),
     "int": lambda v: isinstance(v, int) and not isinstance(v, bool), "bool": lambda v: isinstance(v, bool),
     "int | None": lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)),
-    "float | None": lambda v: v is None or _number(v), "dict | None": lambda v: v is None or isinstance(v, dict),
+    "float": _number, "float | None": lambda v: v is None or _number(v), "dict | None": lambda v: v is None or isinstance(v, dict),
     "tuple[float, ...]": lambda v: isinstance(v, list) and all(map(_number, v)),
     "tuple[str, ...]": lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
 }
@@ -137,7 +139,8 @@ def load(directory: Path) -> Sweep:
             raise KeyError(", ".join(missing))
         for key, kind in META_TYPES.items():
             if key in meta and not isinstance(meta[key], kind):
-                raise TypeError(f"meta.{key} should be a {kind.__name__}, not {type(meta[key]).__name__}")
+                raise TypeError(f"meta.{key} should be {'an' if kind is int else 'a'} {kind.__name__}, not "
+                                f"{type(meta[key]).__name__}")
         if not all(isinstance(x, str) for x in [*meta["impls"], *meta["case_ids"]]):
             raise TypeError("meta.impls and meta.case_ids should hold names")
         options(meta)
@@ -152,9 +155,31 @@ def load(directory: Path) -> Sweep:
 
 
 def options(meta: dict) -> Options:
-    """The timing options a sweep was started with (fields this version does not know are ignored)."""
-    known = {f.name for f in dataclasses.fields(Options)}
-    return Options(**{k: v for k, v in (meta.get("options") or {}).items() if k in known})
+    """The timing options a sweep was started with (fields this version does not know are ignored); TypeError or
+    ValueError naming a value edited into one that no sweep could have been started with."""
+    saved = meta.get("options") or {}
+    for f in dataclasses.fields(Options):
+        if f.name in saved and not _TYPE_CHECKS[str(f.type)](saved[f.name]):
+            raise TypeError(f"meta.options.{f.name} should be {f.type}, got {saved[f.name]!r}")
+    opts = Options(**{f.name: saved[f.name] for f in dataclasses.fields(Options) if f.name in saved})
+    problem = option_problem(opts, lambda name: f"meta.options.{name}")
+    if problem:
+        raise ValueError(problem)
+    return opts
+
+
+def option_problem(opts: Options, named: Callable[[str], str]) -> str | None:
+    """What makes `opts` unusable, each field called `named(field)` (a command-line flag, or where a file holds
+    it), or None."""
+    for name, least in (("min_reps", 1), ("max_reps", 1), ("warmup", 0)):
+        if getattr(opts, name) < least:
+            return f"{named(name)} must be >= {least}; got {getattr(opts, name)}"
+    for name in ("min_sample_s", "budget_s"):
+        if not 0 <= getattr(opts, name) < math.inf:
+            return f"{named(name)} must be >= 0 seconds and finite; got {getattr(opts, name)}"
+    if opts.min_reps > opts.max_reps:
+        return f"{named('min_reps')} {opts.min_reps} exceeds {named('max_reps')} {opts.max_reps}"
+    return None
 
 
 def clear_outputs(directory: Path) -> None:
