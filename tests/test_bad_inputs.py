@@ -5,8 +5,11 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -286,3 +289,16 @@ def test_a_gate_rule_whose_condition_could_never_hold_is_refused(rule, named, tm
     (tmp_path / "cand.json").write_text(json.dumps({"benchmarks": []}))
     code, err = said(["gate", "--candidate", "cand.json"], tmp_path, monkeypatch)
     assert code == 2 and named in err, err
+
+
+@pytest.mark.parametrize("encoding", ["cp1252", "ascii"])
+def test_output_in_an_encoding_without_its_symbols_keeps_the_answer(sweep, encoding, tmp_path) -> None:
+    """A Windows console or PYTHONIOENCODING=ascii has no →, µ or ×: they print as ?, and compare's table and exit
+    status stand (a UnicodeEncodeError ended the command with exit 2 before it printed its answer)."""
+    env = os.environ | {"PYTHONIOENCODING": encoding}
+    proc = subprocess.run([sys.executable, "-m", "sdpa_impls", "compare", str(sweep), str(sweep), "--markdown",
+                           str(tmp_path / "c.md")], capture_output=True, env=env, cwd=tmp_path, timeout=120)
+    out = proc.stdout.decode(encoding)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr.decode(encoding), proc.stderr
+    assert "?" in out and "L128-E64-fp32-fwd" in out, out
+    assert "×" in (tmp_path / "c.md").read_text(encoding="utf-8")  # files stay UTF-8, whatever the console

@@ -82,9 +82,19 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(USAGE_EXIT)
 
 
+def _tolerant_output() -> None:
+    """stdout and stderr in an encoding without ×, µ or → (a Windows console's cp1252, PYTHONIOENCODING=ascii) write
+    such a character as ? instead of raising: a verdict, and the exit status it sets, must not be lost to a symbol."""
+    for stream in (sys.stdout, sys.stderr):
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "").replace("_", "")
+        if encoding and encoding not in ("utf8", "utf8sig") and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="replace")
+
+
 def main(argv: list[str] | None = None) -> int:
     # not list(argv): once the `list` command's module is imported, `list` in this package's namespace is that module
     argv = sys.argv[1:] if argv is None else [*argv]
+    _tolerant_output()
     # no abbreviations: `--pre` must not mean `--preset` today and fail once another option starts so
     parser = _Parser(prog="sdpa-bench", description="Benchmark scaled dot-product attention.", allow_abbrev=False)
     parser.add_argument("--version", action="version", version=f"sdpa-bench {__version__}")
