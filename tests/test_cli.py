@@ -364,6 +364,20 @@ def test_shards_are_disjoint_and_merge_into_the_whole_preset(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     mixed = cli("merge", str(tmp_path / "mixed"), str(dirs[0]), str(other))
     assert mixed.returncode == 2 and "were run with different seeds (0 against 7)" in mixed.stderr, mixed.stderr
+    edited = []  # the same implementations named in another order are the same points; a timing option that
+    for d, impls, budget in zip(dirs, (["naive", "torch_sdpa"], ["torch_sdpa", "naive"]), (0.005, 0.5)):  # differs
+        doc = load(d)  # is named alone, not as two whole option tables
+        doc["meta"]["impls"], doc["meta"]["options"]["budget_s"] = impls, budget
+        (tmp_path / f"edited{len(edited)}").mkdir()
+        (tmp_path / f"edited{len(edited)}" / "results.json").write_text(json.dumps(doc))
+        edited.append(str(tmp_path / f"edited{len(edited)}"))
+    proc = cli("merge", str(tmp_path / "reordered"), *edited, "--no-plots")
+    assert proc.returncode == 2 and "timing options (budget_s 0.005 against" in proc.stderr, proc.stderr
+    doc = load(Path(edited[1]))
+    doc["meta"]["options"]["budget_s"] = 0.005
+    (Path(edited[1]) / "results.json").write_text(json.dumps(doc))
+    proc = cli("merge", str(tmp_path / "reordered"), *edited, "--no-plots")
+    assert proc.returncode == 0 and load(tmp_path / "reordered")["meta"]["impls"] == ["naive", "torch_sdpa"], proc.stderr
 
 
 def test_list_shows_every_implementation_and_why_xformers_cannot_run(tmp_path):

@@ -213,9 +213,17 @@ MERGED_ALIKE = (("options", "timing options"), ("seed", "seeds"), ("impls", "imp
 def _alike(meta: dict, key: str) -> object:
     if key == "shard":  # "I/N": the N
         return str(meta.get("shard") or "1/1").rpartition("/")[2]
-    if key == "impls":
-        return ",".join(meta.get("impls") or ())
+    if key == "impls":  # the same ones in another order measure the same points
+        return ",".join(sorted(meta.get("impls") or ()))
     return meta.get(key)
+
+
+def _difference(mine: object, theirs: object) -> str:
+    """Two shards' differing values as said in an error: of two option tables, only the options that differ."""
+    if isinstance(mine, dict) and isinstance(theirs, dict):
+        keys = [k for k in dict.fromkeys([*mine, *theirs]) if mine.get(k) != theirs.get(k)]
+        return "; ".join(f"{k} {mine.get(k)} against {theirs.get(k)}" for k in keys)
+    return f"{mine} against {theirs}"
 
 
 def _pooled_ceilings(metas: list[dict]) -> dict:
@@ -249,7 +257,7 @@ def merge(sweeps: list[tuple[Path, Sweep]], all_case_ids: list[str] | None = Non
             mine, theirs = _alike(first_meta, key), _alike(sweep.meta, key)
             if mine != theirs:
                 raise UsageError(f"cannot merge {first_dir} and {directory}: they were run with different {what} "
-                                 f"({mine} against {theirs}); shards of one sweep share them")
+                                 f"({_difference(mine, theirs)}); shards of one sweep share them")
     seen: dict[tuple[str, str], Path] = {}
     results: list[Result] = []
     impls: list[str] = []
