@@ -302,3 +302,37 @@ def test_output_in_an_encoding_without_its_symbols_keeps_the_answer(sweep, encod
     assert proc.returncode == 0 and "Traceback" not in proc.stderr.decode(encoding), proc.stderr
     assert "?" in out and "L128-E64-fp32-fwd" in out, out
     assert "×" in (tmp_path / "c.md").read_text(encoding="utf-8")  # files stay UTF-8, whatever the console
+
+
+def test_compare_heads_its_table_as_the_gates_rules_and_refuses_an_unknown_time_reference(sweep, tmp_path,
+                                                                                          monkeypatch) -> None:
+    out = io.StringIO()
+    monkeypatch.chdir(tmp_path)
+    with contextlib.redirect_stdout(out):
+        assert main(["compare", str(sweep), str(sweep)]) == 0
+    assert "sdpa-bench compare: the gate's rules would PASS (" in out.getvalue(), out.getvalue()
+    (tmp_path / "typo.toml").write_text('time_reference = "torch_sdap"\n')
+    code, err = said(["compare", str(sweep), str(sweep), "--config", "typo.toml"], tmp_path, monkeypatch)
+    assert code == 2 and "time_reference 'torch_sdap': no implementation of that name" in err, err
+
+
+def test_a_sweep_merged_from_shards_of_two_machines_has_no_absolute_time_compared(sweep, tmp_path,
+                                                                                  monkeypatch) -> None:
+    """merge keeps each shard's machine under merged_from; compare must not judge their times as one machine's."""
+    merged = tmp_path / "merged"
+    shutil.copytree(sweep, merged)
+    doc = json.loads((merged / "results.json").read_text())
+    machine = doc["meta"]["machine"]
+    doc["meta"]["merged_from"] = [{"dir": "s1", "shard": "1/2", "machine": machine},
+                                  {"dir": "s2", "shard": "2/2", "machine": machine | {"cpu": "Intel Xeon"}}]
+    (merged / "results.json").write_text(json.dumps(doc))
+    out = io.StringIO()
+    monkeypatch.chdir(tmp_path)
+    with contextlib.redirect_stdout(out):
+        assert main(["compare", str(sweep), str(merged)]) == 0
+    assert "absolute time rules refused" in out.getvalue() and "Intel Xeon" in out.getvalue(), out.getvalue()
+    with contextlib.redirect_stdout(io.StringIO()) as same:  # one machine's shards: compared as before
+        doc["meta"]["merged_from"][1]["machine"] = machine
+        (merged / "results.json").write_text(json.dumps(doc))
+        assert main(["compare", str(sweep), str(merged)]) == 0
+    assert "absolute time rules refused" not in same.getvalue(), same.getvalue()

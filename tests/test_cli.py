@@ -378,6 +378,10 @@ def test_shards_are_disjoint_and_merge_into_the_whole_preset(tmp_path):
     (Path(edited[1]) / "results.json").write_text(json.dumps(doc))
     proc = cli("merge", str(tmp_path / "reordered"), *edited, "--no-plots")
     assert proc.returncode == 0 and load(tmp_path / "reordered")["meta"]["impls"] == ["naive", "torch_sdpa"], proc.stderr
+    doc["meta"]["machine"]["threads"] = 96  # a shard of another machine: said, since compare then judges no time
+    (Path(edited[1]) / "results.json").write_text(json.dumps(doc))
+    proc = cli("merge", str(tmp_path / "two-machines"), *edited, "--no-plots")
+    assert proc.returncode == 0 and "note: the shards ran on different machines (threads: " in proc.stderr, proc.stderr
 
 
 def test_list_shows_every_implementation_and_why_xformers_cannot_run(tmp_path):

@@ -159,8 +159,9 @@ def _sdpa_dispatch() -> dict:
 
 
 def machine_info(device: str | torch.device | None = None, timer: str | None = None) -> dict:
-    """Device, CPU model and its bf16 features (`cpu_features`), thread count, GPU (model, memory, capability, driver), the torch/CUDA/cuDNN/xformers
-    versions, torch's SDPA dispatch settings, and the timer the measurements read (default: `default_timer`)."""
+    """Device, CPU model and its bf16 features (`cpu_features`), thread count, GPU (model, memory, capability,
+    driver), the torch/CUDA/cuDNN/xformers versions, torch's SDPA dispatch settings, and the timer the measurements
+    read (default: `default_timer`)."""
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     gpu = None
     if device.type == "cuda":
@@ -222,3 +223,18 @@ def machine_differences(a: dict, b: dict) -> list[str]:
 def machine_key(machine: dict) -> str:
     """The identity as one string, e.g. a cache key."""
     return "|".join(f"{k}={v}" for k, v in machine_identity(machine).items())
+
+
+def sweep_machine(meta: dict) -> tuple[dict, list[str]]:
+    """(the machine a saved sweep's results were measured on, the differences between its shards' machines). A
+    sweep merged from shards of several machines has each field where they differ as all of theirs ("2 / 96"), so
+    that it differs from every one machine: no absolute time or CPU peak of it is compared as one machine's."""
+    machine = dict(meta.get("machine") or {})
+    shards = [s.get("machine") for s in meta.get("merged_from") or () if isinstance(s, dict) and s.get("machine")]
+    diffs = list(dict.fromkeys(d for m in shards for d in machine_differences(machine, m)))
+    if diffs:
+        for key in dict.fromkeys(k for m in shards for k in m):
+            values = list(dict.fromkeys(str(m.get(key)) for m in [machine, *shards]))
+            if len(values) > 1:
+                machine[key] = " / ".join(values)
+    return machine, diffs

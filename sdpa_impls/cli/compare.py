@@ -4,13 +4,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..bench.machine import sweep_machine
 from ..errors import GateInputError, UsageError
 from ..gate.compare import compare_points
 from ..gate.config import load_config
 from ..gate.points import Point, points_from_results
 from ..gate.render import render_verdict
 from ..report import results as store
-from .outputs import writable
+from .outputs import check_time_reference, writable
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -25,10 +26,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def measured_points(directory: Path) -> tuple[dict, list[Point]]:
-    """(machine, gate points) of a saved sweep; skipped points are not measurements and are left out."""
+    """(machine, gate points) of a saved sweep; skipped points are not measurements and are left out. A sweep
+    merged from shards of several machines has a machine unlike any one (`sweep_machine`)."""
     sweep = store.load(directory)
-    return sweep.meta.get("machine") or {}, points_from_results((r for r in sweep.results if r.status != "skipped"),
-                                                          sweep.meta.get("ceilings"))
+    return sweep_machine(sweep.meta)[0], points_from_results((r for r in sweep.results if r.status != "skipped"),
+                                                             sweep.meta.get("ceilings"))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -45,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.dir_b} holds no measured point to compare")
     try:
         config = load_config(args.config)
+        check_time_reference(config, {p.impl for p in a + b})
     except GateInputError as exc:
         raise UsageError(str(exc)) from None
     try:
@@ -52,10 +55,10 @@ def run(args: argparse.Namespace) -> int:
     except GateInputError as exc:
         raise UsageError(f"{args.dir_a} vs {args.dir_b}: {exc}") from None
     print(f"A (baseline): {args.dir_a}\nB (candidate): {args.dir_b}\n")
-    print(render_verdict(report), end="")
+    print(render_verdict(report, command="compare"), end="")
     if args.markdown:
         try:
-            args.markdown.write_text(render_verdict(report, markdown=True), encoding="utf-8")
+            args.markdown.write_text(render_verdict(report, markdown=True, command="compare"), encoding="utf-8")
         except OSError as exc:
             raise UsageError(f"cannot write {args.markdown}: {exc.strerror or exc}") from None
     return 0

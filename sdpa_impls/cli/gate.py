@@ -24,8 +24,7 @@ from ..gate.compare import compare_points
 from ..gate.config import load_config
 from ..gate.points import load_points
 from ..gate.render import render_verdict, verdict_dict
-from ..registry import names as registered
-from .outputs import writable, write
+from .outputs import check_time_reference, writable, write
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_UNUSABLE = 0, 1, 2
 
@@ -87,11 +86,7 @@ def run(args: argparse.Namespace) -> int:
                 if diffs:
                     raise GateInputError(f"{path} comes from another machine than {paths[0]} ({'; '.join(diffs)}); "
                                          "repeated runs must come from one machine")
-        reference = config.time_reference  # a typo in it only compared times as measured, with a note
-        if reference and reference not in registered() and all(p.impl != reference
-                                                               for _, run in runs + bases for p in run):
-            raise GateInputError(f"{config.source}: time_reference {reference!r}: no implementation of that name, "
-                                 f"here or in these results (known here: {', '.join(registered())})")
+        check_time_reference(config, {p.impl for _, run in runs + bases for p in run})
         base_machine, baseline = bases[0] if bases else ({}, None)
         try:
             report = compare_points(baseline, candidate, config, base_machine, cand_machine,

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from ..bench import grid
+from ..bench.machine import sweep_machine
 from ..errors import UsageError
 from ..report import results as store
 from ..report.write import write_report
@@ -36,6 +37,10 @@ def run(args: argparse.Namespace) -> int:
         missing = len(all_ids) - len(merged.meta["case_ids"])
         print(f"sdpa-bench merge: note: {missing} of the {len(all_ids)} cases of preset {name} are in none of these "
               f"shards (is a shard missing?)", file=sys.stderr)
+    machines = sweep_machine(merged.meta)[1]
+    if machines:
+        print(f"sdpa-bench merge: note: the shards ran on different machines ({'; '.join(machines)}): report.md "
+              "shows each shard's, and `compare` judges no absolute time or CPU peak of this sweep", file=sys.stderr)
     if not merged.complete:
         print(f"sdpa-bench merge: note: {len(merged.done())} of {merged.planned} planned points are finished "
               "(resume the unfinished shards, then merge them again into a new OUT)", file=sys.stderr)

@@ -28,7 +28,7 @@ from ..continuous.comparison import ADAPTIVE_BUDGET, ENV_BUDGET_FACTOR, MAX_TIME
 from ..credentials import redact
 from ..errors import USAGE_EXIT, GateInputError, UsageError, unforeseen
 from ..fmt import fmt_duration
-from ..gate.config import load_config
+from ..gate.config import GateConfig, load_config
 
 
 def impl_names(values: list[str] | None) -> tuple[str, ...]:
@@ -217,3 +217,14 @@ def terminate_as_interrupt():
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+
+
+def check_time_reference(config: GateConfig, impls: set[str]) -> None:
+    """GateInputError where the config's time_reference names no implementation installed here or measured in
+    `impls`: a typo in it would only compare times as measured, with a note."""
+    from ..registry import names
+    reference = config.time_reference
+    if reference and reference not in names() and reference not in impls:
+        raise GateInputError(f"{config.source}: time_reference {reference!r}: no implementation of that name, "
+                             f"here or in these results (known here: {', '.join(names())})")
+

@@ -66,10 +66,12 @@ def rules_and_failures(ratios: Sequence[Check], failures: Sequence[Check], markd
     return out
 
 
-def render_verdict(report: Verdict, markdown: bool = False) -> str:
-    """The verdict as text: one row per benchmark, one per ratio rule and case, then failures and notes."""
+def render_verdict(report: Verdict, markdown: bool = False, command: str = "gate") -> str:
+    """The verdict as text: one row per benchmark, one per ratio rule and case, then failures and notes. `command`
+    "compare" heads it as what the gate would say (compare informs, its exit status is 0)."""
     verdict = "FAIL" if report.exit_code else "PASS"
-    out = [f"{'## ' if markdown else ''}sdpa-bench gate: {verdict} "
+    said = f"the gate's rules would {verdict}" if command == "compare" else verdict
+    out = [f"{'## ' if markdown else ''}sdpa-bench {command}: {said} "
            f"({len(report.failures)} failed check(s); config: {report.config_source or 'built-in defaults'})", ""]
     shown = code if markdown else str
     out += table(["benchmark", "median time, as measured", "peak memory", "error / tol", "verdict"],
