@@ -62,6 +62,8 @@ def read_toml(path: Path) -> dict:
         raise UsageError(f"{path}: no such file") from None
     except OSError as exc:
         raise UsageError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:  # tomllib decodes the bytes itself
+        raise UsageError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}), as TOML must be") from None
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path}: not valid TOML ({exc})") from None
 

@@ -122,3 +122,20 @@ def test_a_key_is_the_long_options_name_even_where_argparse_keeps_it_under_anoth
     for inner in ("budget_s = 60", "memory = true"):
         with pytest.raises(settings.UsageError, match="is not an option of `sdpa-bench run`; its options: .*budget"):
             run_args(f"[tool.sdpa_bench.run]\n{inner}\n")
+
+
+def test_a_toml_file_that_is_not_utf8_is_one_line_naming_it(tmp_path: Path, monkeypatch, capsys) -> None:
+    """TOML is UTF-8: a pyproject.toml above the working folder in another encoding (an author's name in Latin-1),
+    or a --config file so written, is the file's name and the byte, exit 2, in every command that reads it."""
+    (tmp_path / "pyproject.toml").write_bytes(b'[project]\nname = "x"\nauthors = [{name = "Jos\xe9"}]\n')
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "sub")
+    assert main(["list"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"sdpa-bench list: error: {tmp_path / 'pyproject.toml'}: not UTF-8 text (invalid continuation "
+                   "byte at byte 44), as TOML must be\n"), err
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "gate.toml").write_bytes(b'time = "median:5%" # \xe9\n')
+    assert main(["gate", "--candidate", "cand.json", "--config", "../gate.toml"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("sdpa-bench gate: error: ../gate.toml: not UTF-8 text (") and err.count("\n") == 1, err
