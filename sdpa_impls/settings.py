@@ -83,6 +83,10 @@ def section(doc: dict, *keys: str, path: str | Path = "pyproject.toml") -> objec
 ONE_RUN_ONLY = frozenset({"overwrite", "resume"})
 
 
+# what an option without a type, or with one of these, takes: a TOML string only, never a number or a boolean
+TEXT_TYPES = (None, str, Path)
+
+
 def _value(action: argparse.Action, value: object, where: str) -> object:
     """`value` from TOML as the option would have parsed it; UsageError naming `where` otherwise."""
     if action.nargs == 0:  # a flag: true sets it
@@ -96,6 +100,8 @@ def _value(action: argparse.Action, value: object, where: str) -> object:
             raise UsageError(f"{where}: should be a list of strings, got {value!r}")
         return [_value(argparse.Action([], action.dest, type=action.type, choices=action.choices), v, where)
                 for v in value]
+    if action.type in TEXT_TYPES and not isinstance(value, str):  # `markdown = 5`: a slip, not a file named 5
+        raise UsageError(f"{where}: should be a string, got {value!r}")
     if action.type in (int, float) and (isinstance(value, bool) or not isinstance(value, (int, float))
                                         or (action.type is int and not isinstance(value, int))):
         raise UsageError(f"{where}: should be a{'n integer' if action.type is int else ' number'}, got {value!r}")

@@ -139,3 +139,23 @@ def test_a_toml_file_that_is_not_utf8_is_one_line_naming_it(tmp_path: Path, monk
     assert main(["gate", "--candidate", "cand.json", "--config", "../gate.toml"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("sdpa-bench gate: error: ../gate.toml: not UTF-8 text (") and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("argv, toml, words", [
+    (["compare", "a", "b"], "[tool.sdpa_bench.compare]\nconfig = true\n", "compare]: config: should be a string, got True"),
+    (["compare", "a", "b"], "[tool.sdpa_bench.compare]\nconfig = 5\n", "compare]: config: should be a string, got 5"),
+    (["compare", "a", "b"], "[tool.sdpa_bench.compare]\nmarkdown = 5\n", "markdown: should be a string, got 5"),
+    (["run"], "[tool.sdpa_bench.run]\nshard = 2\n", "run]: shard: should be a string, got 2"),
+    (["run"], "[tool.sdpa_bench.run]\npreset = 1.5\n", "run]: preset: should be a string, got 1.5"),
+])
+def test_an_option_that_takes_text_takes_only_a_toml_string(tmp_path: Path, monkeypatch, capsys, argv: list[str],
+                                                            toml: str, words: str) -> None:
+    """A number or a boolean for an option that takes text (a file, a shard's I/N, a preset) is the file, the table
+    and the key, exit 2: it reached the command as it was (a TypeError, no `split` on an int, a file named 5)."""
+    (tmp_path / "pyproject.toml").write_text(toml)
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"sdpa-bench {argv[0]}: error: {tmp_path / 'pyproject.toml'} [tool.sdpa_bench.")
+    assert words in err and err.count("\n") == 1, err
+    assert not (tmp_path / "5").exists()
