@@ -8,13 +8,14 @@ folder upwards): a table per command of defaults for its options, and the gate's
     adaptive_budget = 75
     [tool.sdpa_bench.gate]         # thresholds, not options: docs/reference/gate-config.md
 
-An option given on the command line wins over its default here. Unknown tables, options and bad values are a
-UsageError naming the file, the table and the key; a value refused later, by the command (an unknown preset), is
-named by the command line's error with the file, the table and the keys it set.
+An option given on the command line wins over its default here; a relative path in a table (PATH_OPTIONS) is from
+the pyproject.toml's folder. Unknown tables, options and bad values are a UsageError naming the file, the table and
+the key; a value refused later, by the command (an unknown preset), is named by the command line's error with the
+file, the table and the keys it set.
 
     find_pyproject(start)            -> Path | None
-    apply(top, parser, argv, args, command, commands, start) -> "FILE [TABLE]: keys" or ""   # the table's defaults, on `args`
-    source_of(args), from_table(args, dest)                                                  # what apply set, after it
+    apply(top, parser, argv, args, command, commands, start) -> "FILE [TABLE]: keys" or ""  # the defaults, on `args`
+    source_of(args), from_table(args, dest)                                                 # what apply set, after it
 """
 from __future__ import annotations
 
@@ -81,6 +82,22 @@ def section(doc: dict, *keys: str, path: str | Path = "pyproject.toml") -> objec
 
 # options no table may set: each says what this one run does to the results already in its folder
 ONE_RUN_ONLY = frozenset({"overwrite", "resume"})
+
+
+# long options whose value is a file or folder (or a list of them): a relative one in a table is from the folder of
+# its pyproject.toml, as the table is written there, whatever folder the command runs in. Not --shard (I/N), not an
+# environment's SPEC (a shell line for pip, its paths among requirements)
+PATH_OPTIONS = frozenset({"out", "config", "json", "markdown", "env_cache", "keep_runs", "from", "dest"})
+
+
+def _from_folder(folder: Path, value: object) -> object:
+    """`value` (a path as the option parsed it, str or Path, or a list of them) relative to `folder`; an absolute one,
+    or one from a home folder (`~`, expanded by the command as on the command line), as it is."""
+    if isinstance(value, list):
+        return [_from_folder(folder, v) for v in value]
+    if Path(value).is_absolute() or str(value).startswith("~"):
+        return value
+    return type(value)(folder / value)
 
 
 # what an option without a type, or with one of these, takes: a TOML string only, never a number or a boolean
@@ -173,6 +190,8 @@ def apply(top: argparse.ArgumentParser, parser: argparse.ArgumentParser, argv: l
             raise UsageError(f"{where}: {key!r} decides what one run does to the folder it is given, not a default: "
                              f"give --{key.replace('_', '-')} on the command line")
         parsed = _value(action, value, f"{where}: {key}")
+        if key.replace("-", "_") in PATH_OPTIONS:
+            parsed = _from_folder(path.parent, parsed)
         if action.dest not in on_command_line:
             setattr(args, action.dest, parsed)
             used.append((key, action.dest))

@@ -53,7 +53,8 @@ def test_a_table_sets_defaults_and_the_command_line_wins(tmp_path: Path) -> None
     ('[tool.sdpa_bench]\npreset = "ci"\n', "holds tables only"),
     ('[tool.sdpa_bench.continuous\n', "not valid TOML"),
     ('[tool.sdpa-bench.continuous]\nrounds = 6\n', "[tool.sdpa-bench] is not read: the table is [tool.sdpa_bench]"),
-    ('[tool.sdpa_bench.run]\npreset = "ci"\n[tool.sdpa-bench.continuous]\nrounds = 6\n', "[tool.sdpa-bench] is not read"),
+    ('[tool.sdpa_bench.run]\npreset = "ci"\n[tool.sdpa-bench.continuous]\nrounds = 6\n',
+     "[tool.sdpa-bench] is not read"),
 ])
 def test_a_mistake_in_the_table_is_one_line_exit_2(tmp_path: Path, toml: str, words: str) -> None:
     (tmp_path / "pyproject.toml").write_text(toml)
@@ -142,7 +143,7 @@ def test_a_toml_file_that_is_not_utf8_is_one_line_naming_it(tmp_path: Path, monk
 
 
 @pytest.mark.parametrize("argv, toml, words", [
-    (["compare", "a", "b"], "[tool.sdpa_bench.compare]\nconfig = true\n", "compare]: config: should be a string, got True"),
+    (["compare", "a", "b"], "[tool.sdpa_bench.compare]\nconfig = true\n", "config: should be a string, got True"),
     (["compare", "a", "b"], "[tool.sdpa_bench.compare]\nconfig = 5\n", "compare]: config: should be a string, got 5"),
     (["compare", "a", "b"], "[tool.sdpa_bench.compare]\nmarkdown = 5\n", "markdown: should be a string, got 5"),
     (["run"], "[tool.sdpa_bench.run]\nshard = 2\n", "run]: shard: should be a string, got 2"),
@@ -159,3 +160,61 @@ def test_an_option_that_takes_text_takes_only_a_toml_string(tmp_path: Path, monk
     assert err.startswith(f"sdpa-bench {argv[0]}: error: {tmp_path / 'pyproject.toml'} [tool.sdpa_bench.")
     assert words in err and err.count("\n") == 1, err
     assert not (tmp_path / "5").exists()
+
+
+def test_a_relative_path_in_the_table_is_from_its_pyproject_folder(tmp_path: Path, monkeypatch, capsys) -> None:
+    """`compare`'s `config = "gate.toml"` and `markdown = "cmp.md"` name files beside the pyproject.toml, so the
+    command finds and writes them from a subfolder too (it looked for gate.toml in the working folder)."""
+    from sdpa_impls.bench.grid import PRESETS
+    from sdpa_impls.bench.result import Result
+    from sdpa_impls.report import results as store
+
+    case = PRESETS["smoke"][0]
+    (tmp_path / "a").mkdir()
+    store.save(tmp_path / "a", store.Sweep(
+        {"preset": "smoke", "device": "cpu", "impls": ["naive"], "case_ids": [case.id], "options": {}, "machine": {}},
+        [Result("naive", case, "cpu", "ok", median_s=1e-3, samples=(1e-3,) * 5, max_error=0.0, error_tolerance=1e-3)]))
+    (tmp_path / "pyproject.toml").write_text('[tool.sdpa_bench.compare]\nconfig = "gate.toml"\nmarkdown = "cmp.md"\n')
+    (tmp_path / "gate.toml").write_text('time = "median:10%"\n')
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "sub")
+    assert main(["compare", "../a", "../a"]) == 0, capsys.readouterr().err
+    assert f"config: {tmp_path.resolve() / 'gate.toml'}, over" in capsys.readouterr().out
+    assert (tmp_path / "cmp.md").is_file() and not (tmp_path / "sub" / "cmp.md").exists()
+    assert main(["compare", "../a", "../a", "--markdown", "mine.md"]) == 0  # the command line's: from here
+    assert (tmp_path / "sub" / "mine.md").is_file()
+
+
+
+def test_which_keys_are_paths_and_which_only_look_like_one(tmp_path: Path) -> None:
+    """Every option that names a file or folder (FILE, DIR, a pathlib.Path) is resolved from the table's folder; an
+    absolute or `~` path and the command line's are kept, and `shard = "1/2"` or an environment's SPEC is no path."""
+    import importlib
+
+    def parser_of(command: str) -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+        top = argparse.ArgumentParser(prog="sdpa-bench")
+        parser = top.add_subparsers(dest="command").add_parser(command)
+        importlib.import_module(COMMANDS[command][0]).add_arguments(parser)
+        return top, parser
+
+    named = {flag[2:].replace("-", "_") for command in set(COMMANDS) - settings.NOT_OPTIONS
+             for a in parser_of(command)[1]._actions if a.type is Path or a.metavar in ("FILE", "DIR")
+             for flag in a.option_strings if flag.startswith("--")}
+    assert named - settings.ONE_RUN_ONLY == settings.PATH_OPTIONS
+
+    def applied(command: str, toml: str, argv: list[str]) -> argparse.Namespace:
+        (tmp_path / "pyproject.toml").write_text(toml)
+        (tmp_path / "sub").mkdir(exist_ok=True)
+        top, parser = parser_of(command)
+        args = top.parse_args([command, *argv])
+        settings.apply(top, parser, [command, *argv], args, command, COMMANDS, start=tmp_path / "sub")
+        return args
+
+    run = applied("run", '[tool.sdpa_bench.run]\nout = "res/x"\nshard = "1/2"\n', [])
+    assert (run.out, run.shard) == (tmp_path.resolve() / "res" / "x", "1/2")
+    assert applied("run", '[tool.sdpa_bench.run]\nout = "res/x"\n', ["--out", "here"]).out == Path("here")
+    toml = ('[tool.sdpa_bench.continuous]\nenv-cache = "~/envs"\njson = "/tmp/v.json"\nkeep_runs = "runs"\n'
+            'markdown = "../up.md"\nbase-env = "./venv"\n')
+    args = applied("continuous", toml, [])
+    assert (args.env_cache, args.json, args.keep_runs, args.markdown, args.base_env) == (
+        "~/envs", "/tmp/v.json", str(tmp_path.resolve() / "runs"), str(tmp_path.resolve() / ".." / "up.md"), "./venv")
