@@ -84,17 +84,15 @@ def section(doc: dict, *keys: str, path: str | Path = "pyproject.toml") -> objec
 ONE_RUN_ONLY = frozenset({"overwrite", "resume"})
 
 
-# long options whose value is a file or folder (or a list of them): a relative one in a table is from the folder of
-# its pyproject.toml, as the table is written there, whatever folder the command runs in. Not --shard (I/N), not an
-# environment's SPEC (a shell line for pip, its paths among requirements)
+# long options whose value is a file or folder (FILE or DIR in the help): a relative one in a table is from the
+# folder of its pyproject.toml, as the table is written there, whatever folder the command runs in. Not --shard
+# (I/N), not an environment's SPEC (a shell line for pip, its paths among requirements)
 PATH_OPTIONS = frozenset({"out", "config", "json", "markdown", "env_cache", "keep_runs", "from", "dest"})
 
 
-def _from_folder(folder: Path, value: object) -> object:
-    """`value` (a path as the option parsed it, str or Path, or a list of them) relative to `folder`; an absolute one,
-    or one from a home folder (`~`, expanded by the command as on the command line), as it is."""
-    if isinstance(value, list):
-        return [_from_folder(folder, v) for v in value]
+def _from_folder(folder: Path, value: str | Path) -> str | Path:
+    """`value` (a path as the option parsed it, str or Path) relative to `folder`; an absolute one, or one from a home
+    folder (`~`, expanded by the command as on the command line), as it is."""
     if Path(value).is_absolute() or str(value).startswith("~"):
         return value
     return type(value)(folder / value)

@@ -197,10 +197,13 @@ def test_which_keys_are_paths_and_which_only_look_like_one(tmp_path: Path) -> No
         importlib.import_module(COMMANDS[command][0]).add_arguments(parser)
         return top, parser
 
-    named = {flag[2:].replace("-", "_") for command in set(COMMANDS) - settings.NOT_OPTIONS
-             for a in parser_of(command)[1]._actions if a.type is Path or a.metavar in ("FILE", "DIR")
-             for flag in a.option_strings if flag.startswith("--")}
-    assert named - settings.ONE_RUN_ONLY == settings.PATH_OPTIONS
+    def names(is_path: bool) -> set[str]:
+        return {flag[2:].replace("-", "_") for command in set(COMMANDS) - settings.NOT_OPTIONS
+                for a in parser_of(command)[1]._actions if (a.type is Path or a.metavar in ("FILE", "DIR")) == is_path
+                for flag in a.option_strings if flag.startswith("--")}
+
+    assert names(True) - settings.ONE_RUN_ONLY == settings.PATH_OPTIONS
+    assert not names(False) & settings.PATH_OPTIONS  # no command has an option of that name that is no path
 
     def applied(command: str, toml: str, argv: list[str]) -> argparse.Namespace:
         (tmp_path / "pyproject.toml").write_text(toml)
