@@ -88,10 +88,13 @@ def test_an_output_that_is_an_input_or_another_output_is_refused_and_the_input_k
 
 
 def test_a_results_file_with_a_wrong_type_is_named_as_corrupt(sweep, tmp_path, monkeypatch) -> None:
-    for field, value, named in (("median_s", "abc", "results[0].median_s should be float | None, got 'abc'"),
-                                ("case", "L99", "results[0] should be an object"),
-                                ("status", "weird", "results[0].status should be one of ok, skipped")):
-        bad = tmp_path / field
+    edits = (("median_s", "abc", "results[0].median_s should be float | None, got 'abc'"),
+             ("case", "L99", "results[0] should be an object"),
+             ("status", "weird", "results[0].status should be one of ok, skipped"),
+             ("median_s", -1.0, "results[0].median_s should be finite and >= 0, got -1.0"),
+             ("samples", [1e-3, -2.0], "results[0].samples should be finite and >= 0"))
+    for n, (field, value, named) in enumerate(edits):
+        bad = tmp_path / f"{field}-{n}"
         shutil.copytree(sweep, bad)
         doc = json.loads((bad / "results.json").read_text())
         doc["results"][0][field] = value
@@ -100,6 +103,17 @@ def test_a_results_file_with_a_wrong_type_is_named_as_corrupt(sweep, tmp_path, m
         assert code == 2 and f"{bad / 'results.json'} has a malformed entry" in err and named in err, err
     code, err = said(["report", str(sweep / "results.json")], tmp_path, monkeypatch)
     assert code == 2 and "is a file: give the --out folder of a `run`" in err
+    for field, value, named in (("ceilings", {"gemm_flops_fp32": "x"}, "meta.ceilings['gemm_flops_fp32'] is not"),
+                                ("ceilings", 5, "meta.ceilings should be a dict, not int"),
+                                ("sessions", [1, 2], "meta.sessions[0] is not what a sweep writes there"),
+                                ("wall_s", "x", "meta.wall_s should be a number of seconds, got 'x'")):
+        bad = tmp_path / f"meta-{field}-{type(value).__name__}"  # each was an error nobody foresaw in `report`
+        shutil.copytree(sweep, bad)
+        doc = json.loads((bad / "results.json").read_text())
+        doc["meta"][field] = value
+        (bad / "results.json").write_text(json.dumps(doc))
+        code, err = said(["report", str(bad)], tmp_path, monkeypatch)
+        assert code == 2 and f"{bad / 'results.json'} has a malformed entry" in err and named in err, err
 
 
 @pytest.mark.parametrize("edit, named", [

@@ -23,6 +23,7 @@ from ..fmt import fmt_duration
 from ..impls._tiled.compute import check_settings
 from ..registry import PluginLoadError, loaded, names
 from ..report import results as store
+from ..report.contents import option_problem, options as saved_options
 from ..report import running
 from ..report.write import write_report
 from ..report.writer_lock import only_writer
@@ -93,7 +94,7 @@ def _options(args: argparse.Namespace) -> tuple[dict, Options]:
         if given.get(k, 0) > MAX_FORCED:
             raise UsageError(f"{OPTION_FLAGS[k]} must be at most {MAX_FORCED}; got {given[k]} (more time: --budget)")
     opts = Options(**given)
-    problem = store.option_problem(opts, OPTION_FLAGS.__getitem__)
+    problem = option_problem(opts, OPTION_FLAGS.__getitem__)
     if problem:
         raise UsageError(problem)
     return given, opts
@@ -118,7 +119,7 @@ def run_pending(sweep: store.Sweep, watched: watch.PointWatch, progress: Progres
     `watched` notes each point in the sweep's folder while it runs, and stops one past --point-timeout."""
     meta = sweep.meta
     by_id = {c.id: c for c in grid.preset(meta["preset"])}
-    opts = store.options(meta)
+    opts = saved_options(meta)
     done = sweep.done()
     pending = [(i, by_id[cid]) for cid in meta["case_ids"] for i in meta["impls"] if (cid, i) not in done]
     while pending:
@@ -203,7 +204,7 @@ def _sweep(args: argparse.Namespace, device: str, preset: str, impls: list[str] 
     sweep = saved(out, args, impls, given) if existing else _new(args, device, preset, impls, opts)
     meta = sweep.meta
     total, done = sweep.planned, len(sweep.done())
-    progress = Progress(total, store.options(meta), sweep.results)
+    progress = Progress(total, saved_options(meta), sweep.results)
     if args.resume:
         progress.note(f"resuming {out}: {done} of {total} points already finished" if existing else
                       f"nothing to resume in {out}: starting a new sweep")
