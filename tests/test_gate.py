@@ -66,15 +66,41 @@ def test_command_line_entry_point(tmp_path: Path) -> None:
         "sdpa-bench gate: error: cut.json: not valid JSON, truncated or corrupt (Expecting value at line 1 column 17)"]
 
 
-def test_a_session_with_other_benchmarks_is_gated_on_the_suites_alone(tmp_path: Path) -> None:
-    """A project's own benchmarks saved in the same pytest-benchmark file as the suite's: the gate judges the
-    suite's, names what it left out, and a file with none of the suite's is one clear error."""
-    (tmp_path / "test_mine.py").write_text("def test_my_kernel(benchmark):\n    benchmark(sum, range(100))\n")
+@pytest.fixture(scope="module")
+def session(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """One real pytest-benchmark session of a project's own benchmark beside the suite's (naive, smoke), saved twice:
+    `both` with --benchmark-json (raw samples always kept) and `unsampled` with --benchmark-autosave (no raw samples,
+    as pytest-benchmark saves without --benchmark-save-data)."""
+    root = tmp_path_factory.mktemp("gate-session")
+    (root / "test_mine.py").write_text("def test_my_kernel(benchmark):\n    benchmark(sum, range(100))\n")
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_mine.py", "--pyargs",
                            "sdpa_impls.suite.test_sdpa", "--benchmark-only", "--sdpa-preset", "smoke", "--sdpa-impl",
-                           "naive", "--benchmark-max-time", "0.01", "--benchmark-json", "both.json"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+                           "naive", "--benchmark-max-time", "0.01", "--benchmark-json", "both.json",
+                           "--benchmark-autosave"], cwd=root, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "6 passed" in done.stdout, done.stdout + done.stderr
+    saved = list(root.glob(".benchmarks/*/0001_*.json"))
+    assert len(saved) == 1, saved
+    return {"both": root / "both.json", "unsampled": saved[0]}
+
+
+def edited(source: Path, target: Path, edit) -> Path:
+    """`target`: a copy of the pytest-benchmark file `source` after `edit(doc)`."""
+    doc = json.loads(source.read_text())
+    edit(doc)
+    target.write_text(json.dumps(doc))
+    return target
+
+
+def suite_benchmark(doc: dict) -> dict:
+    """The first benchmark of sdpa-bench's suite in a pytest-benchmark document, which may hold others."""
+    return next(b for b in doc["benchmarks"] if "test_sdpa[" in b["fullname"])
+
+
+def test_a_session_with_other_benchmarks_is_gated_on_the_suites_alone(session: dict[str, Path],
+                                                                      tmp_path: Path) -> None:
+    """A project's own benchmarks saved in the same pytest-benchmark file as the suite's: the gate judges the
+    suite's, names what it left out, and a file with none of the suite's is one clear error."""
+    (tmp_path / "both.json").write_text(session["both"].read_text())
     (tmp_path / "base.json").write_text((tmp_path / "both.json").read_text())
     code, out, err = gate(tmp_path, "--baseline", "base.json", "--candidate", "both.json", "--markdown",
                           "new/folder/verdict.md")  # a folder made for it, as compare and continuous do
@@ -90,6 +116,32 @@ def test_a_session_with_other_benchmarks_is_gated_on_the_suites_alone(tmp_path: 
         "suite (e.g. test_mine.py::test_my_kernel)"], err
     with pytest.raises(GateInputError, match="not written by the sdpa-bench suite"):  # the strict form stays
         load_points(tmp_path / "both.json")
+
+
+def test_a_file_saved_without_raw_samples_is_judged_by_the_factor_alone(session: dict[str, Path],
+                                                                        tmp_path: Path) -> None:
+    """pytest-benchmark's --benchmark-autosave without --benchmark-save-data keeps no stats.data: such a file is a
+    usable baseline or candidate, and a slowdown is judged by the factor alone, saying so."""
+    unsampled, sampled = session["unsampled"], session["both"]
+    assert all("data" not in b["stats"] for b in json.loads(unsampled.read_text())["benchmarks"])
+
+    def slower(doc: dict) -> None:
+        for b in doc["benchmarks"]:
+            b["stats"]["median"] *= 2
+            if "data" in b["stats"]:
+                b["stats"]["data"] = [2 * v for v in b["stats"]["data"]]
+
+    code, out, err = gate(tmp_path, "--candidate", unsampled)
+    assert code == 0 and "sdpa-bench gate: PASS" in out, out + err
+    for base, cand in ((sampled, edited(unsampled, tmp_path / "slow-unsampled.json", slower)),
+                       (unsampled, edited(sampled, tmp_path / "slow.json", slower))):
+        code, out, err = gate(tmp_path, "--baseline", base, "--candidate", cand)
+        assert code == 1 and "error" not in err, out + err
+        assert out.count("(no raw samples (save with --benchmark-save-data): factor alone)") == 5, out
+    bad = edited(sampled, tmp_path / "bad-data.json", lambda doc: suite_benchmark(doc)["stats"].update(data="x"))
+    code, out, err = gate(tmp_path, "--candidate", bad)  # present but wrong stays an error
+    assert code == 2 and not out and "bad-data.json: benchmark " in err, err
+    assert "stats.data should be a list of finite numbers, got 'x'" in err, err
 
 
 # ---------- real pytest-benchmark runs ----------
