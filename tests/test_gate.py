@@ -144,6 +144,39 @@ def test_a_file_saved_without_raw_samples_is_judged_by_the_factor_alone(session:
     assert "stats.data should be a list of finite numbers, got 'x'" in err, err
 
 
+def _set(*path_and_value):
+    """An edit of a pytest-benchmark document: the suite's first benchmark's `section.field` (or machine_info's)."""
+    *keys, value = path_and_value
+
+    def edit(doc: dict) -> None:
+        where = doc if keys[0] == "machine_info" else suite_benchmark(doc)
+        for key in keys[:-1]:
+            where = where[key]
+        where[keys[-1]] = value
+    return edit
+
+
+@pytest.mark.parametrize("edit, said", [
+    (_set("extra_info", "kernels", 5), "extra_info.kernels should be a list of kernel names, got 5"),
+    (_set("extra_info", "ceilings", {"gemm_flops_fp32": "fast"}),
+     "extra_info.ceilings['gemm_flops_fp32'] should be a number, got 'fast'"),
+    (_set("extra_info", "roofline_gemm", ["gemm_flops_fp32"]),
+     "extra_info.roofline_gemm should be a ceiling's name, got ['gemm_flops_fp32']"),
+    (_set("machine_info", "sdpa_bench", "x"), "machine_info.sdpa_bench should be an object, got 'x'"),
+], ids=["kernels", "ceilings", "roofline_gemm", "machine"])
+def test_a_field_of_the_wrong_type_is_one_line_naming_it(session: dict[str, Path], tmp_path: Path, edit,
+                                                         said: str) -> None:
+    """A hand-edited or corrupt field is exit 2 with the file, the benchmark and the field, as a candidate and as a
+    baseline; never exit 1 (a regression, to CI) nor the line of an error sdpa-bench did not foresee."""
+    bad = edited(session["both"], tmp_path / "bad.json", edit)
+    name = suite_benchmark(json.loads(bad.read_text()))["fullname"]
+    where = f"{bad}" if said.startswith("machine_info") else f"{bad}: benchmark {name}"
+    for args in (("--candidate", bad), ("--baseline", bad, "--candidate", session["both"])):
+        code, out, err = gate(tmp_path, *args)
+        assert code == 2 and not out, out + err
+        assert err.splitlines() == [f"sdpa-bench gate: error: {where}: {said}"], err
+
+
 # ---------- real pytest-benchmark runs ----------
 
 @pytest.fixture(scope="module")

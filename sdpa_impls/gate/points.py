@@ -97,23 +97,44 @@ def _point_from_benchmark(bench: object, index: int, source: str) -> Point:
     if not isinstance(data, list) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
                                              and math.isfinite(v) for v in data):
         raise GateInputError(f"{where}: stats.data should be a list of finite numbers, got {reprlib.repr(data)}")
-    memory = _number(extra.get("peak_memory_bytes"), "peak_memory_bytes", where)
+    memory = _number(extra.get("peak_memory_bytes"), "extra_info.peak_memory_bytes", where)
     return Point(
         impl=str(impl), case_id=str(case_id),
         median_s=_number(stats.get("median"), "stats.median", where),
         samples=tuple(float(v) for v in data),
         peak_memory_bytes=None if memory is None else int(memory),
-        max_error=_number(extra.get("max_error"), "max_error", where),
-        error_tolerance=_number(extra.get("error_tolerance"), "error_tolerance", where),
+        max_error=_number(extra.get("max_error"), "extra_info.max_error", where),
+        error_tolerance=_number(extra.get("error_tolerance"), "extra_info.error_tolerance", where),
         status=str(extra.get("status", "ok")),
         case={k: extra[k] for k in CASE_FIELDS if k in extra},
         name=name,
-        ceiling_fraction=ceiling_fraction(extra.get("tflops"), extra.get("roofline_gemm"), extra.get("ceilings")),
-        host_overhead_s=_number(extra.get("host_overhead_s"), "host_overhead_s", where),
-        kernels=tuple(str(k) for k in extra.get("kernels") or () if isinstance(extra.get("kernels"), list)),
+        ceiling_fraction=_ceiling_fraction(extra, where),
+        host_overhead_s=_number(extra.get("host_overhead_s"), "extra_info.host_overhead_s", where),
+        kernels=_kernels(extra.get("kernels"), where),
         probe_s=_probes(extra.get("probe_s"), len(data)),
         probe_work=str(extra.get("probe") or ""),
     )
+
+
+def _kernels(value: object, where: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(k, str) for k in value):
+        raise GateInputError(f"{where}: extra_info.kernels should be a list of kernel names, got {reprlib.repr(value)}")
+    return tuple(value)
+
+
+def _ceiling_fraction(extra: dict, where: str) -> float | None:
+    """ceiling_fraction of a benchmark's extra_info, once its tflops, roofline_gemm and ceilings have the suite's
+    types."""
+    ceilings, gemm = extra.get("ceilings"), extra.get("roofline_gemm")
+    if ceilings is not None and not isinstance(ceilings, dict):
+        raise GateInputError(f"{where}: extra_info.ceilings should be an object, got {reprlib.repr(ceilings)}")
+    for key, value in (ceilings or {}).items():
+        _number(value, f"extra_info.ceilings[{key!r}]", where)
+    if gemm is not None and not isinstance(gemm, str):
+        raise GateInputError(f"{where}: extra_info.roofline_gemm should be a ceiling's name, got {reprlib.repr(gemm)}")
+    return ceiling_fraction(_number(extra.get("tflops"), "extra_info.tflops", where), gemm, ceilings)
 
 
 def _probes(value: object, samples: int) -> tuple[float, ...]:
@@ -157,7 +178,10 @@ def load_points(path: str | Path, others: list[str] | None = None) -> tuple[dict
                 if isinstance(doc, dict) and doc.get("format") == "sdpa-bench-results" else "")
         raise GateInputError(f"{path}: not a pytest-benchmark JSON file (no 'benchmarks' list){hint}")
     info = doc.get("machine_info") if isinstance(doc.get("machine_info"), dict) else {}
-    machine = dict(info.get("sdpa_bench") or {})
+    suite_info = info.get("sdpa_bench")  # the suite's own fields, which tell machines apart
+    if suite_info is not None and not isinstance(suite_info, dict):
+        raise GateInputError(f"{path}: machine_info.sdpa_bench should be an object, got {reprlib.repr(suite_info)}")
+    machine = dict(suite_info or {})
     if not machine and isinstance(info.get("cpu"), dict):  # a plain pytest-benchmark file: what it knows
         machine = {"cpu": info["cpu"].get("brand_raw")}
     benchmarks = list(enumerate(doc["benchmarks"]))
