@@ -162,8 +162,10 @@ def _set(*path_and_value):
      "extra_info.ceilings['gemm_flops_fp32'] should be a number, got 'fast'"),
     (_set("extra_info", "roofline_gemm", ["gemm_flops_fp32"]),
      "extra_info.roofline_gemm should be a ceiling's name, got ['gemm_flops_fp32']"),
+    (_set("extra_info", "status", "weird"),  # not a wrong result (exit 1): a corrupt file
+     "extra_info.status should be one of ok, skipped, failed, wrong, got 'weird'"),
     (_set("machine_info", "sdpa_bench", "x"), "machine_info.sdpa_bench should be an object, got 'x'"),
-], ids=["kernels", "ceilings", "roofline_gemm", "machine"])
+], ids=["kernels", "ceilings", "roofline_gemm", "status", "machine"])
 def test_a_field_of_the_wrong_type_is_one_line_naming_it(session: dict[str, Path], tmp_path: Path, edit,
                                                          said: str) -> None:
     """A hand-edited or corrupt field is exit 2 with the file, the benchmark and the field, as a candidate and as a

@@ -10,11 +10,12 @@ from .devicetime import HOST, DeviceTiming
 from .timing import Timing
 
 SPEED_BASELINE = "torch_sdpa"  # speed-ups are reported against this one
+STATUSES = ("ok", "skipped", "failed", "wrong")  # what a point's `status` may be
 
 
 @dataclass(frozen=True)
 class Result:
-    """One point. Times in seconds, memory in bytes; `status` is "ok", "skipped", "failed" or "wrong"."""
+    """One point. Times in seconds, memory in bytes; `status` is "ok", "skipped", "failed" or "wrong" (STATUSES)."""
 
     impl: str
     case: Case

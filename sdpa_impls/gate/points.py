@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..bench.result import STATUSES
 from ..errors import GateInputError
 
 # what a ratio rule's `when` may test: the case's fields, and the device it ran on (cpu, cuda)
@@ -105,7 +106,7 @@ def _point_from_benchmark(bench: object, index: int, source: str) -> Point:
         peak_memory_bytes=None if memory is None else int(memory),
         max_error=_number(extra.get("max_error"), "extra_info.max_error", where),
         error_tolerance=_number(extra.get("error_tolerance"), "extra_info.error_tolerance", where),
-        status=str(extra.get("status", "ok")),
+        status=_status(extra.get("status", "ok"), where),
         case={k: extra[k] for k in CASE_FIELDS if k in extra},
         name=name,
         ceiling_fraction=_ceiling_fraction(extra, where),
@@ -114,6 +115,12 @@ def _point_from_benchmark(bench: object, index: int, source: str) -> Point:
         probe_s=_probes(extra.get("probe_s"), len(data)),
         probe_work=str(extra.get("probe") or ""),
     )
+
+
+def _status(value: object, where: str) -> str:
+    if value not in STATUSES:  # an unknown one would read as a wrong result (exit 1), not as a corrupt file
+        raise GateInputError(f"{where}: extra_info.status should be one of {', '.join(STATUSES)}, got {value!r}")
+    return str(value)
 
 
 def _kernels(value: object, where: str) -> tuple[str, ...]:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from ..bench.grid import Case
 from ..bench.measure import Options
-from ..bench.result import Result
+from ..bench.result import STATUSES, Result
 
 RESULT_FIELDS = {f.name for f in dataclasses.fields(Result)}
 REQUIRED_META = ("preset", "device", "impls", "case_ids", "options", "machine")
@@ -64,7 +64,6 @@ def _check_meta_values(meta: dict) -> None:
         raise TypeError(f"meta.wall_s should be a number of seconds, got {meta['wall_s']!r}")
 
 
-STATUSES = ("ok", "skipped", "failed", "wrong")
 _TYPE_CHECKS = {  # a field's annotation -> whether a JSON value fits it
     "str": lambda v: isinstance(v, str), "str | None": lambda v: v is None or isinstance(v, str),
     "int": lambda v: isinstance(v, int) and not isinstance(v, bool), "bool": lambda v: isinstance(v, bool),
