@@ -179,6 +179,27 @@ def test_a_field_of_the_wrong_type_is_one_line_naming_it(session: dict[str, Path
         assert err.splitlines() == [f"sdpa-bench gate: error: {where}: {said}"], err
 
 
+def test_a_benchmark_missing_from_any_candidate_run_is_reported(session: dict[str, Path], tmp_path: Path) -> None:
+    """With repeated --candidate, a baseline benchmark absent from the second run is missing as from the first."""
+    again = edited(session["both"], tmp_path / "again.json", lambda doc: None)
+    dropped = {}
+
+    def drop_one(doc: dict) -> None:
+        bench = suite_benchmark(doc)
+        dropped.update(bench["extra_info"])
+        doc["benchmarks"].remove(bench)
+    fewer = edited(session["both"], tmp_path / "fewer.json", drop_one)
+    label = f"{dropped['impl']}[{dropped['case']}]"
+    code, out, err = gate(tmp_path, "--baseline", session["both"], "--candidate", again, "--candidate", fewer)
+    assert code == 1, out + err
+    assert f"missing {label}: in the baseline but missing from candidate run 2 (set allow_missing" in out, out
+    code, out, err = gate(tmp_path, "--baseline", session["both"], "--candidate", again, "--candidate", fewer,
+                          "--json", tmp_path / "v.json", config="allow_missing = true\n")
+    assert code == 0 and any(line.startswith(label) and line.endswith("  missing") for line in out.splitlines()), out
+    row = next(r for r in json.loads((tmp_path / "v.json").read_text())["rows"] if r["verdict"] == "missing")
+    assert "in the baseline but missing from candidate run 2 (allowed by allow_missing)" in str(row["checks"]), row
+
+
 # ---------- real pytest-benchmark runs ----------
 
 @pytest.fixture(scope="module")

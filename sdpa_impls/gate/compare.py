@@ -35,7 +35,7 @@ class Comparison:
     def verdict(self) -> str:
         if any(c.failed for c in self.checks):
             return FAIL
-        if self.candidate is None:
+        if self.candidate is None or any(c.kind == "missing" for c in self.checks):  # from any candidate run
             return "missing"
         return "new" if any(c.kind == "new" for c in self.checks) else PASS
 
@@ -67,19 +67,27 @@ def confirmed(check: Check, rechecks: Sequence[tuple[str, Check]]) -> Check:
     return replace(check, status=PASS, message=f"{check.message} in the first runs, but not in {label}: {c.message}")
 
 
+def _missing(base: Point, allowed: bool, where: str) -> Check:
+    why = "allowed by allow_missing" if allowed else "set allow_missing = true to allow it"
+    return Check("missing", base.label, INFO if allowed else FAIL, f"in the baseline but missing from {where} ({why})")
+
+
 def _row_checks(base: Point | None, cand: Point | None, config: GateConfig, times_ok: bool,
-                with_baseline: bool, pairs: Sequence[tuple[str, dict, dict]], threads: str = "") -> tuple[Check, ...]:
+                with_baseline: bool, pairs: Sequence[tuple[str, dict, dict]], threads: str = "",
+                absent_from: Sequence[int] = ()) -> tuple[Check, ...]:
+    """The checks of one benchmark; `absent_from`: the numbers of the further candidate runs that lack it."""
     ref = cand or base
     th = config.thresholds(ref.impl, ref.case_id)
     if cand is None:
-        status = INFO if th.allow_missing else FAIL
-        why = "allowed by allow_missing" if th.allow_missing else "set allow_missing = true to allow it"
-        return (Check("missing", base.label, status, f"in the baseline but missing from the candidate ({why})"),)
+        return (_missing(base, th.allow_missing, "the candidate"),)
     checks = [correctness_check(cand)] if th.correctness else []
     if base is None:
         if with_baseline:
             checks.append(Check("new", cand.label, INFO, "new benchmark, not in the baseline"))
         return tuple(checks)
+    if absent_from:  # every candidate run counts, not only the first
+        runs = f"candidate run{'s' if len(absent_from) > 1 else ''} {', '.join(map(str, absent_from))}"
+        checks.append(_missing(base, th.allow_missing, runs))
     if th.time is not None and not times_ok:
         checks.append(Check("time", cand.label, REFUSED, "not compared: different machines"))
     elif th.time is not None and cand.impl == config.time_reference:
@@ -140,7 +148,8 @@ def compare_points(baseline: Sequence[Point] | None, candidate: Sequence[Point],
     pairs = [(f"baseline run {i + 1} vs candidate run {j + 1}", b, c) for i, b in enumerate(b_runs)
              for j, c in enumerate(c_runs)]  # the first pair first
     rows = tuple(Comparison(k[0], k[1], base.get(k), cand.get(k),
-                     _row_checks(base.get(k), cand.get(k), config, times_ok, baseline is not None, pairs, threads))
+                     _row_checks(base.get(k), cand.get(k), config, times_ok, baseline is not None, pairs, threads,
+                                 [j for j, run in enumerate(c_runs[1:], 2) if k not in run]))
                  for k in keys)
     if config.time_reference and baseline is not None and times_ok:
         timed = {r.case_id for r in rows if r.impl != config.time_reference
