@@ -10,6 +10,7 @@ any error (exit 2 for anything that is not an answer).
     config_file(path)                    # GateInputError up front, naming --config, for a gate config that is unusable
     write(path, text)                    # the file, credentials masked; GateInputError when it cannot be written
     guarded(command, body, source) -> int  # body()'s exit code, or 2 with one line for any error, never a traceback
+    check_time_reference(config, impls)  # GateInputError for a time_reference no implementation has (gate, compare)
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from ..credentials import redact
 from ..errors import USAGE_EXIT, GateInputError, UsageError, unforeseen
 from ..fmt import fmt_duration
 from ..gate.config import GateConfig, load_config
+from ..registry import names as registered
 
 
 def impl_names(values: list[str] | None) -> tuple[str, ...]:
@@ -222,9 +224,7 @@ def terminate_as_interrupt():
 def check_time_reference(config: GateConfig, impls: set[str]) -> None:
     """GateInputError where the config's time_reference names no implementation installed here or measured in
     `impls`: a typo in it would only compare times as measured, with a note."""
-    from ..registry import names
     reference = config.time_reference
-    if reference and reference not in names() and reference not in impls:
+    if reference and reference not in registered() and reference not in impls:
         raise GateInputError(f"{config.source}: time_reference {reference!r}: no implementation of that name, "
-                             f"here or in these results (known here: {', '.join(names())})")
-
+                             f"here or in these results (known here: {', '.join(registered())})")
