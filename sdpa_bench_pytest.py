@@ -19,6 +19,7 @@ DEFAULT_TIMER = "time.perf_counter"  # pytest-benchmark's --benchmark-timer when
 CUDA_TIMER = "sdpa_impls.bench.timing.cuda_event_clock"
 _SUITE_SELECTED = "_sdpa_bench_suite"  # set on the config when the session collected the suite's tests
 PRESET_VARIABLE = "SDPA_BENCH_PRESET"  # sdpa_impls.bench.grid.PRESET_ENV, named here without importing torch
+CPU_VARIABLES = ("SDPA_BENCH_CPU_BF16", "SDPA_BENCH_CPU_EXP")  # what `fused` and `chunked` compute in on a CPU
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -34,9 +35,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """The suite's options, and $SDPA_BENCH_PRESET, are checked before anything is collected, so that a typo is
-    one line and pytest's usage error (exit 4), as in pytest's own options. Sessions that name none of them
-    import nothing here. An empty value is refused, as the command line refuses it: it never means "the default"."""
+    """The suite's options, $SDPA_BENCH_PRESET and the CPU_VARIABLES are checked before anything is collected, so
+    that a typo is one line and pytest's usage error (exit 4), as in pytest's own options. Sessions that name none
+    of them import nothing here. An empty value is refused, as the command line refuses it: it never means "the default"."""
     for flag in ("--sdpa-preset", "--sdpa-device"):
         value = config.getoption(flag.lstrip("-").replace("-", "_"))
         if value is not None and not value.strip():
@@ -45,7 +46,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if impls and not any(n.strip() for given in impls for n in given.split(",")):
         raise pytest.UsageError(f"--sdpa-impl {','.join(impls)!r}: names no implementation")
     if not (config.getoption("sdpa_preset") or config.getoption("sdpa_impl") or config.getoption("sdpa_device")
-            or os.environ.get(PRESET_VARIABLE, "").strip()):
+            or any(os.environ.get(v, "").strip() for v in (PRESET_VARIABLE, *CPU_VARIABLES))):
         return
     try:
         device = config.getoption("sdpa_device")
@@ -53,6 +54,8 @@ def pytest_configure(config: pytest.Config) -> None:
             _check_device(device)
         selected_preset(config)
         selected_impls(config)
+        from sdpa_impls.impls._tiled.compute import check_settings
+        check_settings()  # SDPA_BENCH_CPU_BF16, SDPA_BENCH_CPU_EXP: as `run` reads them, before any point
     except (ValueError, LookupError, ImportError) as exc:
         raise pytest.UsageError(str(exc)) from None
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -106,3 +107,34 @@ def test_wrong_implementation_fails_instead_of_getting_a_time(plugin_python: Pat
     benchmarks = json.loads(out.read_text())["benchmarks"]
     timed = {b["extra_info"]["impl"] for b in benchmarks}
     assert timed == {"naive"}, "only the correct implementation may get a time"
+
+
+def test_the_asv_suite_fails_a_named_plugin_that_does_not_load_and_a_bad_setting(plugin_python: Path) -> None:
+    """As `run --impl` and pytest's --sdpa-impl do: a plug-in named in SDPA_BENCH_IMPLS that fails to load stops the
+    suite (its cells were recorded as skipped, and asv exited 0 with a history of a kernel that never ran); unnamed,
+    its points skip saying why. An unknown name says which interpreter lacks it; a bad SDPA_BENCH_CPU_EXP is refused
+    at import, before anything is measured (it was ignored)."""
+    code = ("import json, os, sys\n"
+            "from sdpa_impls.suite import asv_suite\n"
+            "said = {}\n"
+            "for value in ('test_broken,naive', 'naive,nope', ''):\n"
+            "    os.environ['SDPA_BENCH_IMPLS'] = value\n"
+            "    try:\n"
+            "        said[value] = asv_suite.impl_names()\n"
+            "    except Exception as exc:\n"
+            "        said[value] = f'{type(exc).__name__}: {exc}'\n"
+            "print(json.dumps(said))\n")
+    said = json.loads(run_py(plugin_python, code))
+    assert said["test_broken,naive"].startswith("PluginLoadError: plug-in 'test_broken' failed to load"), said
+    assert said["naive,nope"].startswith("ValueError: SDPA_BENCH_IMPLS='naive,nope': unknown implementation 'nope' "
+                                         f"in {plugin_python}"), said
+    assert "test_broken" in said[""], said  # every implementation: the broken one's points skip with the reason
+    done = subprocess.run([str(plugin_python), "-c", "import sdpa_impls.suite.asv_suite"], capture_output=True,
+                          text=True, cwd=REPO, timeout=300, env=os.environ | {"SDPA_BENCH_CPU_EXP": "exp10"})
+    assert done.returncode != 0 and "SDPA_BENCH_CPU_EXP should be exp or exp2 (or unset), got 'exp10'" in done.stderr
+    suite = subprocess.run([str(plugin_python), "-m", "pytest", "-p", "no:cacheprovider", "--pyargs",
+                            "sdpa_impls.suite.test_sdpa", "--benchmark-only", "--sdpa-preset", "smoke", "--sdpa-impl",
+                            "fused"], capture_output=True, text=True, cwd=REPO, timeout=300,
+                           env=os.environ | {"SDPA_BENCH_CPU_EXP": "exp10"})
+    assert suite.returncode == 4 and "SDPA_BENCH_CPU_EXP should be exp or exp2" in suite.stdout + suite.stderr, (
+        suite.stdout[-2000:] + suite.stderr[-2000:])  # pytest's usage error; it was 10 passed, the value ignored

@@ -48,11 +48,25 @@ except ImportError:  # commits from before the batch module: the same loop over 
                     on_result(result)
         return batch
 
+try:  # a plug-in named on purpose that does not load fails, as in pytest and `run` (older commits: skipped)
+    from sdpa_impls.registry import loaded
+except ImportError:
+    def loaded(name: str) -> object:
+        return name
+
+try:  # SDPA_BENCH_CPU_BF16 and SDPA_BENCH_CPU_EXP: a value neither takes is refused before anything is measured
+    from sdpa_impls.impls._tiled.compute import check_settings
+except ImportError:  # commits from before them
+    def check_settings() -> None:
+        pass
+
 IMPLS_ENV = "SDPA_BENCH_IMPLS"
 STARTS_ENV = "SDPA_BENCH_ASV_STARTS"  # a file each interpreter that imports this suite appends a line to
 DEVICE = default_device()
 PRESET = default_preset_name(DEVICE)
 POINT_TIMEOUT_S = 120  # setup_cache's allowance per point of its mode (fp64 reference, compilation, timing)
+
+check_settings()
 
 if os.environ.get(STARTS_ENV):
     with open(os.environ[STARTS_ENV], "a") as _log:
@@ -60,12 +74,18 @@ if os.environ.get(STARTS_ENV):
 
 
 def impl_names() -> list[str]:
-    """All registered implementations (installed or not), or the ones SDPA_BENCH_IMPLS names, in registry order."""
+    """All registered implementations (installed or not), or the ones SDPA_BENCH_IMPLS names, in registry order. A
+    name this interpreter does not know is a ValueError naming it and the interpreter (a plug-in installed elsewhere);
+    a plug-in named there that fails to load is PluginLoadError, as from `--impl` (unnamed, its points skip)."""
     known = names()
     wanted = [n.strip() for n in os.environ.get(IMPLS_ENV, "").split(",") if n.strip()]
-    unknown = sorted(set(wanted) - set(known))
+    unknown = [n for n in dict.fromkeys(wanted) if n not in known]
     if unknown:
-        raise ValueError(f"{IMPLS_ENV} names unknown implementations {unknown}; known: {', '.join(known)}")
+        raise ValueError(f"{IMPLS_ENV}={os.environ[IMPLS_ENV]!r}: unknown implementation "
+                         f"{', '.join(map(repr, unknown))} in {sys.executable} (a plug-in not installed there?); "
+                         f"known: {', '.join(known)}")
+    for name in wanted:
+        loaded(name)
     return [n for n in known if n in wanted] if wanted else known
 
 
