@@ -106,7 +106,8 @@ def test_a_session_with_other_benchmarks_is_gated_on_the_suites_alone(session: d
                           "new/folder/verdict.md")  # a folder made for it, as compare and continuous do
     assert code == 0 and "naive" in out and (tmp_path / "new/folder/verdict.md").is_file(), out + err
     for path in ("base.json", "both.json"):
-        assert f"{path}: left out 1 benchmark not from sdpa-bench's suite (test_mine.py::test_my_kernel)" in err, err
+        left = f"{path}: left out 1 benchmark not from sdpa-bench's suite, or unfinished (test_mine.py::test_my_kernel)"
+        assert left in err, err
     mine = json.loads((tmp_path / "both.json").read_text())
     mine["benchmarks"] = [b for b in mine["benchmarks"] if "test_my_kernel" in b["fullname"]]
     (tmp_path / "mine.json").write_text(json.dumps(mine))
@@ -116,6 +117,18 @@ def test_a_session_with_other_benchmarks_is_gated_on_the_suites_alone(session: d
         "suite (e.g. test_mine.py::test_my_kernel)"], err
     with pytest.raises(GateInputError, match="not written by the sdpa-bench suite"):  # the strict form stays
         load_points(tmp_path / "both.json")
+
+
+def test_a_point_an_interrupted_session_left_unfinished_is_left_out_and_named(session: dict[str, Path],
+                                                                               tmp_path: Path) -> None:
+    """A session stopped inside one of the suite's benchmarks saves it with no extra_info: the gate leaves it out,
+    naming it, and judges the finished ones (the whole file was refused as "not written by the sdpa-bench suite")."""
+    def interrupted(doc: dict) -> None:
+        suite_benchmark(doc)["extra_info"] = {}
+    edited(session["both"], tmp_path / "int.json", interrupted)
+    code, out, err = gate(tmp_path, "--candidate", "int.json")
+    assert code == 0 and "naive" in out, out + err
+    assert "left out 2 benchmarks" in err and "test_sdpa[" in err and "unfinished: no extra_info" in err, err
 
 
 def test_a_file_saved_without_raw_samples_is_judged_by_the_factor_alone(session: dict[str, Path],

@@ -78,8 +78,8 @@ def run(args: argparse.Namespace) -> int:
             names = list(dict.fromkeys(names))  # a file given twice (as baseline and candidate) is named once
             if names:
                 print(f"sdpa-bench gate: {path}: left out {len(names)} benchmark{'s' if len(names) > 1 else ''} "
-                      f"not from sdpa-bench's suite ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})",
-                      file=sys.stderr)
+                      f"not from sdpa-bench's suite, or unfinished ({', '.join(names[:3])}"
+                      f"{', ...' if len(names) > 3 else ''})", file=sys.stderr)
         for paths, group in ((args.candidate, runs), (args.baseline or [], bases)):
             for path, (machine, _) in zip(paths[1:], group[1:]):
                 diffs = machine_differences(group[0][0], machine)

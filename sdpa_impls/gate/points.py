@@ -80,6 +80,14 @@ def _is_other(bench: object) -> bool:
     return not ours and "test_sdpa[" not in _benchmark_name(bench, 0)
 
 
+UNFINISHED = "(the suite's, unfinished: no extra_info, the session was interrupted in it)"
+
+
+def _is_unfinished(bench: object) -> bool:
+    """A benchmark of the suite's that a stopped session saved before the suite recorded what it measured."""
+    return isinstance(bench, dict) and not bench.get("extra_info") and "test_sdpa[" in _benchmark_name(bench, 0)
+
+
 def _point_from_benchmark(bench: object, index: int, source: str) -> Point:
     if not isinstance(bench, dict):
         raise GateInputError(f"{source}: benchmarks[{index}] is not an object")
@@ -194,7 +202,8 @@ def load_points(path: str | Path, others: list[str] | None = None) -> tuple[dict
     benchmarks = list(enumerate(doc["benchmarks"]))
     if others is not None:
         others += [_benchmark_name(b, i) for i, b in benchmarks if _is_other(b)]
-        benchmarks = [(i, b) for i, b in benchmarks if not _is_other(b)]
+        others += [f"{_benchmark_name(b, i)} {UNFINISHED}" for i, b in benchmarks if _is_unfinished(b)]
+        benchmarks = [(i, b) for i, b in benchmarks if not (_is_other(b) or _is_unfinished(b))]
     points = [_point_from_benchmark(b, i, str(path)) for i, b in benchmarks]
     seen: dict[tuple[str, str], str] = {}
     for p in points:
