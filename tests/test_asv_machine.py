@@ -28,6 +28,20 @@ def test_a_device_that_is_not_there_is_one_line_and_exit_2(device: str, said: st
     assert err.startswith("python -m sdpa_impls.suite.asv_machine: error: ")
 
 
+@pytest.mark.parametrize("text", ["{not json", "[1, 2]"])
+def test_a_machine_file_asv_cannot_read_is_one_line_and_exit_2(text: str, tmp_path: Path, monkeypatch,
+                                                                capsys) -> None:
+    """A ~/.asv-machine.json that is not JSON, or not an object of entries: one line naming it (it was asv's
+    traceback, exit 1), and the file is left as it was."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / ".asv-machine.json").write_text(text)
+    assert asv_machine.main([]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1, err
+    assert err.startswith(f"python -m sdpa_impls.suite.asv_machine: error: cannot add this machine to {tmp_path}"), err
+    assert (tmp_path / ".asv-machine.json").read_text() == text
+
+
 def test_results_go_under_the_printed_name_when_the_host_has_an_entry_too(tmp_path: Path, monkeypatch, capsys) -> None:
     """`asv machine --yes` made an entry named after the host; asv then files results there unless given --machine.
     The tool says so, and the guide's `asv run --machine "$(python -m sdpa_impls.suite.asv_machine)"` files them

@@ -82,17 +82,28 @@ def main(argv: list[str] | None = None) -> int:
     if problem:  # one line and exit 2, as argparse's own usage errors, never torch's traceback
         print(f"{parser.prog}: error: {problem}", file=sys.stderr)
         return 2
-    from asv.machine import Machine, MachineCollection  # deferred: keeps benchmark discovery light
-
+    try:
+        from asv import util
+        from asv.machine import Machine, MachineCollection  # deferred: keeps benchmark discovery light
+    except ImportError:
+        print(f"{parser.prog}: error: asv is not installed in {sys.executable} (python -m pip install asv)",
+              file=sys.stderr)
+        return 2
     from sdpa_impls.bench.machine import machine_info
 
     entry = machine_entry(machine_info(args.device), Machine.get_defaults())
     if args.dry_run:
         print(json.dumps(entry, indent=1))
         return 0
-    MachineCollection.save(entry["machine"], entry)
+    path = MachineCollection.get_machine_file_path()
+    try:  # asv reads the whole file to add the entry: one it cannot read is one line naming it, not its traceback
+        MachineCollection.save(entry["machine"], entry)
+        note = others_note(path, entry["machine"])
+    except (OSError, ValueError, TypeError, AttributeError, util.UserError) as exc:  # not JSON, or not an object
+        print(f"{parser.prog}: error: cannot add this machine to {path}: {exc} (mend or move the file)",
+              file=sys.stderr)
+        return 2
     print(entry["machine"])  # stdout holds the name alone: `asv run --machine "$(python -m ...)"`
-    note = others_note(MachineCollection.get_machine_file_path(), entry["machine"])
     if note:
         print(note, file=sys.stderr)
     return 0
