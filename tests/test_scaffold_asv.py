@@ -10,6 +10,7 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 import pytest
 
@@ -57,15 +58,23 @@ def test_the_template_takes_every_replacement_and_stays_json(tmp_path: Path) -> 
         scaffold.files(scaffold.names_for("toy"), "x", {'"no such text"': "y"})
 
 
-def test_sdpa_bench_is_installed_from_where_this_one_came_from() -> None:
-    from importlib import metadata
-
-    requirement = asv.sdpa_requirement()
-    recorded = metadata.distribution("sdpa-bench").read_text("direct_url.json")
+def test_sdpa_bench_is_installed_from_where_this_one_came_from(tmp_path: Path) -> None:
+    """The requirement names this install's origin (its PEP 610 record, read by this interpreter outside the tree,
+    where no egg-info of the source folder stands in for it); where that is a file that is gone (tox's editable
+    install, as in this project's CI, records a temporary wheel it then deletes), a note says asv cannot use it."""
+    code = ("import json; from importlib import metadata; from sdpa_impls.scaffold import asv\n"
+            "print(json.dumps([metadata.distribution('sdpa-bench').read_text('direct_url.json'), "
+            "*asv.sdpa_requirement()]))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    recorded, requirement, note = json.loads(done.stdout)
     if recorded:  # this test environment's own install: a folder, an archive or a git address
-        assert requirement.startswith("sdpa-bench @ ") and json.loads(recorded)["url"].split("://")[-1] in requirement
+        url = json.loads(recorded)["url"]
+        assert requirement.startswith("sdpa-bench @ ") and url.split("://")[-1] in requirement
+        gone = urlparse(url).scheme == "file" and not Path(unquote(urlparse(url).path)).exists()
+        assert ("which is no longer there: asv's own environments cannot install it" in note) == gone, (url, note)
     else:
-        assert requirement == f"sdpa-bench=={scaffold_version()}"
+        assert (requirement, note) == (f"sdpa-bench=={scaffold_version()}", "")
 
 
 def scaffold_version() -> str:

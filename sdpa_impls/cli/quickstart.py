@@ -26,14 +26,15 @@ def run(args: argparse.Namespace) -> int:
 
     release, torch_note = asv.torch_pin(torch.__version__)
     own_branch, place = asv.branch(dest), asv.repo_place(dest)  # dest, or the folder it will be made in
-    plan = scaffold.files(names, install, asv.replacements(release, own_branch, asv.sdpa_requirement(), place))
+    sdpa, asv_note = asv.sdpa_requirement()
+    plan = scaffold.files(names, install, asv.replacements(release, own_branch, sdpa, place))
     written = scaffold.write(dest, plan)
     print(f"wrote the plug-in {names.package} into {dest}:")
     for path in written:
         print(f"  {path.relative_to(dest)}")
     renamed = "" if given == names.package else (f"{given!r} is not a Python name: the implementation and its package "
                                                   f"are {names.package}, the distribution {names.dist}")
-    for text in (renamed, note, torch_note):
+    for text in (renamed, note, torch_note, asv_note):
         if text:
             print(f"note: {text}", file=sys.stderr)
     outer = asv.enclosing(dest)

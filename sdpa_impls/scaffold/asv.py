@@ -5,7 +5,7 @@ installs this sdpa-bench from.
     branch(dest)          -> str | None        # the branch of the repository dest is in, None outside one
     repo_place(dest)      -> (repo, subdir)    # asv's "repo" and "repo_subdir": (".", "") unless below a top
     torch_pin(version)    -> (release, note)   # "2.11.0" for 2.11.0+cu130; the template's for a pre-release
-    sdpa_requirement()    -> str               # pip's requirement for this sdpa-bench (URL, folder, wheel or version)
+    sdpa_requirement()    -> (str, note)       # pip's requirement for this sdpa-bench (URL, folder, wheel or version)
     replacements(...)     -> {template text: text}
 """
 from __future__ import annotations
@@ -76,19 +76,29 @@ def torch_pin(version: str) -> tuple[str, str]:
                             "`asv run --environment existing:python`")
 
 
-def sdpa_requirement() -> str:
-    """pip's requirement for the sdpa-bench that runs now (scaffold.origin): the git address and commit, the folder
+def sdpa_requirement() -> tuple[str, str]:
+    """(pip's requirement for the sdpa-bench that runs now (scaffold.origin): the git address and commit, the folder
     or archive (a file: URL: asv builds on this machine), credentials removed; installed from an index, this version
-    from it."""
+    from it, and a note where that requirement cannot work: a file: URL that is gone, such as the temporary wheel
+    of an editable install by tox or a build front-end)."""
     import sdpa_impls
+    from urllib.parse import unquote, urlparse
 
     from . import DIST, origin
 
     found = origin()
     if found is None:
-        return f"{DIST}=={sdpa_impls.__version__}"
+        return f"{DIST}=={sdpa_impls.__version__}", ""
     url, vcs = found
-    return f"{DIST} @ git+{url}@{vcs.get('commit_id', '')}" if vcs.get("vcs") == "git" else f"{DIST} @ {url}"
+    if vcs.get("vcs") == "git":
+        return f"{DIST} @ git+{url}@{vcs.get('commit_id', '')}", ""
+    parsed = urlparse(url)
+    if parsed.scheme == "file" and not Path(unquote(parsed.path)).exists():
+        return f"{DIST} @ {url}", (f"this sdpa-bench was installed from {url}, which is no longer there: asv's own "
+                                   "environments cannot install it from asv.conf.json's install_command; put a "
+                                   "folder, wheel or git address of sdpa-bench there, or measure in an environment "
+                                   "that has it (`asv run --environment existing:python`)")
+    return f"{DIST} @ {url}", ""
 
 
 def replacements(torch_release: str, own_branch: str | None, requirement: str,
