@@ -43,6 +43,8 @@ def pytest_configure(config: pytest.Config) -> None:
         if value is not None and not value.strip():
             raise pytest.UsageError(f"{flag}: an empty value; give one, or leave {flag} out")
     impls = config.getoption("sdpa_impl")
+    if impls and not all(given.strip() for given in impls):  # `--sdpa-impl a --sdpa-impl=`, as `run --impl` says
+        raise pytest.UsageError("--sdpa-impl: an empty value; give one, or leave --sdpa-impl out")
     if impls and not any(n.strip() for given in impls for n in given.split(",")):
         raise pytest.UsageError(f"--sdpa-impl {','.join(impls)!r}: names no implementation")
     if not (config.getoption("sdpa_preset") or config.getoption("sdpa_impl") or config.getoption("sdpa_device")
