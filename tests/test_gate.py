@@ -178,7 +178,8 @@ def _set(*path_and_value):
     (_set("extra_info", "status", "weird"),  # not a wrong result (exit 1): a corrupt file
      "extra_info.status should be one of ok, skipped, failed, wrong, got 'weird'"),
     (_set("machine_info", "sdpa_bench", "x"), "machine_info.sdpa_bench should be an object, got 'x'"),
-], ids=["kernels", "ceilings", "roofline_gemm", "status", "machine"])
+    (_set("extra_info", "error_tolerance", -0.1), "extra_info.error_tolerance should be >= 0, got -0.1"),  # not exit 1
+], ids=["kernels", "ceilings", "roofline_gemm", "status", "machine", "tolerance"])
 def test_a_field_of_the_wrong_type_is_one_line_naming_it(session: dict[str, Path], tmp_path: Path, edit,
                                                          said: str) -> None:
     """A hand-edited or corrupt field is exit 2 with the file, the benchmark and the field, as a candidate and as a

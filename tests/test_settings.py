@@ -185,7 +185,6 @@ def test_a_relative_path_in_the_table_is_from_its_pyproject_folder(tmp_path: Pat
     assert (tmp_path / "sub" / "mine.md").is_file()
 
 
-
 def test_which_keys_are_paths_and_which_only_look_like_one(tmp_path: Path) -> None:
     """Every option that names a file or folder (FILE, DIR, a pathlib.Path) is resolved from the table's folder; an
     absolute or `~` path and the command line's are kept, and `shard = "1/2"` or an environment's SPEC is no path."""

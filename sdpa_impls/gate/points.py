@@ -67,6 +67,15 @@ def _number(value: object, what: str, where: str) -> float | None:
     return float(value)
 
 
+def _not_negative(value: object, what: str, where: str) -> float | None:
+    """_number of an error or a tolerance, which no check writes below 0: a negative one is a corrupt file (exit 2),
+    not a wrong result (exit 1, a regression to CI)."""
+    number = _number(value, what, where)
+    if number is not None and number < 0:
+        raise GateInputError(f"{where}: {what} should be >= 0, got {value!r}")
+    return number
+
+
 def _benchmark_name(bench: dict, index: int) -> str:
     return str(bench.get("fullname") or bench.get("name") or f"benchmarks[{index}]")
 
@@ -112,8 +121,8 @@ def _point_from_benchmark(bench: object, index: int, source: str) -> Point:
         median_s=_number(stats.get("median"), "stats.median", where),
         samples=tuple(float(v) for v in data),
         peak_memory_bytes=None if memory is None else int(memory),
-        max_error=_number(extra.get("max_error"), "extra_info.max_error", where),
-        error_tolerance=_number(extra.get("error_tolerance"), "extra_info.error_tolerance", where),
+        max_error=_not_negative(extra.get("max_error"), "extra_info.max_error", where),
+        error_tolerance=_not_negative(extra.get("error_tolerance"), "extra_info.error_tolerance", where),
         status=_status(extra.get("status", "ok"), where),
         case={k: extra[k] for k in CASE_FIELDS if k in extra},
         name=name,
