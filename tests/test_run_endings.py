@@ -38,6 +38,7 @@ def test_a_finished_sweep_resumed_measures_nothing_and_keeps_its_results(tmp_pat
     assert main([*SMOKE, "--impl", "naive", "--out", str(out), "--resume", "--no-plots"]) == 0
     err = capsys.readouterr().err
     assert f"nothing left to measure: {len(preset('smoke'))} points" in err and "measuring" not in err, err
+    assert "results.json unchanged; wrote" in err and f"{out / 'results.json'}" not in err, err  # not written
     assert (out / "results.json").read_bytes() == before
 
 

@@ -212,7 +212,7 @@ def _sweep(args: argparse.Namespace, device: str, preset: str, impls: list[str] 
         running.mark(out, None)
         files = write_report(out, sweep, plots=not args.no_plots)
         return _outcome(out, sweep, files, f"nothing left to measure: {total} points, measured in "
-                                           f"{fmt_duration(meta.get('wall_s', 0.0))}")
+                                           f"{fmt_duration(meta.get('wall_s', 0.0))}; {store.RESULTS_FILE} unchanged")
     # which code measured which points, when a sweep is resumed over days (report.md lists them)
     meta.setdefault("sessions", []).append({"started": _now(), "source": source_revision()
                                             + plugin_sources(meta["impls"]), "first_point": done + 1})
@@ -264,14 +264,14 @@ def _sweep(args: argparse.Namespace, device: str, preset: str, impls: list[str] 
             with contextlib.suppress(OSError):  # --resume measures it again, and never counts it as one
                 watched.point(None)
             raise
-    return _outcome(out, sweep, files, f"{len(sweep.results)} points in {fmt_duration(closed[0])}")
+    return _outcome(out, sweep, [out / store.RESULTS_FILE, *files], f"{len(sweep.results)} points in "
+                                                                    f"{fmt_duration(closed[0])}")
 
 
 def _outcome(out: Path, sweep: store.Sweep, files: list[Path], said: str) -> int:
-    """What a finished sweep says last (`said`, then the files), and its exit code: 1 for a wrong result or an
-    implementation that failed on every point, 2 where every point was skipped."""
-    print(f"{said}; wrote "
-          f"{', '.join(str(f) for f in [out / store.RESULTS_FILE, *files])}", file=sys.stderr)
+    """What a finished sweep says last (`said`, then the files it wrote), and its exit code: 1 for a wrong result or
+    an implementation that failed on every point, 2 where every point was skipped."""
+    print(f"{said}; wrote {', '.join(str(f) for f in files)}", file=sys.stderr)
     wrong = [r for r in sweep.results if r.status == "wrong"]
     if wrong:  # a failure (e.g. out of memory) is a fact about the machine; a wrong answer is a bug
         print(f"sdpa-bench: {len(wrong)} point(s) gave a WRONG result (see the notes above)", file=sys.stderr)
