@@ -74,8 +74,8 @@ def _load_plugins() -> None:
                 raise ValueError(f"entry point {ep.name!r} loads an implementation named "
                                  f"{getattr(impl, 'name', None)!r}")
             _add(impl)
-        except Exception as exc:  # a broken plug-in must not break the catalogue
-            _REGISTRY[ep.name] = BrokenPlugin(ep.name, f"{type(exc).__name__}: {exc}")
+        except (Exception, SystemExit) as exc:  # a broken plug-in must not break the catalogue, nor end the
+            _REGISTRY[ep.name] = BrokenPlugin(ep.name, f"{type(exc).__name__}: {exc}")  # command (sys.exit at import)
 
 
 def _builtin(impl: object) -> bool:

@@ -54,7 +54,7 @@ def test_installed_plugins_appear_in_names(plugin_python: Path) -> None:
     out = run_py(plugin_python, "import json, sdpa_impls; print(json.dumps(sdpa_impls.names()))")
     names = json.loads(out)
     assert names[:3] == ["naive", "chunked", "fused"]
-    assert {"test_perturbed", "test_tunable", "test_broken"} <= set(names)
+    assert {"test_perturbed", "test_tunable", "test_broken", "test_exits"} <= set(names)
 
 
 def test_plugins_run_and_a_broken_one_explains_itself(plugin_python: Path) -> None:
@@ -63,12 +63,14 @@ def test_plugins_run_and_a_broken_one_explains_itself(plugin_python: Path) -> No
         "q = torch.randn(1, 2, 8, 16)\n"
         "out = sdpa_impls.get('test_tunable')(q, q, q)\n"
         "print(json.dumps({'shape': list(out.shape),\n"
-        "                  'broken': sdpa_impls.get('test_broken').unsupported_reasons(q, q, q)}))\n"
+        "                  'broken': sdpa_impls.get('test_broken').unsupported_reasons(q, q, q),\n"
+        "                  'exits': sdpa_impls.get('test_exits').unsupported_reasons(q, q, q)}))\n"
     )
     result = json.loads(run_py(plugin_python, code))
     assert result["shape"] == [1, 2, 8, 16]
     assert result["broken"] and "plug-in failed to load" in result["broken"][0]
     assert "sdpa_test_plugins.missing" in result["broken"][0]
+    assert result["exits"] == ["plug-in failed to load: SystemExit: 0"], result["exits"]  # sys.exit(0) at its import
 
 
 def test_a_plugin_that_also_uses_register_loads_as_itself(plugin_python: Path) -> None:
