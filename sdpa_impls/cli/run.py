@@ -34,6 +34,7 @@ from .resume import OPTION_FLAGS, saved
 from .shards import auto_shard, parse_shard
 
 MAX_FORCED = 10_000  # --min-reps and --warmup: calls made whatever --budget says
+MAX_SAMPLE_S = 10.0  # --min-sample: each of --min-reps samples lasts this long whatever --budget says
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -63,7 +64,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--warmup", type=int, help=f"untimed calls first (default {Options.warmup}; at most {MAX_FORCED})")
     t.add_argument("--min-sample", dest="min_sample_s", type=float, metavar="SECONDS",
                    help="a sample is the fewest back-to-back calls lasting this long "
-                        f"(default {Options.min_sample_s}; 0: one call per sample)")
+                        f"(default {Options.min_sample_s}; 0: one call per sample; at most {MAX_SAMPLE_S:g})")
     t.add_argument("--flush-l2", action="store_const", const=True, help="clear the GPU L2 before each call")
     t.add_argument("--cuda-graph", action="store_const", const=True, help="time CUDA-graph replays")
     t.add_argument("--no-memory", dest="memory", action="store_const", const=False,
@@ -93,6 +94,9 @@ def _options(args: argparse.Namespace) -> tuple[dict, Options]:
     for k in ("min_reps", "warmup"):  # calls that --budget does not stop: a typo's extra zeros never end a point
         if given.get(k, 0) > MAX_FORCED:
             raise UsageError(f"{OPTION_FLAGS[k]} must be at most {MAX_FORCED}; got {given[k]} (more time: --budget)")
+    if given.get("min_sample_s", 0) > MAX_SAMPLE_S:
+        raise UsageError(f"--min-sample must be at most {MAX_SAMPLE_S:g} seconds; got {given['min_sample_s']:g} "
+                         "(more time: --budget)")
     opts = Options(**given)
     problem = option_problem(opts, OPTION_FLAGS.__getitem__)
     if problem:
@@ -172,9 +176,12 @@ def run(args: argparse.Namespace) -> int:
         parse_shard(args.shard)
     try:
         preset = args.preset or grid.default_preset_name(device)
-        grid.preset(preset)
+        cases = grid.preset(preset)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    if args.shard and not auto and not grid.shard_of(cases, *parse_shard(args.shard)):  # (a launcher's extra
+        raise UsageError(f"--shard {args.shard}: preset {preset} has {len(cases)} cases, so shard "  # ranks go on)
+                         f"{args.shard.split('/')[0]} holds none: use at most {len(cases)} shards")
     if auto:  # every process of the launch gets its own folder under one parent
         out = (args.out or Path("results") / f"{preset}-shards") / f"shard-{args.shard.replace('/', 'of')}"
     else:

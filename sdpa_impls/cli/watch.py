@@ -35,6 +35,7 @@ from ..report.writer_lock import keep_lock_across_exec
 from .progress import Progress
 
 DEFAULT_S = 1800.0
+LONGEST_S = 7 * 24 * 3600.0  # a week: the alarm's clock takes no value near 1e10 s, and 0 is "no limit"
 CONTINUE_ENV = "SDPA_BENCH_CONTINUE"  # set to --out for the process that replaces a timed-out one
 HELD_GIL_GRACE_S = 60.0  # after the timeout: SIGALRM ends a process whose stuck call holds the GIL
 TIMED_OUT_EXIT = 124  # as timeout(1): where exec fails
@@ -47,9 +48,11 @@ def add_argument(p: argparse.ArgumentParser) -> None:
 
 
 def checked(seconds: float) -> float | None:
-    """--point-timeout's seconds, None for no limit; ValueError for a negative or non-finite value."""
+    """--point-timeout's seconds, None for no limit; ValueError for a negative, non-finite or over-a-week value."""
     if not 0 <= seconds < float("inf"):
         raise ValueError(f"--point-timeout must be >= 0 seconds and finite (0: no limit); got {seconds}")
+    if seconds > LONGEST_S:
+        raise ValueError(f"--point-timeout must be at most {LONGEST_S:g} seconds, a week (0: no limit); got {seconds:g}")
     return seconds or None
 
 
