@@ -461,6 +461,23 @@ def test_version_names_the_package() -> None:
     assert proc.returncode == 0 and proc.stdout == f"sdpa-bench {sdpa_impls.__version__}\n", proc
 
 
+def test_overwrite_deletes_no_other_tools_results_json(tmp_path):
+    """--overwrite removes what a run wrote; a folder holding another tool's results.json (and its report.md) is
+    refused whole, as is a results.json that is a folder, and nothing in it is deleted."""
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "results.json").write_text('{"accuracy": 0.91}')
+    (other / "report.md").write_text("their report")
+    for extra in ((), ("--overwrite",)):
+        proc = cli("run", "--preset", "smoke", "--impl", "naive", "--out", str(other), *extra, *FAST)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+        assert "is not an sdpa-bench results file" in proc.stderr and "choose another --out" in proc.stderr
+    assert (other / "results.json").read_text() == '{"accuracy": 0.91}' and (other / "report.md").exists()
+    (tmp_path / "dir" / "results.json").mkdir(parents=True)
+    proc = cli("run", "--preset", "smoke", "--out", str(tmp_path / "dir"), "--overwrite", *FAST)
+    assert proc.returncode == 2 and "results.json is a folder" in proc.stderr and "Traceback" not in proc.stderr
+
+
 def test_unwritable_out_corrupt_resume_and_existing_results_exit_2(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")

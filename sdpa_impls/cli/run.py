@@ -202,6 +202,9 @@ def _sweep(args: argparse.Namespace, device: str, preset: str, impls: list[str] 
     existing = (out / store.RESULTS_FILE).exists()
     if args.resume and args.overwrite:
         raise UsageError("--resume continues the sweep in --out and --overwrite replaces it: choose one")
+    foreign = store.not_a_sweep(out) if existing and not args.resume else None
+    if foreign:  # another tool's file: --overwrite deletes only what a run wrote (--resume refuses it when loading)
+        raise UsageError(f"{foreign}: move it away, or choose another --out")
     if existing and args.overwrite:
         store.clear_outputs(out)
         existing = False

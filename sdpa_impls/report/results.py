@@ -118,6 +118,22 @@ def clear_outputs(directory: Path) -> None:
             path.unlink()
 
 
+def not_a_sweep(directory: Path) -> str | None:
+    """Why DIR/results.json is no sweep of sdpa-bench's (another tool's file, a folder), or None: one that `run
+    --overwrite` may replace, whole or cut short (its first lines name the format)."""
+    path = Path(directory) / RESULTS_FILE
+    if path.is_dir():
+        return f"{path} is a folder, not a results file"
+    try:
+        with open(path, "rb") as f:
+            head = f.read(256)
+    except OSError as exc:
+        return f"cannot read {path}: {exc.strerror or exc}"
+    if f'"format": "{FORMAT}"'.encode() not in head:
+        return f"{path} is not an sdpa-bench results file (no \"format\": \"{FORMAT}\")"
+    return None
+
+
 def prepare_dir(directory: Path) -> Path:
     """Create DIR (and parents) and prove it is writable; UsageError naming the problem otherwise."""
     directory = Path(directory)
