@@ -27,9 +27,9 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 PROGRESS_LINE = re.compile(r"^\[(\d+)/(\d+)\s+\d+%\] (\S+)  (\S+): ", re.M)
 
 
-def cli(*args: str, timeout: float = 150) -> subprocess.CompletedProcess:
+def cli(*args: str, timeout: float = 150, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "sdpa_impls", *args], capture_output=True, text=True,
-                          timeout=timeout)
+                          timeout=timeout, env=None if env is None else os.environ | env)
 
 
 def load(directory: Path) -> dict:
@@ -164,7 +164,7 @@ def test_killed_run_resumes_without_repeating_finished_points(tmp_path):
     saved = load(out)["results"]  # what the killed process left behind
     assert len(saved) >= len(before) and saved[:len(before)] == before
 
-    resumed = cli("run", "--out", str(out), "--resume")
+    resumed = cli("run", "--out", str(out), "--resume", env={"SDPA_BENCH_CPU_BF16": "fp32"})
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"{len(saved)} of {total} points already finished" in resumed.stderr
     ran_again = PROGRESS_LINE.findall(resumed.stderr)
@@ -183,6 +183,9 @@ def test_killed_run_resumes_without_repeating_finished_points(tmp_path):
     assert [s["first_point"] for s in meta["sessions"]] == [1, len(saved) + 1]
     assert meta["sessions"][0]["source"] == meta["sessions"][1]["source"] == source_revision()
     assert (f"points {len(saved) + 1}–{total}: {source_revision()}" in (out / "report.md").read_text())
+    # a CPU variable set for the resume only: kept with that session, and said beside its points
+    assert "settings" not in meta["sessions"][0] and meta["sessions"][1]["settings"] == {"SDPA_BENCH_CPU_BF16": "fp32"}
+    assert ", SDPA_BENCH_CPU_BF16=fp32" in (out / "report.md").read_text().split(f"points {len(saved) + 1}–")[1]
 
 
 CRASHES = """

@@ -20,7 +20,7 @@ from ..bench.machine import busy_cpus, machine_info, plugin_sources, source_revi
 from ..bench.measure import Options, run_case
 from ..errors import USAGE_EXIT, UsageError
 from ..fmt import fmt_duration
-from ..impls._tiled.compute import check_settings
+from ..impls._tiled.compute import check_settings, settings
 from ..registry import PluginLoadError, loaded, names
 from ..report import results as store
 from ..report.contents import option_problem, options as saved_options
@@ -225,7 +225,8 @@ def _sweep(args: argparse.Namespace, device: str, preset: str, impls: list[str] 
                                            f"{fmt_duration(meta.get('wall_s', 0.0))}; {store.RESULTS_FILE} unchanged")
     # which code measured which points, when a sweep is resumed over days (report.md lists them)
     meta.setdefault("sessions", []).append({"started": _now(), "source": source_revision()
-                                            + plugin_sources(meta["impls"]), "first_point": done + 1})
+                                            + plugin_sources(meta["impls"]), "first_point": done + 1}
+                                           | ({"settings": settings()} if settings() else {}))
     said = running.ended_inside(out, sweep) if existing else None
     if said:
         progress.note(said)

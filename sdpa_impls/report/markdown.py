@@ -94,9 +94,12 @@ def sessions_text(meta: dict, finished: int) -> str:
 
 
 def _busy(session: dict) -> str:
+    """What else held for a session's points: the CPU variables set, CPUs busy with other work."""
+    fixed = session.get("settings")
+    said = "".join(f", {k}={v}" for k, v in fixed.items()) if isinstance(fixed, dict) else ""
     if "load_average" not in session:
-        return ""
-    return f" on busy CPUs (load average {session['load_average']:g}: times slowed and scattered)"
+        return said
+    return said + f" on busy CPUs (load average {session['load_average']:g}: times slowed and scattered)"
 
 
 def device_time(results: list[Result]) -> str:

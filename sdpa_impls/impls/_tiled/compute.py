@@ -146,6 +146,12 @@ def unshifted_base(device: torch.device) -> ExpBase:
                          f"exp2 {rates['exp2']:.2f})")
 
 
+def settings() -> dict[str, str]:
+    """SDPA_BENCH_CPU_BF16 and SDPA_BENCH_CPU_EXP where set: the choices they fix instead of this CPU's measured
+    ones (a run keeps them with each start and resume, so a sweep resumed under another says so)."""
+    return {name: os.environ[name].strip().lower() for name in (BF16_ENV, EXP_ENV) if os.environ.get(name, "").strip()}
+
+
 def check_settings() -> None:
     """Read SDPA_BENCH_CPU_BF16 and SDPA_BENCH_CPU_EXP as a call would, where they are set (measuring nothing):
     ValueError naming a value neither takes, so a run can say so before its first point."""
