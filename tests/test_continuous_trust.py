@@ -205,6 +205,24 @@ def test_the_cache_is_bounded_and_listed(offline: Path, tmp_path: Path) -> None:
     assert not list(offline.glob("*.lock"))  # the removed entry's lock file goes with it
 
 
+def test_an_environment_in_use_is_kept_from_every_prune_and_shared_with_other_runs(offline: Path) -> None:
+    """A comparison holds each cached environment it runs in until it ends (envlock.in_use): `envs --prune
+    --older-than 0` in another process ("every one not in use now") leaves it, and another run uses it meanwhile
+    without waiting; once the comparison ends, the same prune removes it."""
+    spec = EnvSpec("torch", requirements=("torch",))  # satisfied by this environment: nothing is installed
+    prune = [sys.executable, "-m", "sdpa_impls", "envs", "--prune", "--older-than", "0"]
+    beside = [sys.executable, "-c", "from sdpa_impls.continuous import envcache; from sdpa_impls.continuous.envs "
+              "import EnvSpec; print(envcache.prepare(EnvSpec('torch', requirements=('torch',)), None).how)"]
+    with envlock.in_use():
+        folder = Path(envcache.prepare(spec, None).python).parents[1]
+        done = subprocess.run(prune, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0 and folder.is_dir(), done.stdout + done.stderr
+        other = subprocess.run(beside, capture_output=True, text=True, timeout=60)  # shared, not "building"
+        assert other.returncode == 0 and other.stdout.startswith("cached in "), other.stdout + other.stderr
+    done = subprocess.run(prune, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and not folder.exists(), done.stdout + done.stderr
+
+
 def test_a_prune_removes_lock_files_left_without_an_entry_but_not_one_held(offline: Path) -> None:
     """A failed build or a removed entry leaves its key's lock file; a prune removes those, except one another run
     holds (a build that has not made its folder yet) and those of entries that stay."""

@@ -40,6 +40,7 @@ from ..bench.grid import PRESETS
 from ..continuous.assemble import Request, compares_revisions
 from ..continuous.comparison import Plan, compare
 from ..continuous.envcache import cache_source, size_cap
+from ..continuous.envlock import in_use
 from ..continuous.project import find
 from ..credentials import redact
 from .outputs import (Terminated, add_measuring, config_file, folders, guarded, impl_names, seed,
@@ -91,7 +92,8 @@ def run(args: argparse.Namespace) -> int:
         plan = Plan(args.preset, args.rounds, args.max_time, args.adaptive_budget, args.adaptive_rounds,
                     args.round_timeout, args.seed, args.keep_runs,
                     paired=not args.separate_processes)
-        comparison = compare(request, plan, find(Path.cwd(), compares_revisions(request)), progress)
+        with in_use():  # each cached environment it runs in stays locked, shared: no prune removes it meanwhile
+            comparison = compare(request, plan, find(Path.cwd(), compares_revisions(request)), progress)
         sys.stdout.write(redact(comparison.text()))
         if args.markdown:
             write(args.markdown, comparison.text(markdown=True))

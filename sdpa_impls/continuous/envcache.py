@@ -41,7 +41,7 @@ from pathlib import Path
 from ..credentials import redact
 from ..errors import GateInputError, UsageError
 from .envkey import cache_key, pinned, underlay_dirs
-from .envlock import hold, try_hold
+from .envlock import hold, keep, try_hold
 from .envs import Env, EnvSpec, is_path, python_of, user_path
 
 CACHE_ENV = "SDPA_BENCH_ENV_CACHE"
@@ -189,10 +189,17 @@ def prepare(spec: EnvSpec, cache: Path | None = None, progress: Callable[[str], 
     cap = size_cap()  # a bad value is refused before a build, not after it
     key = cache_key(spec)
     folder = cache / key
+    fd = hold(cache / f"{key}.lock", progress, LOCK_WAIT_S, shared=True)  # beside other runs using it
+    if (folder / READY).is_file():
+        (folder / LAST_USE).touch()
+        keep(fd)  # held while the comparison runs in it (envlock.in_use): no prune removes it meanwhile
+        return Env(str(python_of(folder)), f"cached in {folder}", shown)
+    os.close(fd)
     fd = hold(cache / f"{key}.lock", progress, LOCK_WAIT_S)
     try:
-        if (folder / READY).is_file():
+        if (folder / READY).is_file():  # another run built it meanwhile
             (folder / LAST_USE).touch()
+            keep(fd)
             return Env(str(python_of(folder)), f"cached in {folder}", shown)
         shutil.rmtree(folder, ignore_errors=True)  # an entry without its marker (made before builds were renamed)
         staging = cache / f"{BUILDING}{key}-{uuid.uuid4().hex[:8]}"
@@ -207,8 +214,10 @@ def prepare(spec: EnvSpec, cache: Path | None = None, progress: Callable[[str], 
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-    finally:
+    except BaseException:
         os.close(fd)
+        raise
+    keep(fd)
     gone = prune(cache, MAX_AGE_DAYS * 86400.0, keep=folder, max_bytes=cap)
     if progress and gone and cap is not None:
         progress(f"environment cache: removed {len(gone)} environment(s) unused the longest, to hold it within "

@@ -1,8 +1,12 @@
 """The lock files of the environment cache: one per key, held while that key's environment is built, found or
 removed, so that a run never uses an environment another is building or removing.
 
-    hold(path, progress, wait_s) -> fd     # waits for another run's lock, saying so, at most wait_s
-    try_hold(path) -> fd | None            # at once, or None while another run holds it
+    hold(path, progress, wait_s, shared) -> fd   # waits for another run's lock, saying so, at most wait_s
+    try_hold(path) -> fd | None                  # exclusive at once, or None while another run holds it
+    with in_use(): ... keep(fd)                  # a used environment's lock, shared until the block ends
+
+A run holds the lock of each environment it uses, shared, for as long as its comparison runs (`in_use`): a build
+or a prune (exclusive) waits for it or skips that environment, and other runs use it beside this one.
 
 A lock file is opened without following a link and never truncated. A prune removes the lock file of a removed
 entry while it holds it; a run that opened that file before then finds, once it holds it, that the path no longer
@@ -10,10 +14,11 @@ names the file it holds, and opens the new one: two runs never each hold a lock 
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ..errors import GateInputError, UsageError
@@ -33,8 +38,33 @@ def _still_there(fd: int, path: Path) -> bool:
     return (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino)
 
 
-def hold(path: Path, progress: Callable[[str], None] | None, wait_s: float) -> int:
-    """An exclusive lock on `path`; waits for another run's build, saying so, at most `wait_s`."""
+_scopes: list[list[int]] = []  # the shared locks of the environments in use, one list for each open in_use()
+
+
+@contextlib.contextmanager
+def in_use() -> Iterator[None]:
+    """The environments kept (`keep`) inside the block stay locked, shared, until it ends: no prune removes an
+    environment a comparison is running in."""
+    _scopes.append([])
+    try:
+        yield
+    finally:
+        for fd in _scopes.pop():
+            os.close(fd)
+
+
+def keep(fd: int) -> None:
+    """`fd`'s lock, turned shared and held until the innermost in_use() ends; released now outside one."""
+    if not _scopes:
+        os.close(fd)
+        return
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    _scopes[-1].append(fd)
+
+
+def hold(path: Path, progress: Callable[[str], None] | None, wait_s: float, shared: bool = False) -> int:
+    """A lock on `path` (exclusive, or `shared` with the other runs using it); waits for another run's build,
+    saying so, at most `wait_s`."""
     deadline = time.monotonic() + wait_s
     said = False
     while True:  # once more for each time a prune removed the file this run waited on
@@ -44,7 +74,7 @@ def hold(path: Path, progress: Callable[[str], None] | None, wait_s: float) -> i
             raise UsageError(f"{path}: cannot open the environment's lock ({exc.strerror or exc})") from None
         while True:
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
                 if not said and progress:
