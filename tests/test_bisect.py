@@ -277,17 +277,25 @@ def test_the_rows_of_a_failed_gate_are_what_is_searched(tmp_path: Path) -> None:
         {"impl": "fused", "case": "L1024-E64-fp32-fwd", "decision": "slower"},
         {"impl": "naive", "case": "L1024-E64-fp32-fwd", "decision": "undecided"},
         {"impl": "chunked", "case": "L128-E64-bf16-causal-fwd", "decision": "slower"},
-        {"impl": "torch_sdpa", "case": "L1024-E64-fp32-fwd", "decision": None}]}))
+        {"impl": "torch_sdpa", "case": "L1024-E64-fp32-fwd", "decision": None},
+        {"impl": "naive", "case": "L128-E64-fp32-fwd", "decision": "not slower",  # bigger: searched by its memory
+         "checks": [{"kind": "memory", "subject": "x", "status": "FAIL", "message": "+4 MiB"}]}]}))
     rows = rows_from_verdict(str(verdict))
-    assert rows == (("fused", "L1024-E64-fp32-fwd"), ("chunked", "L128-E64-bf16-causal-fwd"))
+    assert rows == (("fused", "L1024-E64-fp32-fwd"), ("chunked", "L128-E64-bf16-causal-fwd"),
+                    ("naive", "L128-E64-fp32-fwd"))
     assert selection_of(rows, None, "torch_sdpa") == (
-        "[fused-L1024-E64-fp32-fwd] or [chunked-L128-E64-bf16-causal-fwd] or [torch_sdpa-L1024-E64-fp32-fwd] or "
-        "[torch_sdpa-L128-E64-bf16-causal-fwd]")
+        "[fused-L1024-E64-fp32-fwd] or [chunked-L128-E64-bf16-causal-fwd] or [naive-L128-E64-fp32-fwd] or "
+        "[torch_sdpa-L1024-E64-fp32-fwd] or [torch_sdpa-L128-E64-bf16-causal-fwd] or [torch_sdpa-L128-E64-fp32-fwd]")
     verdict.write_text(json.dumps({"rows": ["fused", "L1024-E64-fp32-fwd"]}))
     with pytest.raises(UsageError, match="not a verdict of `sdpa-bench continuous --json`"):
         rows_from_verdict(str(verdict))
     verdict.write_text(json.dumps({"rows": [{"impl": "fused", "case": "x", "decision": "not slower"}]}))
-    with pytest.raises(UsageError, match="no benchmark in it was slower"):
+    with pytest.raises(UsageError, match="no benchmark in it was slower or bigger") as refused:
+        rows_from_verdict(str(verdict))
+    assert "wrong result" not in str(refused.value)
+    verdict.write_text(json.dumps({"rows": [{"impl": "fused", "case": "x", "decision": None, "checks": [
+        {"kind": "correctness", "subject": "x", "status": "FAIL", "message": "wrong, so not timed"}]}]}))
+    with pytest.raises(UsageError, match="1 gave a wrong result, which bisect does not search: `git bisect run`"):
         rows_from_verdict(str(verdict))
     # a bisect's own answer has rows too, with no decision: named for what it is, not "nothing slower"
     answer = Search("aaaaaaa good", "bbbbbbb bad", ["bbbbbbb bad"], answer="culprit", culprit="bbbbbbb bad",

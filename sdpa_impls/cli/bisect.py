@@ -65,7 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="pytest -k expression over the suite's test names, e.g. 'L1024 and fwd' or "
                            "'naive-L512-E64-fp32-fwd'")
     what.add_argument("--from", dest="from_verdict", metavar="FILE",
-                      help="search for the rows a `continuous --json` verdict found slower")
+                      help="search for the rows a `continuous --json` verdict found slower or bigger (peak memory)")
     what.add_argument("--preset", choices=list(PRESETS), default=None,
                       help="grid preset to measure; default: ci on CPU, gpu-ci on CUDA")
     each = parser.add_argument_group("each comparison (as `continuous`)")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..fmt import fmt_bytes
+from ..gate.rules import FAIL
 from .adaptive import keyword
 from .comparison import Comparison
 from .verdict import NOT_SLOWER, SLOWER, Row
@@ -126,11 +127,15 @@ def _other_json(data: object) -> str:
 
 
 def rows_from_verdict(path: str) -> tuple[tuple[str, str], ...]:
-    """The (impl, case) rows a `continuous --json` verdict found slower; UsageError when there are none, or when the
-    file is another JSON (a bisect's answer has rows too, with no decision: it would read as "nothing slower")."""
+    """The (impl, case) rows a `continuous --json` verdict found slower or bigger (a failed peak-memory check);
+    UsageError when there are none, or when the file is another JSON (a bisect's answer has rows too, with no
+    decision: it would read as "nothing slower")."""
+    def failed(row: dict, kind: str) -> bool:
+        return any(c["kind"] == kind and c["status"] == FAIL for c in row.get("checks") or ())
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
-        rows = tuple((r["impl"], r["case"]) for r in data["rows"] if r["decision"] == SLOWER)
+        rows = tuple((r["impl"], r["case"]) for r in data["rows"] if r["decision"] == SLOWER or failed(r, "memory"))
+        wrong = sum(failed(r, "correctness") for r in data["rows"])
     except OSError as exc:
         raise UsageError(f"--from {path}: cannot be read ({exc.strerror or exc})") from None
     except (ValueError, KeyError, TypeError, AttributeError) as exc:  # not JSON, or rows that are not objects
@@ -141,7 +146,10 @@ def rows_from_verdict(path: str) -> tuple[tuple[str, str], ...]:
         why = f"no {exc}" if isinstance(exc, KeyError) else str(exc)  # a KeyError's text is the bare key
         raise UsageError(f"--from {path}: not a verdict of `sdpa-bench continuous --json` ({why})") from None
     if not rows:
-        raise UsageError(f"--from {path}: no benchmark in it was slower (decision \"slower\"): nothing to search for")
+        raise UsageError(f"--from {path}: no benchmark in it was slower or bigger (decision \"slower\", or a failed "
+                         "memory check): nothing to search for" + (
+                             f"; {wrong} gave a wrong result, which bisect does not search: `git bisect run` with "
+                             "the suite's test finds that commit" if wrong else ""))
     return rows
 
 
