@@ -411,6 +411,10 @@ def test_specs_are_read_as_tox_and_uv_read_them(tmp_path: Path, monkeypatch: pyt
     monkeypatch.chdir(tmp_path)
     assert parse_spec("mypkg").requirements == ("mypkg",)  # a bare word is a name, as for pip
     assert parse_spec("./mypkg").requirements == ("./mypkg",)
+    url = "https://u:p@h/mypkg-1.0.tar.gz"  # PEP 508's direct reference stays one requirement, as pip reads it
+    for spec in (f"mypkg @ {url}", f"mypkg[x] @ {url} other==1", f"mypkg@ {url}", f"mypkg @{url}"):
+        assert parse_spec(spec).requirements[0] == spec.split(" other")[0], spec
+    assert parse_spec(f"mypkg @ {url} other==1").requirements[1:] == ("other==1",)
     text = "pkg @ https://h/p.whl#sha256=abc  # pinned\n# a comment\nother==1 \\\n  ; python_version>'3'\n"
     assert requirement_lines(text) == ("pkg @ https://h/p.whl#sha256=abc", "other==1   ; python_version>'3'")
 

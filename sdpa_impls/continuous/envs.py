@@ -175,6 +175,7 @@ def parse_spec(text: str) -> EnvSpec:
         raise UsageError(f"environment SPEC {text!r}: cannot be read as a shell line ({exc})") from None
     if not words:
         raise UsageError("an environment SPEC is empty: name an interpreter or requirements")
+    words = _direct_references(words)
     if len(words) == 1:
         word = words[0]
         path = user_path(word)
@@ -191,6 +192,22 @@ def parse_spec(text: str) -> EnvSpec:
             raise UsageError(f"{text}: the virtual environment in this folder, or a package of that name? Write "
                              f"./{word} for the environment, {word}== (or a version) for the package")
     return EnvSpec(text, requirements=tuple(words))
+
+
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,\s-]*\])?")  # a project name, with extras
+
+
+def _direct_references(words: list[str]) -> list[str]:
+    """PEP 508's `name @ URL` kept one requirement, as pip reads it: a shell line splits it at its spaces."""
+    out: list[str] = []
+    for word in words:
+        if out and len(out[-1]) > 1 and out[-1].endswith("@") and NAME.fullmatch(out[-1][:-1].rstrip()):
+            out[-1] += f" {word}"  # `name@ URL`, `name @` + URL
+        elif out and word.startswith("@") and NAME.fullmatch(out[-1]):
+            out[-1] += f" {word}" if len(word) > 1 else " @"  # `name @URL`, `name` + `@`
+        else:
+            out.append(word)
+    return out
 
 
 ARCHIVES = (".whl", ".zip", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz", ".tar.xz", ".txz", ".tar.lz", ".tlz",
