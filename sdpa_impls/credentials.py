@@ -4,6 +4,9 @@ or writes, as pip masks it in its own messages.
     redact("--extra-index-url https://__token__:SECRET@host/simple")
         -> "--extra-index-url https://__token__:****@host/simple"
     redact("git+https://TOKEN@host/repo")   -> "git+https://****@host/repo"   # a lone user part may be a token
+    redact("https://host/p.whl?token=T&x=1#sha256=abc") -> "https://host/p.whl?token=****&x=****#sha256=abc"
+
+Every value of a URL's query is masked: a signed or token URL carries its secret there, under any name.
 """
 from __future__ import annotations
 
@@ -20,6 +23,19 @@ def _mask(match: re.Match) -> str:
     return f"{match.group('scheme')}{MASK}@"
 
 
+_URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]*")
+_QUERY_VALUE = re.compile(r"=[^&;#)\]]*")
+
+
+def _mask_query(match: re.Match) -> str:
+    url, mark, rest = match.group(0).partition("?")
+    if not mark:
+        return url
+    query, hash_mark, fragment = rest.partition("#")  # the fragment (#sha256=...) is a pin, not a secret
+    return f"{url}?{_QUERY_VALUE.sub('=' + MASK, query)}{hash_mark}{fragment}"
+
+
 def redact(text: str) -> str:
-    """`text` with the credentials of every URL in it masked (user:password -> user:****, a lone user -> ****)."""
-    return _USERINFO.sub(_mask, text)
+    """`text` with the credentials of every URL in it masked (user:password -> user:****, a lone user -> ****, every
+    query value -> ****)."""
+    return _URL.sub(_mask_query, _USERINFO.sub(_mask, text))

@@ -134,13 +134,14 @@ def test_a_password_in_a_spec_is_in_no_byte_written(offline: Path, tmp_path: Pat
 
     away = tmp_path / "away"
     away.mkdir()
-    spec = f"--extra-index-url https://__token__:{SECRET}@127.0.0.1:9/simple torch=={torch.__version__.split('+')[0]}"
+    spec = (f"--extra-index-url https://__token__:{SECRET}@127.0.0.1:9/simple?sig={SECRET} "  # and a signed URL's
+            f"torch=={torch.__version__.split('+')[0]}")
     runs = tmp_path / "runs"
     code, out, err = continuous(away, "--base-env", sys.executable, f"--head-env={spec}", "--impl", "naive", *QUICK,
                                 "--markdown", str(tmp_path / "v.md"), "--json", str(tmp_path / "v.json"),
                                 "--keep-runs", str(runs))
     assert code in (0, 1), err
-    assert "__token__:****@127.0.0.1" in out + err  # it is shown, masked
+    assert "__token__:****@127.0.0.1:9/simple?sig=****" in out + err  # it is shown, masked
     written = [p for p in tmp_path.rglob("*") if p.is_file() and not p.is_symlink()]
     assert (tmp_path / "v.md").is_file() and list(offline.glob("*/" + envcache.READY)) and list(runs.iterdir())
     leaks = [str(p) for p in written if SECRET.encode() in p.read_bytes()]
@@ -470,6 +471,8 @@ def test_what_people_wrote_is_text_in_the_comment() -> None:
     assert text.count(sneaky) == 3  # base name, header line, about line: each shown, as text
     assert redact(f"https://u:{SECRET}@h/x") == "https://u:****@h/x" and redact(f"git+https://{SECRET}@h/r") == \
         "git+https://****@h/r"
+    assert redact(f"see https://h/p.whl?token={SECRET}&v=1#sha256=ab, then") == \
+        "see https://h/p.whl?token=****&v=****#sha256=ab, then"
 
 
 def test_a_sigterm_stops_a_run_with_one_line_and_leaves_nothing(plugin_repo: Path) -> None:
