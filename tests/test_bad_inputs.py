@@ -256,6 +256,7 @@ def test_more_mistakes_are_named_for_what_they_are(sweep, tmp_path, monkeypatch)
         (["merge", "m", str(sweep), str(sweep)], "is no shard (run without --shard)"),
         (["gate", "--candidate", str(sweep / "results.json")], "compare two of those with `sdpa-bench compare"),
         (["envs", "--env-cache", "afile"], "--env-cache afile: is a file, not a folder"),
+        (["envs", "--env-cache", "afile/sub"], "--env-cache afile/sub: cannot be a folder, afile is a file"),
         # the user's file, never "head working tree of ...: badgate.toml"; before any work (no repository here)
         *([[cmd, "HEAD~1", "--config", "badgate.toml"],
            "error: --config badgate.toml, over sdpa-bench's defaults: time should be a str, got 5"]

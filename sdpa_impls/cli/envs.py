@@ -57,6 +57,9 @@ def _listing(args: argparse.Namespace) -> int:
     (named, cache), now = cache_source(args.env_cache), time.time()
     if cache.exists() and not cache.is_dir():
         raise UsageError(f"{named} {cache}: is a file, not a folder")
+    in_the_way = next((p for p in cache.parents if p.exists() and not p.is_dir()), None)
+    if in_the_way is not None:  # no folder can be there: --prune and a build refuse it too
+        raise UsageError(f"{named} {cache}: cannot be a folder, {in_the_way} is a file")
     cap = size_cap()
     found = entries(cache)
     rows = [[e.folder.name, e.spec or "(a build that did not finish)", fmt_bytes(e.size),
