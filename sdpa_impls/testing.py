@@ -31,7 +31,7 @@ def check(name: str, case: Case, device: str = "cpu", seed: int = 0) -> tuple[fl
     reasons = context.inputs.reasons(impl)
     if reasons:
         raise Unsupported(impl.name, reasons)
-    context.mark()
+    context.mark(contents=True)
     worst = context.check(impl)
     said = context.put_back()  # its inputs written in place, or torch's thread count, grad mode or default dtype
     if said:

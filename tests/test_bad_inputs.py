@@ -186,6 +186,8 @@ class Misbehaves(Implementation):
         if self.how == "writes its inputs":
             with torch.no_grad():
                 inp.value.zero_()
+        if self.how == "writes them unseen":  # through .data, as a raw pointer would: no version counter moves
+            inp.value.data.add_(1.0)
         if self.how == "one thread":
             torch.set_num_threads(1)
         return {"batch dim dropped": lambda: out[0], "fp64": out.double, "None": lambda: None,
@@ -201,6 +203,7 @@ class Misbehaves(Implementation):
     ("None", "returned NoneType; the call's answer is (1, 8, 64, 16)"),
     ("cut", "returned (1, 8, 64, 15) torch.float32"),
     ("writes its inputs", "value); put back for the implementations after it"),  # (gradient check's value)
+    ("writes them unseen", "value); put back for the implementations after it"),
     ("one thread", "changed torch's settings (torch threads 2 -> 1); put back"),
 ])
 def test_an_answer_torch_would_not_give_fails_its_point_and_no_other(how, said, interleaved, mode,
@@ -226,8 +229,41 @@ def test_an_answer_torch_would_not_give_fails_its_point_and_no_other(how, said, 
     assert [r.status for r in rows[1:]] == ["ok", "ok"], [r.reason for r in rows]
 
 
+WRITES_UNSEEN = """
+import sdpa_impls
+
+
+@sdpa_impls.register
+class WritesUnseen(sdpa_impls.Implementation):
+    name = "writes_unseen"
+    support = sdpa_impls.Support()
+
+    def forward(self, inp):
+        out = sdpa_impls.get("naive").forward(inp)
+        inp.value.data.add_(1.0)  # as a kernel's raw pointer would: no version counter moves
+        return out
+"""
+
+
+def test_the_pytest_suite_fails_the_point_that_writes_its_inputs_not_the_next(tmp_path) -> None:
+    """The suite's case inputs are shared by the case's implementations: one that wrote into them unseen passed, and
+    naive after it failed as wrong. Now its own test fails, naming what it did, and naive's passes."""
+    (tmp_path / "writes_unseen_plugin.py").write_text(WRITES_UNSEEN)
+    done = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "sdpa_impls.suite.test_sdpa", "-p",
+                           "writes_unseen_plugin", "-p", "no:cacheprovider", "--benchmark-disable", "-rA",
+                           "--sdpa-device", "cpu", "--sdpa-preset", "smoke", "--sdpa-impl", "writes_unseen,naive",
+                           "-k", "L128-E64-fp32-fwd"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env=os.environ | {"PYTHONPATH": str(tmp_path)})
+    said = [line.split(" - ")[0] for line in done.stdout.splitlines() if line.startswith(("PASSED", "FAILED"))]
+    assert said == ["PASSED ::test_sdpa[naive-L128-E64-fp32-fwd]",
+                    "FAILED ::test_sdpa[writes_unseen-L128-E64-fp32-fwd]"], done.stdout[-3000:]
+    assert ("WrongResult: writes_unseen wrote into its inputs in place (value); put back for the implementations "
+            "after it") in done.stdout, done.stdout[-3000:]
+
+
 @pytest.mark.parametrize("how, said", [("batch dim dropped", "returned (8, 64, 16) torch.float32"),
                                        ("writes its inputs", "wrote into its inputs in place (value)"),
+                                       ("writes them unseen", "wrote into its inputs in place (value)"),
                                        ("one thread", "changed torch's settings (torch threads 2 -> 1)")])
 def test_a_plugin_authors_own_check_names_the_same_mistakes(how, said, monkeypatch) -> None:
     """`sdpa_impls.testing.check`, which the quickstart's test calls, had passed a dropped batch dim and inputs

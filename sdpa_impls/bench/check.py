@@ -169,11 +169,14 @@ class CaseContext:
             raise WrongResult(f"{impl.name} returned {said}; the call's answer is {want[0]} {want[1]} on {want[2]}")
         return out  # type: ignore[return-value]
 
-    def mark(self) -> None:
+    def mark(self, contents: bool = False) -> None:
         """Note the version counters of the case's tensors and torch's process-wide settings, before an
-        implementation runs."""
+        implementation runs; with `contents`, a copy of the tensors too (for its first calls: a write through
+        `.data`, NumPy or a kernel's raw pointer leaves the version counter as it was)."""
         self._versions = {name: t._version for name, t in self._tensors()}
         self._settings = [get() for _, get, _ in SETTINGS]
+        self._copies = {name: t.clone() for name, t in self._tensors()} if contents else {}
+        self._written: list[str] = []
 
     def changed(self) -> tuple[list[str], list[str]]:
         """Since `mark`: the case's tensors written in place (an implementation that changes its inputs), and
@@ -181,7 +184,11 @@ class CaseContext:
         marked = getattr(self, "_versions", {})
         settings = [f"{what} {was} -> {get()}" for (what, get, _), was in zip(SETTINGS, getattr(self, "_settings", []))
                     if get() != was]
-        return [name for name, t in self._tensors() if name in marked and t._version != marked[name]], settings
+        if getattr(self, "_copies", None):  # compared once, then let go: the copies hold the case's memory twice
+            self._written = [n for n, t in self._tensors() if n in self._copies and not torch.equal(t, self._copies[n])]
+            self._copies = {}
+        versions = [name for name, t in self._tensors() if name in marked and t._version != marked[name]]
+        return list(dict.fromkeys(versions + getattr(self, "_written", []))), settings
 
     def restore(self) -> None:
         """The case's tensors made again, in place (prepared closures keep them), for the implementations after."""

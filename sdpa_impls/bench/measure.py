@@ -204,7 +204,7 @@ def _context_or_failures(case: Case, impl_names: list[str], device: str, seed: i
 
 def run_point(impl_name: str, ctx: CaseContext, options: Options = Options()) -> Result:
     """Check, then time and measure one implementation on one case. Every failure becomes a Result."""
-    ctx.mark()
+    ctx.mark(contents=True)
     return ctx.kept(_run_point(impl_name, ctx, options))
 
 
@@ -271,7 +271,7 @@ def run_case_interleaved(case: Case, impl_names: list[str], device: str, options
     results: dict[str, Result] = {}
     live: dict[str, tuple[Result, Callable[[], object], Sampler, Sampler | None, DeviceTiming]] = {}
     for name in impl_names:  # every option of `options` applies, as in run_point
-        ctx.mark()
+        ctx.mark(contents=True)
         base, fn = _prepared(name, ctx)
         if fn is None or any(ctx.changed()):
             results[name] = ctx.kept(base)

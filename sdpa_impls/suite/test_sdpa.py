@@ -24,7 +24,7 @@ import pytest
 from sdpa_impls import Unsupported
 from sdpa_impls.bench import contention
 from sdpa_impls.bench.ceilings import RunCeilings, needed_ceilings
-from sdpa_impls.bench.check import CaseContext
+from sdpa_impls.bench.check import CaseContext, WrongResult
 from sdpa_impls.bench.grid import Case, preset
 from sdpa_impls.bench.measure import prepare_point
 from sdpa_impls.bench.memory import peak_memory
@@ -86,10 +86,18 @@ def test_sdpa(benchmark, request: pytest.FixtureRequest, sdpa_point: tuple[str, 
     case = cases_by_id(sdpa_preset_name)[case_id]
     benchmark.group = case.id
     check, ceilings = os.environ.get(REPEAT_ENV) != "1", os.environ.get(NO_CEILINGS_ENV) != "1"
+    context = case_context(case, sdpa_device)  # shared by the case's implementations, so watched for writes
+    context.mark(contents=True)
     try:  # a WrongResult (an AssertionError) fails the test before any timing
-        point = prepare_point(impl_name, case_context(case, sdpa_device), check=check)
-    except Unsupported as exc:
-        pytest.skip(f"{impl_name}: {'; '.join(exc.reasons)}")
+        point = prepare_point(impl_name, context, check=check)
+    except BaseException as exc:
+        context.put_back()  # the case as it was, for the implementations after it
+        if isinstance(exc, Unsupported):
+            pytest.skip(f"{impl_name}: {'; '.join(exc.reasons)}")
+        raise
+    said = context.put_back()  # its inputs written or torch's settings changed: its failure, not the next one's
+    if said:
+        raise WrongResult(f"{impl_name} {said}")
     config = request.config
     max_time = float(config.getoption("benchmark_max_time"))
     how = DeviceTiming(HOST, HOST_REASON)
