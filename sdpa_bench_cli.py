@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -63,16 +64,27 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         except PackageNotFoundError:  # run from a source tree that was never installed: the package says it
             pass
+    said: list[int] = []
+
+    def interrupted(signum, frame):  # noted as well as raised: torch's C init can swallow the KeyboardInterrupt
+        said.append(signum)
+        raise KeyboardInterrupt
+
+    before = signal.signal(signal.SIGINT, interrupted)
     try:
         from sdpa_impls.cli import main as command_line
     except KeyboardInterrupt:
-        print("sdpa-bench: interrupted", file=sys.stderr)
-        return 130
+        said.append(signal.SIGINT)
     except Exception as exc:  # noqa: BLE001  (the package did not import: nothing of ours can run)
         if traceback_wanted():  # where it came from, and still exit 2, never 1
             print(_masked(traceback.format_exc()), file=sys.stderr, end="")
         print(f"sdpa-bench: error: {import_failure(exc)}", file=sys.stderr)
         return USAGE_EXIT
+    finally:
+        signal.signal(signal.SIGINT, before)
+    if said:  # a Ctrl-C while sdpa_impls imported, even one the import swallowed, stops the command before it starts
+        print("sdpa-bench: interrupted", file=sys.stderr)
+        return 130
     return command_line(argv)
 
 

@@ -75,6 +75,32 @@ def test_ctrl_c_while_torch_imports_is_interrupted_and_130(tmp_path):
     assert err.strip() == "sdpa-bench: interrupted" and out == ""
 
 
+SWALLOWS = f"""import sys, time
+print("importing torch", file=sys.stderr, flush=True)
+try:
+    time.sleep(60)
+except KeyboardInterrupt:  # swallowed, as torch's C init can swallow one raised inside numpy's import
+    pass
+del sys.modules["torch"]  # then the real torch, which this module's import returns
+sys.path.remove({{here!r}})
+import torch
+"""
+
+
+def test_a_ctrl_c_that_torchs_import_swallows_still_stops_the_command(tmp_path):
+    """The import went on after the Ctrl-C and the command ran to its end with exit 0."""
+    env = _with_torch(tmp_path, SWALLOWS.format(here=str(tmp_path)))
+    proc = subprocess.Popen([sys.executable, "-c", LAUNCH, "list"], stderr=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True, env=env)
+    try:
+        assert proc.stderr.readline().strip() == "importing torch"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and err.strip() == "sdpa-bench: interrupted" and out == "", (proc.returncode, err)
+
+
 def test_a_torch_that_does_not_import_shows_where_on_request_and_is_still_2(tmp_path):
     env = _with_torch(tmp_path, 'raise OSError("libcudnn.so.9: cannot open shared object file")\n')
     env["SDPA_BENCH_TRACEBACK"] = "1"
