@@ -206,6 +206,9 @@ def test_a_time_reference_no_side_has_is_named_as_such_before_measuring(repo: di
     assert code == 2 and out == "" and len(message) == 1, err
     assert "base " in message[0] and "time_reference torch_sdpaa: no implementation of that name here" in message[0]
     assert "--impl" not in message[0] and "round" not in err  # named as what it is, before any round
+    assert "an A/A comparison" not in err
+    code, _, err = continuous(repo["path"], repo["good"], "main", *fast, "--config", str(config))  # one commit twice
+    assert code == 2 and f"base and head are one commit ({repo['good'][:7]}): an A/A comparison" in err, err
 
 
 def test_an_unknown_revision_is_unusable(repo: dict, tmp_path: Path) -> None:
