@@ -224,6 +224,40 @@ def test_an_environment_in_use_is_kept_from_every_prune_and_shared_with_other_ru
     assert done.returncode == 0 and not folder.exists(), done.stdout + done.stderr
 
 
+BUILD_AT_ONCE = """
+import sys, time
+from pathlib import Path
+from sdpa_impls.continuous import envcache, envlock
+from sdpa_impls.continuous.envs import EnvSpec
+go = Path(sys.argv[1])
+while not go.exists():  # both runs reach the cache together: each finds no environment, and one builds it
+    time.sleep(0.01)
+with envlock.in_use():
+    env = envcache.prepare(EnvSpec("torch", requirements=("torch",)), None)
+    print(round(time.monotonic() - go.stat().st_mtime + time.time() - time.monotonic(), 1), env.how, flush=True)
+    time.sleep(float(sys.argv[2]))  # its comparison, in the environment
+"""
+
+
+def test_two_runs_that_need_one_new_environment_build_it_once_and_both_go_on(offline: Path, tmp_path: Path) -> None:
+    """The run that did not build waits for the build, then uses the environment beside the builder, rather than
+    for the builder's whole comparison (the builder holds it, shared, until it ends). Which interleaving the two
+    runs take is up to the machine; none may leave one waiting on the other's comparison."""
+    go = tmp_path / "go"
+    runs = [subprocess.Popen([sys.executable, "-c", BUILD_AT_ONCE, str(go), "60"], stdout=subprocess.PIPE, text=True)
+            for _ in range(2)]
+    try:
+        time.sleep(3)  # both started and waiting
+        go.touch()
+        said = [run.stdout.readline().split(" ", 1) for run in runs]  # (seconds after the start, how)
+    finally:
+        for run in runs:
+            run.kill()
+            run.wait()
+    assert sorted(how.split(" ")[0] for _, how in said) == ["built", "cached"], said
+    assert all(float(seconds) < 40 for seconds, _ in said), said  # not 60 s later, when the builder's run ends
+
+
 def test_a_prune_removes_lock_files_left_without_an_entry_but_not_one_held(offline: Path) -> None:
     """A failed build or a removed entry leaves its key's lock file; a prune removes those, except one another run
     holds (a build that has not made its folder yet) and those of entries that stay."""

@@ -189,13 +189,21 @@ def prepare(spec: EnvSpec, cache: Path | None = None, progress: Callable[[str], 
     cap = size_cap()  # a bad value is refused before a build, not after it
     key = cache_key(spec)
     folder = cache / key
-    fd = hold(cache / f"{key}.lock", progress, LOCK_WAIT_S, shared=True)  # beside other runs using it
-    if (folder / READY).is_file():
-        (folder / LAST_USE).touch()
-        keep(fd)  # held while the comparison runs in it (envlock.in_use): no prune removes it meanwhile
-        return Env(str(python_of(folder)), f"cached in {folder}", shown)
-    os.close(fd)
-    fd = hold(cache / f"{key}.lock", progress, LOCK_WAIT_S)
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:  # shared beside the runs using it; exclusive, to build it, once none holds it
+        fd = hold(cache / f"{key}.lock", progress, max(deadline - time.monotonic(), 0.0), shared=True)
+        if (folder / READY).is_file():
+            (folder / LAST_USE).touch()
+            keep(fd)  # held while the comparison runs in it (envlock.in_use): no prune removes it meanwhile
+            return Env(str(python_of(folder)), f"cached in {folder}", shown)
+        os.close(fd)
+        fd = try_hold(cache / f"{key}.lock")  # not a blocking wait: a run that built it meanwhile now uses it, shared
+        if fd is not None:
+            break
+        if time.monotonic() > deadline:
+            raise GateInputError(f"{cache / f'{key}.lock'}: another run has held this environment's lock for more "
+                                 f"than {LOCK_WAIT_S:.0f} s")
+        time.sleep(0.2)
     try:
         if (folder / READY).is_file():  # another run built it meanwhile
             (folder / LAST_USE).touch()
