@@ -175,6 +175,12 @@ def test_the_cache_key_follows_what_decides_pips_result(monkeypatch: pytest.Monk
     local = envkey.cache_key(EnvSpec("e", requirements=("-e", str(tmp_path / "pkg"))))
     (nested / "kernel.py").write_text("a = 2\n")
     assert envkey.cache_key(EnvSpec("e", requirements=("-e", str(tmp_path / "pkg")))) != local
+    wheel = tmp_path / "pkg-1.0-py3-none-any.whl"  # a file: URL is read by its contents, also as `name @ URL`
+    for spec in (parse_spec(f"pkg @ file://{wheel}"), parse_spec(f"file://{wheel}")):
+        wheel.write_bytes(b"one build")
+        before = envkey.cache_key(spec)
+        wheel.write_bytes(b"another build")
+        assert envkey.pinned(spec) and envkey.cache_key(spec) != before, spec
 
 
 def test_an_unpinned_url_or_vcs_requirement_is_built_for_the_run_only(plugin_repo: Path, offline: Path,

@@ -108,8 +108,10 @@ def _fingerprint(words: Sequence[str]) -> list[str]:
     the folder of -e, a file: URL) by their contents, the rest as written."""
     out = []
     for option, value in _parsed(words):
-        local = option in FILE_OPTIONS or (option == "" and is_path(value)) or value.startswith("file:")
-        path = user_path(value.removeprefix("file://"))
+        url = _url(value) if option in ("", "-e", "--editable") else None
+        target = url if url and url.startswith("file:") else value  # `pkg @ file:///...`: the file, as `file:///...`
+        local = option in FILE_OPTIONS or (option == "" and is_path(value)) or target.startswith("file:")
+        path = user_path(target.removeprefix("file://"))
         out.append(f"{option} {value}={_fingerprint_path(path)}" if local and path.exists() else f"{option} {value}")
     return out
 
