@@ -229,6 +229,24 @@ def test_an_answer_torch_would_not_give_fails_its_point_and_no_other(how, said, 
     assert [r.status for r in rows[1:]] == ["ok", "ok"], [r.reason for r in rows]
 
 
+def test_an_input_too_large_to_copy_is_watched_by_its_sum_and_nan_is_no_write(monkeypatch) -> None:
+    """The copies that catch a write no version counter sees: an input over COPY_MAX_BYTES (a GPU case's dense
+    mask) is kept as its sum instead, and an input that holds NaN, unwritten, is not taken for a written one."""
+    from sdpa_impls.bench import check
+    monkeypatch.setattr(check, "COPY_MAX_BYTES", 0)
+    impl = Misbehaves()
+    impl.how = "writes them unseen"
+    monkeypatch.setitem(registry._REGISTRY, impl.name, impl)
+    with pytest.raises(WrongResult, match=re.escape("wrote into its inputs in place (value)")):
+        testing.check(impl.name, Case(lq=64, lk=64, e=16))
+    for limit in (0, 1 << 30):  # its sum, then its copy
+        monkeypatch.setattr(check, "COPY_MAX_BYTES", limit)
+        ctx = check.CaseContext(Case(lq=64, lk=64, e=16), "cpu", 0)
+        ctx.inputs.value[0, 0, 0, 0] = float("nan")
+        ctx.mark(contents=True)
+        assert ctx.changed() == ([], []), limit
+
+
 WRITES_UNSEEN = """
 import sdpa_impls
 

@@ -16,6 +16,7 @@ from .refgrads import reference_grads
 from .result import Result
 
 BASELINE_IMPL = "naive"  # the error every other implementation is allowed twice of
+COPY_MAX_BYTES = 256 << 20  # a larger input (a GPU case's dense mask) is watched by its sum, not a copy
 GRAD_CHECK_MAX_SCORES = 1 << 27  # larger cases check their gradients on a slice: one batch, one or two heads
 
 
@@ -109,7 +110,10 @@ class CaseContext:
         if self.grad_case is not None:
             self._grad_inputs = sliced_inputs(inputs, self.grad_case)
             if hasattr(self, "_versions"):  # made during a point (the first to check gradients): watched from now
-                self._versions |= {n: t._version for n, t in self._tensors() if n not in self._versions}
+                new = [(n, t) for n, t in self._tensors() if n not in self._versions]
+                self._versions |= {n: t._version for n, t in new}
+                if self._copies is not None:
+                    self._copies |= _copies(new)
             gi = self._grad_inputs
             grads = reference_grads(gi.query, gi.key, gi.value, gi.grad_out, gi.attn_mask, is_causal=case.causal)
         self._expected = (ref, grads, {})
@@ -175,8 +179,14 @@ class CaseContext:
         `.data`, NumPy or a kernel's raw pointer leaves the version counter as it was)."""
         self._versions = {name: t._version for name, t in self._tensors()}
         self._settings = [get() for _, get, _ in SETTINGS]
-        self._copies = {name: t.clone() for name, t in self._tensors()} if contents else {}
+        self._copies: dict[str, torch.Tensor] | None = _copies(self._tensors()) if contents else None
         self._written: list[str] = []
+
+    def settle(self) -> None:
+        """Compare the inputs with their copies from `mark`, and let the copies go (before the point is timed)."""
+        if self._copies is not None:
+            self._written = [n for n, t in self._tensors() if n in self._copies and not _same(t, self._copies[n])]
+            self._copies = None
 
     def changed(self) -> tuple[list[str], list[str]]:
         """Since `mark`: the case's tensors written in place (an implementation that changes its inputs), and
@@ -184,9 +194,8 @@ class CaseContext:
         marked = getattr(self, "_versions", {})
         settings = [f"{what} {was} -> {get()}" for (what, get, _), was in zip(SETTINGS, getattr(self, "_settings", []))
                     if get() != was]
-        if getattr(self, "_copies", None):  # compared once, then let go: the copies hold the case's memory twice
-            self._written = [n for n, t in self._tensors() if n in self._copies and not torch.equal(t, self._copies[n])]
-            self._copies = {}
+        if getattr(self, "_copies", None) is not None:
+            self.settle()
         versions = [name for name, t in self._tensors() if name in marked and t._version != marked[name]]
         return list(dict.fromkeys(versions + getattr(self, "_written", []))), settings
 
@@ -255,3 +264,27 @@ class CaseContext:
                                   f"{tol:.3g} (2 × naive's {counted:.3g} + floor{cut})", err, tol)
             worst = max(worst, (err / tol, err, tol))
         return worst[1], worst[2]
+
+
+def _copies(tensors) -> dict[str, torch.Tensor]:
+    """What `mark` keeps of each input to compare after the first calls: a copy, or the sum of one larger than
+    COPY_MAX_BYTES; none where memory is short (the version counters still watch them)."""
+    try:
+        return {n: t.clone() if t.numel() * t.element_size() <= COPY_MAX_BYTES else _total(t) for n, t in tensors}
+    except (RuntimeError, MemoryError):  # torch's OutOfMemoryError is a RuntimeError: no point fails for a copy
+        return {}
+
+
+def _total(t: torch.Tensor) -> torch.Tensor:
+    return t.sum(dtype=torch.float64) if t.is_floating_point() else t.sum(dtype=torch.int64)
+
+
+def _same(t: torch.Tensor, kept: torch.Tensor) -> bool:
+    """Whether `t` still holds what `kept` (its copy, or its sum: a write that keeps the sum, or one into a mask whose
+    sum is -inf, goes unseen) says; NaN equal to NaN."""
+    now = _total(t) if kept.dim() == 0 and t.dim() > 0 else t
+    if torch.equal(now, kept):
+        return True
+    return now.is_floating_point() and bool((now.isnan() == kept.isnan()).all()) and torch.equal(
+        now.nan_to_num(), kept.nan_to_num())
+
