@@ -42,6 +42,22 @@ def test_a_finished_sweep_resumed_measures_nothing_and_keeps_its_results(tmp_pat
     assert (out / "results.json").read_bytes() == before
 
 
+def test_a_shard_is_checked_against_its_own_preset_on_resume(tmp_path, capsys) -> None:
+    """Shard 90 of 96 holds a case of `masks` (96 cases) and none of the CPU's default preset (`cpu`, 80): a resume
+    that names the shard, not the preset (as the resume's own refusal says to), goes on with the saved preset; a new
+    sweep of that shard of `cpu` is refused before any folder is made. (cudnn_frontend skips on the CPU: no L 8192
+    point is measured, and a sweep of skips alone is exit 2.)"""
+    out = tmp_path / "masks-90"
+    assert main(["run", "--preset", "masks", "--shard", "90/96", "--impl", "cudnn_frontend", "--out", str(out),
+                 *FAST]) == 2
+    capsys.readouterr()
+    assert main(["run", "--device", "cpu", "--shard", "90/96", "--out", str(out), "--resume", "--no-plots"]) == 2
+    assert "nothing left to measure: 1 points" in capsys.readouterr().err
+    assert main(["run", "--device", "cpu", "--shard", "90/96", "--out", str(tmp_path / "new"), *FAST]) == 2
+    assert "preset cpu has 80 cases, so shard 90 holds none" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()
+
+
 def _file_size_limit() -> None:  # in the child: writes past 6 kB fail with EFBIG, as on a full disk
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_FSIZE, (6000, 6000))

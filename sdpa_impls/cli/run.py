@@ -111,10 +111,20 @@ def _now() -> str:
 def _new(args: argparse.Namespace, device: str, preset: str, impls: list[str] | None, opts: Options) -> store.Sweep:
     shard = parse_shard(args.shard) if args.shard else None
     cases = grid.shard_of(grid.preset(preset), *shard) if shard else list(grid.preset(preset))
+    if shard and not getattr(args, "shard_auto", False):
+        _check_shard(preset, shard)
     meta = {"preset": preset, "device": device, "shard": "/".join(map(str, shard)) if shard else None,
             "impls": impls or names(), "case_ids": [c.id for c in cases], "options": dataclasses.asdict(opts),
             "seed": args.seed or 0, "machine": machine_info(device), "ceilings": {}, "started": _now()}
     return store.Sweep(meta)
+
+
+def _check_shard(preset: str, shard: tuple[int, int]) -> None:
+    """UsageError where shard I of N holds no case of `preset` (it would measure nothing, and pass)."""
+    count = len(grid.preset(preset))
+    if not grid.shard_of(grid.preset(preset), *shard):
+        raise UsageError(f"--shard {shard[0]}/{shard[1]}: preset {preset} has {count} cases, so shard {shard[0]} holds "
+                         f"none: use at most {count} shards")
 
 
 def run_pending(sweep: store.Sweep, watched: watch.PointWatch, progress: Progress, ceilings: RunCeilings) -> None:
@@ -176,12 +186,12 @@ def run(args: argparse.Namespace) -> int:
         parse_shard(args.shard)
     try:
         preset = args.preset or grid.default_preset_name(device)
-        cases = grid.preset(preset)
+        grid.preset(preset)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    if args.shard and not auto and not grid.shard_of(cases, *parse_shard(args.shard)):  # (a launcher's extra
-        raise UsageError(f"--shard {args.shard}: preset {preset} has {len(cases)} cases, so shard "  # ranks go on)
-                         f"{args.shard.split('/')[0]} holds none: use at most {len(cases)} shards")
+    args.shard_auto = auto  # a launcher's ranks past the preset's cases measure nothing, and pass
+    if args.shard and not auto and not args.resume:  # before the folder is made (a resume: its saved preset's)
+        _check_shard(preset, parse_shard(args.shard))
     if auto:  # every process of the launch gets its own folder under one parent
         out = (args.out or Path("results") / f"{preset}-shards") / f"shard-{args.shard.replace('/', 'of')}"
     else:
