@@ -33,7 +33,6 @@ from ..continuous.bisect_replay import INTERRUPTED, IN_PROGRESS, load_replay
 from ..continuous.bisect_render import as_dict, render
 from ..continuous.comparison import Plan
 from ..continuous.envcache import cache_source, size_cap
-from ..continuous.envlock import in_use
 from ..continuous.project import find
 from ..continuous.steps import rows_from_verdict
 from ..credentials import redact
@@ -123,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
             if args.json:
                 _save(args.json, partial, IN_PROGRESS)
         try:
-            with terminate_as_interrupt(), in_use():  # its cached environments locked, shared, until it ends
+            with terminate_as_interrupt():
                 result = search(query, plan, find(Path.cwd(), not args.package, "bisect"), progress, replay, saved)
         except KeyboardInterrupt as exc:
             return _interrupted(args, so_far[0] if so_far else None, isinstance(exc, Terminated))

@@ -50,6 +50,7 @@ from ..gate.config import load_config
 from .adaptive import keyword, selection
 from .assemble import Request
 from .comparison import Comparison, Plan, check_keyword, compare
+from .envlock import in_use
 from .lines import commits, releases
 from .project import NONE, Project
 from .bisect_answer import (AGAINST_BAD, CONFIRM, CULPRIT, ENDPOINTS, INCONCLUSIVE, NO_REGRESSION, SEARCH, UNDECIDED,
@@ -127,7 +128,8 @@ class _Searcher(Resumable):
         plan = dataclasses.replace(self.plan, seed=seed, select=self.select, time_floor=self.floor or None)
         request = self.line.request(base, head)
         start = time.monotonic()
-        comparison = compare(request, plan, self.project, lambda text: self.progress(f"  {tag}: {text}"))
+        with in_use():  # its environments held while it runs, then free for the size cap to evict
+            comparison = compare(request, plan, self.project, lambda text: self.progress(f"  {tag}: {text}"))
         labels = self.labels or tuple(r.label for r in comparison.report.rows if r.decision is not None)
         rows = row_steps(comparison, labels, self.memory)
         floor = self.floor if self.labels else comparison.report.factor  # 0: memory rows only, no time floor
