@@ -5,6 +5,7 @@ or writes, as pip masks it in its own messages.
         -> "--extra-index-url https://__token__:****@host/simple"
     redact("git+https://TOKEN@host/repo")   -> "git+https://****@host/repo"   # a lone user part may be a token
     redact("https://host/p.whl?token=T&x=1#sha256=abc") -> "https://host/p.whl?token=****&x=****#sha256=abc"
+    redact("https://host/simple?SECRET")          -> "https://host/simple?****"
 
 Every value of a URL's query is masked: a signed or token URL carries its secret there, under any name.
 """
@@ -24,7 +25,6 @@ def _mask(match: re.Match) -> str:
 
 
 _URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]*")
-_QUERY_VALUE = re.compile(r"=[^&;#)\]]*")
 
 
 def _mask_query(match: re.Match) -> str:
@@ -32,7 +32,9 @@ def _mask_query(match: re.Match) -> str:
     if not mark:
         return url
     query, hash_mark, fragment = rest.partition("#")  # the fragment (#sha256=...) is a pin, not a secret
-    return f"{url}?{_QUERY_VALUE.sub('=' + MASK, query)}{hash_mark}{fragment}"
+    parts = re.split(r"([&;])", query)  # each value masked whole (a key alone, `?SECRET`, may be the secret)
+    masked = [p if p in "&;" else (p.split("=", 1)[0] + "=" + MASK if "=" in p else MASK) for p in parts if p]
+    return f"{url}?{''.join(masked)}{hash_mark}{fragment}"
 
 
 def redact(text: str) -> str:

@@ -513,6 +513,7 @@ def test_what_people_wrote_is_text_in_the_comment() -> None:
         "git+https://****@h/r"
     assert redact(f"see https://h/p.whl?token={SECRET}&v=1#sha256=ab, then") == \
         "see https://h/p.whl?token=****&v=****#sha256=ab, then"
+    assert redact(f"https://h/simple?{SECRET} https://h/p?sig=ab){SECRET}") == "https://h/simple?**** https://h/p?sig=****"
 
 
 def test_a_sigterm_stops_a_run_with_one_line_and_leaves_nothing(plugin_repo: Path) -> None:
