@@ -476,6 +476,9 @@ def test_overwrite_deletes_no_other_tools_results_json(tmp_path):
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
         assert "is not an sdpa-bench results file" in proc.stderr and "choose another --out" in proc.stderr
     assert (other / "results.json").read_text() == '{"accuracy": 0.91}' and (other / "report.md").exists()
+    from sdpa_impls.report.results import not_a_sweep
+    (other / "results.json").write_text('{"format":"sdpa-bench-results","version":1,"meta":{')  # compact, cut short
+    assert not_a_sweep(other) is None  # a sweep of ours, which --overwrite may replace
     (tmp_path / "dir" / "results.json").mkdir(parents=True)
     proc = cli("run", "--preset", "smoke", "--out", str(tmp_path / "dir"), "--overwrite", *FAST)
     assert proc.returncode == 2 and "results.json is a folder" in proc.stderr and "Traceback" not in proc.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -129,7 +130,7 @@ def not_a_sweep(directory: Path) -> str | None:
             head = f.read(256)
     except OSError as exc:
         return f"cannot read {path}: {exc.strerror or exc}"
-    if f'"format": "{FORMAT}"'.encode() not in head:
+    if not re.search(rb'"format"\s*:\s*"' + FORMAT.encode() + rb'"', head):  # written compact or indented
         return f"{path} is not an sdpa-bench results file (no \"format\": \"{FORMAT}\")"
     return None
 
