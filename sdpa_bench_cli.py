@@ -70,7 +70,13 @@ def main(argv: list[str] | None = None) -> int:
         said.append(signum)
         raise KeyboardInterrupt
 
-    before = signal.signal(signal.SIGINT, interrupted)
+    before = signal.getsignal(signal.SIGINT)
+    ours = before is signal.default_int_handler  # a SIGINT the process was started to ignore stays ignored
+    if ours:
+        try:
+            signal.signal(signal.SIGINT, interrupted)
+        except ValueError:  # off the main thread: no handler of ours
+            ours = False
     try:
         from sdpa_impls.cli import main as command_line
     except KeyboardInterrupt:
@@ -81,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sdpa-bench: error: {import_failure(exc)}", file=sys.stderr)
         return USAGE_EXIT
     finally:
-        signal.signal(signal.SIGINT, before)
+        if ours:
+            signal.signal(signal.SIGINT, before)
     if said:  # a Ctrl-C while sdpa_impls imported, even one the import swallowed, stops the command before it starts
         print("sdpa-bench: interrupted", file=sys.stderr)
         return 130

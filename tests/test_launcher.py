@@ -101,6 +101,20 @@ def test_a_ctrl_c_that_torchs_import_swallows_still_stops_the_command(tmp_path):
     assert proc.returncode == 130 and err.strip() == "sdpa-bench: interrupted" and out == "", (proc.returncode, err)
 
 
+def test_a_process_started_to_ignore_ctrl_c_still_ignores_it_while_torch_imports(tmp_path):
+    """A background job of a script (`sdpa-bench list &`) ignores SIGINT from its start; the launcher leaves it so."""
+    env = _with_torch(tmp_path, SWALLOWS.format(here=str(tmp_path)).replace("time.sleep(60)", "time.sleep(2)"))
+    proc = subprocess.Popen([sys.executable, "-c", LAUNCH, "list"], stderr=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True, env=env, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        assert proc.stderr.readline().strip() == "importing torch"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0 and "naive" in out, (proc.returncode, err)
+
+
 def test_a_torch_that_does_not_import_shows_where_on_request_and_is_still_2(tmp_path):
     env = _with_torch(tmp_path, 'raise OSError("libcudnn.so.9: cannot open shared object file")\n')
     env["SDPA_BENCH_TRACEBACK"] = "1"
