@@ -170,7 +170,7 @@ def assemble(request: Request, project: Project, work: Path, folders: tuple[str,
             head_commit = resolve(root, request.head)
             head = side("head", head_dir, _name(root, request.head, head_commit), head_dir / "tree")
             checkout(root, head_commit, head.tree)
-            if request.base and head_commit == base_commit and not (request.base_env or request.head_env):
+            if head_commit == base_commit and not (request.base_env or request.head_env):
                 progress(f"base and head are one commit ({head_commit[:7]}): an A/A comparison, whose only "
                          "differences are the machine's noise")
         else:
