@@ -60,18 +60,26 @@ def test_a_traceback_is_asked_for_by_a_value_that_means_yes(tmp_path):
         assert proc.returncode == 2 and ("Traceback" in proc.stderr) == shown, (value, proc.stderr)
 
 
+def ctrl_c_while_importing(env: dict[str, str], ignored: bool = False) -> tuple[int, str, str]:
+    """`sdpa-bench list` sent a real Ctrl-C (SIGINT) once its torch says it is importing; (status, stdout, stderr).
+    `ignored`: the process is started with SIGINT ignored, as a script's background job is."""
+    proc = subprocess.Popen([sys.executable, "-c", LAUNCH, "list"], stderr=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True, env=env,
+                            preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if ignored else None)
+    try:
+        assert proc.stderr.readline().strip() == "importing torch"
+        proc.send_signal(signal.SIGINT)  # delivered in the middle of the import
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    return proc.returncode, out, err
+
+
 def test_ctrl_c_while_torch_imports_is_interrupted_and_130(tmp_path):
     env = _with_torch(tmp_path, "import sys, time\nprint('importing torch', file=sys.stderr, flush=True)\n"
                                 "time.sleep(60)\n")
-    proc = subprocess.Popen([sys.executable, "-c", LAUNCH, "list"], stderr=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True, env=env)
-    try:
-        assert proc.stderr.readline().strip() == "importing torch"
-        proc.send_signal(signal.SIGINT)  # a real Ctrl-C, delivered in the middle of the import
-        out, err = proc.communicate(timeout=30)
-    finally:
-        proc.kill()
-    assert proc.returncode == 130, err
+    code, out, err = ctrl_c_while_importing(env)
+    assert code == 130, err
     assert err.strip() == "sdpa-bench: interrupted" and out == ""
 
 
@@ -89,30 +97,15 @@ import torch
 
 def test_a_ctrl_c_that_torchs_import_swallows_still_stops_the_command(tmp_path):
     """The import went on after the Ctrl-C and the command ran to its end with exit 0."""
-    env = _with_torch(tmp_path, SWALLOWS.format(here=str(tmp_path)))
-    proc = subprocess.Popen([sys.executable, "-c", LAUNCH, "list"], stderr=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True, env=env)
-    try:
-        assert proc.stderr.readline().strip() == "importing torch"
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
-    assert proc.returncode == 130 and err.strip() == "sdpa-bench: interrupted" and out == "", (proc.returncode, err)
+    code, out, err = ctrl_c_while_importing(_with_torch(tmp_path, SWALLOWS.format(here=str(tmp_path))))
+    assert code == 130 and err.strip() == "sdpa-bench: interrupted" and out == "", (code, err)
 
 
 def test_a_process_started_to_ignore_ctrl_c_still_ignores_it_while_torch_imports(tmp_path):
     """A background job of a script (`sdpa-bench list &`) ignores SIGINT from its start; the launcher leaves it so."""
     env = _with_torch(tmp_path, SWALLOWS.format(here=str(tmp_path)).replace("time.sleep(60)", "time.sleep(2)"))
-    proc = subprocess.Popen([sys.executable, "-c", LAUNCH, "list"], stderr=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True, env=env, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
-    try:
-        assert proc.stderr.readline().strip() == "importing torch"
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
-    assert proc.returncode == 0 and "naive" in out, (proc.returncode, err)
+    code, out, err = ctrl_c_while_importing(env, ignored=True)
+    assert code == 0 and "naive" in out, (code, err)
 
 
 def test_a_torch_that_does_not_import_shows_where_on_request_and_is_still_2(tmp_path):
