@@ -299,3 +299,19 @@ def test_a_scale_past_fp32s_range_answers_like_torch_math(impl, dtype: torch.dty
     got, want = ours(impl, args)[0], torch_math(args)[0]
     assert torch.equal(got.isnan(), want.isnan()) and want.isnan().any()
     torch.testing.assert_close(got[~got.isnan()], want[~want.isnan()])
+
+
+@pytest.mark.parametrize("impl", OURS[1:], ids=lambda i: i.name)
+@pytest.mark.parametrize("scale", (0.0, -0.0, 1e-46), ids=str)  # 1e-46 is 0 in fp32, as a GEMM's alpha
+def test_a_scale_of_zero_answers_like_torch_math_in_bf16(impl, scale: float, monkeypatch) -> None:
+    """Every score 0: each row the mean of v, and dq = dk = 0. torch's bf16 baddbmm with alpha 0 leaves its output
+    as it was, which in the tiled implementations' bf16 path is uninitialised memory (NaN, or any number)."""
+    monkeypatch.setenv("SDPA_BENCH_CPU_BF16", "bf16")  # the path a CPU with a fast bf16 GEMM takes
+    gen = torch.Generator().manual_seed(9)
+    args = {k: torch.randn(1, 2, 64, 8, generator=gen).to(BF16) for k in ("query", "key", "value")}
+    args["scale"] = scale
+    grad_out = torch.randn(1, 2, 64, 8, generator=gen).to(BF16)
+    (got, grads), (want, want_grads) = ours(impl, args, grad_out), torch_math(args, grad_out)
+    for g, w in zip((got, *grads), (want, *want_grads)):
+        torch.testing.assert_close(g.float(), w.float(), atol=2e-2, rtol=2e-2)
+

@@ -69,6 +69,8 @@ def in_fp32(inp: SDPAInputs, keys_summed: int) -> tuple[bool, str]:
     says, bf16 as this device's GEMMs say (`budget.bf16_compute`). Decide it in `prepare_inputs`."""
     if inp.is_empty or inp.query.dtype in (torch.float32, torch.float64):
         return False, ""
+    if torch.tensor(inp.softmax_scale, dtype=torch.float32).item() == 0.0:  # a GEMM's alpha of 0: torch's bf16
+        return True, "fp32 compute (scale 0)"  # baddbmm then leaves its output as it was (uninitialised here)
     if inp.query.dtype == torch.float16:
         widen = fp16_in_fp32(inp, keys_summed)
         return widen, "fp32 compute" if widen else "fp16 compute"
