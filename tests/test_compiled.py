@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import sdpa_impls
 from sdpa_impls.bench.check import CaseContext
@@ -62,6 +63,16 @@ def test_flex_backward_on_cpu_is_refused_in_torchs_words() -> None:
     assert reasons == [f"FlexAttention does not support backward on CPU. Please set the input requires_grad to "
                        f"False or use another device. ({TORCH})"]
     assert sdpa_impls.get("compiled").unsupported_reasons(q, q, q) == []  # inductor compiles a backward here
+
+
+@NEEDS["flex"]
+def test_flex_answers_an_input_expanded_along_its_head_dim() -> None:
+    """A v (or q, k) expanded from (…, L, 1): stride 0 in its last dim, which torch's compiled flex kernels read
+    outside the tensor (an answer off by 1e32); given to them dense, it answers as torch's SDPA does."""
+    gen = torch.Generator().manual_seed(3)
+    q, k = torch.randn(1, 2, 16, 16, generator=gen), torch.randn(1, 2, 16, 16, generator=gen)
+    v = torch.randn(1, 2, 16, 1, generator=gen).expand(1, 2, 16, 16)
+    torch.testing.assert_close(sdpa_impls.get("flex")(q, k, v), F.scaled_dot_product_attention(q, k, v))
 
 
 @pytest.mark.parametrize("impl", COMPILED, ids=lambda i: i.name)

@@ -152,8 +152,9 @@ class Flex(Implementation):
     def prepare_inputs(self, inp: SDPAInputs) -> Callable[[], torch.Tensor]:
         if inp.is_empty:
             return lambda: empty_attention(inp)
-        flex = compiled_flex()
-        q, k, v = inp.query, inp.key, inp.value
+        flex = compiled_flex()  # its kernels read a last dim of stride other than 1 (an input expanded from
+        q, k, v = (t if t.stride(-1) == 1 or t.shape[-1] <= 1 else t.contiguous()  # (…, L, 1)) wrongly: made dense
+                   for t in (inp.query, inp.key, inp.value))
         kwargs = {"score_mod": score_mod(inp), "block_mask": block_mask(inp), "scale": inp.softmax_scale,
                   "enable_gqa": q.shape[1] != k.shape[1]}
         return declare_compiles(lambda: flex(q, k, v, **kwargs))
