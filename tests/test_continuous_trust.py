@@ -212,24 +212,6 @@ def test_the_cache_is_bounded_and_listed(offline: Path, tmp_path: Path) -> None:
     assert not list(offline.glob("*.lock"))  # the removed entry's lock file goes with it
 
 
-def test_an_environment_in_use_is_kept_from_every_prune_and_shared_with_other_runs(offline: Path) -> None:
-    """A comparison holds each cached environment it runs in until it ends (envlock.in_use): `envs --prune
-    --older-than 0` in another process ("every one not in use now") leaves it, and another run uses it meanwhile
-    without waiting; once the comparison ends, the same prune removes it."""
-    spec = EnvSpec("torch", requirements=("torch",))  # satisfied by this environment: nothing is installed
-    prune = [sys.executable, "-m", "sdpa_impls", "envs", "--prune", "--older-than", "0"]
-    beside = [sys.executable, "-c", "from sdpa_impls.continuous import envcache; from sdpa_impls.continuous.envs "
-              "import EnvSpec; print(envcache.prepare(EnvSpec('torch', requirements=('torch',)), None).how)"]
-    with envlock.in_use():
-        folder = Path(envcache.prepare(spec, None).python).parents[1]
-        done = subprocess.run(prune, capture_output=True, text=True, timeout=120)
-        assert done.returncode == 0 and folder.is_dir(), done.stdout + done.stderr
-        other = subprocess.run(beside, capture_output=True, text=True, timeout=60)  # shared, not "building"
-        assert other.returncode == 0 and other.stdout.startswith("cached in "), other.stdout + other.stderr
-    done = subprocess.run(prune, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0 and not folder.exists(), done.stdout + done.stderr
-
-
 BUILD_AT_ONCE = """
 import sys, time
 from pathlib import Path
@@ -243,6 +225,32 @@ with envlock.in_use():
     print(round(time.monotonic() - go.stat().st_mtime + time.time() - time.monotonic(), 1), env.how, flush=True)
     time.sleep(float(sys.argv[2]))  # its comparison, in the environment
 """
+
+
+def test_an_environment_in_use_is_kept_from_every_prune_and_shared_with_other_runs(offline: Path,
+                                                                                  tmp_path: Path) -> None:
+    """A comparison holds each cached environment it runs in until it ends (envlock.in_use): `envs --prune
+    --older-than 0` in another process ("every one not in use now") leaves it, and another run uses it meanwhile
+    without waiting; once the comparison ends, the same prune removes it. (Every run here is a process of its own,
+    started alike: the test's own process has pytest's sys.path, and so another cache key.)"""
+    go = tmp_path / "go"
+    go.touch()
+    prune = [sys.executable, "-m", "sdpa_impls", "envs", "--prune", "--older-than", "0"]
+    holder = subprocess.Popen([sys.executable, "-c", BUILD_AT_ONCE, str(go), "60"], stdout=subprocess.PIPE, text=True)
+    try:
+        how = holder.stdout.readline().split(" ", 1)[1]
+        folder = Path(how.strip().split(" into ")[-1].split("cached in ")[-1])
+        assert how.startswith("built") and folder.is_dir(), how
+        done = subprocess.run(prune, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0 and folder.is_dir(), done.stdout + done.stderr
+        other = subprocess.run([sys.executable, "-c", BUILD_AT_ONCE, str(go), "0"], capture_output=True, text=True,
+                               timeout=60)  # shared, not "building"
+        assert other.returncode == 0 and other.stdout.split(" ", 1)[1].startswith(f"cached in {folder}"), other
+    finally:
+        holder.kill()
+        holder.wait()
+    done = subprocess.run(prune, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and not folder.exists(), done.stdout + done.stderr
 
 
 def test_two_runs_that_need_one_new_environment_build_it_once_and_both_go_on(offline: Path, tmp_path: Path) -> None:
