@@ -234,9 +234,10 @@ def _sweep(args: argparse.Namespace, device: str, preset: str, impls: list[str] 
         return _outcome(out, sweep, files, f"nothing left to measure: {total} points, measured in "
                                            f"{fmt_duration(meta.get('wall_s', 0.0))}; {store.RESULTS_FILE} unchanged")
     # which code measured which points, when a sweep is resumed over days (report.md lists them)
+    fixed = settings()  # the CPU variables set for this session
     meta.setdefault("sessions", []).append({"started": _now(), "source": source_revision()
                                             + plugin_sources(meta["impls"]), "first_point": done + 1}
-                                           | ({"settings": settings()} if settings() else {}))
+                                           | ({"settings": fixed} if fixed else {}))
     said = running.ended_inside(out, sweep) if existing else None
     if said:
         progress.note(said)

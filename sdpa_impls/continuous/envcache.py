@@ -163,6 +163,14 @@ def build(folder: Path, requirements: Sequence[str], constraints: str = "", what
     return time.monotonic() - start
 
 
+def _cached(folder: Path, fd: int, shown: str) -> Env:
+    """The built environment in `folder`, its use noted and its lock `fd` held while the comparison runs in it
+    (envlock.in_use): no prune removes it meanwhile."""
+    (folder / LAST_USE).touch()
+    keep(fd)
+    return Env(str(python_of(folder)), f"cached in {folder}", shown)
+
+
 def prepare(spec: EnvSpec, cache: Path | None = None, progress: Callable[[str], None] | None = None,
             scratch: Path | None = None) -> Env:
     """The interpreter of `spec`'s environment: a given one as it is (checked to run), else the cached build for
@@ -193,9 +201,7 @@ def prepare(spec: EnvSpec, cache: Path | None = None, progress: Callable[[str], 
     while True:  # shared beside the runs using it; exclusive, to build it, once none holds it
         fd = hold(cache / f"{key}.lock", progress, max(deadline - time.monotonic(), 0.0), shared=True)
         if (folder / READY).is_file():
-            (folder / LAST_USE).touch()
-            keep(fd)  # held while the comparison runs in it (envlock.in_use): no prune removes it meanwhile
-            return Env(str(python_of(folder)), f"cached in {folder}", shown)
+            return _cached(folder, fd, shown)
         os.close(fd)
         fd = try_hold(cache / f"{key}.lock")  # not a blocking wait: a run that built it meanwhile now uses it, shared
         if fd is not None:
@@ -206,9 +212,7 @@ def prepare(spec: EnvSpec, cache: Path | None = None, progress: Callable[[str], 
         time.sleep(0.2)
     try:
         if (folder / READY).is_file():  # another run built it meanwhile
-            (folder / LAST_USE).touch()
-            keep(fd)
-            return Env(str(python_of(folder)), f"cached in {folder}", shown)
+            return _cached(folder, fd, shown)
         shutil.rmtree(folder, ignore_errors=True)  # an entry without its marker (made before builds were renamed)
         staging = cache / f"{BUILDING}{key}-{uuid.uuid4().hex[:8]}"
         if progress:
