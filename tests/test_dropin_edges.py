@@ -101,6 +101,17 @@ def test_inputs_without_a_batch_get_torchs_answer_at_their_rank(name: str, shape
         torch.testing.assert_close(qq.grad, theirs_q.grad, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("shape", [(9, 16), (3, 9, 16), (1, 2, 3, 9, 16)], ids=["rank 2", "rank 3", "rank 5"])
+def test_torch_sdpa_of_another_rank_is_torchs_own_call(shape: tuple[int, ...]) -> None:
+    """torch_sdpa is F.sdpa: for inputs that are not 4-D torch computes with math, not its CPU flash kernel, so the
+    answer is bit for bit F.sdpa's. Causal with a negative scale is where the kernels disagree most: NaN from the
+    flash kernel a 4-D view reaches, numbers from math."""
+    q, k, v = qkv(*shape, seed=8)
+    for kw in ({}, {"is_causal": True}, {"is_causal": True, "scale": -1.0}):
+        mine = sdpa_impls.get("torch_sdpa")(q, k, v, **kw)
+        torch.testing.assert_close(mine, F.scaled_dot_product_attention(q, k, v, **kw), atol=0, rtol=0)
+
+
 def _shaped(q: tuple[int, ...], kv: tuple[int, ...], seed: int) -> tuple[torch.Tensor, ...]:
     g = torch.Generator().manual_seed(seed)
     return torch.randn(*q, generator=g), torch.randn(*kv, generator=g), torch.randn(*kv, generator=g)

@@ -151,6 +151,20 @@ class TorchSDPA(Implementation):
     def forward(self, inp: SDPAInputs) -> torch.Tensor:
         return self.prepare_inputs(inp)()
 
+    def prepare(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,  # type: ignore[override]
+                attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0, is_causal: bool = False,
+                scale: float | None = None, enable_gqa: bool = False, **kwargs: object) -> Callable[[], torch.Tensor]:
+        """As every implementation's (the same checks and errors), but unpinned q, k and v of a rank other than 4
+        go to torch as the caller gave them: torch's dispatch takes its fused CPU kernels only for 4-D inputs and
+        computes others with math, so the (B, H, L, E) view would run another kernel than F.sdpa of the same call
+        (rounding apart, causal with a negative scale: NaN from the CPU flash kernel, numbers from math). A pinned
+        backend keeps the 4-D view: it is asked for its kernel."""
+        fn = super().prepare(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, **kwargs)
+        if self.backend is not None or all(t.dim() == 4 for t in (query, key, value)):
+            return fn
+        return lambda: F.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal,
+                                                      scale=scale, enable_gqa=enable_gqa)
+
 
 @register
 class TorchDefault(TorchSDPA):
