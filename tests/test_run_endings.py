@@ -30,13 +30,14 @@ def load(directory: Path) -> dict:
 
 def test_a_finished_sweep_resumed_measures_nothing_and_keeps_its_results(tmp_path, capsys):
     """Resuming a finished sweep (a CI that always passes --resume) changes nothing: not the ceilings its points were
-    judged against, not their rooflines, not its list of sessions."""
+    judged against, not their rooflines, not its list of sessions, nor its --no-plots."""
     out = tmp_path / "done"
     assert main([*SMOKE, "--impl", "naive", "--out", str(out), *FAST]) == 0
     before = (out / "results.json").read_bytes()
     capsys.readouterr()
-    assert main([*SMOKE, "--impl", "naive", "--out", str(out), "--resume", "--no-plots"]) == 0
+    assert main([*SMOKE, "--impl", "naive", "--out", str(out), "--resume"]) == 0  # --no-plots kept from the start
     err = capsys.readouterr().err
+    assert not list(out.rglob("*.png")), "a sweep started with --no-plots drew plots when resumed"
     assert f"nothing left to measure: {len(preset('smoke'))} points" in err and "measuring" not in err, err
     assert "results.json unchanged; wrote" in err and f"{out / 'results.json'}" not in err, err  # not written
     assert (out / "results.json").read_bytes() == before

@@ -69,7 +69,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--cuda-graph", action="store_const", const=True, help="time CUDA-graph replays")
     t.add_argument("--no-memory", dest="memory", action="store_const", const=False,
                    help="skip the peak-memory measurement")
-    p.add_argument("--no-plots", action="store_true", help="write tables, CSV and report without PNGs")
+    p.add_argument("--no-plots", action="store_true",
+                   help="write tables, CSV and report without PNGs (kept for --resume)")
     watch.add_argument(p)
 
 
@@ -223,6 +224,9 @@ def _sweep(args: argparse.Namespace, device: str, preset: str, impls: list[str] 
                          "start it again with --overwrite, or choose another --out")
     sweep = saved(out, args, impls, given) if existing else _new(args, device, preset, impls, opts)
     meta = sweep.meta
+    if args.no_plots:  # kept with the sweep: its resumes write no PNGs either (`report` draws them)
+        meta["no_plots"] = True
+    plots = not meta.get("no_plots")
     total, done = sweep.planned, len(sweep.done())
     progress = Progress(total, saved_options(meta), sweep.results)
     if args.resume:
@@ -230,7 +234,7 @@ def _sweep(args: argparse.Namespace, device: str, preset: str, impls: list[str] 
                       f"nothing to resume in {out}: starting a new sweep")
     if existing and done == total and "finished" in meta:  # the sweep stays as measured (ceilings, sessions)
         running.mark(out, None)
-        files = write_report(out, sweep, plots=not args.no_plots)
+        files = write_report(out, sweep, plots=plots)
         return _outcome(out, sweep, files, f"nothing left to measure: {total} points, measured in "
                                            f"{fmt_duration(meta.get('wall_s', 0.0))}; {store.RESULTS_FILE} unchanged")
     # which code measured which points, when a sweep is resumed over days (report.md lists them)
@@ -271,7 +275,7 @@ def _sweep(args: argparse.Namespace, device: str, preset: str, impls: list[str] 
             close()
             meta["finished"] = _now()
             store.save(out, sweep)
-            files = write_report(out, sweep, plots=not args.no_plots)  # interrupted in the plots: the report still
+            files = write_report(out, sweep, plots=plots)  # interrupted in the plots: the report still
         except KeyboardInterrupt as exc:
             watched.point(None)  # an interrupt is no crash: --resume measures that point again
             close()
