@@ -8,6 +8,7 @@ Real git, real pip (no index), real virtual environments layered on the test env
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import io
 import json
 import os
@@ -253,17 +254,39 @@ def test_an_environment_in_use_is_kept_from_every_prune_and_shared_with_other_ru
     assert done.returncode == 0 and not folder.exists(), done.stdout + done.stderr
 
 
+KEY_OF = """
+from sdpa_impls.continuous import envcache
+from sdpa_impls.continuous.envs import EnvSpec
+print(envcache.cache_key(EnvSpec("torch", requirements=("torch",))))
+"""
+
+
 def test_two_runs_that_need_one_new_environment_build_it_once_and_both_go_on(offline: Path, tmp_path: Path) -> None:
     """The run that did not build waits for the build, then uses the environment beside the builder, rather than
-    for the builder's whole comparison (the builder holds it, shared, until it ends). Which interleaving the two
-    runs take is up to the machine; none may leave one waiting on the other's comparison."""
+    for the builder's whole comparison (the builder holds it, shared, until it ends). The interleaving is forced:
+    this test holds the key's lock shared while both runs look, so each finds no environment and fails to take the
+    lock to build it; then it lets go. A run that then waited for the lock itself, exclusive, would wait out the
+    builder's 60 s."""
     go = tmp_path / "go"
-    runs = [subprocess.Popen([sys.executable, "-c", BUILD_AT_ONCE, str(go), "60"], stdout=subprocess.PIPE, text=True)
-            for _ in range(2)]
+    key = subprocess.run([sys.executable, "-c", KEY_OF], capture_output=True, text=True, check=True).stdout.strip()
+    offline.mkdir(mode=0o700, parents=True, exist_ok=True)
+    runs = []
+    with open(offline / f"{key}.lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_SH)  # as a run using the environment would, before it exists
+        runs = [subprocess.Popen([sys.executable, "-c", BUILD_AT_ONCE, str(go), "60"], stdout=subprocess.PIPE,
+                                 text=True) for _ in range(2)]
+        try:
+            time.sleep(3)  # both started and waiting for `go`
+            go.touch()
+            time.sleep(3)  # both have looked, found nothing, and failed to take the lock exclusive
+            assert all(run.poll() is None for run in runs)
+        except BaseException:
+            for run in runs:
+                run.kill()
+                run.wait()
+            raise
     try:
-        time.sleep(3)  # both started and waiting
-        go.touch()
-        said = [run.stdout.readline().split(" ", 1) for run in runs]  # (seconds after the start, how)
+        said = [run.stdout.readline().split(" ", 1) for run in runs]  # (seconds after `go`, how)
     finally:
         for run in runs:
             run.kill()
