@@ -321,3 +321,24 @@ def test_judge_scales_runs_and_lists_one_sided_benchmarks() -> None:
     assert "On one side only:" in text and "chunked[L8-E8-fp32-fwd]: FAIL" in text
     same = judge([_run(1.0, 3.0)] * 2, [_run(1.5, 3.0)] * 2, config)
     assert same.exit_code == 0, render(same, "b", "h")  # the slow period alone is not a regression
+
+
+def test_the_aa_note_also_where_base_comes_from_the_environment(repo: dict, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """BASE from $SDPA_CONTINUOUS_BASE and HEAD the same commit (a request with no base, as the Python API takes
+    it): the A/A note comes before anything is built; the comparison is stopped right after both checkouts."""
+    from sdpa_impls.continuous import assemble as asm
+    from sdpa_impls.continuous.project import find
+
+    class Stop(Exception):
+        pass
+
+    def stop(*args: object, **kwargs: object) -> None:
+        raise Stop
+
+    monkeypatch.setattr(asm, "_environments", stop)
+    monkeypatch.setenv("SDPA_CONTINUOUS_BASE", repo["good"])
+    said: list[str] = []
+    with pytest.raises(Stop):
+        asm.assemble(asm.Request(None, "main"), find(repo["path"], True), tmp_path, ("b", "h"), said.append)
+    assert any(f"base and head are one commit ({repo['good'][:7]}): an A/A comparison" in m for m in said), said
