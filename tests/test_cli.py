@@ -27,9 +27,10 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 PROGRESS_LINE = re.compile(r"^\[(\d+)/(\d+)\s+\d+%\] (\S+)  (\S+): ", re.M)
 
 
-def cli(*args: str, timeout: float = 150, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def cli(*args: str, timeout: float = 150, env: dict[str, str] | None = None,
+        cwd: Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "sdpa_impls", *args], capture_output=True, text=True,
-                          timeout=timeout, env=None if env is None else os.environ | env)
+                          timeout=timeout, env=None if env is None else os.environ | env, cwd=cwd)
 
 
 def load(directory: Path) -> dict:
@@ -451,7 +452,7 @@ def test_list_says_each_reason_once_and_labels_what_it_stops():
     (["gate", "--baseline", "{tmp}/a.json", "--candidate", "{tmp}/b.json"], "a.json, {tmp}/b.json: no such files"),
 ])
 def test_user_errors_exit_2_with_one_clear_message(tmp_path, args, message):
-    proc = cli(*[a.replace("{tmp}", str(tmp_path)) for a in args])
+    proc = cli(*[a.replace("{tmp}", str(tmp_path)) for a in args], cwd=tmp_path)  # a run let through writes there
     assert proc.returncode == 2
     assert message.replace("{tmp}", str(tmp_path)) in proc.stderr and "Traceback" not in proc.stderr
     assert proc.stderr.count("error:") == 1 and proc.stderr.count("\n") == 1, proc.stderr
