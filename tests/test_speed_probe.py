@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from sdpa_impls.bench.probe import WORK
+from sdpa_impls.continuous.render import as_dict, render
 from sdpa_impls.continuous.verdict import NOT_SLOWER, PROBE_UNIT, SLOWER, UNDECIDED, judge
 from sdpa_impls.gate.config import config_from_dict
 from sdpa_impls.gate.points import Point, load_points
@@ -107,8 +108,14 @@ def test_a_failed_point_is_one_failure_not_also_a_missing_one() -> None:
     head = [[p for p in r if p.label != "naive[L128-E64-fp32-fwd]"] for r in head]
     line = ("FAILED test_sdpa.py::test_sdpa[naive-L128-E64-fp32-fwd] - sdpa_impls.bench.check.WrongResult: "
             "max |error| 0.0163 > tolerance 2.13e-05")
-    failures = judge(base, head, CONFIG, head_failures=[line]).failures
+    report = judge(base, head, CONFIG, head_failures=[line])
+    failures = report.failures
     assert [(c.kind, c.subject) for c in failures] == [("correctness", "naive[L128-E64-fp32-fwd]")], failures
+    row = next(r for r in report.rows if r.label == "naive[L128-E64-fp32-fwd]")  # its row says so too, not "base only"
+    assert row.verdict == "FAIL" and "WrongResult" in row.head_failed, row
+    text, data = render(report, "b", "h"), as_dict(report, "b", "h")
+    assert "naive[L128-E64-fp32-fwd]: FAIL (its test failed in head, above)" in text, text
+    assert [r["verdict"] for r in data["rows"] if r["case"] == "L128-E64-fp32-fwd" and r["impl"] == "naive"] == ["FAIL"]
     gone = judge(base, head, CONFIG).failures  # no failed test: the benchmark is missing from head
     assert [(c.kind, c.subject) for c in gone] == [("missing", "naive[L128-E64-fp32-fwd]")], gone
     raised = line.split(" - ")[0] + " - RuntimeError: kernel exploded"  # an error, not a wrong answer: also once

@@ -58,7 +58,9 @@ def render(report: SideBySide, base: str, head: str, markdown: bool = False, run
     out += rules_and_failures(report.ratios, report.failures, markdown, "in-run rule (head)")
     one_side = [r for r in report.rows if not r.base or not r.head]
     if one_side:
-        out += ["", "On one side only:"] + [f"{bullet}{shown(r.label)}: {r.verdict}" for r in one_side]
+        out += ["", "On one side only:"] + [f"{bullet}{shown(r.label)}: {r.verdict}"
+                                            + (" (its test failed in head, above)" if r.head_failed else "")
+                                            for r in one_side]
     if undecided:
         out += ["", f"Undecided ({len(undecided)}: neither slower nor clear of ×{report.factor:.2f} when the rounds "
                     "ended" + (", or more host time in every run but not significantly"
@@ -97,6 +99,7 @@ def as_dict(report: SideBySide, base: str, head: str, run: dict | None = None) -
                   "base_runs": len(r.base), "head_runs": len(r.head),
                   "base_peak_memory": [p.peak_memory_bytes for p in r.base],
                   "head_peak_memory": [p.peak_memory_bytes for p in r.head],
+                  "head_failed": r.head_failed or None,
                   "checks": [asdict(c) for c in r.checks]} for r in report.rows],
         "ratios": [asdict(c) for c in report.ratios],
         "failures": [asdict(c) for c in report.failures],

@@ -118,6 +118,7 @@ class Row:
     checks: tuple[Check, ...] = ()
     decision: str | None = None  # SLOWER, NOT_SLOWER or UNDECIDED for a timed benchmark, else None
     host_undecided: bool = False  # every head run's host overhead above every base run's, not yet significant
+    head_failed: str = ""  # no head point because its test failed in head (a wrong answer, an error): the message
 
     @property
     def label(self) -> str:
@@ -125,8 +126,8 @@ class Row:
 
     @property
     def verdict(self) -> str:
-        if any(c.failed for c in self.checks):
-            return FAIL
+        if self.head_failed or any(c.failed for c in self.checks):  # a failed head test is counted once, as
+            return FAIL  # head's suite check, and shown on its row too
         if not self.head:
             return "base only"
         if not self.base:
@@ -248,7 +249,7 @@ def judge(base_runs: Sequence[Sequence[Point]], head_runs: Sequence[Sequence[Poi
             stats = time_stats(b, h) if b and h else None
         ratio, interval, p, slower = stats or (None, None, None, 0)
         row = Row(key[0], key[1], tuple(b), tuple(h), "" if pairs else unit, ratio, interval, p, pairs_slower=slower,
-                  paired=pairs)
+                  paired=pairs, head_failed="" if h else failed_in_head.get(b[0].label, ""))
         if b and h and th.memory is not None:
             checks.append(_memory_check(b, h))
         kernels = _kernels_check(b, h) if b and h else None
