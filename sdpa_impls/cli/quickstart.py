@@ -51,5 +51,5 @@ next, in {dest}:
   python -m pytest                       # {names.package} against float64 on the smoke cases
   {start} && git commit -qm "{names.package}"{"" if outer else "   # then: sdpa-bench continuous HEAD, after a change"}
   MACHINE="$(python -m sdpa_impls.suite.asv_machine)"   # this machine's asv entry, named with its GPU
-  SDPA_BENCH_PRESET=quick asv run --machine "$MACHINE"  # its history over commits (unset: the whole default preset)""")
+  SDPA_BENCH_PRESET=quick asv run --machine "$MACHINE"  # the tip of the branch; a range (HEAD~5..HEAD): its history""")
     return 0
