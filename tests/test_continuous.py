@@ -77,7 +77,8 @@ def continuous(repo: Path, *args: str) -> tuple[int, str, str]:
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     """This project as a fresh repository: `good` on main (the project, continuous_time 25 %), and on top of it on
-    their own branches `slow` (naive computes each answer three times) and `broken` (the package does not import)."""
+    their own branches `slow` (naive computes each answer three times), `narrowed` (naive has no backward) and
+    `broken` (the package does not import)."""
     path = tmp_path_factory.mktemp("continuous") / "repo"
     snapshot_working_tree(ROOT, path)
     with (path / "pyproject.toml").open("a") as meta:  # over the package's defaults, key by key
@@ -91,12 +92,17 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     assert source.count(line) == 1
     naive.write_text(source.replace(line, SLOWER))
     slow = commit(path, "naive: compute the attention three times")
+    git(path, "checkout", "-q", "-b", "narrowed", "main")  # naive forward-only: its backward case skipped in head
+    source = naive.read_text()
+    assert source.count("mask_grad=True)") == 1
+    naive.write_text(source.replace("mask_grad=True)", "mask_grad=True, backward=False)"))
+    narrowed = commit(path, "naive: forward only")
     git(path, "checkout", "-q", "-b", "broken", "main")
     init = path / "sdpa_impls" / "__init__.py"
     init.write_text(init.read_text() + "\nimport sdpa_bench_module_that_does_not_exist\n")
     broken = commit(path, "break the package import")
     git(path, "checkout", "-q", "main")
-    return {"path": path, "good": good, "slow": slow, "broken": broken}
+    return {"path": path, "good": good, "slow": slow, "narrowed": narrowed, "broken": broken}
 
 
 def test_a_slower_implementation_fails_naming_it(repo: dict, tmp_path: Path) -> None:
@@ -185,6 +191,20 @@ def test_unchanged_code_passes_and_undecided_benchmarks_get_rounds_of_their_own(
     if verdict["undecided"]:
         assert "undecided) — head" in out and "counted as a pass, not a failure" in out
     assert git(repo["path"], "worktree", "list").count("\n") == 0  # the temporary worktrees are gone
+
+
+def test_a_benchmark_head_skips_fails_with_heads_reason(repo: dict, tmp_path: Path) -> None:
+    """Base measures naive's backward case; head's naive declares no backward, so head's suite skips it. The row
+    fails as missing, and the failure says why, in head's own words (its suite's skip reason)."""
+    fast = [*FAST[:FAST.index("--rounds")], "--rounds", "1", *FAST[FAST.index("--rounds") + 2:]]
+    code, out, err = continuous(repo["path"], repo["good"], repo["narrowed"], *fast, "--json", str(tmp_path / "v.json"))
+    assert code == 1, out + err
+    verdict = json.loads((tmp_path / "v.json").read_text())
+    [failure] = verdict["failures"]
+    assert failure["kind"] == "missing" and failure["subject"].startswith("naive[") and "bwd" in failure["subject"]
+    assert failure["message"].startswith("in base (1 run) but not in head, whose suite skipped it: naive: backward "
+                                         "(inputs require grad; this implementation is forward-only)"), failure
+    assert "whose suite skipped it: naive: backward" in out
 
 
 def test_a_base_that_does_not_import_is_unusable(repo: dict) -> None:

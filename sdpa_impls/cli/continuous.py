@@ -73,7 +73,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="gate settings (TOML); default: HEAD's pyproject.toml [tool.sdpa_bench.gate]")
     parser.add_argument("--markdown", metavar="FILE", help="also write the verdict as Markdown (a PR comment)")
     parser.add_argument("--json", metavar="FILE", help="also write the verdict as JSON")
-    parser.add_argument("--keep-runs", metavar="DIR", help="keep the pytest-benchmark JSON of every run in DIR")
+    parser.add_argument("--keep-runs", metavar="DIR",
+                        help="keep every run's pytest-benchmark JSON and JUnit XML (its skips) in DIR")
 
 
 def run(args: argparse.Namespace) -> int:

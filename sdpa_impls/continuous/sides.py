@@ -4,8 +4,8 @@ folder for the side's interpreter, and the benchmark suite run in a separate pro
     install(side)                 -> None     # pip --target, no dependencies, no network, no build isolation
     check_import(side, cpu)       -> (side, versions)  # the package imports and lists its implementations
     run_round(side, out, options) -> RoundRun
-    run_pair(base, head, schedule, ...)  -> (base points, head points, head's failed tests)   # one round
-    interleaved(base, head, rounds, ...) -> (base runs, head runs, head's failed tests)
+    run_pair(base, head, schedule, ...)  -> (base points, head points, head's outcomes)   # one round
+    interleaved(base, head, rounds, ...) -> (base runs, head runs, head's outcomes)
 
 Each side runs with its `python`, the interpreter of its environment (continuous.envs: the one running the
 comparison, unless the revisions declare different dependencies or an environment was named), and so with that
@@ -36,6 +36,7 @@ from pathlib import Path
 from ..bench import allocator
 from ..errors import GateInputError, SideError
 from ..gate.points import Point, load_points
+from .outcomes import outcome_lines
 from .schedule import NO_CEILINGS_ENV, PAD_ENV, REPEAT_ENV, Schedule
 from .versions import PROBE
 
@@ -44,8 +45,7 @@ SUITE_PLUGIN = "sdpa_bench_pytest"  # its pytest plug-in, a module beside the pa
 LEGACY_SUITE = Path("tests") / "test_benchmarks.py"  # sdpa-bench's revisions from before the suite was packaged
 CALLER_PYTEST = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTHONHOME")  # settings of the caller's own test sessions
 DIST = "sdpa-bench"
-# glibc's allocator thresholds, fixed in every process of both sides, whatever their revision (bench.allocator)
-ALLOCATOR_ENV = allocator.ENV
+ALLOCATOR_ENV = allocator.ENV  # glibc's allocator thresholds, fixed in every process of either side's revision
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ class Side:
 
 @dataclass(frozen=True)
 class RoundRun:
-    """One pytest-benchmark process of one side: its JSON file, exit status, failed tests and output tail."""
+    """One pytest-benchmark process of one side: its JSON file, exit status, failed and skipped tests, output tail."""
 
     out: Path
     returncode: int
@@ -241,7 +241,9 @@ def run_round(side: Side, out: Path, pytest_args: list[str], cpu: bool, timeout:
     goes before the interpreter (e.g. `flock LOCK`, `taskset -c 0`); `repeat`: not the side's first run, whose
     checks against fp64 this one does not repeat (side_env)."""
     # no plug-in is loaded but pytest-benchmark and the suite's: hypothesis' alone took 0.8-0.9 s of every process
-    cmd, cwd = suite_command(side, [*pytest_args, f"--benchmark-json={out}", "--benchmark-save-data"])
+    junit = out.with_suffix(".junit.xml")  # each test's outcome: a skip's reason names why a benchmark is missing
+    cmd, cwd = suite_command(side, [*pytest_args, f"--benchmark-json={out}", "--benchmark-save-data",
+                                    f"--junitxml={junit}"])
     try:
         done = subprocess.run([*prefix, *cmd], cwd=cwd, env=side_env(side, cpu, padding, repeat),
                               capture_output=True, text=True, timeout=timeout)
@@ -252,8 +254,7 @@ def run_round(side: Side, out: Path, pytest_args: list[str], cpu: bool, timeout:
         raise SideError(side.role, f"{side.role} {side.name}: its benchmark run could not start ({exc.strerror or exc})"
                              ) from None
     text = done.stdout + done.stderr
-    failed = tuple(line.strip() for line in text.splitlines() if line.startswith(("FAILED ", "ERROR ")))
-    return RoundRun(out, done.returncode, failed, text[-3000:])
+    return RoundRun(out, done.returncode, outcome_lines(text, junit), text[-3000:])
 
 
 NO_TESTS_COLLECTED = 5  # pytest's exit status when the selection (-k, --sdpa-impl, the preset) leaves no test
@@ -280,9 +281,8 @@ def run_pair(base: Side, head: Side, schedule: Schedule, pytest_args: list[str],
     `repeat` unless it is the first round, whose runs check every point against fp64 (the later ones time only);
     `first`, the side already drawn for this round (a paired round measured apart after all), else drawn here.
 
-    Returns (base's points, head's points, head's failed tests). A run that does not produce a usable file (the
-    suite could not start, or everything failed) is GateInputError naming the side.
-    """
+    Returns (base's points, head's points, head's failed and skipped tests, `outcomes.outcome_lines`); a run that
+    does not produce a usable file (the suite could not start, or everything failed) is GateInputError naming it."""
     first = first or schedule.first()
     runs: dict[str, list[Point]] = {}
     failed: list[str] = []
@@ -306,7 +306,7 @@ def interleaved(base: Side, head: Side, rounds: int, pytest_args: list[str], cpu
     sides alike. The first round checks every point against fp64; the later ones, the same code, environment and
     inputs, only time them (run_pair's `repeat`). `first_tag`: the number of the first of these rounds (files, progress
     lines) when earlier rounds ran otherwise; `last`: the comparison's last planned round when later rounds run
-    otherwise ("round n/last"). Returns (base runs, head runs, head's failed tests); GateInputError as run_pair."""
+    otherwise ("round n/last"). Returns (base runs, head runs, head's outcomes); GateInputError as run_pair."""
     base_runs, head_runs, failed = [], [], []
     for n in range(first_tag, first_tag + rounds):
         b, h, f = run_pair(base, head, schedule, pytest_args, cpu, workdir, str(n), timeout, repeat=n > 1)

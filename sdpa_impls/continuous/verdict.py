@@ -42,7 +42,8 @@
   such with its error and tolerance;
 - in-run ratio rules: on the head runs, as the gate checks them (a time rule must fail in every run);
 - kernels: what only one side's profiled calls ran (information: a torch upgrade that switched backends shows);
-- a benchmark on one side only is listed: base-only fails unless allow_missing, head-only is new.
+- a benchmark on one side only is listed: base-only fails unless allow_missing (with head's reason where its suite
+  skipped it), head-only is new.
 """
 from __future__ import annotations
 
@@ -55,6 +56,7 @@ from ..gate.fdr import bh_adjusted
 from ..gate.points import Point
 from ..gate.rules import FAIL, INFO, NA, PASS, Check, MemoryRule, correctness_check
 from .host import host_check, host_judged
+from .outcomes import SKIPPED, by_label, labelled
 from .timestats import paired_rounds, time_stats, without_one
 from .speeds import PROBE_UNIT, probe_scaled, probe_typical, run_speeds, scaled
 
@@ -62,19 +64,8 @@ EXACT_MEMORY = MemoryRule(0.0)
 WRONG = "WrongResult"  # the exception a point further from fp64 than its tolerance raises (bench.check)
 
 
-def failed_test(line: str) -> tuple[str, str]:
-    """A line of pytest's short summary ("FAILED path::test_sdpa[impl-case] - Error: message") as the benchmark's
-    label (`impl[case]`, the test's own id where it is not the suite's) and the error's message ("" if none)."""
-    nodeid, _, message = line.split(" ", 1)[-1].partition(" - ")
-    test = nodeid.rpartition("::")[2]
-    params = test.partition("[")[2].removesuffix("]")
-    impl, _, case = params.partition("-")
-    label = f"{impl}[{case}]" if test.startswith("test_sdpa[") and case else test
-    return label, message.strip()
-
-
 def _suite_check(line: str) -> Check:
-    label, message = failed_test(line)
+    label, message = labelled(line)
     if WRONG in message:  # the point's answer, not the suite, is what failed: say so, with the error it had
         return Check("correctness", label, FAIL, "wrong, so not timed: " + message.split(f"{WRONG}: ", 1)[-1])
     return Check("suite", label, FAIL, "head's test failed" + (f": {message}" if message else ""))
@@ -225,7 +216,7 @@ def judge(base_runs: Sequence[Sequence[Point]], head_runs: Sequence[Sequence[Poi
         unit = reference if speeds is not None else ""
         base, head = scaled(base, speeds and speeds[:len(base)]), scaled(head, speeds and speeds[len(base):])
     keys = list(dict.fromkeys([k for run in head for k in run] + [k for run in base for k in run]))
-    failed_in_head = dict(failed_test(line) for line in head_failures)  # label: its error's message
+    failed_in_head, skipped_in_head = by_label(head_failures)  # label: its error's message; label: the skip's reason
     rows, notes = [], []
     for key in keys:
         b, h = [run[key] for run in base if key in run], [run[key] for run in head if key in run]
@@ -235,7 +226,9 @@ def judge(base_runs: Sequence[Sequence[Point]], head_runs: Sequence[Sequence[Poi
             pass  # its test failed in head (a wrong answer, an error): head's suite check names it, once
         elif not h:
             status = INFO if th.allow_missing else FAIL
-            checks.append(Check("missing", b[0].label, status, f"in base ({len(b)} runs) but not in head"
+            why = skipped_in_head.get(b[0].label)
+            checks.append(Check("missing", b[0].label, status, f"in base ({len(b)} run{'s' * (len(b) > 1)}) but not "
+                                f"in head" + (f", whose suite skipped it: {why}" if why else "")
                                 + (" (allowed by allow_missing)" if th.allow_missing else "")))
         elif not b:
             checks.append(Check("new", h[0].label, INFO, "in head only, not in base"))
@@ -314,6 +307,6 @@ def judge(base_runs: Sequence[Sequence[Point]], head_runs: Sequence[Sequence[Poi
     notes.append("memory: exact (peak memory is deterministic); 95% CI: two-stage bootstrap over runs and samples.")
     full = list(head_runs[:planned] if planned is not None else head_runs)
     inrun = compare_points(None, full[0], config, repeats=full[1:]) if full and full[0] else None
-    suite = tuple(_suite_check(line) for line in head_failures)
+    suite = tuple(_suite_check(line) for line in head_failures if not line.startswith(SKIPPED))
     return SideBySide(tuple(rows), inrun.ratios if inrun else (), suite, tuple(notes), factor, fdr,
                       config.source)

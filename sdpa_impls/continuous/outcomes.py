@@ -1,0 +1,65 @@
+"""What one run of a side's suite says beside its benchmark file: the tests that failed, and the ones it skipped
+with their reasons, as lines in the form of pytest's short summary:
+
+    FAILED sdpa_impls/suite/test_sdpa.py::test_sdpa[naive-L128-...] - WrongResult: ...
+    SKIPPED test_sdpa[naive-L96-...] - naive: backward (...)
+
+    outcome_lines(output, junit) -> tuple[str, ...]   # FAILED/ERROR lines of pytest's output, then SKIPPED lines
+    skipped_tests(junit) -> tuple[str, ...]          # the SKIPPED lines of pytest's JUnit XML report
+    labelled(line) -> (label, message)               # the benchmark a line is about (`impl[case]`), its message
+    by_label(lines) -> ({label: error}, {label: skip reason})
+
+The skips come from pytest's own JUnit XML report (`--junitxml`), whose every test case carries its skip reason
+(pytest's terminal summary groups skips by the line that raised them, not by test), so a benchmark that base
+measured and head skipped is named with head's reason (`verdict.judge`). The report is pytest's, so a revision of
+any age writes it.
+"""
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from collections.abc import Sequence
+from pathlib import Path
+
+SKIPPED = "SKIPPED "
+
+
+def outcome_lines(output: str, junit: Path) -> tuple[str, ...]:
+    failed = [line.strip() for line in output.splitlines() if line.startswith(("FAILED ", "ERROR "))]
+    return (*failed, *skipped_tests(junit))
+
+
+def skipped_tests(junit: Path) -> tuple[str, ...]:
+    """`SKIPPED <test name> - <reason>` for every skipped test case of the report at `junit`; none where it is
+    missing or unreadable (a run that did not finish says so through its exit status)."""
+    try:
+        root = ET.parse(junit).getroot()
+    except (OSError, ET.ParseError):
+        return ()
+    out = []
+    for case in root.iter("testcase"):
+        skip = case.find("skipped")
+        if skip is not None:
+            reason = " ".join((skip.get("message") or "").split())
+            out.append(f"{SKIPPED}{case.get('name', '')}" + (f" - {reason}" if reason else ""))
+    return tuple(out)
+
+
+def labelled(line: str) -> tuple[str, str]:
+    """A line of `outcome_lines` as the benchmark's label (`impl[case]`, the test's own id where it is not the
+    suite's) and its message (the error, or the skip's reason; "" if none)."""
+    nodeid, _, message = line.split(" ", 1)[-1].partition(" - ")
+    test = nodeid.rpartition("::")[2]
+    params = test.partition("[")[2].removesuffix("]")
+    impl, _, case = params.partition("-")
+    label = f"{impl}[{case}]" if test.startswith("test_sdpa[") and case else test
+    return label, message.strip()
+
+
+def by_label(lines: Sequence[str]) -> tuple[dict[str, str], dict[str, str]]:
+    """The failed tests' errors and the skipped tests' reasons among `lines`, each by benchmark label."""
+    failed: dict[str, str] = {}
+    skipped: dict[str, str] = {}
+    for line in lines:
+        label, message = labelled(line)
+        (skipped if line.startswith(SKIPPED) else failed)[label] = message
+    return failed, skipped
