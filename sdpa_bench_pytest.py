@@ -47,6 +47,9 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError("--sdpa-impl: an empty value; give one, or leave --sdpa-impl out")
     if impls and not any(n.strip() for given in impls for n in given.split(",")):
         raise pytest.UsageError(f"--sdpa-impl {','.join(impls)!r}: names no implementation")
+    for given in impls or ():  # `--sdpa-impl a,,b` is a typo, not a request for a and b
+        if not all(n.strip() for n in given.split(",")):
+            raise pytest.UsageError(f"--sdpa-impl {given!r}: an empty name between commas")
     if not (config.getoption("sdpa_preset") or config.getoption("sdpa_impl") or config.getoption("sdpa_device")
             or any(os.environ.get(v, "").strip() for v in (PRESET_VARIABLE, *CPU_VARIABLES))):
         return

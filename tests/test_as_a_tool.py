@@ -162,6 +162,7 @@ SUITE = ("python", "-m", "pytest", "--pyargs", "sdpa_impls.suite.test_sdpa", "-q
     ((), {"SDPA_BENCH_PRESET": "smok"}, "SDPA_BENCH_PRESET='smok': unknown preset 'smok'"),
     (("--sdpa-preset", ""), {}, "--sdpa-preset: an empty value"),  # not the whole cpu preset
     (("--sdpa-impl", ",,"), {}, "--sdpa-impl ',,': names no implementation"),  # not every implementation
+    (("--sdpa-impl", "naive,,fused"), {}, "--sdpa-impl 'naive,,fused': an empty name between commas"),  # a typo
     (("--sdpa-impl", "naive", "--sdpa-impl="), {}, "--sdpa-impl: an empty value"),  # was dropped silently
     (("--sdpa-impl", "naive"), {"SDPA_BENCH_CPU_BF16": "bf61"}, "SDPA_BENCH_CPU_BF16 should be bf16 or fp32"),
 ])

@@ -48,6 +48,8 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (["run", "--preset", ""], "--preset: an empty value"),
     (["run", "--preset", "smoke", "--impl", " "], "--impl: an empty value"),
     (["run", "--preset", "smoke", "--impl", ",,"], "--impl ',,': names no implementation"),
+    (["run", "--preset", "smoke", "--impl", "naive,,fused"], "--impl 'naive,,fused': an empty name between commas"),
+    (["continuous", "HEAD~1", "--impl", "naive,"], "--impl 'naive,': an empty name between commas"),
     (["run", "--preset", "smoke", "--shard="], "--shard: an empty value"),
     (["run", "--pre", "smoke"], "unrecognized arguments: --pre smoke"),  # no abbreviation means another option
     (["run", "--preset", "smoke", "--warmup", "100000000000"], "--warmup must be at most 10000"),  # never ends

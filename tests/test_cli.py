@@ -546,9 +546,13 @@ def test_compare_puts_two_sweeps_side_by_side_through_the_gate(smoke, tmp_path):
 
 def test_impl_names_are_repeated_or_comma_separated_in_every_command() -> None:
     from sdpa_impls.cli.outputs import impl_names
+    from sdpa_impls.errors import UsageError
 
-    assert impl_names(["fused,naive", " torch_sdpa ", "naive", ","]) == ("fused", "naive", "torch_sdpa")
+    assert impl_names(["fused,naive", " torch_sdpa ", "naive"]) == ("fused", "naive", "torch_sdpa")
     assert impl_names(None) == ()
+    for typo in ([","], ["naive", ","], ["naive,,fused"], ["naive,"]):  # an empty name is a typo, never skipped
+        with pytest.raises(UsageError, match="empty name between commas|names no implementation"):
+            impl_names(typo)
 
 
 def test_a_session_on_busy_cpus_says_so_in_the_report() -> None:

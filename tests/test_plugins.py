@@ -115,11 +115,11 @@ def test_the_asv_suite_fails_a_named_plugin_that_does_not_load_and_a_bad_setting
     """As `run --impl` and pytest's --sdpa-impl do: a plug-in named in SDPA_BENCH_IMPLS that fails to load stops the
     suite (its cells were recorded as skipped, and asv exited 0 with a history of a kernel that never ran); unnamed,
     its points skip saying why. An unknown name says which interpreter lacks it; a bad SDPA_BENCH_CPU_EXP is refused
-    at import, before anything is measured (it was ignored)."""
+    at import, before anything is measured (it was ignored); an empty name between commas is a typo, refused."""
     code = ("import json, os, sys\n"
             "from sdpa_impls.suite import asv_suite\n"
             "said = {}\n"
-            "for value in ('test_broken,naive', 'naive,nope', ''):\n"
+            "for value in ('test_broken,naive', 'naive,nope', '', 'naive,,torch_sdpa'):\n"
             "    os.environ['SDPA_BENCH_IMPLS'] = value\n"
             "    try:\n"
             "        said[value] = asv_suite.impl_names()\n"
@@ -131,6 +131,7 @@ def test_the_asv_suite_fails_a_named_plugin_that_does_not_load_and_a_bad_setting
     assert said["naive,nope"].startswith("ValueError: SDPA_BENCH_IMPLS='naive,nope': unknown implementation 'nope' "
                                          f"in {plugin_python}"), said
     assert "test_broken" in said[""], said  # every implementation: the broken one's points skip with the reason
+    assert said["naive,,torch_sdpa"] == "ValueError: SDPA_BENCH_IMPLS='naive,,torch_sdpa': an empty name between commas"
     done = subprocess.run([str(plugin_python), "-c", "import sdpa_impls.suite.asv_suite"], capture_output=True,
                           text=True, cwd=REPO, timeout=300, env=os.environ | {"SDPA_BENCH_CPU_EXP": "exp10"})
     assert done.returncode != 0 and "SDPA_BENCH_CPU_EXP should be exp or exp2 (or unset), got 'exp10'" in done.stderr

@@ -35,10 +35,14 @@ from ..registry import names as registered
 
 def impl_names(values: list[str] | None) -> tuple[str, ...]:
     """The names given as `--impl a --impl b` or `--impl a,b`, each once, in order; UsageError where --impl was
-    given and names none (`--impl ,,` is no request for every implementation)."""
+    given and names none (`--impl ,,` is no request for every implementation), or an empty name beside others
+    (`--impl a,,b` and `--impl a,` are typos, not a request for a and b)."""
     names = tuple(dict.fromkeys(n.strip() for item in values or () for n in item.split(",") if n.strip()))
     if values and not names:
         raise UsageError(f"--impl {','.join(values)!r}: names no implementation")
+    for item in values or ():
+        if not all(n.strip() for n in item.split(",")):
+            raise UsageError(f"--impl {item!r}: an empty name between commas")
     return names
 
 

@@ -78,7 +78,10 @@ def impl_names() -> list[str]:
     name this interpreter does not know is a ValueError naming it and the interpreter (a plug-in installed elsewhere);
     a plug-in named there that fails to load is PluginLoadError, as from `--impl` (unnamed, its points skip)."""
     known = names()
-    wanted = [n.strip() for n in os.environ.get(IMPLS_ENV, "").split(",") if n.strip()]
+    given = os.environ.get(IMPLS_ENV, "")
+    wanted = [n.strip() for n in given.split(",") if n.strip()]
+    if given.strip() and len(wanted) != len(given.split(",")):  # "a,,b" is a typo, not a request for a and b
+        raise ValueError(f"{IMPLS_ENV}={given!r}: an empty name between commas")
     unknown = [n for n in dict.fromkeys(wanted) if n not in known]
     if unknown:
         raise ValueError(f"{IMPLS_ENV}={os.environ[IMPLS_ENV]!r}: unknown implementation "
