@@ -228,3 +228,55 @@ def test_rows_without_keys_under_each_instruction_set(isa: str) -> None:
     tail = "\n".join(done.stdout.splitlines()[-15:])
     assert done.returncode == 0, f"under {ISA_ENV}={isa}:\n{tail}\n{done.stderr[-2000:]}"
     assert " passed" in tail and " failed" not in tail, tail
+
+
+# Lk 600: across chunked's key tiles with one thread (512); Lq 3000: more rows than fused's training forward keeps P
+# of (its backward computes P again)
+@pytest.mark.parametrize("lq, lk", [(8, 64), (8, 600), (3000, 64)], ids=lambda n: str(n))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=lambda d: str(d).removeprefix("torch."))
+@pytest.mark.parametrize("impl", EAGER, ids=lambda i: i.name)
+def test_rows_whose_scores_are_all_minus_inf_from_the_data_get_torchs_answer(impl, dtype: torch.dtype, lq: int,
+                                                                            lk: int) -> None:
+    """No mask: a query row of -inf against keys of positive entries scores -inf on every key. torch's SDPA answers
+    such a row 0 (a safe softmax), as a masked row, with dq 0 there, dv finite and dk NaN (0 · -inf); a NaN query
+    row stays NaN. Every output and gradient is torch's, NaN where torch's is NaN."""
+    gen = torch.Generator().manual_seed(lk)
+    q = torch.randn(2, 2, lq, 16, generator=gen)
+    k, v = torch.rand(2, 2, lk, 16, generator=gen) + 0.1, torch.randn(2, 2, lk, 16, generator=gen)
+    q[0, 0, 3], q[1, 1, 5] = -math.inf, math.nan
+    q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+    grad = not impl.unsupported_reasons(q.requires_grad_(), k, v)
+    if impl.unsupported_reasons(q.detach(), k, v):
+        pytest.skip("; ".join(impl.unsupported_reasons(q.detach(), k, v)))
+    answers = []
+    for fn in (torch.nn.functional.scaled_dot_product_attention, impl):
+        leaves = [t.detach().clone().requires_grad_(grad) for t in (q, k, v)]
+        out = fn(*leaves)
+        if grad:
+            out.backward(torch.ones_like(out))
+        answers.append([out.detach(), *(t.grad for t in leaves if grad)])
+    want, got = answers
+    assert (want[0][0, 0, 3] == 0).all() and want[0][1, 1, 5].isnan().all(), "torch's own answer changed"
+    assert (got[0][0, 0, 3] == 0).all(), f"the row of -inf scores: {got[0][0, 0, 3, :4].tolist()}, torch's is 0"
+    tol = 2e-2 if dtype == torch.bfloat16 else 1e-5
+    for name, g, w in zip(("out", "dq", "dk", "dv"), got, want):
+        assert torch.equal(g.isnan(), w.isnan()), f"{name}: NaN in {int(g.isnan().sum())} places, torch's in " \
+                                                   f"{int(w.isnan().sum())}"
+        torch.testing.assert_close(g, w, atol=tol * max(1.0, w.nan_to_num().abs().max().item()), rtol=0,
+                                   equal_nan=True, msg=lambda m: f"{name}: {m}")
+
+
+def test_only_inputs_that_can_score_minus_inf_pay_for_the_check() -> None:
+    """The check for such rows (a sum of the answer, a second pass where it is NaN) runs only where q or k is not
+    finite or the scores could pass 1e30: every other call, the benchmarks' among them, skips it."""
+    from sdpa_impls.impls._tiled.compute import scores_may_be_inf
+    from sdpa_impls.protocol import SDPAInputs
+
+    q, k = torch.randn(1, 2, 16, 8), torch.randn(1, 2, 16, 8)
+    inf_q = q.clone()
+    inf_q[0, 0, 0, 0] = -math.inf
+    assert not scores_may_be_inf(SDPAInputs(q, k, k, scale=0.35))
+    assert not scores_may_be_inf(SDPAInputs(q.bfloat16() * 1e12, k.bfloat16() * 1e12, k.bfloat16(), scale=0.35))
+    assert scores_may_be_inf(SDPAInputs(inf_q, k, k, scale=0.35))
+    assert scores_may_be_inf(SDPAInputs(q, k * math.nan, k, scale=0.35))
+    assert scores_may_be_inf(SDPAInputs(q, k, k, scale=-1e30))

@@ -55,7 +55,7 @@ from sdpa_impls.continuous.revisions import snapshot_working_tree  # noqa: E402
 FUSED = "sdpa_impls/impls/fused.py"
 CHUNKED = "sdpa_impls/impls/chunked.py"
 GEMM = "            sd = take(sbuf, n, m, cols[-1])  # (heads, G·rows, keys of the plan)\n"  # fused's regressions go before
-CHUNKED_CALL = "        return with_op(lambda: tiled_attention(inp, fwd, tiling, tiles, widen), computes)\n"
+CHUNKED_CALL = "        return with_op(lambda: tiled_attention(inp, fwd, tiling, tiles, widen, nan_check), computes)\n"
 CI_ARGS = ["--impl", "naive", "--impl", "chunked", "--impl", "fused"]
 CI_BUDGET = "75"  # tox.ini's --adaptive-budget for `tox -e continuous`
 SCENARIOS = ("aa", "fused5", "fused10", "fused25", "chunkedmem")
@@ -110,7 +110,7 @@ def build_repo(out: Path, sixteenths: dict[str, int]) -> Path:
     branch(repo, "chunkedmem", CHUNKED, CHUNKED_CALL,
            "        def call() -> torch.Tensor:\n"
            "            extra = torch.empty(q.numel() // 50, dtype=q.dtype, device=q.device)  # a regression: +memory\n"
-           "            out = tiled_attention(inp, fwd, tiling, tiles, widen)\n"
+           "            out = tiled_attention(inp, fwd, tiling, tiles, widen, nan_check)\n"
            "            del extra\n            return out\n        return with_op(call, computes)\n")
     git(repo, "checkout", "-q", "base")
     return repo

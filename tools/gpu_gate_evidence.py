@@ -60,7 +60,7 @@ from continuous_evidence import base_and_aa, bounds, branch, counts_of, git  # n
 from sdpa_impls.continuous.comparison import ROUNDS as DEFAULT_ROUNDS  # noqa: E402
 
 FUSED = "sdpa_impls/impls/fused.py"
-RETURN = "        return with_op(lambda: tiled_attention(inp, forward, tiling, tiles, widen), computes)\n"  # fused's prepared closure
+RETURN = "        return with_op(lambda: tiled_attention(inp, forward, tiling, tiles, widen, nan_check), computes)\n"  # fused's prepared closure
 SCENARIOS = ("aa", "dev2", "dev5", "host20")
 CAUGHT = {"dev2": "time fused[", "dev5": "time fused[", "host20": "host fused["}
 RESAMPLES = "aa=20,dev2=10,dev5=10,host20=10"  # the goal table's trial counts
@@ -70,7 +70,7 @@ ARGS = ["--impl", "fused"]  # continuous's defaults otherwise: the gpu-ci preset
 def device_regression(fraction: float) -> str:
     """fused's closure, ending each call with a sleep kernel of `fraction` of the call's device time."""
     return (
-        "        call = lambda: tiled_attention(inp, forward, tiling, tiles, widen)\n"
+        "        call = lambda: tiled_attention(inp, forward, tiling, tiles, widen, nan_check)\n"
         "        if q.device.type != 'cuda':  # a regression planted for the GPU evidence: CUDA only\n"
         "            return with_op(call, computes)\n"
         "        call()\n"
@@ -92,7 +92,7 @@ def device_regression(fraction: float) -> str:
 def host_regression(fraction: float) -> str:
     """fused's closure, spinning on the host before each call for `fraction` of its eager − device time."""
     return (
-        "        call = lambda: tiled_attention(inp, forward, tiling, tiles, widen)\n"
+        "        call = lambda: tiled_attention(inp, forward, tiling, tiles, widen, nan_check)\n"
         "        if q.device.type != 'cuda':  # a regression planted for the GPU evidence: CUDA only\n"
         "            return with_op(call, computes)\n"
         "        from ..bench.timing import Sampler, one_sample\n"

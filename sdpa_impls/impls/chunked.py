@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import torch
 
-from ._tiled.compute import in_fp32, warm_exp
+from ._tiled.compute import in_fp32, scores_may_be_inf, warm_exp
 from ._tiled.backward import tiled_attention
 from ._tiled.online_softmax import chunked_forward, plan_tiles
 from ..protocol import WITH_FP64, Implementation, SDPAInputs, Support, with_op
@@ -60,4 +60,5 @@ class Chunked(Implementation):
             TileMasker.warm(tiles.memo, inp.is_causal, min(q_tile, q.shape[2]), q.device, (q.dtype, torch.float32))
         fwd = functools.partial(chunked_forward, q_tile=q_tile, k_tile=k_tile, tiles=tiles)
         widen, computes = in_fp32(inp, k_tile)  # a key tile sums up to k_tile unnormalized P V terms
-        return with_op(lambda: tiled_attention(inp, fwd, tiling, tiles, widen), computes)
+        nan_check = scores_may_be_inf(inp)  # for the backward's softmax of a row of -inf scores from the data
+        return with_op(lambda: tiled_attention(inp, fwd, tiling, tiles, widen, nan_check), computes)

@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 
 import torch
 
-from ._tiled.compute import LOG2_E, in_fp32, unshifted_base, unshifted_exp, unshifted_tile, warm_exp
+from ._tiled.compute import (LOG2_E, in_fp32, scores_may_be_inf, unshifted_base, unshifted_exp, unshifted_tile,
+                             warm_exp)
 from ._tiled.backward import tiled_attention
 from ._tiled.online_softmax import plan_tiles, take
 from ..protocol import WITH_FP64, Implementation, SDPAInputs, Support, empty_attention, with_op
@@ -48,7 +50,21 @@ def fused_plan(tiles: MaskTiles, dev: torch.device, b: int, g: int, itemsize: in
 
 def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: torch.Tensor | None,
                   is_causal: bool, scale: float, with_lse: bool, tiles: MaskTiles, unshifted: bool = False,
-                  log2: bool = False, lse_wanted: bool = True
+                  log2: bool = False, lse_wanted: bool = True, nan_check: bool = False
+                  ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """`tiles_forward`; with `nan_check` (`compute.scores_may_be_inf`: a row's scores could all be -inf from the
+    data, not from a mask), again with every row's max taken where the answer's sum is NaN, so such a row gets 0 as
+    from torch's SDPA, where torch.softmax gave 0/0. Input NaNs stay NaN, as in torch."""
+    args = (q5, k4, v4, mask5, is_causal, scale, with_lse, tiles, unshifted, log2, lse_wanted)
+    found = tiles_forward(*args)
+    if nan_check and math.isnan(found[0].sum().item()):  # inf - inf is NaN too: then a needless rerun
+        found = tiles_forward(*args, every_max=True)
+    return found
+
+
+def tiles_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: torch.Tensor | None,
+                  is_causal: bool, scale: float, with_lse: bool, tiles: MaskTiles, unshifted: bool = False,
+                  log2: bool = False, lse_wanted: bool = True, every_max: bool = False
                   ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Per query tile: S = scale·Q Kᵀ (one GEMM per run of non-empty key blocks, input dtype), torch.softmax in
     place, O = P V (one GEMM per run).
@@ -66,7 +82,8 @@ def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: t
     the mask and the row max work on the fp16 tile (exact: adding 0 or -inf, and a max, round nothing).
     `unshifted` (`compute.unshifted_exp`, fp32 inference only): P = exp(S) in place with no row max, then P V and
     the row sums of P, by which the tile's output is divided; with `log2` (`compute.unshifted_base`) the score GEMM
-    writes S · log2 e and P = exp2 of that.
+    writes S · log2 e and P = exp2 of that. `every_max`: every row's max is taken, and a row whose max is -inf
+    (no finite score, masked or not) gets 0.
     """
     b, hkv, g, lq, e = q5.shape
     lk, ev, dtype, dev = k4.shape[-2], v4.shape[-1], q5.dtype, q5.device
@@ -122,7 +139,7 @@ def fused_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: t
                 if kt.masked:
                     masker.apply_ranges_(s if one else s[..., c:c + kt.j1 - kt.j0], mask_g, i0, i1, kt.j0, kt.masked,
                                          unshifted)
-            dead_here = mask5 is not None and tiles.has_dead_rows(i0, i1)  # from the mask, before any call
+            dead_here = every_max or mask5 is not None and tiles.has_dead_rows(i0, i1)  # from the mask, before a call
             if unshifted:
                 _unshifted_tile(s, v3, key_tiles, cols, take(obuf, n, m, ev), out4[:, :, i0:i1], dead_here)
                 continue
@@ -245,6 +262,7 @@ class Fused(Implementation):
             TileMasker.warm(tiles.memo, inp.is_causal, train_rows, dev, dtypes)
             lse_wanted = plan_tiles(tiles, tiling, b, g, dev).multi_tile()  # else the backward needs no lse
             TileMasker.warm(tiles.memo, inp.is_causal, min(rows, q.shape[2]), dev, dtypes)
+        nan_check = scores_may_be_inf(inp)  # a row of -inf scores from the data: checked for (one sum) only then
         forward = functools.partial(fused_forward, tiles=tiles, unshifted=unshifted, log2=log2,
-                                    lse_wanted=lse_wanted)
-        return with_op(lambda: tiled_attention(inp, forward, tiling, tiles, widen), computes)
+                                    lse_wanted=lse_wanted, nan_check=nan_check)
+        return with_op(lambda: tiled_attention(inp, forward, tiling, tiles, widen, nan_check), computes)

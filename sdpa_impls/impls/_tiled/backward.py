@@ -35,7 +35,8 @@ def times_into(ds: torch.Tensor, p: torch.Tensor, dp: torch.Tensor, widen: bool)
 def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: torch.Tensor | None,
                    is_causal: bool, scale: float, out5: torch.Tensor, lse: torch.Tensor | None,
                    p5: torch.Tensor | None, dout5: torch.Tensor, tiling: Tiling, tiles: MaskTiles,
-                   dmask4: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                   dmask4: torch.Tensor | None = None, every_max: bool = False
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq (B, Hkv, G, Lq, E), dk, dv (B, Hkv, Lk, ·) fp32 by recomputing P tile by tile, or reading it from the
     forward's P (`p5`, input dtype, keys 0:p5.shape[-1], one query tile of every row). A row whose keys fit one key
     tile gets P = softmax(S) again, as the forward computed it; one whose keys span several, P = exp((S - max) -
@@ -54,7 +55,8 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
       so does a row whose dP is constant, since a forward's P of a half type is divided by its row sum first;
     - they span several: D = rowsum(dO ⊙ O) in fp32 (FlashAttention's), against dP computed in fp32.
     `dmask4` (a float mask's gradient, the mask's own shape as 4-D, fp32 or fp64, zeros): each tile's dS is added
-    in, summed over the dims where the mask broadcasts (the scores' gradient is the mask's).
+    in, summed over the dims where the mask broadcasts (the scores' gradient is the mask's). `every_max`: a row
+    whose keys fit one tile and whose scores are all -inf (masked or not: `TiledAttention._gradients`) gets P = 0.
     """
     b, hkv, g, lq, e = q5.shape
     lk, ev, dtype, dev = k4.shape[-2], v4.shape[-1], q5.dtype, q5.device
@@ -65,7 +67,7 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
     p_keys = None if p5 is None else (KeyTile(0, p5.shape[-1]),)  # the saved P is final: no mask to apply
     assert p5 is None or q_tile >= lq, "a saved P is read a whole row at a time"
     lse5 = None if lse is None else finite_or_zero(lse)  # fully masked rows: all scores -inf, P = 0
-    dead5 = None if lse is None or mask5 is None else lse[..., :1] == NEG_INF  # rows that see no key
+    dead5 = None if lse is None or (mask5 is None and not every_max) else lse[..., :1] == NEG_INF  # no finite score
     assert lse is not None or p5 is not None or not plan.multi_tile(), "rows across key tiles need the lse"
     dmask5 = None if dmask4 is None else (dmask4.unflatten(1, (hkv, g)) if dmask4.shape[1] == hkv * g
                                           else dmask4.unsqueeze(2))  # (B, Hkv, G, Lq, Lk), each dim full or 1
@@ -121,7 +123,7 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
                     if kt.masked:
                         masker.apply_ranges_(s, mask_g, i0, i1, j0, kt.masked)
                     if one_tile:  # every key of these rows: P is their softmax, as the forward computed it
-                        dead = mask5 is not None and tiles.has_dead_rows(i0, i1)  # a row that sees no key
+                        dead = every_max or mask5 is not None and tiles.has_dead_rows(i0, i1)  # sees no key
                         if dead:  # from the forward's lse, or (none kept) from the masked scores
                             dead = rows3(dead4, i0, i1) if dead4 is not None else s.amax(-1, keepdim=True) == NEG_INF
                         _softmax_into(p, s, dead)
@@ -190,12 +192,13 @@ class TiledAttention(torch.autograd.Function):
     """Any forward that returns (out, lse, P), with the tiled backward (recomputing P from lse, or reading P)."""
 
     @staticmethod
-    def forward(ctx, query, key, value, attn_mask, is_causal, scale, forward_fn, tiling, tiles):  # type: ignore[override]
+    def forward(ctx, query, key, value, attn_mask, is_causal, scale, forward_fn, tiling, tiles,  # type: ignore[override]
+                nan_check):
         inp = SDPAInputs(query, key, value, attn_mask, 0.0, is_causal, scale, True)
         q5, k4, v4, mask5 = grouped(inp)
         out5, lse, p5 = forward_fn(q5, k4, v4, mask5, is_causal, scale, True)
         ctx.save_for_backward(query, key, value, attn_mask, out5, lse, p5)
-        ctx.meta = (is_causal, scale, tiling, tiles)
+        ctx.meta = (is_causal, scale, tiling, tiles, nan_check)
         return out5  # (B, Hkv, G, Lq, Ev), flattened outside: a view made here could not be written in place
 
     @staticmethod
@@ -214,16 +217,20 @@ class TiledAttention(torch.autograd.Function):
     @staticmethod
     def _gradients(ctx, dout5):  # type: ignore[no-untyped-def]
         query, key, value, attn_mask, out5, lse, p5 = ctx.saved_tensors
-        is_causal, scale, tiling, tiles = ctx.meta
+        is_causal, scale, tiling, tiles, nan_check = ctx.meta
         q5, k4, v4, mask5 = grouped(SDPAInputs(query, key, value, attn_mask, 0.0, is_causal, scale, True))
         dmask4 = None
         if ctx.needs_input_grad[3]:  # a learned bias: its gradient in its own shape (a 2-D mask as (1, 1, Lq, Lk))
             dmask4 = torch.zeros((1,) * (4 - attn_mask.dim()) + tuple(attn_mask.shape),
                                  dtype=working_dtype(query.dtype), device=query.device)
-        dq, dk, dv = tiled_backward(q5, k4, v4, mask5, is_causal, scale, out5, lse, p5, dout5, tiling, tiles, dmask4)
+        args = (q5, k4, v4, mask5, is_causal, scale, out5, lse, p5, dout5, tiling, tiles)
+        dq, dk, dv = tiled_backward(*args, dmask4)
+        if nan_check and math.isnan(dq.sum().item() + dv.sum().item()):  # a row of -inf scores from the data (as
+            dq, dk, dv = tiled_backward(*args, None if dmask4 is None else dmask4.zero_(), every_max=True)  # fused's
+            # forward): torch's dq and dv (dk is NaN there: 0 · -inf, in torch's too)
         dmask = None if dmask4 is None else dmask4.reshape(attn_mask.shape).to(attn_mask.dtype)
         return (dq.flatten(1, 2), dk.to(key.dtype), dv.to(value.dtype),
-                dmask, None, None, None, None, None)
+                dmask, None, None, None, None, None, None)
 
 
 class NoSecondDerivative(torch.autograd.Function):
@@ -240,11 +247,13 @@ class NoSecondDerivative(torch.autograd.Function):
 
 
 def tiled_attention(inp: SDPAInputs, forward_fn: ForwardFn, tiling: Tiling, tiles: MaskTiles,
-                    widen: bool = False) -> torch.Tensor:
+                    widen: bool = False, nan_check: bool = False) -> torch.Tensor:
     """Run `forward_fn`; when gradients are needed, wrap it in the tiled backward, tiled as `tiling` says and
     skipping what `tiles` (built from this call's mask) says is empty.
 
-    `widen` (see `in_fp32`): an fp16 or bf16 call runs in fp32 and is rounded once at the end.
+    `widen` (see `in_fp32`): an fp16 or bf16 call runs in fp32 and is rounded once at the end. `nan_check`
+    (`compute.scores_may_be_inf`): where dQ or dV sums to NaN, the backward runs again with P = 0 in rows whose
+    scores are all -inf.
     """
     if inp.is_empty:
         return empty_attention(inp)
@@ -252,7 +261,7 @@ def tiled_attention(inp: SDPAInputs, forward_fn: ForwardFn, tiling: Tiling, tile
         mask = inp.attn_mask
         mask = mask.float() if mask is not None and mask.is_floating_point() else mask
         up = replace(inp, query=inp.query.float(), key=inp.key.float(), value=inp.value.float(), attn_mask=mask)
-        return tiled_attention(up, forward_fn, tiling, tiles).to(inp.query.dtype)
+        return tiled_attention(up, forward_fn, tiling, tiles, nan_check=nan_check).to(inp.query.dtype)
     scale = inp.softmax_scale  # past fp32's range (where a GEMM's alpha cannot hold it): inf, as torch computes it
     if inp.query.dtype != torch.float64 and abs(scale) > torch.finfo(torch.float32).max:
         scale = math.copysign(math.inf, scale)
@@ -260,4 +269,4 @@ def tiled_attention(inp: SDPAInputs, forward_fn: ForwardFn, tiling: Tiling, tile
         q5, k4, v4, mask5 = grouped(inp)
         return forward_fn(q5, k4, v4, mask5, inp.is_causal, scale, False)[0].flatten(1, 2)
     return TiledAttention.apply(inp.query, inp.key, inp.value, inp.attn_mask, inp.is_causal, scale,
-                                forward_fn, tiling, tiles).flatten(1, 2)  # (B, Hq, Lq, Ev)
+                                forward_fn, tiling, tiles, nan_check).flatten(1, 2)  # (B, Hq, Lq, Ev)

@@ -4,6 +4,7 @@
     in_fp32(inp, keys_summed) -> (widen?, what it computes in, for the point's `op`)
     fp16_in_fp32(inp, keys_summed) -> bool      # fp16: always on the CPU, on CUDA where it could overflow
     fp16_may_overflow(inp, keys_summed) -> bool
+    scores_may_be_inf(inp) -> bool               # whether a row's scores could all be -inf from the data (CPU)
     unshifted_exp(inp, fp32_compute) -> bool     # fused: P = exp(S) with no row max, where the scores are bounded
     unshifted_base(device) -> ExpBase           # ... computed as exp(S) or as exp2(S · log2 e), this CPU's faster
     unshifted_tile(device, b, hkv, g, lq, lk, itemsize) -> (rows, kv heads, keys per block)  # ... with no key to skip
@@ -31,6 +32,9 @@ FP16_MAX = 65504.0
 # fp32 (or bf16) number, and so is every term within e^-47 of it (normals reach e^-87): nothing the row's sum can
 # resolve underflows, and no term overflows
 SCORE_BOUND = 40.0
+# |score| below this: no score overflows, and a float mask's finite value (fp32's lowest, as some models mask) plus a
+# score never rounds to -inf (the spacing of floats near 3.4e38 is 2e31, of bf16's 1.3e36)
+SCORE_SAFE = 1e30
 # log of the largest row sum of P V (Lk · e^bound · max|v|) an unshifted exp allows: e^80 = 5.5e34, e^8 under fp32's
 # largest number
 LOG_SUM_BOUND = 80.0
@@ -86,6 +90,20 @@ def fp16_may_overflow(inp: SDPAInputs, keys_summed: int) -> bool:
     q, k, v, bias = torch.stack(tops).float().tolist()
     score = abs(inp.softmax_scale) * inp.query.shape[-1] * q * k + bias
     return not max(score, keys_summed * v) < FP16_MAX / 2
+
+
+def scores_may_be_inf(inp: SDPAInputs) -> bool:
+    """Whether a row of scores could be -inf at every key from the data, not from a mask (torch's SDPA answers such a
+    row 0, a softmax gives 0/0): q or k not finite, or |scale| · E · max|q| · max|k| at SCORE_SAFE or more. Below it
+    no score is ±inf, and none plus a float mask's finite value (down to the dtype's lowest) rounds to -inf. One
+    aminmax of q and of k, read in `prepare_inputs`, outside a timed call; on CUDA that read would wait for the
+    device, so there it is False (such rows stay NaN: docs/explanation/tiling.md)."""
+    if inp.query.device.type != "cpu" or inp.is_empty or not inp.query.numel() or not inp.key.numel():
+        return False  # E = 0: every score is 0
+    q_low, q_high = torch.aminmax(inp.query)
+    k_low, k_high = torch.aminmax(inp.key)
+    q1, q2, k1, k2 = torch.stack([q_low, q_high, k_low, k_high]).double().abs().tolist()
+    return not abs(inp.softmax_scale) * inp.query.shape[-1] * max(q1, q2) * max(k1, k2) < SCORE_SAFE  # NaN: True
 
 
 def unshifted_exp(inp: SDPAInputs, fp32_compute: bool) -> bool:

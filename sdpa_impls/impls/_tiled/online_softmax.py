@@ -64,6 +64,7 @@ def chunked_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5:
     b, hkv, g, lq, e = q5.shape
     lk, ev, dtype, dev = k4.shape[-2], v4.shape[-1], q5.dtype, q5.device
     half, work = dtype in HALF, working_dtype(dtype)  # work: fp32 (fp64 for fp64 inputs)
+    lowest = torch.finfo(work).min  # a row max of -inf as a shift: exp(-inf - lowest) = 0, where -inf - -inf is NaN
     plan = plan_tiles(tiles, Tiling(q_tile, k_tile, k_tile, False), b, g, dev)  # as prepare_inputs built it
     q_tile, k_tile = min(q_tile, lq), min(k_tile, lk)
     heads = plan.max_heads
@@ -98,7 +99,7 @@ def chunked_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5:
                 new_max = s.amax(dim=-1, keepdim=True).to(work)
                 if run_max is not None:
                     new_max = torch.maximum(run_max, new_max)
-                safe_max = new_max if mask5 is None else finite_or_zero(new_max)  # -inf: every key so far masked
+                safe_max = new_max.clamp_min_(lowest)  # -inf: every score so far -inf (masked, or from the data)
                 minus_into(p, s, safe_max, widen).exp_()  # unnormalized fp32 P
                 pv = p if not half else sd.copy_(p)
                 if run_max is None:  # first key tile: nothing to rescale
@@ -112,7 +113,8 @@ def chunked_forward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5:
             assert run_max is not None and run_sum is not None
             denom = torch.where(run_sum == 0, torch.ones_like(run_sum), run_sum)
             store_rows_(out4, i0, i1, acc.div_(denom))
-            if lse is not None:  # -inf for fully masked rows
+            if lse is not None:  # -inf for rows without a finite score (their max was clamped, their sum is 0)
+                run_max.masked_fill_(run_sum == 0, NEG_INF)
                 store_rows_(flat(lse, bs, hs), i0, i1, torch.cat([run_max, torch.log(run_sum)], dim=-1))
     return out, lse, None
 
