@@ -200,8 +200,9 @@ def sdpa_device(pytestconfig: pytest.Config) -> str:
     import torch
 
     device = device_of(pytestconfig)
-    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
-        pytest.skip(f"--sdpa-device {device}: no CUDA device on this machine")
+    if torch.device(device).type == "cuda" and not torch.cuda.is_available():  # not a green run of skips: a CI
+        pytest.exit(f"--sdpa-device {device}: no CUDA device is available to this torch ({torch.__version__}, "
+                    f"CUDA {torch.version.cuda or 'none'})", returncode=pytest.ExitCode.USAGE_ERROR)  # measured nothing
     return device
 
 

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from sdpa_impls.continuous.envcache import build
 from sdpa_impls.continuous.envs import python_of
@@ -172,6 +173,19 @@ def test_the_packaged_suite_refuses_a_typo_in_one_line(tool: dict, args: tuple[s
     done = run(tool, *SUITE, *args, cwd=tool["root"], **env)
     assert done.returncode == 4 and f"ERROR: {said}" in done.stderr, done.stdout + done.stderr
     assert "Traceback" not in done.stdout + done.stderr and "collecting" not in done.stdout, done.stdout
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without a CUDA device")
+def test_the_suite_on_a_cuda_device_this_machine_lacks_stops_instead_of_passing_as_skips(tool: dict) -> None:
+    """`--sdpa-device cuda` where torch has no CUDA device measured nothing: pytest's usage error (exit 4) naming the
+    device and torch, not a green run of skipped benchmarks that a CI would read as passing (`run --device cuda`
+    refuses it too)."""
+    done = run(tool, *SUITE, "--benchmark-only", "--sdpa-preset", "smoke", "--sdpa-impl", "naive", "--sdpa-device",
+               "cuda", "--benchmark-json", "g.json", cwd=tool["root"])
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert f"--sdpa-device cuda: no CUDA device is available to this torch ({torch.__version__}" in done.stdout, \
+        done.stdout + done.stderr
+    assert "Traceback" not in done.stdout + done.stderr and "skipped" not in done.stdout
 
 
 def test_benchmark_compare_compares_the_suites_machine_fields(tool: dict) -> None:
