@@ -74,8 +74,8 @@ def _heads(hq: int, hk: int, hv: int, gqa: bool) -> tuple[int, int, int]:
 
 def to_bhle(query: object, key: object, value: object, attn_mask: object, enable_gqa: object) -> Call:
     """q, k, v (and the mask) as (B, H, L, E), with `restore` for the answer; inputs that are already so, with one
-    batch size and heads torch would not broadcast, come back as they are. ValueError for a tensor below rank 2
-    and for batch dims that do not broadcast (torch refuses both)."""
+    batch size and heads torch would not broadcast, come back as they are. ValueError for a tensor below rank 2,
+    for batch dims that do not broadcast and for a mask of more dims than the scores (torch refuses all three)."""
     named = (("query", query), ("key", key), ("value", value))
     if not all(isinstance(t, torch.Tensor) for _, t in named):
         return Call(query, key, value, attn_mask, _same)  # validate names what is not a tensor
@@ -85,14 +85,17 @@ def to_bhle(query: object, key: object, value: object, attn_mask: object, enable
         if t.dim() < 2:
             raise ValueError(f"sdpa: {name} must have at least 2 dims (..., L, E); got {t.dim()}-D shape "
                              f"{shape_text(t)}")
+    top = max(q.dim(), k.dim(), v.dim())
+    if isinstance(attn_mask, torch.Tensor) and attn_mask.dim() > top:  # torch adds it into the scores in place
+        raise ValueError(f"sdpa: attn_mask {shape_text(attn_mask)} has {attn_mask.dim()} dims, more than the {top} "
+                         f"of the attention's scores (the rank of query, key and value); {qkv_text(q, k, v)}")
     gqa = enable_gqa is True
     heads = _heads(q.shape[-3] if q.dim() > 2 else 1, k.shape[-3] if k.dim() > 2 else 1,
                    v.shape[-3] if v.dim() > 2 else 1, gqa)
     if q.dim() == k.dim() == v.dim() == 4 and q.shape[0] == k.shape[0] == v.shape[0] and \
             heads == (q.shape[1], k.shape[1], v.shape[1]):
         return Call(q, k, v, attn_mask, _same)
-    rank = max(t.dim() for _, t in named)
-    padded = [t[(None,) * (max(rank, 4) - t.dim())] for _, t in named]
+    padded = [t[(None,) * (max(top, 4) - t.dim())] for _, t in named]
     try:
         lead = tuple(torch.broadcast_shapes(*(t.shape[:-3] for t in padded)))
     except RuntimeError:
@@ -111,7 +114,7 @@ def to_bhle(query: object, key: object, value: object, attn_mask: object, enable
 
     def restore(out: torch.Tensor) -> torch.Tensor:
         full = out.reshape(*lead, *out.shape[1:])
-        return full[(0,) * (full.dim() - rank)] if full.dim() > rank else full
+        return full[(0,) * (full.dim() - top)] if full.dim() > top else full
 
     return Call(q4, k4, v4, mask, restore, qkv_text(q, k, v))
 

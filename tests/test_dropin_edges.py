@@ -154,15 +154,22 @@ def test_shapes_torch_broadcasts_get_torchs_answer_and_gradients(name: str, case
 
 
 def test_shapes_torch_refuses_are_one_error_for_every_implementation() -> None:
-    """Below rank 2, and batch dims that do not broadcast: one ValueError naming the shapes, as torch refuses."""
-    for args, fragment in (((torch.ones(8), torch.ones(8), torch.ones(8)), "query must have at least 2 dims"),
-                           (_shaped((2, 2, 9, 16), (3, 2, 9, 16), seed=1),
-                            "batch sizes differ and do not broadcast: query (2, 2, 9, 16), key (3, 2, 9, 16)")):
+    """Below rank 2, batch dims that do not broadcast, and a mask of more dims than the scores (torch adds it into
+    them in place, even where its extra dims are 1): one ValueError naming the shapes, as torch refuses."""
+    q3, k3 = torch.randn(2, 8, 16), torch.randn(2, 9, 16)
+    for args, mask, fragment in (
+            ((torch.ones(8), torch.ones(8), torch.ones(8)), None, "query must have at least 2 dims"),
+            (_shaped((2, 2, 9, 16), (3, 2, 9, 16), seed=1), None,
+             "batch sizes differ and do not broadcast: query (2, 2, 9, 16), key (3, 2, 9, 16)"),
+            ((q3, k3, k3), torch.zeros(1, 2, 8, 9), "attn_mask (1, 2, 8, 9) has 4 dims, more than the 3 of the "
+                                                    "attention's scores (the rank of query, key and value); query "
+                                                    "(2, 8, 16), key (2, 9, 16), value (2, 9, 16)"),
+            ((q3[0], k3[0], k3[0]), torch.zeros(1, 8, 9), "attn_mask (1, 8, 9) has 3 dims, more than the 2")):
         with pytest.raises(RuntimeError):
-            F.scaled_dot_product_attention(*args)
+            F.scaled_dot_product_attention(*args, attn_mask=mask)
         for name in EAGER_CPU:
             with pytest.raises(ValueError, match=re.escape(fragment)):
-                sdpa_impls.get(name)(*args)
+                sdpa_impls.get(name)(*args, attn_mask=mask)
 
 
 @pytest.mark.parametrize("shapes, fragment", [
