@@ -400,6 +400,7 @@ def test_other_machine_refuses_times_but_checks_the_rest(runs: dict[str, Path], 
     (tmp_path / "other-threads.json").write_text(json.dumps(doc))
     code, out, _ = gate(tmp_path, "--baseline", runs["base"], "--candidate", tmp_path / "other-threads.json")
     assert code == 0 and "CPU peak memory not compared: the runs had 1 vs 2 threads" in out, out
+    assert "memory (on the CPU only where the thread counts match) still apply" in out, out  # not "memory applies"
 
 
 # ---------- unusable input: exit 2, one message naming the problem ----------

@@ -133,7 +133,8 @@ def compare_points(baseline: Sequence[Point] | None, candidate: Sequence[Point],
         if diffs and not allowed:
             times_ok = False
             notes.append("absolute time rules refused: baseline and candidate come from different machines ("
-                         + "; ".join(diffs) + "). Memory, correctness and in-run ratio rules still apply; pass "
+                         + "; ".join(diffs) + "). Correctness, in-run ratio rules and memory (on the CPU only "
+                         "where the thread counts match) still apply; pass "
                          "--allow-different-machines (or allow_different_machines = true) to compare times anyway.")
         elif diffs:
             notes.append("machines differ (" + "; ".join(diffs) + "); times compared anyway, as allowed.")
