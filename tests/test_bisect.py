@@ -200,6 +200,12 @@ def test_a_range_with_nothing_planted_is_no_regression(history: dict, tmp_path: 
     assert "NO REGRESSION" in out
     assert "warning: the working tree has uncommitted changes (README.md)" in err
     assert any("which bisect does not measure" in note for note in found["notes"]), found["notes"]
+    again = answer.with_name("again.json")  # resumed with the edit gone: that run's warning is not this one's note
+    code, out, err = bisect(history["repo"], history["good"], history["fixed"], *FAST, "--json", str(again),
+                            "--resume", str(answer))
+    resumed = json.loads(again.read_text())
+    assert code == 0 and resumed["answer"] == "no regression" and "uncommitted" not in err, out + err
+    assert not any("uncommitted" in note for note in resumed["notes"]) and "uncommitted" not in out, resumed["notes"]
 
 
 @pytest.mark.parametrize("args, message", [

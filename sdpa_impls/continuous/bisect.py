@@ -55,7 +55,7 @@ from .lines import commits, releases
 from .project import NONE, Project
 from .bisect_answer import (AGAINST_BAD, CONFIRM, CULPRIT, ENDPOINTS, INCONCLUSIVE, NO_REGRESSION, SEARCH, UNDECIDED,
                             Query, Search, comparison_budget)
-from .bisect_replay import Replay, Resumable, settings_of
+from .bisect_replay import DIRTY_TREE, Replay, Resumable, settings_of
 from .revisions import uncommitted
 from .steps import (DIFFERENT, SAME, SKIPPED, UNKNOWN, Step, memory_failed, row_steps, selection_of,
                     step_notes, unexplained, verdict_of)
@@ -86,7 +86,7 @@ class _Searcher(Resumable):
             changed = uncommitted(self.line.project.root) if self.line.project.root else []
             if changed:  # `continuous` compares the working tree; a search over commits cannot see these edits
                 shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
-                warning = (f"the working tree has uncommitted changes ({shown}), which bisect does not measure: "
+                warning = (f"{DIRTY_TREE} ({shown}), which bisect does not measure: "
                            "it searches commits, up to BAD. Commit them to have them searched.")
                 progress(f"warning: {warning}")
         self.project = self.line.project

@@ -18,6 +18,7 @@ from .comparison import Plan
 from .steps import RowStep, Step
 
 IN_PROGRESS, INTERRUPTED = "in progress", "interrupted"  # what a --json written before the answer says
+DIRTY_TREE = "the working tree has uncommitted changes"  # a note about the run's own tree: not carried to a resume
 REPLAY_FORMAT = 1
 
 
@@ -130,7 +131,8 @@ class Resumable:
         self.labels, self.memory = tuple(state["labels"]), frozenset(state.get("memory") or ())
         self.floor, self.select = float(state.get("floor") or 0.0), state.get("select")
         self.result.undecided = list(state.get("undecided") or ())
-        self.result.notes.extend(n for n in state.get("notes") or () if n not in self.result.notes)
+        self.result.notes.extend(n for n in state.get("notes") or ()  # the tree as the resuming run found it, only
+                                 if n not in self.result.notes and not n.startswith(DIRTY_TREE))
         self.result.state = dict(state)
         if not self.labels:
             return False
