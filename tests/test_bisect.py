@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import shlex
 import signal
 import subprocess
 import sys
@@ -109,7 +110,9 @@ def test_an_interrupted_search_keeps_its_steps_and_resumes_from_them(history: di
     assert stopped["answer"] == "interrupted" and stopped["exit_code"] is None, stopped["answer"]
     done = [s["kind"] for s in stopped["steps"]]
     assert done[:2] == ["endpoints", "skip"] and "confirm" not in done, done
-    assert err.strip().splitlines()[-1].endswith(f"run the same command with --resume {saved}"), err[-1000:]
+    command = shlex.join(["sdpa-bench", "bisect", history["good"], "HEAD", *FAST, "--json", str(saved), "--resume",
+                          str(saved)])  # the command as given, with --resume: to copy and run
+    assert err.strip().splitlines()[-1].endswith(f"continue with: {command}"), err[-1000:]
     resumed = tmp_path / "resumed.json"
     code, out, err = bisect(history["repo"], history["good"], "HEAD", *FAST, "--json", str(resumed), "--resume",
                             str(saved))

@@ -125,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         # sdpa-bench is this process's command, which `run` may exec again: its arguments are the ones the process
         # started with (a script that sets sys.argv and calls main() would be run again whole, setup and all)
         args.own_process = argv == sys.argv[1:] == sys.orig_argv[len(sys.orig_argv) - len(argv):]
+        args.argv = tuple(argv)  # as given: a command that stops early names the command that goes on
         code = int(module.run(args))
         sys.stdout.flush()  # a reader that went away shows here, in the handler below, not at the interpreter's exit
         return code

@@ -21,8 +21,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import signal
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from .. import settings
@@ -144,14 +146,27 @@ def _save(path: str, search: Search, unfinished: str | None = None) -> None:
     os.replace(temporary, path)
 
 
+def _without_resume(argv: Sequence[str]) -> list[str]:
+    """The command line as given, less a --resume of its own (`--resume FILE` or `--resume=FILE`)."""
+    out, drop = [], False
+    for arg in argv:
+        if drop or arg.startswith("--resume="):
+            drop = False
+        elif arg == "--resume":
+            drop = True  # and its value, next
+        else:
+            out.append(arg)
+    return out
+
+
 def _interrupted(args: argparse.Namespace, partial: Search | None, terminated: bool) -> int:
     """Ctrl-C or SIGTERM: the finished steps saved (--json) or printed, and how to go on as the last line."""
     how = "terminated (SIGTERM)" if terminated else "interrupted"
     steps = len(partial.steps) if partial else 0
     if partial is not None and args.json:
         _save(args.json, partial, INTERRUPTED)
-        said = (f"{steps} finished step(s) are saved in {args.json}; to go on from them, run the same command with "
-                f"--resume {args.json}")
+        said = (f"{steps} finished step(s) are saved in {args.json}; continue with: "
+                f"{shlex.join(['sdpa-bench', *_without_resume(args.argv), '--resume', args.json])}")
     elif partial is not None and steps:
         sys.stdout.write(redact(render(partial, unfinished=INTERRUPTED)))  # not lost; without --json, not resumable
         said = f"{steps} finished step(s) are printed above; with --json FILE they are saved for --resume"
