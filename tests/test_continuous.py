@@ -323,6 +323,9 @@ def test_one_run_a_side_never_decides_slower() -> None:
     one = judge([_run(1.0, 3.0)], [_run(1.0, 3.6)], config)
     naive = {r.impl: r for r in one.rows}["naive"]
     assert naive.ratio == pytest.approx(1.2, rel=0.02) and naive.decision == "undecided" and one.exit_code == 0
+    assert naive.interval[0] > 1.05  # ... and says why, where its interval lies above the floor
+    assert ": above ×1.05, not yet significant or not with any one run left out, 1 base and 1 head runs" in \
+        render(one, "head", "base")
     two = judge([_run(1.0, 3.0), _run(1.01, 3.0)], [_run(1.0, 3.6), _run(1.01, 3.6)], config)
     assert {r.impl: r for r in two.rows}["naive"].decision == "slower" and two.exit_code == 1
 

@@ -69,6 +69,8 @@ def render(report: SideBySide, base: str, head: str, markdown: bool = False, run
         out += [f"{bullet}{shown(r.label)}: "
                 + (f"×{r.ratio:.3f}, 95% CI {r.interval[0]:.3f}–{r.interval[1]:.3f}" if r.interval else "")
                 + (f" (low end {r.without_one:.3f} with one run left out)" if r.without_one is not None else "")
+                + (f": above ×{report.factor:.2f}, not yet significant or not with any one run left out"
+                   if r.interval and r.interval[0] > report.factor else "")
                 + ("; " if r.interval and r.host_undecided else "")
                 + ("host overhead higher in every run, not yet significant" if r.host_undecided else "")
                 + f", {len(r.base)} base and {len(r.head)} head runs" for r in undecided]
