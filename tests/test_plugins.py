@@ -106,6 +106,8 @@ def test_wrong_implementation_fails_instead_of_getting_a_time(plugin_python: Pat
         capture_output=True, text=True, cwd=REPO, timeout=600)
     assert done.returncode == 1, done.stdout[-3000:]
     assert "WrongResult" in done.stdout and "test_perturbed" in done.stdout
+    said = done.stdout + done.stderr  # a point that failed before timing used the fixture: no "was not used" warning
+    assert "was not used at all in this test" not in said, said[-3000:]
     benchmarks = json.loads(out.read_text())["benchmarks"]
     timed = {b["extra_info"]["impl"] for b in benchmarks}
     assert timed == {"naive"}, "only the correct implementation may get a time"
