@@ -14,7 +14,7 @@ import torch
 
 from ...protocol import SDPAInputs, empty_attention
 from .budget import choice
-from .online_softmax import accumulate, finite_or_zero, minus_into, plan_tiles, take
+from .online_softmax import accumulate, minus_into, plan_tiles, take
 from .tilemap import KeyTile, MaskTiles, Tiling
 from .tiles import HALF, NEG_INF, TileMasker, columns_t, compact_transposed, flat, grouped, rows3, store_rows_, \
     working_dtype
@@ -152,6 +152,11 @@ def tiled_backward(q5: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, mask5: 
             if dq_acc is not None:
                 store_rows_(dq4, i0, i1, dq_acc)
     return dq, dk, dv
+
+
+def finite_or_zero(x: torch.Tensor) -> torch.Tensor:
+    """x with ±inf as 0: the saved log-sum-exp of a fully masked row (-inf) subtracts nothing, so its P stays 0."""
+    return torch.where(torch.isinf(x), torch.zeros_like(x), x)
 
 
 def _add_mask_grad(dmask5: torch.Tensor, ds: torch.Tensor, bs: slice, hs: slice, g: int, rows: tuple[int, int],

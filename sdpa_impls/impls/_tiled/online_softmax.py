@@ -17,10 +17,6 @@ from .tiles import (HALF, NEG_INF, TileMasker, columns_t, compact_transposed, fl
                     store_rows_, working_dtype)
 
 
-def finite_or_zero(x: torch.Tensor) -> torch.Tensor:
-    return torch.where(torch.isinf(x), torch.zeros_like(x), x)
-
-
 def minus_into(p: torch.Tensor, s: torch.Tensor, x: torch.Tensor, widen: bool) -> torch.Tensor:
     """p = s − x into the fp32 tile `p`, from a score tile `s` of the input dtype (or fp32) and an fp32 column `x`;
     `widen` (the policy's `CAST_FIRST`): through a copy of `s` into `p`, then in place, instead of one mixed-dtype
