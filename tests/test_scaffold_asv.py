@@ -48,11 +48,13 @@ def test_torch_is_pinned_to_a_release_pip_can_find(version: str, pin: str, noted
 def test_the_template_takes_every_replacement_and_stays_json(tmp_path: Path) -> None:
     requirement = "sdpa-bench @ file:///opt/my wheels/sdpa_bench-0.1.0-py3-none-any.whl"  # a space, quoted for asv
     plan = scaffold.files(scaffold.names_for("toy"), "sdpa-bench[test]>=0.1",
-                          asv.replacements("2.11.0", "trunk", requirement))
+                          asv.replacements("2.11.0", "trunk", requirement), "trunk")
     text = plan["asv.conf.json"]
     conf = json.loads("\n".join(line for line in text.splitlines() if not line.lstrip().startswith("//")))
     assert conf["project"] == "toy" and conf["branches"] == ["trunk"] and conf["matrix"]["req"]["torch"] == ["2.11.0"]
     assert shlex.split(conf["install_command"][1])[-1] == requirement  # one argument to pip, as asv splits it
+    gate = next(line for line in plan["README.md"].splitlines() if "sdpa-bench continuous" in line)
+    assert gate.split("#")[0].split() == ["sdpa-bench", "continuous", "trunk"] and "against trunk," in gate, gate
     assert "toy,torch_sdpa" in plan["benchmarks/bench_toy.py"] and ".asv/" in plan[".gitignore"].splitlines()
     with pytest.raises(RuntimeError, match="has no"):
         scaffold.files(scaffold.names_for("toy"), "x", {'"no such text"': "y"})

@@ -27,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
     release, torch_note = asv.torch_pin(torch.__version__)
     own_branch, place = asv.branch(dest), asv.repo_place(dest)  # dest, or the folder it will be made in
     sdpa, asv_note = asv.sdpa_requirement()
-    plan = scaffold.files(names, install, asv.replacements(release, own_branch, sdpa, place))
+    plan = scaffold.files(names, install, asv.replacements(release, own_branch, sdpa, place), own_branch)
     written = scaffold.write(dest, plan)
     print(f"wrote the plug-in {names.package} into {dest}:")
     for path in written:

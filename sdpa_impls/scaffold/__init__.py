@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import keyword
 import re
+import shlex
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -100,9 +101,11 @@ def _renamed(text: str, names: Names) -> str:
     return text
 
 
-def files(names: Names, install: str, asv: dict[str, str] | None = None) -> dict[str, str]:
+def files(names: Names, install: str, asv: dict[str, str] | None = None, branch: str | None = None
+          ) -> dict[str, str]:
     """Every file of the plug-in, by path relative to its folder, renamed for `names`; the workflow installs
-    sdpa-bench with the requirement `install`; asv.conf.json gets the replacements `asv` (scaffold.asv)."""
+    sdpa-bench with the requirement `install`; asv.conf.json gets the replacements `asv` (scaffold.asv); the
+    README's gate compares against `branch`, the repository's (None: the template's main)."""
     out = {}
     for path in sorted(p for p in TEMPLATE.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
         parts = list(path.relative_to(TEMPLATE).parts)
@@ -116,8 +119,22 @@ def files(names: Names, install: str, asv: dict[str, str] | None = None) -> dict
                 if old not in text:
                     raise RuntimeError(f"the template's asv.conf.json has no {old}")
                 text = text.replace(old, new)
+        if parts == ["README.md"] and branch:
+            text = _readme_base(text, branch)
         out[_renamed("/".join(parts), names)] = text
     return out
+
+
+README_BASE = "sdpa-bench continuous main        # this working tree against main,"  # the template README's gate
+
+
+def _readme_base(text: str, branch: str) -> str:
+    """The README's gate line against `branch`, with its comment where it was (a plug-in made in a repository on
+    `master` was told to run `sdpa-bench continuous main`, which names no revision there)."""
+    if README_BASE not in text:
+        raise RuntimeError(f"the template's README.md has no {README_BASE!r}")
+    head = f"sdpa-bench continuous {shlex.quote(branch)}"
+    return text.replace(README_BASE, f"{head:<33} # this working tree against {branch},")
 
 
 def write(dest: Path, plan: dict[str, str]) -> list[Path]:
