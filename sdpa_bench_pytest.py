@@ -160,6 +160,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     suite = [item for item in items if SUITE_FIXTURE in getattr(item, "fixturenames", ())]
     if not suite:
         return
+    _check_cuda(device_of(config))  # here, not while collecting: pytest's usage error, one line, not a collection error
     setattr(config, _SUITE_SELECTED, True)
     given = [*config.invocation_params.args, *config.getini("addopts")]
     replaced = sorted({o for o in REPLACED_OPTIONS for arg in given if str(arg).startswith(o)})
@@ -195,15 +196,20 @@ def _suite_machine(config: pytest.Config) -> dict:
     return describe_machine(device, timer=timer_name(config, device))
 
 
-@pytest.fixture(scope="session")
-def sdpa_device(pytestconfig: pytest.Config) -> str:
+def _check_cuda(device: str) -> None:
+    """A usage error (exit 4, as for an unknown preset), before any point, where --sdpa-device names CUDA and this
+    torch has no CUDA device: not a green run of skips, which a CI would read as passing. Only where the suite is
+    collected: a session of other tests may name a device for its own reasons."""
     import torch
 
-    device = device_of(pytestconfig)
-    if torch.device(device).type == "cuda" and not torch.cuda.is_available():  # not a green run of skips: a CI
-        pytest.exit(f"--sdpa-device {device}: no CUDA device is available to this torch ({torch.__version__}, "
-                    f"CUDA {torch.version.cuda or 'none'})", returncode=pytest.ExitCode.USAGE_ERROR)  # measured nothing
-    return device
+    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+        raise pytest.UsageError(f"--sdpa-device {device}: no CUDA device is available to this torch "
+                                f"({torch.__version__}, CUDA {torch.version.cuda or 'none'})")
+
+
+@pytest.fixture(scope="session")
+def sdpa_device(pytestconfig: pytest.Config) -> str:
+    return device_of(pytestconfig)
 
 
 @pytest.fixture(scope="session")
