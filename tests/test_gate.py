@@ -106,7 +106,7 @@ def test_a_session_with_other_benchmarks_is_gated_on_the_suites_alone(session: d
                           "new/folder/verdict.md")  # a folder made for it, as compare and continuous do
     assert code == 0 and "naive" in out and (tmp_path / "new/folder/verdict.md").is_file(), out + err
     for path in ("base.json", "both.json"):
-        left = f"{path}: left out 1 benchmark not from sdpa-bench's suite, or unfinished (test_mine.py::test_my_kernel)"
+        left = f"{path}: left out 1 benchmark not from sdpa-bench's suite (test_mine.py::test_my_kernel)"
         assert left in err, err
     mine = json.loads((tmp_path / "both.json").read_text())
     mine["benchmarks"] = [b for b in mine["benchmarks"] if "test_my_kernel" in b["fullname"]]
@@ -119,16 +119,51 @@ def test_a_session_with_other_benchmarks_is_gated_on_the_suites_alone(session: d
         load_points(tmp_path / "both.json")
 
 
-def test_a_point_an_interrupted_session_left_unfinished_is_left_out_and_named(session: dict[str, Path],
-                                                                               tmp_path: Path) -> None:
-    """A session stopped inside one of the suite's benchmarks saves it with no extra_info: the gate leaves it out,
-    naming it, and judges the finished ones (the whole file was refused as "not written by the sdpa-bench suite")."""
+def test_an_interrupted_session_is_no_verdict(session: dict[str, Path], tmp_path: Path) -> None:
+    """A session stopped inside one of the suite's benchmarks saves it with no extra_info, and none of the ones after
+    it: exit 2 naming the benchmark, as a candidate or a baseline, never exit 1 for the benchmarks it did not reach
+    (they read as "missing", a regression to CI)."""
     def interrupted(doc: dict) -> None:
         suite_benchmark(doc)["extra_info"] = {}
     edited(session["both"], tmp_path / "int.json", interrupted)
-    code, out, err = gate(tmp_path, "--candidate", "int.json")
-    assert code == 0 and "naive" in out, out + err
-    assert "left out 2 benchmarks" in err and "test_sdpa[" in err and "unfinished: no extra_info" in err, err
+    name = suite_benchmark(json.loads((tmp_path / "int.json").read_text()))["fullname"]
+    for args in (("--candidate", "int.json"), ("--baseline", session["both"], "--candidate", "int.json"),
+                 ("--baseline", "int.json", "--candidate", session["both"])):
+        code, out, err = gate(tmp_path, *args)
+        assert code == 2 and not out, out + err
+        assert err.splitlines() == [f"sdpa-bench gate: error: int.json: the pytest session that wrote it was "
+                                    f"interrupted, inside {name} (saved with no extra_info), so the benchmarks after "
+                                    "it are missing; run the suite to the end"], err
+
+
+def test_a_run_against_itself_or_another_preset_is_no_verdict(session: dict[str, Path], tmp_path: Path) -> None:
+    """The same file as baseline and candidate passed whatever it held, and beside a slower candidate run hid its
+    regression; runs of two presets failed on every case of one alone, as "missing". Both are exit 2, naming why
+    (another preset is judged on the shared cases where allow_missing is set)."""
+    def slower(doc: dict) -> None:
+        for b in doc["benchmarks"]:
+            b["stats"]["median"] *= 3
+            b["stats"]["data"] = [3 * v for v in b["stats"]["data"]]
+    slow = edited(session["both"], tmp_path / "slow.json", slower)
+    code, out, err = gate(tmp_path, "--baseline", session["both"], "--candidate", slow)
+    assert code == 1, out + err  # the regression the next calls must not hide
+    for args in (("--baseline", session["both"], "--baseline", slow, "--candidate", slow),
+                 ("--baseline", session["both"], "--candidate", slow, "--candidate", session["both"]),
+                 ("--baseline", slow, "--candidate", tmp_path / "." / "slow.json")):
+        code, out, err = gate(tmp_path, *args)
+        assert code == 2 and not out, out + err
+        assert err.startswith("sdpa-bench gate: error: ") and "given as both --baseline and --candidate" in err, err
+
+    def other_preset(doc: dict) -> None:
+        for b in doc["benchmarks"]:
+            if "extra_info" in b and "preset" in b["extra_info"]:
+                b["extra_info"]["preset"] = "ci"
+    ci = edited(session["both"], tmp_path / "ci.json", other_preset)
+    code, out, err = gate(tmp_path, "--baseline", ci, "--candidate", session["both"])
+    assert code == 2 and not out, out + err
+    assert f"{ci} ran the preset ci and {session['both']} smoke: their cases differ" in err, err
+    code, out, err = gate(tmp_path, "--baseline", ci, "--candidate", session["both"], config="allow_missing = true\n")
+    assert code == 0 and "PASS" in out, out + err
 
 
 def test_a_file_saved_without_raw_samples_is_judged_by_the_factor_alone(session: dict[str, Path],
@@ -154,7 +189,7 @@ def test_a_file_saved_without_raw_samples_is_judged_by_the_factor_alone(session:
     bad = edited(sampled, tmp_path / "bad-data.json", lambda doc: suite_benchmark(doc)["stats"].update(data="x"))
     code, out, err = gate(tmp_path, "--candidate", bad)  # present but wrong stays an error
     assert code == 2 and not out and "bad-data.json: benchmark " in err, err
-    assert "stats.data should be a list of finite numbers, got 'x'" in err, err
+    assert "stats.data should be a list of finite times >= 0, got 'x'" in err, err
 
 
 def _set(*path_and_value):
@@ -172,14 +207,23 @@ def _set(*path_and_value):
 @pytest.mark.parametrize("edit, said", [
     (_set("extra_info", "kernels", 5), "extra_info.kernels should be a list of kernel names, got 5"),
     (_set("extra_info", "ceilings", {"gemm_flops_fp32": "fast"}),
-     "extra_info.ceilings['gemm_flops_fp32'] should be a number, got 'fast'"),
+     "extra_info.ceilings['gemm_flops_fp32'] should be a finite number, got 'fast'"),
     (_set("extra_info", "roofline_gemm", ["gemm_flops_fp32"]),
      "extra_info.roofline_gemm should be a ceiling's name, got ['gemm_flops_fp32']"),
     (_set("extra_info", "status", "weird"),  # not a wrong result (exit 1): a corrupt file
      "extra_info.status should be one of ok, skipped, failed, wrong, got 'weird'"),
     (_set("machine_info", "sdpa_bench", "x"), "machine_info.sdpa_bench should be an object, got 'x'"),
     (_set("extra_info", "error_tolerance", -0.1), "extra_info.error_tolerance should be >= 0, got -0.1"),  # not exit 1
-], ids=["kernels", "ceilings", "roofline_gemm", "status", "machine", "tolerance"])
+    # impossible times and sizes: read as they were, an infinite median passed as "inf s ×inf", a negative one as a
+    # speed-up, an infinite peak memory was an OverflowError naming no file, and impl 5 a "missing" benchmark
+    (_set("stats", "median", float("inf")), "stats.median should be a finite number, got inf"),
+    (_set("stats", "median", -1.0), "stats.median should be >= 0, got -1.0"),
+    (_set("stats", "data", [-1.0, -2.0]), "stats.data should be a list of finite times >= 0, got [-1.0, -2.0]"),
+    (_set("extra_info", "peak_memory_bytes", float("inf")),
+     "extra_info.peak_memory_bytes should be a finite number, got inf"),
+    (_set("extra_info", "impl", 5), "extra_info.impl should be a name, got 5"),
+], ids=["kernels", "ceilings", "roofline_gemm", "status", "machine", "tolerance", "inf-median", "negative-median",
+        "negative-data", "inf-memory", "impl-number"])
 def test_a_field_of_the_wrong_type_is_one_line_naming_it(session: dict[str, Path], tmp_path: Path, edit,
                                                          said: str) -> None:
     """A hand-edited or corrupt field is exit 2 with the file, the benchmark and the field, as a candidate and as a

@@ -7,7 +7,8 @@ Reads pytest-benchmark JSON files written by tests/test_benchmarks.py (save raw 
 --benchmark-save-data). --candidate and --baseline repeat for further runs (separate processes, one
 machine) of the same tree: a time regression must then show between every baseline and candidate run.
 Prints a table and exits 0 (pass), 1 (a regression or a wrong result) or 2 (unusable input: a missing,
-corrupt or truncated file, an unknown config key, nothing comparable).
+corrupt or truncated file, an interrupted session's file, one file as both sides, runs of two presets, an unknown
+config key, nothing comparable).
 Thresholds come from [tool.sdpa_bench.gate] (see gate.config); the rules live in gate.rules, the
 comparison in gate.compare, the rendering in gate.render, the file reading in gate.points.
 """
@@ -48,6 +49,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "torch, CUDA, cuDNN, xformers or timer; config: allow_different_machines)")
 
 
+def _same_preset(args: argparse.Namespace, runs: list, bases: list, allow_missing: bool) -> None:
+    """GateInputError where the baseline and the candidate ran different presets of the suite (their cases differ,
+    and each case of one alone would read as a missing benchmark), unless allow_missing judges the shared ones."""
+    def presets(group: list) -> set[str]:
+        return {p.preset for _, points in group for p in points if p.preset}
+    base, cand = presets(bases), presets(runs)
+    if base and cand and base != cand and not allow_missing:
+        raise GateInputError(f"{args.baseline[0]} ran the preset {', '.join(sorted(base))} and {args.candidate[0]} "
+                             f"{', '.join(sorted(cand))}: their cases differ; compare runs of one preset (or set "
+                             "allow_missing = true to judge the cases they share)")
+
+
 def run(args: argparse.Namespace) -> int:
     """Exit code: 0 pass, 1 regression, 2 unusable input (one message on stderr, no traceback)."""
     try:
@@ -60,6 +73,11 @@ def run(args: argparse.Namespace) -> int:
                                                            for q in paths[:i])]
             if twice:  # one process read twice is no second run: the every-pair rule would count it as one
                 raise GateInputError(f"{flag} {twice[0]}: given twice; each {flag} is a run of its own process")
+        both = [c for c in args.candidate if any(os.path.realpath(c) == os.path.realpath(b)
+                                                 for b in args.baseline or ())]
+        if both:  # a run against itself passes whatever it holds, and beside other runs it hides their regression
+            raise GateInputError(f"{both[0]}: given as both --baseline and --candidate; a run compared with itself "
+                                 "says nothing about the change")
         missing = [str(path) for path in [*(args.baseline or ()), *args.candidate] if not os.path.lexists(path)]
         if missing:  # every one named at once, not one a try
             raise GateInputError(f"{', '.join(missing)}: no such file{'s' if len(missing) > 1 else ''}")
@@ -78,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
             names = list(dict.fromkeys(names))  # a file given twice (as baseline and candidate) is named once
             if names:
                 print(f"sdpa-bench gate: {path}: left out {len(names)} benchmark{'s' if len(names) > 1 else ''} "
-                      f"not from sdpa-bench's suite, or unfinished ({', '.join(names[:3])}"
+                      f"not from sdpa-bench's suite ({', '.join(names[:3])}"
                       f"{', ...' if len(names) > 3 else ''})", file=sys.stderr)
         for paths, group in ((args.candidate, runs), (args.baseline or [], bases)):
             for path, (machine, _) in zip(paths[1:], group[1:]):
@@ -87,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
                     raise GateInputError(f"{path} comes from another machine than {paths[0]} ({'; '.join(diffs)}); "
                                          "repeated runs must come from one machine")
         check_time_reference(config, {p.impl for _, run in runs + bases for p in run})
+        _same_preset(args, runs, bases, bool(config.settings.get("allow_missing")))
         base_machine, baseline = bases[0] if bases else ({}, None)
         try:
             report = compare_points(baseline, candidate, config, base_machine, cand_machine,

@@ -49,6 +49,7 @@ class Point:
     # each, so len(samples) + 1 of them; () when not recorded
     probe_s: tuple[float, ...] = field(default=(), compare=False)
     probe_work: str = field(default="", compare=False)  # what the probe timed (bench.probe.WORK)
+    preset: str = field(default="", compare=False)  # the suite's preset that ran it ("" where not recorded)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -60,20 +61,27 @@ class Point:
 
 
 def _number(value: object, what: str, where: str) -> float | None:
+    """A finite number or None; GateInputError otherwise (an infinite time read as "inf s ×inf pass")."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-        raise GateInputError(f"{where}: {what} should be a number, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise GateInputError(f"{where}: {what} should be a finite number, got {value!r}")
     return float(value)
 
 
 def _not_negative(value: object, what: str, where: str) -> float | None:
-    """_number of an error or a tolerance, which no check writes below 0: a negative one is a corrupt file (exit 2),
-    not a wrong result (exit 1, a regression to CI)."""
+    """_number of a time, a memory size, an error or a tolerance, which the suite never writes below 0: a negative
+    one is a corrupt file (exit 2), not a speed-up or a wrong result."""
     number = _number(value, what, where)
     if number is not None and number < 0:
         raise GateInputError(f"{where}: {what} should be >= 0, got {value!r}")
     return number
+
+
+def _text(value: object, what: str, where: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise GateInputError(f"{where}: {what} should be a name, got {reprlib.repr(value)}")
+    return value
 
 
 def _benchmark_name(bench: dict, index: int) -> str:
@@ -87,9 +95,6 @@ def _is_other(bench: object) -> bool:
     extra = bench.get("extra_info")
     ours = isinstance(extra, dict) and ("impl" in extra or "case" in extra)
     return not ours and "test_sdpa[" not in _benchmark_name(bench, 0)
-
-
-UNFINISHED = "(the suite's, unfinished: no extra_info, the session was interrupted in it)"
 
 
 def _is_unfinished(bench: object) -> bool:
@@ -109,16 +114,18 @@ def _point_from_benchmark(bench: object, index: int, source: str) -> Point:
     impl, case_id = extra.get("impl"), extra.get("case") or bench.get("group")
     if not impl or not case_id:
         raise GateInputError(f"{where} has no extra_info 'impl'/'case' (not written by the sdpa-bench suite?)")
+    impl, case_id = _text(impl, "extra_info.impl", where), _text(case_id, "extra_info.case", where)
     data = stats.get("data")
     if data is None:  # saved without --benchmark-save-data: no raw samples, the time rule says so and uses its factor
         data = []
     if not isinstance(data, list) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                                             and math.isfinite(v) for v in data):
-        raise GateInputError(f"{where}: stats.data should be a list of finite numbers, got {reprlib.repr(data)}")
-    memory = _number(extra.get("peak_memory_bytes"), "extra_info.peak_memory_bytes", where)
+                                             and math.isfinite(v) and v >= 0 for v in data):
+        raise GateInputError(f"{where}: stats.data should be a list of finite times >= 0, got {reprlib.repr(data)}")
+    memory = _not_negative(extra.get("peak_memory_bytes"), "extra_info.peak_memory_bytes", where)
+    preset = extra.get("preset")
     return Point(
-        impl=str(impl), case_id=str(case_id),
-        median_s=_number(stats.get("median"), "stats.median", where),
+        impl=impl, case_id=case_id,
+        median_s=_not_negative(stats.get("median"), "stats.median", where),
         samples=tuple(float(v) for v in data),
         peak_memory_bytes=None if memory is None else int(memory),
         max_error=_not_negative(extra.get("max_error"), "extra_info.max_error", where),
@@ -131,6 +138,7 @@ def _point_from_benchmark(bench: object, index: int, source: str) -> Point:
         kernels=_kernels(extra.get("kernels"), where),
         probe_s=_probes(extra.get("probe_s"), len(data)),
         probe_work=str(extra.get("probe") or ""),
+        preset=preset if isinstance(preset, str) else "",
     )
 
 
@@ -182,8 +190,9 @@ def load_points(path: str | Path, others: list[str] | None = None) -> tuple[dict
 
     With a list `others`, the file may also hold the benchmarks of other tests run in the same session: they are
     left out, and their names appended to it. Raises GateInputError when the file is missing, unreadable, not JSON
-    (corrupt or truncated), not a pytest-benchmark file, holds the same implementation × case twice, or (without
-    `others`) holds a benchmark the suite did not write.
+    (corrupt or truncated), not a pytest-benchmark file, was saved by a session stopped inside one of the suite's
+    benchmarks, holds the same implementation × case twice, or (without `others`) holds a benchmark the suite did
+    not write.
     """
     path = Path(path)
     try:
@@ -209,10 +218,13 @@ def load_points(path: str | Path, others: list[str] | None = None) -> tuple[dict
     if not machine and isinstance(info.get("cpu"), dict):  # a plain pytest-benchmark file: what it knows
         machine = {"cpu": info["cpu"].get("brand_raw")}
     benchmarks = list(enumerate(doc["benchmarks"]))
+    stopped = next((_benchmark_name(b, i) for i, b in benchmarks if _is_unfinished(b)), None)
+    if stopped is not None:  # the points after it are missing too: no verdict, rather than "missing" failures
+        raise GateInputError(f"{path}: the pytest session that wrote it was interrupted, inside {stopped} (saved with "
+                             "no extra_info), so the benchmarks after it are missing; run the suite to the end")
     if others is not None:
         others += [_benchmark_name(b, i) for i, b in benchmarks if _is_other(b)]
-        others += [f"{_benchmark_name(b, i)} {UNFINISHED}" for i, b in benchmarks if _is_unfinished(b)]
-        benchmarks = [(i, b) for i, b in benchmarks if not (_is_other(b) or _is_unfinished(b))]
+        benchmarks = [(i, b) for i, b in benchmarks if not _is_other(b)]
     points = [_point_from_benchmark(b, i, str(path)) for i, b in benchmarks]
     seen: dict[tuple[str, str], str] = {}
     for p in points:
