@@ -362,6 +362,21 @@ def test_shards_are_disjoint_and_merge_into_the_whole_preset(tmp_path):
     assert "| CPU |" in said and "shard 1/2 |" not in said.split("ceilings measured by")[0]
     again = cli("merge", str(tmp_path / "twice"), str(dirs[0]), str(dirs[0]))
     assert again.returncode == 2 and "is one shard given twice" in again.stderr
+    cut = tmp_path / "cut shard"  # a shard left unfinished: its missing points are that shard's to measure, on its
+    cut.mkdir()  # machine; `run --resume` of the merged folder measured them here, as its report told it to
+    doc = load(dirs[1])
+    doc["results"] = doc["results"][:-1]
+    (cut / "results.json").write_text(json.dumps(doc))
+    partial = tmp_path / "partial"
+    proc = cli("merge", str(partial), str(dirs[0]), str(cut), "--no-plots")
+    assert proc.returncode == 0 and "resume the unfinished shards" in proc.stderr, proc.stderr
+    said = (partial / "report.md").read_text()
+    assert f"resume the unfinished shards of {dirs[0]}, {cut}, then merge them again" in said and "--resume`" \
+        not in said, said[:2000]
+    proc = cli("run", "--out", str(partial), "--resume", *FAST)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1].endswith(
+        f"{partial} was merged from shards ({dirs[0]}, {cut}): resume the unfinished shards, then merge them again "
+        "into a new --out"), proc.stderr
     other = tmp_path / "other-seed"  # shard 2 again, measured otherwise: not a part of the same sweep
     proc = cli("run", "--preset", "smoke", "--impl", "naive", "--shard", "2/2", "--out", str(other), *FAST,
                "--no-memory", "--no-plots", "--seed", "7")

@@ -37,6 +37,9 @@ def saved(out: Path, args: argparse.Namespace, impls: list[str] | None, given: d
     """The saved sweep, after checking that this command line, machine and installation can continue it."""
     sweep = store.load(out)
     meta = sweep.meta
+    if meta.get("merged_from"):  # its missing points are its shards', each measured on its own machine
+        raise UsageError(f"{out} was merged from shards ({store.shard_dirs(meta)}): resume the unfinished shards, "
+                         "then merge them again into a new --out")
     _conflict("--preset", args.preset, meta.get("preset"), out)
     if impls is not None and set(impls) != set(meta.get("impls", ())):
         _conflict("--impl", ",".join(impls), ",".join(meta.get("impls", ())), out)

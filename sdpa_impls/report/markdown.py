@@ -7,7 +7,7 @@ from pathlib import Path
 from ..bench.machine import describe_cpu
 from ..bench.result import Result
 from ..fmt import fmt_bytes, fmt_duration
-from .results import Sweep
+from .results import Sweep, shard_dirs
 from .tables import METRICS, SweepTable, not_run, summary, tables
 
 REPORT_FILE = "report.md"
@@ -153,8 +153,10 @@ def write_markdown(path: Path, sweep: Sweep, layout: SweepTable, images: list[tu
                      "marked `busy` in the tables). Their times are slowed and scattered, and so are the ratios "
                      "that involve them.\n")
     if not sweep.complete:
-        parts.append(f"**Incomplete**: {len(sweep.done())} of {sweep.planned} points finished "
-                     f"(continue with `sdpa-bench run --out {shlex.quote(str(path.parent))} --resume`).\n")
+        how = (f"resume the unfinished shards of {shard_dirs(sweep.meta)}, then merge them again into a new folder"
+               if sweep.meta.get("merged_from") else
+               f"continue with `sdpa-bench run --out {shlex.quote(str(path.parent))} --resume`")
+        parts.append(f"**Incomplete**: {len(sweep.done())} of {sweep.planned} points finished ({how}).\n")
     if layout.cases:
         parts.append(summary(layout, markdown=True))
     if layout.not_run:

@@ -43,6 +43,11 @@ class Sweep:
         return len(self.done()) >= self.planned
 
 
+def shard_dirs(meta: dict) -> str:
+    """The folders a merged sweep came from, as its report and `run --resume` name them ("" for a sweep of one run)."""
+    return ", ".join(str(s.get("dir")) for s in meta.get("merged_from") or () if isinstance(s, dict))
+
+
 
 
 def to_text(sweep: Sweep) -> str:
