@@ -367,7 +367,8 @@ def test_output_in_an_encoding_without_its_symbols_keeps_the_answer(sweep, encod
     """A Windows console or PYTHONIOENCODING=ascii has no →, µ or ×: they print as ?, and compare's table and exit
     status stand (a UnicodeEncodeError ended the command with exit 2 before it printed its answer)."""
     env = os.environ | {"PYTHONIOENCODING": encoding}
-    proc = subprocess.run([sys.executable, "-m", "sdpa_impls", "compare", str(sweep), str(sweep), "--markdown",
+    twin = shutil.copytree(sweep, tmp_path / "twin")
+    proc = subprocess.run([sys.executable, "-m", "sdpa_impls", "compare", str(sweep), str(twin), "--markdown",
                            str(tmp_path / "c.md")], capture_output=True, env=env, cwd=tmp_path, timeout=120)
     out = proc.stdout.decode(encoding)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr.decode(encoding), proc.stderr
@@ -379,11 +380,12 @@ def test_compare_heads_its_table_as_the_gates_rules_and_refuses_an_unknown_time_
                                                                                           monkeypatch) -> None:
     out = io.StringIO()
     monkeypatch.chdir(tmp_path)
+    twin = shutil.copytree(sweep, tmp_path / "twin")
     with contextlib.redirect_stdout(out):
-        assert main(["compare", str(sweep), str(sweep)]) == 0
+        assert main(["compare", str(sweep), str(twin)]) == 0
     assert "sdpa-bench compare: the gate's rules would PASS (" in out.getvalue(), out.getvalue()
     (tmp_path / "typo.toml").write_text('time_reference = "torch_sdap"\n')
-    code, err = said(["compare", str(sweep), str(sweep), "--config", "typo.toml"], tmp_path, monkeypatch)
+    code, err = said(["compare", str(sweep), str(twin), "--config", "typo.toml"], tmp_path, monkeypatch)
     assert code == 2 and "time_reference 'torch_sdap': no implementation of that name" in err, err
 
 

@@ -7,6 +7,7 @@ import json
 import os
 import re
 import statistics
+import shutil
 import signal
 import subprocess
 import sys
@@ -547,14 +548,25 @@ def test_a_resume_with_other_options_is_refused_in_the_options_words(smoke):
 
 def test_compare_puts_two_sweeps_side_by_side_through_the_gate(smoke, tmp_path):
     out, _ = smoke
-    proc = cli("compare", str(out), str(out))
-    assert proc.returncode == 0, proc.stderr
+    (tmp_path / "link").symlink_to(out)  # a sweep against itself passes whatever it holds
+    same = cli("compare", str(out), str(tmp_path / "link"))
+    assert same.returncode == 2 and same.stderr.strip().splitlines() == [
+        f"sdpa-bench compare: error: {out} and {tmp_path / 'link'} are one sweep: compare it with another"], same.stderr
+    twin = shutil.copytree(out, tmp_path / "twin")
+    proc = cli("compare", str(out), str(twin))
+    assert proc.returncode == 0 and "note" not in proc.stderr, proc.stderr
     measured = [r for r in load(out)["results"] if r["status"] != "skipped"]
     for r in measured:
         row = next(line for line in proc.stdout.splitlines() if line.startswith(f"{r['impl']}[{r['case']['id']}]"))
         verdict = "pass, time is the reference" if r["impl"] == "torch_sdpa" else "pass"  # the gate's default
         assert "×1.00" in row and row.rstrip().endswith(f"  {verdict}")
     assert "xformers[" not in proc.stdout  # skipped points are not measurements
+    doc = load(twin)  # an unfinished sweep: its points not yet measured are said to be so, beside the rows missing
+    doc["results"] = doc["results"][:-1]
+    (twin / "results.json").write_text(json.dumps(doc))
+    proc = cli("compare", str(out), str(twin))
+    assert proc.returncode == 0 and (f"note: {twin} is unfinished ({len(doc['results'])} of {len(doc['results']) + 1} "
+                                     "points): the points it lacks are not measured yet") in proc.stderr, proc.stderr
     missing = cli("compare", str(out), str(tmp_path / "nowhere"))
     assert missing.returncode == 2 and "does not exist" in missing.stderr and "Traceback" not in missing.stderr
 

@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import io
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -174,14 +175,15 @@ def test_a_relative_path_in_the_table_is_from_its_pyproject_folder(tmp_path: Pat
     store.save(tmp_path / "a", store.Sweep(
         {"preset": "smoke", "device": "cpu", "impls": ["naive"], "case_ids": [case.id], "options": {}, "machine": {}},
         [Result("naive", case, "cpu", "ok", median_s=1e-3, samples=(1e-3,) * 5, max_error=0.0, error_tolerance=1e-3)]))
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
     (tmp_path / "pyproject.toml").write_text('[tool.sdpa_bench.compare]\nconfig = "gate.toml"\nmarkdown = "cmp.md"\n')
     (tmp_path / "gate.toml").write_text('time = "median:10%"\n')
     (tmp_path / "sub").mkdir()
     monkeypatch.chdir(tmp_path / "sub")
-    assert main(["compare", "../a", "../a"]) == 0, capsys.readouterr().err
+    assert main(["compare", "../a", "../b"]) == 0, capsys.readouterr().err
     assert f"config: {tmp_path.resolve() / 'gate.toml'}, over" in capsys.readouterr().out
     assert (tmp_path / "cmp.md").is_file() and not (tmp_path / "sub" / "cmp.md").exists()
-    assert main(["compare", "../a", "../a", "--markdown", "mine.md"]) == 0  # the command line's: from here
+    assert main(["compare", "../a", "../b", "--markdown", "mine.md"]) == 0  # the command line's: from here
     assert (tmp_path / "sub" / "mine.md").is_file()
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from ..bench.machine import sweep_machine
@@ -41,8 +42,16 @@ def run(args: argparse.Namespace) -> int:
     writable({"--markdown": args.markdown},  # before the table is printed, not after
              {"DIR_A's results": args.dir_a / store.RESULTS_FILE, "DIR_B's results": args.dir_b / store.RESULTS_FILE,
               "--config": args.config})
+    if args.dir_a.resolve() == args.dir_b.resolve():  # a sweep against itself: every row the same, a pass
+        raise UsageError(f"{args.dir_a} and {args.dir_b} are one sweep: compare it with another")
     machine_a, a = measured_points(args.dir_a)
     machine_b, b = measured_points(args.dir_b)
+    for directory in (args.dir_a, args.dir_b):
+        sweep = store.load(directory)
+        if not sweep.complete:  # its points not yet measured read as missing below, not as a change
+            print(f"sdpa-bench compare: note: {directory} is unfinished ({len(sweep.done())} of {sweep.planned} "
+                  "points): the points it lacks are not measured yet; resume it (`sdpa-bench run --out DIR "
+                  "--resume`, or its shards) and compare again", file=sys.stderr)
     if not b:
         raise UsageError(f"{args.dir_b} holds no measured point to compare")
     try:
