@@ -237,6 +237,29 @@ def test_a_point_whose_process_keeps_crashing_fails_and_the_rest_is_measured(tmp
     assert load(out)["meta"]["ended_inside"] == {"crashes on L128-E64-bf16-causal-fwd": 2}
 
 
+def test_a_new_sweep_forgets_the_point_an_earlier_one_ended_inside(tmp_path):
+    """--overwrite starts a new sweep: the point the replaced sweep's process ended inside is not this sweep's, and a
+    resume after a kill before its first point took it for one (counted, and failed the second time)."""
+    (tmp_path / "crashes.py").write_text(CRASHES)
+    killed = tmp_path / "killed.py"  # the same command, killed once the new sweep is saved, before its first point
+    killed.write_text("import os, sys\nfrom sdpa_impls.report import running\nnote = running.mark\n"
+                      "running.mark = lambda d, case, impl='': os._exit(9) if case else note(d, None)\n"
+                      + CRASHES.split("\n", 1)[1])
+    out = tmp_path / "crash"
+    argv = ["run", "--preset", "smoke", "--impl", "crashes,naive", "--out", str(out), *FAST, "--no-memory",
+            "--no-plots"]
+    proc = subprocess.run([sys.executable, str(tmp_path / "crashes.py"), *argv], capture_output=True, text=True,
+                          timeout=150)
+    assert proc.returncode == -signal.SIGSEGV and (out / ".sdpa-bench-point").exists(), proc.stderr[-2000:]
+    proc = subprocess.run([sys.executable, str(killed), *argv, "--overwrite"], capture_output=True, text=True,
+                          timeout=150)
+    assert proc.returncode == 9 and load(out)["results"] == [], proc.stderr[-2000:]
+    proc = subprocess.run([sys.executable, str(tmp_path / "crashes.py"), *argv, "--resume"], capture_output=True,
+                          text=True, timeout=150)
+    assert proc.returncode == -signal.SIGSEGV and "ended inside" not in proc.stderr, proc.stderr[-2000:]
+    assert "ended_inside" not in load(out)["meta"]
+
+
 HANGS = """
 import ctypes, os, signal, sys, time
 import torch

@@ -223,6 +223,8 @@ def _sweep(args: argparse.Namespace, device: str, preset: str, impls: list[str] 
         raise UsageError(f"{out} already holds a sweep ({out / store.RESULTS_FILE}): continue it with --resume, "
                          "start it again with --overwrite, or choose another --out")
     sweep = saved(out, args, impls, given) if existing else _new(args, device, preset, impls, opts)
+    if not existing:  # an earlier sweep's point noted here is not this sweep's: a resume would count it as a crash
+        running.mark(out, None)
     meta = sweep.meta
     if args.no_plots:  # kept with the sweep: its resumes write no PNGs either (`report` draws them)
         meta["no_plots"] = True
