@@ -43,6 +43,33 @@ def test_a_finished_sweep_resumed_measures_nothing_and_keeps_its_results(tmp_pat
     assert (out / "results.json").read_bytes() == before
 
 
+def test_a_resume_keeps_the_point_timeout_and_counts_its_own_points(tmp_path, capsys) -> None:
+    """--point-timeout is kept with the sweep: a resume without it goes on with the sweep's (its `continue with:`
+    line names no option, and the default 1800 s came back), and one that gives it changes it. The closing line
+    counts the points of this session, beside the sweep's whole (a resume of 2 points said "5 points in 1s")."""
+    out, n = tmp_path / "kept", len(preset("smoke"))
+    assert main([*SMOKE, "--impl", "naive", "--out", str(out), *FAST, "--point-timeout", "0"]) == 0
+    assert load(out)["meta"]["point_timeout"] == 0.0 and f"{n} points in " in capsys.readouterr().err
+
+    def unfinish(keep: int) -> None:
+        doc = load(out)
+        doc["results"], doc["meta"] = doc["results"][:keep], {k: v for k, v in doc["meta"].items() if k != "finished"}
+        (out / "results.json").write_text(json.dumps(doc))
+    unfinish(n - 2)
+    assert main([*SMOKE, "--impl", "naive", "--out", str(out), "--resume"]) == 0
+    err = capsys.readouterr().err
+    assert load(out)["meta"]["point_timeout"] == 0.0 and f"2 points in " in err and f"({n} in all, measured in " in err
+    unfinish(n - 1)
+    assert main([*SMOKE, "--impl", "naive", "--out", str(out), "--resume", "--point-timeout", "7"]) == 0
+    assert load(out)["meta"]["point_timeout"] == 7.0 and "\n1 point in " in capsys.readouterr().err
+    doc = load(out)
+    doc["meta"]["point_timeout"], doc["results"] = "soon", doc["results"][:-1]
+    del doc["meta"]["finished"]
+    (out / "results.json").write_text(json.dumps(doc))
+    assert main([*SMOKE, "--impl", "naive", "--out", str(out), "--resume"]) == 2  # hand-edited: named, exit 2
+    assert "meta.point_timeout: " in capsys.readouterr().err
+
+
 def test_a_shard_is_checked_against_its_own_preset_on_resume(tmp_path, capsys) -> None:
     """Shard 90 of 96 holds a case of `masks` (96 cases) and none of the CPU's default preset (`cpu`, 80): a resume
     that names the shard, not the preset (as the resume's own refusal says to), goes on with the saved preset; a new

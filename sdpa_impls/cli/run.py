@@ -178,7 +178,8 @@ def run(args: argparse.Namespace) -> int:
     given, opts = _options(args)
     try:  # read by the tiled implementations' calls: checked once, here (as set, nothing is measured)
         check_settings()
-        args.point_timeout = watch.checked(args.point_timeout)
+        if args.point_timeout is not None:
+            watch.checked(args.point_timeout)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if device != "cuda" and (opts.flush_l2 or opts.cuda_graph):
@@ -247,6 +248,7 @@ def _sweep(args: argparse.Namespace, device: str, preset: str, impls: list[str] 
     said = running.ended_inside(out, sweep) if existing else None
     if said:
         progress.note(said)
+    before = len(sweep.results)  # the points of earlier sessions: the closing line counts this session's
     progress.note(f"sweep: preset {meta['preset']}{' shard ' + meta['shard'] if meta['shard'] else ''}, "
                   f"{len(meta['case_ids'])} cases × {len(meta['impls'])} implementations on "
                   f"{meta['machine']['device_name']}; saving to {out / store.RESULTS_FILE}")
@@ -256,7 +258,8 @@ def _sweep(args: argparse.Namespace, device: str, preset: str, impls: list[str] 
         progress.note(f"warning: {busy[1]}")
     dtypes = sorted({c.dtype for c in grid.preset(meta["preset"]) if c.id in set(meta["case_ids"])})
     run_ceilings = RunCeilings(device, needed_ceilings(dtypes, device), meta.get("ceiling_samples"))
-    watched = watch.PointWatch(out, sweep, progress, args.point_timeout, getattr(args, "own_process", False))
+    watched = watch.PointWatch(out, sweep, progress, watch.kept(args.point_timeout, meta),
+                               getattr(args, "own_process", False))
 
     closed: list[float] = []
 
@@ -292,8 +295,10 @@ def _sweep(args: argparse.Namespace, device: str, preset: str, impls: list[str] 
             with contextlib.suppress(OSError):  # --resume measures it again, and never counts it as one
                 watched.point(None)
             raise
-    return _outcome(out, sweep, [out / store.RESULTS_FILE, *files], f"{len(sweep.results)} points in "
-                                                                    f"{fmt_duration(closed[0])}")
+    now = len(sweep.results) - before
+    return _outcome(out, sweep, [out / store.RESULTS_FILE, *files], f"{now} point{'s' * (now != 1)} in "
+                    f"{fmt_duration(closed[0])}" + (f" ({len(sweep.results)} in all, measured in "
+                                                    f"{fmt_duration(meta['wall_s'])})" if before else ""))
 
 
 def _outcome(out: Path, sweep: store.Sweep, files: list[Path], said: str) -> int:

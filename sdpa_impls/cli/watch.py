@@ -42,9 +42,10 @@ TIMED_OUT_EXIT = 124  # as timeout(1): where exec fails
 
 
 def add_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--point-timeout", type=float, metavar="SECONDS", default=DEFAULT_S,
+    p.add_argument("--point-timeout", type=float, metavar="SECONDS", default=None,
                    help=f"a point still running after this long is stopped and recorded as failed, and the sweep "
-                        f"goes on in a new process (default {DEFAULT_S:g}; 0: no limit)")
+                        f"goes on in a new process (default {DEFAULT_S:g}; 0: no limit); kept with the sweep, so "
+                        f"that --resume goes on with it unless given again")
 
 
 def checked(seconds: float) -> float | None:
@@ -54,6 +55,18 @@ def checked(seconds: float) -> float | None:
     if seconds > LONGEST_S:
         raise ValueError(f"--point-timeout must be at most {LONGEST_S:g} seconds, a week (0: no limit); got {seconds:g}")
     return seconds or None
+
+
+def kept(given: float | None, meta: dict) -> float | None:
+    """The sweep's point timeout, kept in its `meta`: `given` (--point-timeout), else the one it was started or last
+    resumed with, else DEFAULT_S; as `checked` returns it (None: no limit)."""
+    seconds = given if given is not None else meta.get("point_timeout", DEFAULT_S)
+    try:
+        limit = checked(float(seconds))
+    except (TypeError, ValueError) as exc:  # a hand-edited results.json: named as its other fields are
+        raise UsageError(f"meta.point_timeout: {exc}") from None
+    meta["point_timeout"] = float(seconds)
+    return limit
 
 
 def continuing(out: Path) -> bool:
