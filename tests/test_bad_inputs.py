@@ -108,11 +108,15 @@ def test_a_results_file_with_a_wrong_type_is_named_as_corrupt(sweep, tmp_path, m
     for field, value, named in (("ceilings", {"gemm_flops_fp32": "x"}, "meta.ceilings['gemm_flops_fp32'] is not"),
                                 ("ceilings", 5, "meta.ceilings should be a dict, not int"),
                                 ("sessions", [1, 2], "meta.sessions[0] is not what a sweep writes there"),
-                                ("wall_s", "x", "meta.wall_s should be a number of seconds, got 'x'")):
+                                ("sessions", [{"started": 1}], "meta.sessions[0] is not what a sweep writes there"),
+                                ("wall_s", "x", "meta.wall_s should be a number of seconds, got 'x'"),
+                                ("machine", lambda m: m | {"threads": "many"},
+                                 "meta.machine.threads should be a whole number of CPUs, got 'many'"),
+                                ("device", "tpu", "meta.device should be cpu or cuda (cuda:N), got 'tpu'")):
         bad = tmp_path / f"meta-{field}-{type(value).__name__}"  # each was an error nobody foresaw in `report`
-        shutil.copytree(sweep, bad)
+        shutil.copytree(sweep, bad, dirs_exist_ok=True)
         doc = json.loads((bad / "results.json").read_text())
-        doc["meta"][field] = value
+        doc["meta"][field] = value(doc["meta"][field]) if callable(value) else value
         (bad / "results.json").write_text(json.dumps(doc))
         code, err = said(["report", str(bad)], tmp_path, monkeypatch)
         assert code == 2 and f"{bad / 'results.json'} has a malformed entry" in err and named in err, err

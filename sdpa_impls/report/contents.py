@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Callable
 
 from ..bench.grid import Case
@@ -48,9 +49,20 @@ MEASURES = ("median_s", "iqr_s", "samples", "tflops", "gbps", "peak_memory_bytes
             "device_samples")
 
 
+def _session(x: object) -> bool:
+    """A start or resume of `run` as the report reads it: where its points begin, the code and the time."""
+    return (isinstance(x, dict) and isinstance(x.get("first_point"), int) and not isinstance(x["first_point"], bool)
+            and x["first_point"] >= 1 and isinstance(x.get("source"), str) and isinstance(x.get("started"), str))
+
+
+def _shard(x: object) -> bool:
+    return isinstance(x, dict) and all(map(_session, x.get("sessions") or ()))
+
+
 _META_ENTRIES = {"ceilings": lambda x: _number(x) and x >= 0, "ceiling_spread": lambda x: isinstance(x, dict),
                  "ceiling_samples": lambda x: isinstance(x, list) and all(map(_number, x)),
-                 "sessions": lambda x: isinstance(x, dict), "merged_from": lambda x: isinstance(x, dict)}
+                 "sessions": _session, "merged_from": _shard}
+DEVICE = re.compile(r"cpu|cuda(:\d+)?")  # what `run --device` records
 
 
 def _check_meta_values(meta: dict) -> None:
@@ -62,6 +74,12 @@ def _check_meta_values(meta: dict) -> None:
                 raise TypeError(f"meta.{key}[{name!r}] is not what a sweep writes there: {str(value)[:60]!r}")
     if not (meta.get("wall_s") is None or _number(meta["wall_s"])):
         raise TypeError(f"meta.wall_s should be a number of seconds, got {meta['wall_s']!r}")
+    for key in ("threads", "cpus"):  # the tables count busy CPUs against them
+        value = meta["machine"].get(key)
+        if not (value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1)):
+            raise TypeError(f"meta.machine.{key} should be a whole number of CPUs, got {value!r}")
+    if not DEVICE.fullmatch(meta["device"]):
+        raise ValueError(f"meta.device should be cpu or cuda (cuda:N), got {meta['device']!r}")
 
 
 _TYPE_CHECKS = {  # a field's annotation -> whether a JSON value fits it
