@@ -188,6 +188,20 @@ def test_a_culprit_is_said_to_explain_part_only_where_its_own_search_step_agrees
                                                                              memory="1.0 M → 1.5 M")}, {})[0]
 
 
+def test_a_row_searched_by_memory_says_its_time_is_not_searched() -> None:
+    """A row both bigger and slower between GOOD and BAD is searched by its exact peak memory alone: the answer said
+    nothing of its time, and a slowdown from another commit went unnamed."""
+    from sdpa_impls.continuous.steps import memory_notes
+    from sdpa_impls.continuous.verdict import NOT_SLOWER, SLOWER, Row
+    both = Row("toy", "L128-E64-fp32-fwd", (), (), ratio=5.04, decision=SLOWER)
+    bigger = Row("toy", "L96-E32-fp32-fwd+bwd", (), (), ratio=1.01, decision=NOT_SLOWER)
+    notes = memory_notes([both, bigger])
+    assert notes[0].startswith("2 row(s) searched by peak memory") and len(notes) == 2, notes
+    assert notes[1].startswith("toy[L128-E64-fp32-fwd] was also slower between GOOD and BAD (×5.040), but is "
+                               "searched by its peak memory alone") and "-k '[toy-L128-E64-fp32-fwd]'" in notes[1]
+    assert memory_notes([]) == []
+
+
 def test_a_range_with_nothing_planted_is_no_regression(history: dict, tmp_path: Path) -> None:
     answer = tmp_path / "answer.json"
     readme = history["repo"] / "README.md"  # an uncommitted edit: searched by nobody, and said so

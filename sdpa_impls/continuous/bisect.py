@@ -57,7 +57,7 @@ from .bisect_answer import (AGAINST_BAD, CONFIRM, CULPRIT, ENDPOINTS, INCONCLUSI
                             Query, Search, comparison_budget)
 from .bisect_replay import DIRTY_TREE, Replay, Resumable, settings_of
 from .revisions import uncommitted
-from .steps import (DIFFERENT, SAME, SKIPPED, UNKNOWN, Step, memory_failed, row_steps, selection_of,
+from .steps import (DIFFERENT, SAME, SKIPPED, UNKNOWN, Step, memory_failed, memory_notes, row_steps, selection_of,
                     step_notes, unexplained, verdict_of)
 from .verdict import SLOWER
 
@@ -192,9 +192,7 @@ class _Searcher(Resumable):
             self.floor = math.sqrt(least)
             self.result.notes.append(f"time steps judged at ×{self.floor:.4f}, the geometric midpoint of 1 and the "
                                      f"smallest low end of the endpoints' 95% intervals (×{least:.3f}).")
-        if bigger:
-            self.result.notes.append(f"{len(bigger)} row(s) searched by peak memory, which is exact: a step is "
-                                     "DIFFERENT where head's peak lies above base's.")
+        self.result.notes += memory_notes(bigger)
         self._keep_state()
         return True
 

@@ -5,6 +5,7 @@ UNKNOWN (undecided); the step DIFFERENT when any row is, SAME when every one is,
 measures: the rows a `continuous --json` verdict found slower, as a pytest -k expression.
 
     row_steps(comparison, labels) -> (RowStep, ...)   /   verdict_of(rows) -> DIFFERENT | SAME | UNKNOWN
+    memory_notes(bigger) -> [str]                     # the rows searched by peak memory, and their time
     rows_from_verdict(path) -> ((impl, case), ...)    /   selection_of(rows, select, reference) -> -k expression
 """
 from __future__ import annotations
@@ -64,6 +65,20 @@ def _decision(decision: str | None) -> str:
 def memory_failed(row: Row) -> bool:
     """Whether the row's exact peak-memory check failed: head's smallest peak above base's largest."""
     return any(c.kind == "memory" and c.failed for c in row.checks)
+
+
+def memory_notes(bigger: list[Row]) -> list[str]:
+    """What a search says of its rows searched by peak memory (`bigger`): how they are judged, and each one that
+    was also slower between GOOD and BAD, whose time this search does not follow (a row is searched one way)."""
+    if not bigger:
+        return []
+    notes = [f"{len(bigger)} row(s) searched by peak memory, which is exact: a step is DIFFERENT where head's peak "
+             "lies above base's."]
+    notes += [f"{r.label} was also slower between GOOD and BAD (×{r.ratio:.3f}), but is searched by its peak memory "
+              "alone: the commit that made it slower may be another; search its time from the commit that grew its "
+              f"memory to BAD (-k '[{r.impl}-{r.case_id}]'), where its peak no longer differs" for r in bigger
+              if r.decision == SLOWER and r.ratio is not None]
+    return notes
 
 
 def _memory_step(row: Row) -> RowStep:
