@@ -235,6 +235,10 @@ def test_a_range_with_nothing_planted_is_no_regression(history: dict, tmp_path: 
     (["{good}", ""], "BAD is an empty revision name"),  # an unset variable in CI, never HEAD by default
     (["{good}", "{fixed}", "--json", "{repo}/pyproject.toml/answer.json"], "pyproject.toml is a file, not a folder)"),
     (["--package", "torch", "2.13.0", "2.14.1", "--versions", "2.14.0", "--pre"], "--versions names them"),
+    (["--package", "six", "1.14.0", "1.17.0", "--versions", " , "], "--versions ' , ': names no release"),
+    (["--package", "six", "1.14.0", "1.17.0", "--versions", "1.15.0,,1.16.0"], "an empty name between commas"),
+    (["--package", "six", "1.14.0", "1.17.0", "--versions", "1.15.0,1.99.0"],  # was left out, unsaid
+     "--versions: 1.99.0 not from GOOD 1.14.0 to BAD 1.17.0"),
     (["{good}", "{fixed}", "-k", "L128 and"], "-k 'L128 and' is no pytest -k expression: expected"),
     (["{good}", "{fixed}", "--impl", "nosuch"], "nothing can be searched: GOOD {good7}"),  # named as the user does
     (["{good}", "{fixed}", "--max-time", "-1"], "--max-time should be more than 0 seconds"),

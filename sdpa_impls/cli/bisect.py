@@ -110,7 +110,10 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("--versions and --pre choose releases: give --package too")
         if args.versions and args.pre:
             raise UsageError("--pre chooses among the releases the index offers, --versions names them: give one")
-        versions = tuple(v.strip() for v in args.versions.split(",") if v.strip()) if args.versions else None
+        versions = None if args.versions is None else tuple(v.strip() for v in args.versions.split(","))
+        if versions is not None and not all(versions):  # ' , ' is no list of releases, '1.0,,1.1' a typo
+            raise UsageError(f"--versions {args.versions!r}: " + ("an empty name between commas" if any(versions)
+                                                                  else "names no release"))
         bad = "HEAD" if args.bad is None else args.bad  # an empty BAD is refused, never read as HEAD
         query = Query(args.good, bad, impl_names(args.impl), args.select, rows, args.env_cache, args.config,
                       args.package, versions, args.pre)

@@ -104,6 +104,10 @@ def releases(project: Project, package: str, good: str, bad: str, template: Requ
     if not PACKAGE_NAME.fullmatch(package):
         raise UsageError(f"--package {package!r} is not a package name")
     points = tuple(between(versions if versions is not None else index_versions(package, pre=pre), good, bad))
+    outside = [v for v in versions or () if not _public(good) <= _public(v) <= _public(bad)]
+    if outside:  # named, not left out unsaid: a typo would search fewer releases than asked
+        raise UsageError(f"--versions: {', '.join(outside)} not from GOOD {good} to BAD {bad}; name the releases "
+                         "between them")
     order = {v: i for i, v in enumerate(points)}
 
     def spec(version: str) -> str:
