@@ -66,8 +66,10 @@ def test_a_resume_keeps_the_point_timeout_and_counts_its_own_points(tmp_path, ca
     doc["meta"]["point_timeout"], doc["results"] = "soon", doc["results"][:-1]
     del doc["meta"]["finished"]
     (out / "results.json").write_text(json.dumps(doc))
-    assert main([*SMOKE, "--impl", "naive", "--out", str(out), "--resume"]) == 2  # hand-edited: named, exit 2
-    assert "meta.point_timeout: " in capsys.readouterr().err
+    for argv in ([*SMOKE, "--impl", "naive", "--out", str(out), "--resume"], ["report", str(out)]):
+        assert main(argv) == 2  # hand-edited: the file and the field named, exit 2
+        err = capsys.readouterr().err
+        assert f"{out / 'results.json'} has a malformed entry" in err and "meta.point_timeout should be" in err, err
 
 
 def test_a_shard_is_checked_against_its_own_preset_on_resume(tmp_path, capsys) -> None:

@@ -59,14 +59,10 @@ def checked(seconds: float) -> float | None:
 
 def kept(given: float | None, meta: dict) -> float | None:
     """The sweep's point timeout, kept in its `meta`: `given` (--point-timeout), else the one it was started or last
-    resumed with, else DEFAULT_S; as `checked` returns it (None: no limit)."""
-    seconds = given if given is not None else meta.get("point_timeout", DEFAULT_S)
-    try:
-        limit = checked(float(seconds))
-    except (TypeError, ValueError) as exc:  # a hand-edited results.json: named as its other fields are
-        raise UsageError(f"meta.point_timeout: {exc}") from None
-    meta["point_timeout"] = float(seconds)
-    return limit
+    resumed with (report.contents checks the file's), else DEFAULT_S; as `checked` returns it (None: no limit)."""
+    seconds = float(given if given is not None else meta.get("point_timeout", DEFAULT_S))  # checked when read
+    meta["point_timeout"] = seconds
+    return checked(min(seconds, LONGEST_S))
 
 
 def continuing(out: Path) -> bool:

@@ -78,6 +78,9 @@ def _check_meta_values(meta: dict) -> None:
         value = meta["machine"].get(key)
         if not (value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1)):
             raise TypeError(f"meta.machine.{key} should be a whole number of CPUs, got {value!r}")
+    timeout = meta.get("point_timeout")  # run --point-timeout, kept for the resumes
+    if not (timeout is None or (_number(timeout) and 0 <= timeout < math.inf)):
+        raise TypeError(f"meta.point_timeout should be a number of seconds (0: no limit), got {timeout!r}")
     if not DEVICE.fullmatch(meta["device"]):
         raise ValueError(f"meta.device should be cpu or cuda (cuda:N), got {meta['device']!r}")
 
