@@ -91,9 +91,12 @@ PATH_OPTIONS = frozenset({"out", "config", "json", "markdown", "env_cache", "kee
 
 
 def _from_folder(folder: Path, value: str | Path) -> str | Path:
-    """`value` (a path as the option parsed it, str or Path) relative to `folder`; an absolute one, or one from a home
-    folder (`~`, expanded by the command as on the command line), as it is."""
-    if Path(value).is_absolute() or str(value).startswith("~"):
+    """`value` (a path as the option parsed it, str or Path) relative to `folder`; an absolute one as it is; one from
+    a home folder (`~`) expanded, as a shell expands it on the command line (no command does it after: `out =
+    "~/x"` made a folder named `~`)."""
+    if str(value).startswith("~"):
+        return type(value)(Path(value).expanduser())
+    if Path(value).is_absolute():
         return value
     return type(value)(folder / value)
 

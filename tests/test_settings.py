@@ -189,7 +189,8 @@ def test_a_relative_path_in_the_table_is_from_its_pyproject_folder(tmp_path: Pat
 
 def test_which_keys_are_paths_and_which_only_look_like_one(tmp_path: Path) -> None:
     """Every option that names a file or folder (FILE, DIR, a pathlib.Path) is resolved from the table's folder; an
-    absolute or `~` path and the command line's are kept, and `shard = "1/2"` or an environment's SPEC is no path."""
+    absolute path and the command line's are kept, a `~` one is expanded (as a shell does on the command line), and
+    `shard = "1/2"` or an environment's SPEC is no path."""
     import importlib
 
     def parser_of(command: str) -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
@@ -221,4 +222,4 @@ def test_which_keys_are_paths_and_which_only_look_like_one(tmp_path: Path) -> No
             'markdown = "../up.md"\nbase-env = "./venv"\n')
     args = applied("continuous", toml, [])
     assert (args.env_cache, args.json, args.keep_runs, args.markdown, args.base_env) == (
-        "~/envs", "/tmp/v.json", str(tmp_path.resolve() / "runs"), str(tmp_path.resolve() / ".." / "up.md"), "./venv")
+        str(Path.home() / "envs"), "/tmp/v.json", str(tmp_path.resolve() / "runs"), str(tmp_path.resolve() / ".." / "up.md"), "./venv")
