@@ -9,6 +9,7 @@ from .protocol import Implementation, SDPAImplementation, SDPAInputs, Support
 ENTRY_POINT_GROUP = "sdpa_impls"
 
 _REGISTRY: dict[str, SDPAImplementation] = {}
+_SHADOWED: list[str] = []  # plug-in entry points left out because a built-in has their name ("name = module:Class")
 _plugins_loaded = False
 
 T = TypeVar("T", bound=type)
@@ -59,7 +60,8 @@ def _load_plugins() -> None:
     _plugins_loaded = True
     for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
         if ep.name in _REGISTRY and _builtin(_REGISTRY[ep.name]):
-            continue  # a built-in keeps its name
+            _SHADOWED.append(f"{ep.name} = {ep.value}")  # a built-in keeps its name; `list` says so
+            continue
         try:
             obj = ep.load()
             done = _REGISTRY.get(ep.name)
@@ -80,6 +82,13 @@ def _load_plugins() -> None:
 
 def _builtin(impl: object) -> bool:
     return type(impl).__module__.startswith(f"{__package__}.impls.")
+
+
+def shadowed() -> list[str]:
+    """The plug-in entry points not loaded because a built-in implementation has their name ("name = module:Class"):
+    `--impl NAME` measures the built-in."""
+    _load_plugins()
+    return list(_SHADOWED)
 
 
 def names() -> list[str]:

@@ -57,6 +57,17 @@ def test_installed_plugins_appear_in_names(plugin_python: Path) -> None:
     assert {"test_perturbed", "test_tunable", "test_broken", "test_exits"} <= set(names)
 
 
+def test_a_plugin_named_as_a_built_in_is_left_out_and_said(plugin_python: Path) -> None:
+    """An entry point named `fused`: `--impl fused` measures the built-in, which `list` says (it was silent)."""
+    out = run_py(plugin_python, "import json, sdpa_impls; from sdpa_impls.registry import shadowed\n"
+                                "print(json.dumps([type(sdpa_impls.get('fused')).__module__, shadowed()]))")
+    assert json.loads(out) == ["sdpa_impls.impls.fused", ["fused = sdpa_test_plugins:Perturbed"]], out
+    listed = subprocess.run([str(plugin_python), "-m", "sdpa_impls", "list", "--device", "cpu"], capture_output=True,
+                            text=True, timeout=300)
+    assert listed.returncode == 0 and ("note: the plug-in entry point fused = sdpa_test_plugins:Perturbed is not "
+                                       "loaded: fused is a built-in implementation") in listed.stdout, listed.stdout
+
+
 def test_plugins_run_and_a_broken_one_explains_itself(plugin_python: Path) -> None:
     code = (
         "import json, torch, sdpa_impls\n"

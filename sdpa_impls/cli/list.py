@@ -12,7 +12,7 @@ from ..dtypes import DTYPES
 from ..errors import UsageError
 from ..impls._tiled.budget import bf16_compute
 from ..impls._tiled.compute import check_settings, unshifted_base
-from ..registry import get, names
+from ..registry import get, names, shadowed
 from ..report.markdown import machine_lines
 
 PROBE_L, PROBE_E = 128, 64
@@ -87,6 +87,9 @@ def run(args: argparse.Namespace) -> int:
         pad = " " * (len(line) + 2)
         print((line + "  " + ("\n" + pad).join(reasons)).rstrip())
     print(f"\n{runnable} of {len(names())} implementations run on {device} here.")
+    for entry in shadowed():  # a plug-in that would otherwise be measured as the built-in, unsaid
+        print(f"note: the plug-in entry point {entry} is not loaded: {entry.split(' = ')[0]} is a built-in "
+              "implementation (--impl names the built-in); give the plug-in another name")
     for name in names():
         print(f"  {name}: {getattr(get(name), 'description', '') or '(no description)'}")
     if device == "cpu":  # chosen per CPU, recorded with every bf16 point of these as its `op`
