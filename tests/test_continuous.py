@@ -261,7 +261,7 @@ def test_ci_base_names_main_before_the_change(repo: dict) -> None:
     path = repo["path"]
     assert ci_base(path, {"SDPA_CONTINUOUS_BASE": "main"}) == ("main", "$SDPA_CONTINUOUS_BASE")
     # nothing else names the state before, and main's one commit has no parent (with one: HEAD~1, tested below)
-    with pytest.raises(UsageError, match="main already points at HEAD"):
+    with pytest.raises(UsageError, match="main points at HEAD"):
         ci_base(path, {})
     git(path, "branch", "-q", "-m", "main", "trunk")  # no remote, no main: said so, not that they point at HEAD
     try:
@@ -291,7 +291,12 @@ def test_ci_base_says_when_there_is_nothing_before_head(tmp_path: Path) -> None:
     (tmp_path / "a.txt").write_text("b\n")
     commit(tmp_path, "second")
     base, why = ci_base(tmp_path, {})
-    assert base == "HEAD~1" and "main already points at HEAD" in why
+    assert base == "HEAD~1" and "main points at HEAD" in why
+    (tmp_path / "a.txt").write_text("c\n")
+    commit(tmp_path, "third")
+    git(tmp_path, "checkout", "-q", "--detach", "HEAD~1")  # a checkout of the past: main is ahead, not at HEAD
+    base, why = ci_base(tmp_path, {})
+    assert base == "HEAD~1" and "main already holds HEAD (HEAD is behind it)" in why, why
 
 # ---------- the statistics, on points made here ----------
 

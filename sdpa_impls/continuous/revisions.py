@@ -196,10 +196,10 @@ def ci_base(root: Path, environ: Mapping[str, str] = os.environ) -> tuple[str, s
         fork = done.stdout.strip()
         if done.returncode == 0 and fork and fork != head:
             return fork, f"the fork point of HEAD from {ref} (git merge-base HEAD {ref})"
-        if done.returncode == 0 and fork:
-            present.append(ref)
-    where = (f"{' and '.join(present)} already {'point' if len(present) > 1 else 'points'} at HEAD" if present
-             else f"this repository has no {' or '.join(MAIN_REFS)}")
+        if done.returncode == 0 and fork:  # HEAD is that ref, or lies behind it (a detached checkout of the past)
+            at = _git(root, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", check=False).stdout.strip()
+            present.append(f"{ref} {'points at HEAD' if at == head else 'already holds HEAD (HEAD is behind it)'}")
+    where = "; ".join(present) if present else f"this repository has no {' or '.join(MAIN_REFS)}"
     if _git(root, "rev-parse", "--verify", "--quiet", "HEAD~1^{commit}", check=False).returncode != 0 and \
             _git(root, "rev-parse", "--is-shallow-repository", check=False).stdout.strip() != "true":
         raise UsageError(f"no BASE given, and HEAD is the first commit of {root} ({where}): nothing before it to "
