@@ -137,6 +137,9 @@ def test_unchanged_code_passes_and_undecided_benchmarks_get_rounds_of_their_own(
     config = tmp_path / "gate.toml"
     config.write_text('time_reference = "torch_sdpa"\ncontinuous_time = "median:0%"\nalpha = 1e-300\n')
     kept = tmp_path / "runs"  # given relative to the folder the command runs in, as a user types it
+    kept.mkdir()  # an earlier, longer comparison's runs there, and a file of the user's
+    for name in ("base-9.json", "head-a4.junit.xml", "notes.txt"):
+        (kept / name).write_text("{}")
     # one extra round, however fast this machine is (a budget in seconds alone allows one on one machine, two or
     # none on another): the mechanics, not a verdict
     fast = FAST[:-2] + ["--adaptive-budget", "600", "--adaptive-rounds", "1"]
@@ -147,6 +150,8 @@ def test_unchanged_code_passes_and_undecided_benchmarks_get_rounds_of_their_own(
     finally:
         readme.write_text(before)
     assert code == 0, out + err  # undecided benchmarks do not fail
+    assert "removed the 2 run files of an earlier comparison" in err and (kept / "notes.txt").exists(), err
+    assert not (kept / "base-9.json").exists() and not (kept / "head-a4.junit.xml").exists()
     verdict = json.loads((tmp_path / "v.json").read_text())
     assert verdict["head"].startswith("working tree of ") and not verdict["failures"]
     assert "both revisions declare the same dependencies, both sides run with this interpreter" in err

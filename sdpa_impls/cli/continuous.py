@@ -74,7 +74,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--markdown", metavar="FILE", help="also write the verdict as Markdown (a PR comment)")
     parser.add_argument("--json", metavar="FILE", help="also write the verdict as JSON")
     parser.add_argument("--keep-runs", metavar="DIR",
-                        help="keep every run's pytest-benchmark JSON and JUnit XML (its skips) in DIR")
+                        help="keep every run's pytest-benchmark JSON and JUnit XML (its skips) in DIR (an earlier "
+                             "comparison's run files there are removed first)")
 
 
 def run(args: argparse.Namespace) -> int:

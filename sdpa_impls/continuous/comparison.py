@@ -28,6 +28,7 @@ from .adaptive import Outcome, extend, keyword
 from .assemble import Prepared, Request, assemble
 from .project import Project
 from .render import as_dict, render
+from .outcomes import clear_runs
 from .revisions import new_workdir, remove_checkout, sweep_stale
 from .pairs import PairUnavailable, paired_round, unpairable
 from .schedule import Schedule
@@ -172,6 +173,9 @@ def _measure(plan: Plan, sides: Prepared, schedule: Schedule, work: Path, progre
         config = dataclasses.replace(config, continuous_time=rule, continuous_time_cuda=rule)
     runs = Path(plan.keep_runs).resolve() if plan.keep_runs else work / "runs"  # the sides run in other folders
     runs.mkdir(parents=True, exist_ok=True)
+    earlier = clear_runs(runs) if plan.keep_runs else 0  # beside this comparison's, they would read as its own
+    if earlier:
+        progress(f"--keep-runs {plan.keep_runs}: removed the {earlier} run files of an earlier comparison")
     start = time.monotonic()
     why_not = unpairable(base, head, cpu) if plan.paired else "--separate-processes"
     pairing = Pairing(base, head, schedule, runs, plan, progress, why_not)

@@ -8,6 +8,7 @@ with their reasons, as lines in the form of pytest's short summary:
     skipped_tests(junit) -> tuple[str, ...]          # the SKIPPED lines of pytest's JUnit XML report
     labelled(line) -> (label, message)               # the benchmark a line is about (`impl[case]`), its message
     by_label(lines) -> ({label: error}, {label: skip reason})
+    clear_runs(folder) -> int                        # remove the run files an earlier comparison left there
 
 The skips come from pytest's own JUnit XML report (`--junitxml`), whose every test case carries its skip reason
 (pytest's terminal summary groups skips by the line that raised them, not by test), so a benchmark that base
@@ -16,11 +17,22 @@ any age writes it.
 """
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
 
 SKIPPED = "SKIPPED "
+RUN_FILE = re.compile(r"(base|head)-a?\d+\.(json|junit\.xml)")  # each run of a side, in the runs folder (a: extra)
+
+
+def clear_runs(folder: Path) -> int:
+    """Remove the run files (RUN_FILE) an earlier comparison left in `folder` (--keep-runs), and nothing else; how
+    many. A shorter comparison's runs beside a longer one's read as one comparison."""
+    earlier = [f for f in folder.iterdir() if RUN_FILE.fullmatch(f.name) and f.is_file()]
+    for f in earlier:
+        f.unlink()
+    return len(earlier)
 
 
 def outcome_lines(output: str, junit: Path) -> tuple[str, ...]:
