@@ -95,6 +95,9 @@ def test_the_verdict_compares_the_paired_rounds_only() -> None:
     check = next(c for c in row.checks if c.kind == "time")
     assert "of 4 rounds" in check.message and "as measured" in check.message
     assert any("each later one a process timing base and head in turn" in n for n in report.notes)
+    from sdpa_impls.continuous.render import render  # its runs column counts the rounds compared, not the check's
+    line = next(t for t in render(report, "base", "head").splitlines() if t.startswith(f"naive[{CASE}]"))
+    assert " 4+4 " in line and " 5+5 " not in line, line
     apart = next(r for r in judge(base, head, CONFIG).rows if r.impl == "naive")
     assert apart.decision == UNDECIDED and not apart.paired
 

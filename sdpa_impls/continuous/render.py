@@ -18,6 +18,12 @@ def _time_cells(row: Row) -> list[str]:
     return [f"×{row.ratio:.3f}", f"{lo:.3f}–{hi:.3f}", q]
 
 
+def _runs(row: Row) -> tuple[int, int]:
+    """(base, head) runs whose times were compared: where one process timed both sides, its rounds (the first
+    process of each side only checked); else every run."""
+    return (len(row.paired),) * 2 if row.paired else (len(row.base), len(row.head))
+
+
 def _memory_cell(row: Row) -> str:
     b = {p.peak_memory_bytes for p in row.base if p.peak_memory_bytes is not None}
     h = {p.peak_memory_bytes for p in row.head if p.peak_memory_bytes is not None}
@@ -51,7 +57,7 @@ def render(report: SideBySide, base: str, head: str, markdown: bool = False, run
                 f"a regression above ×{report.factor:.2f} at false discovery rate {report.fdr:g} "
                 "(Benjamini–Hochberg over the preset).", ""]
     out += table(["benchmark", "head/base", "95% CI", "q (BH)", "runs", "peak memory", "verdict"],
-                 [[cell(r.label) if markdown else r.label, *_time_cells(r), f"{len(r.base)}+{len(r.head)}",
+                 [[cell(r.label) if markdown else r.label, *_time_cells(r), "+".join(map(str, _runs(r))),
                    _memory_cell(r), r.verdict]
                   for r in report.rows],
                  markdown).splitlines()
@@ -73,7 +79,7 @@ def render(report: SideBySide, base: str, head: str, markdown: bool = False, run
                    if r.interval and r.interval[0] > report.factor else "")
                 + ("; " if r.interval and r.host_undecided else "")
                 + ("host overhead higher in every run, not yet significant" if r.host_undecided else "")
-                + f", {len(r.base)} base and {len(r.head)} head runs" for r in undecided]
+                + ", {} base and {} head runs".format(*_runs(r)) for r in undecided]
     kernels = [c for r in report.rows for c in r.checks if c.kind == "kernels"]
     if kernels:
         out += ["", f"Kernels that differ between the sides ({len(kernels)}, from one profiled call per run):"]
