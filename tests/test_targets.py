@@ -116,3 +116,29 @@ def test_run_ceilings_read_the_samples_of_one_stretch() -> None:
     meter.samples["gemm_flops_fp32"] += [1.0, 3.0, 2.0]  # what sample() appends during a case's rounds
     assert meter.since(mark) == {"gemm_flops_fp32": 2.0}  # copy_bytes_per_s was not sampled since: left out
     assert meter.values()["gemm_flops_fp32"] == 3.0
+
+
+def test_the_command_refuses_a_foreign_file_and_ends_on_sigterm_as_run_does(tmp_path) -> None:
+    """`targets --overwrite` replaces a sweep, not another tool's results.json (it measured 20 minutes, then could
+    not save); SIGTERM (a CI's time limit) ends it with 143 and says so, as `run` does (it said "interrupted", 130)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    (tmp_path / "foreign").mkdir()
+    (tmp_path / "foreign" / "results.json").write_text("[1, 2]")
+    done = subprocess.run([sys.executable, "-m", "sdpa_impls", "targets", "--out", str(tmp_path / "foreign"),
+                           "--overwrite"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "is not an sdpa-bench results file" in done.stderr, done.stderr
+    assert (tmp_path / "foreign" / "results.json").read_text() == "[1, 2]"
+    out = tmp_path / "tt"
+    proc = subprocess.Popen([sys.executable, "-m", "sdpa_impls", "targets", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().startswith("machine: ")  # measuring from here
+    time.sleep(1)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
+    assert err.strip().splitlines()[-1] == (f"sdpa-bench targets: terminated (SIGTERM); {out} is as it was (the "
+                                             "targets are saved at the end only)"), err[-2000:]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import signal
 import sys
 import time
 from pathlib import Path
@@ -26,7 +27,7 @@ from ..report import results as store
 from ..report.targets import DEVICE, MEMORY, TIMING, Table, ceiling_table, evaluate, markdown, plan
 from ..report.write import write_report
 from ..report.writer_lock import only_writer
-from .outputs import terminate_as_interrupt
+from .outputs import Terminated, terminate_as_interrupt
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -78,13 +79,17 @@ def run(args: argparse.Namespace) -> int:
         if (args.out / store.RESULTS_FILE).exists() and not args.overwrite:
             raise UsageError(f"{args.out} already holds a sweep ({args.out / store.RESULTS_FILE}): replace it with "
                              "--overwrite, or choose another --out")
+        foreign = store.not_a_sweep(args.out) if (args.out / store.RESULTS_FILE).exists() else None
+        if foreign:  # --overwrite replaces a sweep, not another tool's file, nor a folder the save would fail on
+            raise UsageError(f"{foreign}: move it away, or choose another --out")
         try:
             with terminate_as_interrupt():
                 return _targets(args)
-        except KeyboardInterrupt:
-            print(f"sdpa-bench targets: stopped; {args.out} is as it was (the targets are saved at the end only)",
+        except KeyboardInterrupt as exc:
+            how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+            print(f"sdpa-bench targets: {how}; {args.out} is as it was (the targets are saved at the end only)",
                   file=sys.stderr)
-            raise
+            return 128 + signal.SIGTERM if isinstance(exc, Terminated) else 130
 
 
 def _targets(args: argparse.Namespace) -> int:
