@@ -198,6 +198,8 @@ def run(args: argparse.Namespace) -> int:
         out = (args.out or Path("results") / f"{preset}-shards") / f"shard-{args.shard.replace('/', 'of')}"
     else:
         out = args.out or Path("results") / (preset + (f"-shard{args.shard.replace('/', 'of')}" if args.shard else ""))
+    if args.resume and args.overwrite:  # before the folder is made: a refused command leaves nothing behind
+        raise UsageError("--resume continues the sweep in --out and --overwrite replaces it: choose one")
     store.prepare_dir(out)
     if watch.continuing(out):  # this process replaced one whose point timed out: it goes on with that sweep
         args.resume, args.overwrite = True, False
@@ -212,8 +214,6 @@ def _sweep(args: argparse.Namespace, device: str, preset: str, impls: list[str] 
            out: Path) -> int:
     """The sweep into `out`, which no other `run` writes meanwhile: new, resumed or overwritten; its exit code."""
     existing = (out / store.RESULTS_FILE).exists()
-    if args.resume and args.overwrite:
-        raise UsageError("--resume continues the sweep in --out and --overwrite replaces it: choose one")
     foreign = store.not_a_sweep(out) if existing and not args.resume else None
     if foreign:  # another tool's file: --overwrite deletes only what a run wrote (--resume refuses it when loading)
         raise UsageError(f"{foreign}: move it away, or choose another --out")
