@@ -183,8 +183,9 @@ def apply(top: argparse.ArgumentParser, parser: argparse.ArgumentParser, argv: l
     for key, value in table.items():
         action = options.get(key.replace("-", "_"))
         if action is None:
-            raise UsageError(f"{where}: {key!r} is not an option of `sdpa-bench {command}`; its options: "
-                             f"{', '.join(sorted(k.replace('_', '-') for k in options))}")
+            raise UsageError(f"{where}: {key!r} is not an option of `sdpa-bench {command}`; the options a table "
+                             "may set: " + ", ".join(sorted(k.replace("_", "-") for k in options
+                                                            if k not in ONE_RUN_ONLY)))
         if spelled.setdefault(action.dest, key) != key:
             raise UsageError(f"{where}: {spelled[action.dest]!r} and {key!r} set the same option: keep one")
         if key.replace("-", "_") in ONE_RUN_ONLY:

@@ -64,6 +64,7 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (["run", "--preset", "smoke", "--point-timeout", "inf"], "--point-timeout must be >= 0 seconds and finite"),
     (["run", "--seed", "100000000000000000000000"], "should be from 0 to 2**63 - 1"),
     (["run", "--preset", "smoke", "--out", "new", "--resume", "--overwrite"], "--overwrite replaces it: choose one"),
+    (["envs", "--prune", "--max-gb", "inf"], "--max-gb should be a finite number of GB, at least 0 (leave it out"),
 ])
 def test_an_empty_or_out_of_range_value_is_refused_before_any_work(argv, named, tmp_path, monkeypatch) -> None:
     code, err = said(argv, tmp_path, monkeypatch)

@@ -122,8 +122,10 @@ def test_a_key_is_the_long_options_name_even_where_argparse_keeps_it_under_anoth
     args = run_args('[tool.sdpa_bench.run]\nbudget = 60\nno-memory = true\nmin-sample = 0.002\n')
     assert (args.budget_s, args.memory, args.min_sample_s) == (60.0, False, 0.002)
     for inner in ("budget_s = 60", "memory = true"):
-        with pytest.raises(settings.UsageError, match="is not an option of `sdpa-bench run`; its options: .*budget"):
+        with pytest.raises(settings.UsageError, match="is not an option of `sdpa-bench run`; the options a table "
+                                                      "may set: .*budget") as refused:
             run_args(f"[tool.sdpa_bench.run]\n{inner}\n")
+        assert "resume" not in str(refused.value) and "overwrite" not in str(refused.value)  # refused in a table
 
 
 def test_a_toml_file_that_is_not_utf8_is_one_line_naming_it(tmp_path: Path, monkeypatch, capsys) -> None:

@@ -34,8 +34,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.older_than is not None and not 0 <= args.older_than:  # inf: no age limit, the size cap alone
         raise UsageError("--older-than should be a number of days, at least 0")
-    if args.max_gb is not None and not 0 <= args.max_gb < float("inf"):
-        raise UsageError("--max-gb should be a number of GB, at least 0")
+    if args.max_gb is not None and not 0 <= args.max_gb < float("inf"):  # inf is no cap: leave --max-gb out
+        raise UsageError(f"--max-gb should be a finite number of GB, at least 0 (leave it out for no cap); "
+                         f"got {args.max_gb:g}")
     for dest in ("older_than", "max_gb"):  # typed without --prune: it would remove nothing; a table's is its default
         if getattr(args, dest) is not None and not args.prune and not settings.from_table(args, dest):
             raise UsageError(f"--{dest.replace('_', '-')} applies to --prune: give --prune too")
