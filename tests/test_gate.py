@@ -136,6 +136,16 @@ def test_an_interrupted_session_is_no_verdict(session: dict[str, Path], tmp_path
                                     "it are missing; run the suite to the end"], err
 
 
+def test_an_unusable_input_leaves_no_earlier_verdict_behind(tmp_path: Path) -> None:
+    """Exit 2 is no verdict: a --json or --markdown file of an earlier run in a kept workspace was left as it was
+    (still FAIL, or PASS), for a CI step to read as this run's answer."""
+    for name in ("v.json", "v.md"):
+        (tmp_path / name).write_text("an earlier run's verdict")
+    code, out, err = gate(tmp_path, "--candidate", "missing.json", "--json", "v.json", "--markdown", "v.md")
+    assert code == 2 and "missing.json: no such file" in err, err
+    assert not (tmp_path / "v.json").exists() and not (tmp_path / "v.md").exists()
+
+
 def test_a_run_against_itself_or_another_preset_is_no_verdict(session: dict[str, Path], tmp_path: Path) -> None:
     """The same file as baseline and candidate passed whatever it held, and beside a slower candidate run hid its
     regression; runs of two presets failed on every case of one alone, as "missing". Both are exit 2, naming why

@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     progress = timed_progress()
 
     def body() -> int:
-        writable({"--markdown": args.markdown, "--json": args.json}, {"--config": args.config})  # before the rounds
+        writable({"--markdown": args.markdown, "--json": args.json}, {"--config": args.config}, stale=True)
         config_file(args.config)  # here, not once a side has read it
         named, cache = cache_source(args.env_cache)  # the option, or $SDPA_BENCH_ENV_CACHE, or the default
         folders({"--keep-runs": args.keep_runs, named: cache})

@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         writable({"--markdown": args.markdown, "--json": args.json},  # before the verdict: a path that cannot be
                  {"--config": args.config, **{f"--candidate {c}": c for c in args.candidate},  # written is no verdict
-                  **{f"--baseline {b}": b for b in args.baseline or ()}})
+                  **{f"--baseline {b}": b for b in args.baseline or ()}}, stale=True)
         config = load_config(args.config)
         for flag, paths in (("--candidate", args.candidate), ("--baseline", args.baseline or [])):
             twice = [p for i, p in enumerate(paths) if any(os.path.realpath(p) == os.path.realpath(q)

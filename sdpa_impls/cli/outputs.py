@@ -6,7 +6,7 @@ any error (exit 2 for anything that is not an answer).
                                          # --separate-processes, --round-timeout
     impl_names(values) -> (name, ...)    # --impl's values, repeated or comma-separated (run takes them so too)
     progress = timed_progress()          # progress(text) prints "[  12s] text" to stderr
-    writable(outputs, inputs)            # GateInputError up front where an answer's file could not be written
+    writable(outputs, inputs, stale)     # GateInputError up front where an answer's file could not be written
     config_file(path)                    # GateInputError up front, naming --config, for a gate config that is unusable
     write(path, text)                    # the file, credentials masked; GateInputError when it cannot be written
     guarded(command, body, source) -> int  # body()'s exit code, or 2 with one line for any error, never a traceback
@@ -117,10 +117,13 @@ def folders(named: dict[str, object]) -> None:
             raise GateInputError(f"{flag} {path}: is a file, not a folder")
 
 
-def writable(outputs: dict[str, str | Path | None], inputs: dict[str, str | Path | None] | None = None) -> None:
+def writable(outputs: dict[str, str | Path | None], inputs: dict[str, str | Path | None] | None = None,
+             stale: bool = False) -> None:
     """GateInputError now, before any measuring, where an output (`{"--json": path}`; None: not asked for) could not
     be written at the end (a folder; a folder that cannot be made or written in; a file system that takes no new
-    file, such as /proc), is one of the `inputs` it would overwrite, or is another output's file too."""
+    file, such as /proc), is one of the `inputs` it would overwrite, or is another output's file too. `stale`: an
+    existing output (an earlier run's verdict) is removed once all are checked, so that a run that ends with no
+    answer (exit 2) leaves none for a CI step to read as this run's."""
     seen: dict[Path, str] = {}
     sources = {_same(path): flag for flag, path in (inputs or {}).items() if path}
     for flag, path in ((f, p) for f, p in outputs.items() if p):
@@ -149,6 +152,9 @@ def writable(outputs: dict[str, str | Path | None], inputs: dict[str, str | Path
             target.unlink()
         except OSError as exc:
             raise GateInputError(f"{path}: cannot write ({exc.strerror or exc})") from None
+    for target in seen if stale else ():
+        with contextlib.suppress(FileNotFoundError):
+            target.unlink()
 
 
 def config_file(path: str | None) -> None:
