@@ -138,6 +138,8 @@ def test_a_requirement_pip_cannot_satisfy_is_unusable(repo: dict, offline: None,
     assert code == 2 and out == "" and "Traceback" not in err
     assert "environment 'sdpa-no-such-package==1.0': pip could not install it" in err
     assert "No matching distribution found for sdpa-no-such-package==1.0" in err
+    said = [line for line in err.splitlines() if not line.startswith("[")]  # pip's reasons in its one line
+    assert len(said) == 1 and said[0].startswith("sdpa-bench continuous: error: "), err
     assert not [p for p in tmp_path.iterdir() if p.is_dir()]  # nothing half-built left for a later run
 
 

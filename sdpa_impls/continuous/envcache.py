@@ -133,8 +133,8 @@ def _pip(cmd: list[str], what: str) -> None:
     if proc.returncode != 0:
         lines = [line.rstrip() for line in (err or out or "").splitlines() if line.strip()]
         errors = [line for line in lines if line.startswith("ERROR")] or lines[-6:] or ["(pip printed nothing)"]
-        raise GateInputError(f"environment {what!r}: pip could not install it (exit {proc.returncode}):\n  "
-                             + "\n  ".join(errors[-6:]))
+        raise GateInputError(f"environment {what!r}: pip could not install it (exit {proc.returncode}): "
+                             + "; ".join(errors[-6:]))  # one line, as every unusable input is said
 
 
 def build(folder: Path, requirements: Sequence[str], constraints: str = "", what: str = "") -> float:
