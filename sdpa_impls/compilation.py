@@ -9,6 +9,10 @@ cache miss there raises `Recompiled` instead of compiling inside a timed sample.
 from __future__ import annotations
 
 import contextlib
+import functools
+import os
+import shutil
+import sys
 import time
 from collections.abc import Callable, Iterator
 
@@ -18,6 +22,24 @@ import torch
 # and tritonbench do); torch's default of 8 entries per function would fall back to eager after 8 cases.
 RECOMPILE_LIMIT = 1024
 _STANCE_MESSAGE = "fail_on_recompile"  # torch 2.13's RuntimeError text names the stance
+
+
+def compiler_reasons(device: torch.device) -> list[str]:
+    """Why torch.compile cannot build a kernel here, as a reason ([] where it can): on the CPU inductor writes C++
+    and compiles it with $CXX, else g++ (torch's default on Linux; clang++ on macOS); without one, every point failed
+    with InvalidCxxCompiler, read as a broken kernel. CUDA kernels are Triton's."""
+    if device.type != "cpu":
+        return []
+    cxx = os.environ.get("CXX", "clang++" if sys.platform == "darwin" else "g++")
+    if _found(cxx):
+        return []
+    named = "$CXX" if "CXX" in os.environ else "torch's default"
+    return [f"torch.compile on the CPU needs a C++ compiler: {cxx} ({named}) is not found"]
+
+
+@functools.lru_cache(maxsize=8)
+def _found(cxx: str) -> bool:  # once per compiler name: a drop-in call checks its reasons on every call
+    return shutil.which(cxx) is not None
 
 
 class Recompiled(RuntimeError):

@@ -135,3 +135,17 @@ def test_a_recompile_during_timing_fails_the_point_with_torchs_reason() -> None:
     assert result.status == "failed" and result.reason.startswith("compiled: recompiled during timing")
     again = declare_compiles(lambda: fn(other, other, other, None, False, None, False))
     assert again().shape == other.shape  # outside the guard the same call may compile again
+
+
+def test_no_cpp_compiler_is_a_reason_not_a_failure(monkeypatch) -> None:
+    """On the CPU torch.compile writes C++ and builds it with $CXX (else g++): without a compiler every point
+    failed with InvalidCxxCompiler and `run` exited 1 as for a broken kernel, while `list` said they run."""
+    import sys
+    q = torch.randn(1, 2, 64, 16)
+    monkeypatch.setenv("CXX", sys.executable)  # a file that is there: found (it is not asked to compile here)
+    for name in ("compiled", "flex"):
+        assert not any("C++ compiler" in r for r in sdpa_impls.get(name).unsupported_reasons(q, q, q))
+    monkeypatch.setenv("CXX", "/nonexistent/g++")
+    for name in ("compiled", "flex"):
+        said = sdpa_impls.get(name).unsupported_reasons(q, q, q)
+        assert "torch.compile on the CPU needs a C++ compiler: /nonexistent/g++ ($CXX) is not found" in said, said

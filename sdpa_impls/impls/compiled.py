@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import torch
 
-from ..compilation import declare_compiles
+from ..compilation import compiler_reasons, declare_compiles
 from ..protocol import WITH_FP64, Implementation, SDPAInputs, Support, empty_attention
 from ..registry import register
 from ..torchver import COMPILATION, needs_torch
@@ -36,7 +36,9 @@ class Compiled(Implementation):
     compiles = True  # its prepared closures compile on their first call (sdpa_impls.compilation)
 
     def library_reasons(self, inp: SDPAInputs) -> list[str]:
-        return [] if inp.is_empty else needs_torch(*COMPILATION)  # an empty call compiles nothing
+        if inp.is_empty:
+            return []  # an empty call compiles nothing
+        return needs_torch(*COMPILATION) or compiler_reasons(inp.query.device)
 
     def prepare_inputs(self, inp: SDPAInputs) -> Callable[[], torch.Tensor]:
         if inp.is_empty:

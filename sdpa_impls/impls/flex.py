@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import torch
 
-from ..compilation import declare_compiles
+from ..compilation import compiler_reasons, declare_compiles
 from ..masks import Structure
 from ..protocol import Implementation, SDPAInputs, Support, empty_attention
 from ..registry import register
@@ -141,7 +141,7 @@ class Flex(Implementation):
     def library_reasons(self, inp: SDPAInputs) -> list[str]:
         if inp.is_empty:
             return []  # answered without flex, as torch answers it
-        too_old = needs_torch(FLEX, "flex_attention compiled for this suite")
+        too_old = needs_torch(FLEX, "flex_attention compiled for this suite") or compiler_reasons(inp.query.device)
         if too_old:
             return too_old
         out = torch_reasons(inp)
