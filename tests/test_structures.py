@@ -310,6 +310,11 @@ def test_torch_sdpa_varlen_needs_documents_and_otherwise_says_torchs_reason() ->
         with pytest.raises(Unsupported) as refused:
             prepare_point("torch_sdpa_varlen", docs)
         assert refused.value.reasons == reasons
+    # without documents, what torch refuses on this device is said too (`list` probes no structure): on a CPU, where
+    # torch's nested SDPA takes no is_causal, `list` said only that documents were needed
+    plain = SDPAInputs(**{**docs.inputs.args(), "attn_mask": None})
+    from sdpa_impls.impls.torch_sdpa_varlen import NEEDS_DOCUMENTS
+    assert varlen.not_supported_reasons(plain) == [NEEDS_DOCUMENTS, *reasons]
 
 
 # -- the report ------------------------------------------------------------------------------------------------

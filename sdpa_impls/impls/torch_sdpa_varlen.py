@@ -66,6 +66,9 @@ def _probe(inp: SDPAInputs) -> list[str]:
     logger.addHandler(handler)
     logger.setLevel(logging.WARNING)
     logger.propagate = False
+    torch_logger = logging.getLogger("torch")  # torch's other warnings while it tries (an fx note on every first
+    torch_level = torch_logger.level  # nested call) are not the caller's: `list` printed one on stderr
+    torch_logger.setLevel(logging.ERROR)
     reasons: list[str] = []
     try:
         with warnings.catch_warnings(record=True) as caught:
@@ -82,6 +85,7 @@ def _probe(inp: SDPAInputs) -> list[str]:
         logger.removeHandler(handler)
         logger.setLevel(level)
         logger.propagate = propagate
+        torch_logger.setLevel(torch_level)
     _probe_cache[key] = reasons
     return reasons
 
@@ -101,9 +105,8 @@ class TorchVarlen(TorchSDPA):
     def library_reasons(self, inp: SDPAInputs) -> list[str]:
         if inp.is_empty:
             return ["a dimension of size 0: no documents to nest"]
-        if inp.structure is None or inp.structure.kind != "documents":
-            return []  # said by not_supported_reasons
-        return _probe(inp)
+        return _probe(inp)  # also without documents (not_supported_reasons says it needs them): where torch's nested
+        # SDPA refuses this device or dtype (the CPU: no is_causal), that is why it never runs here, and `list` says so
 
     def prepare_inputs(self, inp: SDPAInputs) -> Callable[[], torch.Tensor]:
         lengths = inp.structure.lengths
