@@ -26,10 +26,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "CUDA, cuDNN, xformers or timer)")
 
 
-def measured_points(directory: Path) -> tuple[dict, list[Point]]:
+def measured_points(sweep: store.Sweep) -> tuple[dict, list[Point]]:
     """(machine, gate points) of a saved sweep; skipped points are not measurements and are left out. A sweep
     merged from shards of several machines has a machine unlike any one (`sweep_machine`)."""
-    sweep = store.load(directory)
     return sweep_machine(sweep.meta)[0], points_from_results((r for r in sweep.results if r.status != "skipped"),
                                                              sweep.meta.get("ceilings"))
 
@@ -44,10 +43,10 @@ def run(args: argparse.Namespace) -> int:
               "--config": args.config})
     if args.dir_a.resolve() == args.dir_b.resolve():  # a sweep against itself: every row the same, a pass
         raise UsageError(f"{args.dir_a} and {args.dir_b} are one sweep: compare it with another")
-    machine_a, a = measured_points(args.dir_a)
-    machine_b, b = measured_points(args.dir_b)
-    for directory in (args.dir_a, args.dir_b):
-        sweep = store.load(directory)
+    sweeps = {directory: store.load(directory) for directory in (args.dir_a, args.dir_b)}
+    machine_a, a = measured_points(sweeps[args.dir_a])
+    machine_b, b = measured_points(sweeps[args.dir_b])
+    for directory, sweep in sweeps.items():
         if not sweep.complete:  # its points not yet measured read as missing below, not as a change
             print(f"sdpa-bench compare: note: {directory} is unfinished ({len(sweep.done())} of {sweep.planned} "
                   "points): the points it lacks are not measured yet; resume it (`sdpa-bench run --out DIR "

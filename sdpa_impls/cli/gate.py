@@ -61,6 +61,20 @@ def _same_preset(args: argparse.Namespace, runs: list, bases: list, allow_missin
                              "allow_missing = true to judge the cases they share)")
 
 
+def given_once(candidates: list[str], baselines: list[str]) -> None:
+    """GateInputError naming the first file (by its real path) given twice, under one flag or under both."""
+    seen: dict[str, str] = {}
+    for flag, path in [*(("--candidate", c) for c in candidates), *(("--baseline", b) for b in baselines)]:
+        real = os.path.realpath(path)
+        if real not in seen:
+            seen[real] = flag
+        elif seen[real] == flag:  # one process read twice is no second run: the every-pair rule would count it once
+            raise GateInputError(f"{flag} {path}: given twice; each {flag} is a run of its own process")
+        else:  # a run against itself passes whatever it holds, and beside other runs it hides their regression
+            raise GateInputError(f"{path}: given as both --baseline and --candidate; a run compared with itself "
+                                 "says nothing about the change")
+
+
 def run(args: argparse.Namespace) -> int:
     """Exit code: 0 pass, 1 regression, 2 unusable input (one message on stderr, no traceback)."""
     try:
@@ -68,16 +82,7 @@ def run(args: argparse.Namespace) -> int:
                  {"--config": args.config, **{f"--candidate {c}": c for c in args.candidate},  # written is no verdict
                   **{f"--baseline {b}": b for b in args.baseline or ()}}, stale=True)
         config = load_config(args.config)
-        for flag, paths in (("--candidate", args.candidate), ("--baseline", args.baseline or [])):
-            twice = [p for i, p in enumerate(paths) if any(os.path.realpath(p) == os.path.realpath(q)
-                                                           for q in paths[:i])]
-            if twice:  # one process read twice is no second run: the every-pair rule would count it as one
-                raise GateInputError(f"{flag} {twice[0]}: given twice; each {flag} is a run of its own process")
-        both = [c for c in args.candidate if any(os.path.realpath(c) == os.path.realpath(b)
-                                                 for b in args.baseline or ())]
-        if both:  # a run against itself passes whatever it holds, and beside other runs it hides their regression
-            raise GateInputError(f"{both[0]}: given as both --baseline and --candidate; a run compared with itself "
-                                 "says nothing about the change")
+        given_once(args.candidate, args.baseline or [])
         missing = [str(path) for path in [*(args.baseline or ()), *args.candidate] if not os.path.lexists(path)]
         if missing:  # every one named at once, not one a try
             raise GateInputError(f"{', '.join(missing)}: no such file{'s' if len(missing) > 1 else ''}")
