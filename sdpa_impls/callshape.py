@@ -34,17 +34,27 @@ class Call:
     attn_mask: Any
     restore: Callable[[torch.Tensor], torch.Tensor]  # (B, H, Lq, Ev) -> the caller's rank and batch dims
     given: str = ""  # where q, k and v were reshaped: their shapes as the caller gave them, as the errors write them
+    mask_given: str = ""  # and then the mask's and the scores' shapes: "attn_mask (7, 9) ... the scores (6, 9)"
 
     def checked(self, check: Callable[[], Any]) -> Any:
         """check() (validate, the support checks); a ValueError that names q's, k's and v's (B, H, L, E) shapes
-        names the caller's instead, so that an error about a 3-D or 5-D call shows the shapes the caller passed."""
+        (and the mask's) names the caller's instead, so that an error about a 3-D or 5-D call shows the shapes the
+        caller passed."""
         try:
             return check()
         except ValueError as exc:
-            computed = qkv_text(self.query, self.key, self.value)
-            if not self.given or type(exc) is not ValueError or computed not in str(exc):
+            if not self.given or type(exc) is not ValueError:  # q, k or v no tensor: validate's words as they are
                 raise
-            raise ValueError(str(exc).replace(computed, self.given)) from None
+            computed = qkv_text(self.query, self.key, self.value)
+            if computed not in str(exc):
+                raise
+            text = str(exc).replace(computed, self.given)
+            if self.mask_given and isinstance(self.attn_mask, torch.Tensor):
+                q, k = self.query, self.key
+                target = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+                text = text.replace(f"attn_mask {shape_text(self.attn_mask)} does not broadcast to (B, Hq, Lq, Lk) = "
+                                    f"({', '.join(map(str, target))})", self.mask_given)
+            raise ValueError(text) from None
 
 
 def _same(out: torch.Tensor) -> torch.Tensor:
@@ -81,6 +91,10 @@ def to_bhle(query: object, key: object, value: object, attn_mask: object, enable
         return Call(query, key, value, attn_mask, _same)  # validate names what is not a tensor
     q, k, v = query, key, value
     assert isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)
+    for name, t in (*named, ("attn_mask", attn_mask)):
+        if isinstance(t, torch.Tensor) and (t.is_nested or t.layout != torch.strided):  # each kernel failed its own way
+            raise ValueError(f"sdpa: {name} is a {'nested' if t.is_nested else str(t.layout).removeprefix('torch.')} "
+                             "tensor; the implementations take dense (strided) tensors")
     for name, t in named:
         if t.dim() < 2:
             raise ValueError(f"sdpa: {name} must have at least 2 dims (..., L, E); got {t.dim()}-D shape "
@@ -116,7 +130,10 @@ def to_bhle(query: object, key: object, value: object, attn_mask: object, enable
         full = out.reshape(*lead, *out.shape[1:])
         return full[(0,) * (full.dim() - top)] if full.dim() > top else full
 
-    return Call(q4, k4, v4, mask, restore, qkv_text(q, k, v))
+    scores = (*lead, heads[0], q.shape[-2], k.shape[-2])[max(0, 4 - top):]  # as the caller's rank has them
+    mask_given = isinstance(attn_mask, torch.Tensor) and \
+        f"attn_mask {shape_text(attn_mask)} does not broadcast to the scores ({', '.join(map(str, scores))})"
+    return Call(q4, k4, v4, mask, restore, qkv_text(q, k, v), mask_given or "")
 
 
 def plain_number(x: Any) -> Any:

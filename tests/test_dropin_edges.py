@@ -189,6 +189,40 @@ def test_an_error_about_a_call_of_another_rank_names_the_shapes_the_caller_gave(
             call(*args)
 
 
+@pytest.mark.parametrize("mask, shapes, fragment", [
+    ((7, 9), ((6, 8), (9, 8), (9, 8)), "attn_mask (7, 9) does not broadcast to the scores (6, 9); query (6, 8)"),
+    ((2, 6, 9), ((3, 6, 8), (3, 9, 8), (3, 9, 8)), "attn_mask (2, 6, 9) does not broadcast to the scores (3, 6, 9)"),
+    ((2, 3, 4, 7, 9), ((2, 3, 4, 6, 8), (2, 3, 4, 9, 8), (2, 3, 4, 9, 8)),
+     "attn_mask (2, 3, 4, 7, 9) does not broadcast to the scores (2, 3, 4, 6, 9); query (2, 3, 4, 6, 8)"),
+])
+def test_a_mask_of_a_call_of_another_rank_is_named_at_the_callers_shapes(mask, shapes, fragment) -> None:
+    """The mask follows q's batch dims into (B, H, L, E); its error named those (attn_mask (1, 1, 7, 9) against
+    (B, Hq, Lq, Lk) = (1, 1, 6, 9) for a 2-D call), not the shapes the caller passed."""
+    args = [torch.randn(*s) for s in shapes]
+    with pytest.raises(RuntimeError):
+        F.scaled_dot_product_attention(*args, attn_mask=torch.ones(mask, dtype=torch.bool))
+    for call in [sdpa_impls.get(n) for n in EAGER_CPU] + [reference]:
+        with pytest.raises(ValueError, match=re.escape(fragment)):
+            call(*args, attn_mask=torch.ones(mask, dtype=torch.bool))
+
+
+def test_what_is_no_dense_tensor_is_one_error_for_every_implementation() -> None:
+    """A query that is no tensor was an AttributeError raised while naming its shape; a nested or sparse tensor
+    failed inside each kernel in its own words (NestedIntNode, aten::aminmax, a compiler's error). One ValueError
+    each, for every implementation and the fp64 reference."""
+    q = torch.randn(1, 2, 6, 8)
+    nested = torch.nested.nested_tensor([torch.randn(3, 2, 8), torch.randn(5, 2, 8)], layout=torch.jagged)
+    for args, fragment in (
+            (([1.0], q[0, 0], q[0, 0]), "query must be a torch.Tensor, got list"),
+            ((None, q, q), "query must be a torch.Tensor, got NoneType"),
+            ((q, q, q.to_sparse()), "value is a sparse_coo tensor; the implementations take dense (strided) tensors"),
+            ((nested.transpose(1, 2),) * 3, "query is a nested tensor"),
+            ((q, q, q, torch.ones(6, 6).to_sparse()), "attn_mask is a sparse_coo tensor")):
+        for call in [sdpa_impls.get(n) for n in EAGER_CPU] + [sdpa_impls.get("compiled"), reference]:
+            with pytest.raises(ValueError, match=re.escape(fragment)):
+                call(*args)
+
+
 FP64_CASES = {  # (B, Hq, Hkv, Lq, Lk, E), call: every path of the tiled loops (one and several key tiles, GQA)
     "causal": ((2, 2, 2, 9, 9, 16), dict(is_causal=True)),
     "bool mask, gqa": ((1, 4, 2, 40, 56, 8), dict(enable_gqa=True, attn_mask="bool")),
