@@ -10,11 +10,13 @@ is, and validate refuses it, as torch does.
 
     to_bhle(query, key, value, attn_mask, enable_gqa) -> Call(query, key, value, attn_mask, restore, given)
     call.checked(check)                  # check(); its ValueError names the caller's shapes, not the (B, H, L, E)
+    autocast(query, key, value, attn_mask) -> ((q, k, v, mask) as torch.autocast casts them, context to run in)
     shape_text(tensor) -> "(2, 3, 8, 16)"       # how every shape error writes a shape
     qkv_text(q, k, v) -> "query (...), key (...), value (...)"   # how every shape error ends
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 from collections.abc import Callable
@@ -55,6 +57,20 @@ class Call:
                 text = text.replace(f"attn_mask {shape_text(self.attn_mask)} does not broadcast to (B, Hq, Lq, Lk) = "
                                     f"({', '.join(map(str, target))})", self.mask_given)
             raise ValueError(text) from None
+
+
+def autocast(query: object, key: object, value: object, attn_mask: object) -> tuple[tuple, Any]:
+    """The arguments as torch.autocast hands them to SDPA (a lower-precision op on the CPU and on CUDA): where autocast
+    is on for the query's device, each floating tensor but fp64 on that device cast to autocast's dtype, with a
+    context that turns autocast off for the call (its ops computed as for inputs of that dtype, as torch's kernels
+    are); elsewhere the arguments as given and a context that changes nothing."""
+    args = (query, key, value, attn_mask)
+    device = query.device.type if isinstance(query, torch.Tensor) else None
+    if device not in ("cpu", "cuda") or not torch.is_autocast_enabled(device):
+        return args, contextlib.nullcontext()
+    dtype = torch.get_autocast_dtype(device)
+    return tuple(t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != torch.float64
+                 and t.device.type == device else t for t in args), torch.autocast(device, enabled=False)
 
 
 def _same(out: torch.Tensor) -> torch.Tensor:

@@ -8,7 +8,7 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-from .callshape import plain_number, qkv_text, shape_text, to_bhle
+from .callshape import autocast, plain_number, qkv_text, shape_text, to_bhle
 from .dtypes import short_name
 from .masks import Structure
 
@@ -309,9 +309,10 @@ class Implementation:
     def __call__(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                  attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0, is_causal: bool = False,
                  scale: float | None = None, enable_gqa: bool = False) -> torch.Tensor:
-        call = lambda: self.prepare(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)()  # noqa
-        # only while dynamo traces: torch.compiler.disable imports dynamo, 1.4 s of every process's start
-        return torch.compiler.disable(call)() if self.eager and torch.compiler.is_compiling() else call()
+        args, cast = autocast(query, key, value, attn_mask)  # under torch.autocast, torch's SDPA gets its dtype
+        call = lambda: self.prepare(*args, dropout_p, is_causal, scale, enable_gqa)()  # noqa
+        with cast:  # only while dynamo traces: torch.compiler.disable imports dynamo, 1.4 s of every process's start
+            return torch.compiler.disable(call)() if self.eager and torch.compiler.is_compiling() else call()
 
     def __repr__(self) -> str:
         return f"<sdpa implementation {self.name!r}>"

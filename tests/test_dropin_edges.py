@@ -223,6 +223,23 @@ def test_what_is_no_dense_tensor_is_one_error_for_every_implementation() -> None
                 call(*args)
 
 
+@pytest.mark.parametrize("name", EAGER_CPU + ("compiled",))
+def test_under_autocast_a_call_gets_the_dtype_torch_gives_it(name: str) -> None:
+    """torch.autocast casts SDPA's floating inputs (a float mask too, never fp64) to its dtype and computes as for
+    those; chunked and fused answered fp32 inputs in fp32 under a bf16 autocast. Now every implementation answers
+    as it answers the cast inputs, bit for bit, with fp32 gradients for the fp32 inputs."""
+    q, k, v = (t.requires_grad_() for t in qkv(1, 2, 40, 16, seed=4))
+    mask = torch.randn(40, 40, generator=torch.Generator().manual_seed(5))
+    impl = sdpa_impls.get(name)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = impl(q, k, v, mask)
+        assert F.scaled_dot_product_attention(q, k, v, mask).dtype == torch.bfloat16 == out.dtype
+        assert impl(*(t.detach().double() for t in (q, k, v))).dtype == torch.float64  # fp64 is left as it is
+    assert torch.equal(out, impl(*(t.detach().bfloat16() for t in (q, k, v)), mask.bfloat16()))
+    out.float().sum().backward()
+    assert all(t.grad is not None and t.grad.dtype == torch.float32 for t in (q, k, v))
+
+
 FP64_CASES = {  # (B, Hq, Hkv, Lq, Lk, E), call: every path of the tiled loops (one and several key tiles, GQA)
     "causal": ((2, 2, 2, 9, 9, 16), dict(is_causal=True)),
     "bool mask, gqa": ((1, 4, 2, 40, 56, 8), dict(enable_gqa=True, attn_mask="bool")),
