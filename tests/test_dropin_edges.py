@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 import sdpa_impls
 from sdpa_impls.impls import torch_sdpa
+from sdpa_impls.impls.torch_sdpa import mask4
 from sdpa_impls.protocol import Unsupported
 from sdpa_impls.reference import reference
 from test_parity_torch import OURS, torch_math
@@ -238,6 +239,17 @@ def test_under_autocast_a_call_gets_the_dtype_torch_gives_it(name: str) -> None:
     assert torch.equal(out, impl(*(t.detach().bfloat16() for t in (q, k, v)), mask.bfloat16()))
     out.float().sum().backward()
     assert all(t.grad is not None and t.grad.dtype == torch.float32 for t in (q, k, v))
+
+
+def test_flex_takes_a_mask_of_one_element() -> None:
+    """torch's CPU flex lowering failed on a mask buffer that is all stride 0 (an InductorError naming none of the
+    call); a 0-D or one-element mask is a mask like any other, as the other implementations and torch answer it."""
+    q, k, v = qkv(2, 2, 16, 8, seed=6)
+    if reasons := sdpa_impls.get("flex").unsupported_reasons(q, k, v):
+        pytest.skip("; ".join(reasons))
+    for mask in (torch.zeros(1, 1, 1, 1, dtype=torch.bool), torch.tensor(0.5)):
+        want = F.scaled_dot_product_attention(q, k, v, mask4(mask))
+        torch.testing.assert_close(sdpa_impls.get("flex")(q, k, v, mask), want)
 
 
 FP64_CASES = {  # (B, Hq, Hkv, Lq, Lk, E), call: every path of the tiled loops (one and several key tiles, GQA)
