@@ -28,7 +28,7 @@ import pytest
 import torch
 
 import sdpa_impls
-from sdpa_impls import max_abs_error, reference, tolerance
+from sdpa_impls import max_abs_error, reference, scaffold, tolerance
 from sdpa_impls.bench.machine import ONEDNN_ISA_ENV, cpu_flags
 from sdpa_impls.impls import fused
 from sdpa_impls.impls._tiled.budget import CpuTiling
@@ -264,6 +264,19 @@ def test_rows_whose_scores_are_all_minus_inf_from_the_data_get_torchs_answer(imp
                                                    f"{int(w.isnan().sum())}"
         torch.testing.assert_close(g, w, atol=tol * max(1.0, w.nan_to_num().abs().max().item()), rtol=0,
                                    equal_nan=True, msg=lambda m: f"{name}: {m}")
+
+
+def test_the_quickstart_plugins_class_answers_these_rows_as_torch_does() -> None:
+    """The class `sdpa-bench quickstart` writes is what a kernel author runs these tests on first (`-k NAME`, as
+    the guide says): its row test (isfinite) read a NaN row as a masked one and answered 0 where torch gives NaN."""
+    namespace: dict = {}
+    exec(compile(scaffold.files(scaffold.names_for("toy"), "x")["src/toy/__init__.py"], "toy", "exec"), namespace)
+    toy = namespace["Toy"]()
+    for dtype in (torch.float32, torch.bfloat16):
+        for lq, lk in ((8, 64), (3000, 64)):
+            test_rows_whose_scores_are_all_minus_inf_from_the_data_get_torchs_answer(toy, dtype, lq, lk)
+        for combo in COMBOS:
+            check(toy, combo, dtype)
 
 
 def test_only_inputs_that_can_score_minus_inf_pay_for_the_check() -> None:
