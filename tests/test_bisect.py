@@ -199,6 +199,7 @@ def test_a_row_searched_by_memory_says_its_time_is_not_searched() -> None:
     assert notes[0].startswith("2 row(s) searched by peak memory") and len(notes) == 2, notes
     assert notes[1].startswith("toy[L128-E64-fp32-fwd] was also slower between GOOD and BAD (×5.040), but is "
                                "searched by its peak memory alone") and "-k '[toy-L128-E64-fp32-fwd]'" in notes[1]
+    assert "from GOOD to that commit's parent" in notes[1]  # not only from it to BAD, empty where it is BAD
     assert memory_notes([]) == []
 
 

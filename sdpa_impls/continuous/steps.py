@@ -75,8 +75,9 @@ def memory_notes(bigger: list[Row]) -> list[str]:
     notes = [f"{len(bigger)} row(s) searched by peak memory, which is exact: a step is DIFFERENT where head's peak "
              "lies above base's."]
     notes += [f"{r.label} was also slower between GOOD and BAD (×{r.ratio:.3f}), but is searched by its peak memory "
-              "alone: the commit that made it slower may be another; search its time from the commit that grew its "
-              f"memory to BAD (-k '[{r.impl}-{r.case_id}]'), where its peak no longer differs" for r in bigger
+              "alone: the commit that made it slower may be another. Its peak is the same on either side of the "
+              f"commit that grew it, so its time can be searched there (-k '[{r.impl}-{r.case_id}]'): from GOOD to "
+              "that commit's parent, and from that commit to BAD where it is not BAD itself" for r in bigger
               if r.decision == SLOWER and r.ratio is not None]
     return notes
 
