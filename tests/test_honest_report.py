@@ -72,6 +72,10 @@ def test_busy_points_are_marked_in_the_tables_and_said_at_the_top(tmp_path) -> N
     cells = [c.strip() for c in time_row.strip("|").split("|")]
     assert "busy (1)" not in cells[1] and cells[2].endswith("busy (1)")  # torch_sdpa's cell, naive's cell
     assert "(1) busy: other processes kept CPUs busy that torch's 2 threads needed" in report
+    assert "Measure again on a quiet machine, or with fewer threads (OMP_NUM_THREADS=1)" in report
+    alone = _sweep(sweep.results, threads=1, cpus=2)  # one thread: nothing fewer to suggest
+    text = write_markdown(tmp_path / "r1.md", alone, SweepTable(alone), []).read_text()
+    assert "torch's 1 thread needed" in text and "busy (1)" in text and "fewer threads" not in text, text
     error_row = report.split("### Max |error|")[1].split("###")[0]
     assert "busy" not in error_row  # the error does not depend on the machine's load
     roomy = _sweep(sweep.results, threads=2, cpus=8)  # 1.4 CPUs of other work beside 6 free ones: no contention

@@ -3,6 +3,7 @@
     snapshot() -> Snapshot | None          # before the samples
     other_cpus(before) -> float | None     # since then: CPUs' worth of work that was not this process's
     contended(other, threads, cpus) -> bool
+    advice(threads) -> "on a quiet machine, or with fewer threads (OMP_NUM_THREADS=1)"   # what the warnings tell
 
 torch's threads meet at a barrier in every parallel region, so one thread descheduled for a scheduler tick (4 ms at
 250 Hz) holds up the whole call: on a 2-CPU machine another busy process turns a 0.3 ms call into 4 or 8 ms, and
@@ -69,3 +70,13 @@ def contended(other: float | None, threads: int, cpus: int | None) -> bool:
         return False
     spare = max(0, (cpus or threads) - threads)
     return other > spare + CONTENDED_CPUS
+
+
+def advice(threads: int) -> str:
+    """Where to measure again, as every busy warning ends: fewer threads only where torch uses more than one."""
+    return "on a quiet machine" + (", or with fewer threads (OMP_NUM_THREADS=1)" if threads > 1 else "")
+
+
+def threads_text(threads: int) -> str:
+    """'1 thread', '8 threads'."""
+    return f"{threads} thread{'s' if threads != 1 else ''}"

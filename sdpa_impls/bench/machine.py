@@ -11,6 +11,8 @@ from pathlib import Path
 
 import torch
 
+from .contention import advice, threads_text
+
 
 def _version(package: str) -> str | None:
     try:
@@ -77,9 +79,9 @@ def busy_cpus() -> tuple[float, str] | None:
     if load < BUSY_LOAD:
         return None
     return load, (f"the CPUs are busy before the sweep starts: load average {load:.1f} over the last minute on "
-                  f"{os.cpu_count()} CPUs, torch using {torch.get_num_threads()} threads. Other processes slow and "
-                  "scatter the times (threads stall waiting for each other): measure on a quiet machine, or with "
-                  "fewer threads (OMP_NUM_THREADS=1)")
+                  f"{os.cpu_count()} CPUs, torch using {threads_text(torch.get_num_threads())}. Other processes slow "
+                  "and scatter the times (threads stall waiting for each other): measure "
+                  f"{advice(torch.get_num_threads())}")
 
 
 def describe_cpu(machine: dict) -> str:

@@ -11,7 +11,7 @@ from typing import TextIO
 
 import torch
 
-from ..bench.contention import contended
+from ..bench.contention import advice, contended, threads_text
 from ..bench.grid import Case
 from ..bench.measure import Options
 from ..bench.result import Result
@@ -150,9 +150,9 @@ class Progress:
                     self._said_contended = True
                     self.note(f"warning: other processes kept {result.other_cpus:g} CPUs busy while "
                               f"{result.case.id} {result.impl} was measured, and torch uses "
-                              f"{torch.get_num_threads()} threads of {os.cpu_count()} CPUs: its threads wait for "
-                              "each other, so times are slowed and scattered (report.md marks such points). "
-                              "Measure on a quiet machine, or with fewer threads (OMP_NUM_THREADS)")
+                              f"{threads_text(torch.get_num_threads())} of {os.cpu_count()} CPUs: its threads wait "
+                              "for each other, so times are slowed and scattered (report.md marks such points). "
+                              f"Measure {advice(torch.get_num_threads())}")
         else:
             what = f"{result.status}: {result.reason}"
             if len(what) > 110:

@@ -5,7 +5,7 @@ import math
 import re
 from collections.abc import Callable
 
-from ..bench.contention import contended
+from ..bench.contention import advice, contended, threads_text
 from ..bench.result import Result, with_speedups
 from ..fmt import fmt_bytes, fmt_seconds, table
 from .results import Sweep
@@ -63,9 +63,9 @@ SHORT_REASONS = [  # (pattern in a reason, a few words for a table cell); the fu
 ]
 
 
-BUSY_NOTE = ("busy: other processes kept CPUs busy that torch's {threads} threads needed ({cpus} CPUs) while this "
-             "point was measured (`other_cpus` in results.json): its threads waited for each other, and its times "
-             "are slowed and scattered. Measure again on a quiet machine or with fewer threads")
+BUSY_NOTE = ("busy: other processes kept CPUs busy that torch's {threads} needed ({cpus} CPUs) while this point "
+             "was measured (`other_cpus` in results.json): its times are slowed and scattered. Measure again "
+             "{advice}")
 
 
 def short_reason(reason: str) -> str:
@@ -123,7 +123,9 @@ class SweepTable:
             text = metric(r)
             if not timed or text == "-" or not self.busy(r):
                 return text
-            return f"{text} busy ({self.note(BUSY_NOTE.format(threads=self.threads, cpus=self.cpus or '?'))})"
+            busy = BUSY_NOTE.format(threads=threads_text(self.threads), cpus=self.cpus or "?",
+                                    advice=advice(self.threads))
+            return f"{text} busy ({self.note(busy)})"
         word = {"skipped": "skip", "failed": "FAILED", "wrong": "WRONG"}.get(r.status, r.status)
         said = r.reason if r.reason.startswith(f"{r.impl}: ") else f"{r.impl}: {r.reason}"
         return f"{word}: {short_reason(r.reason)} ({self.note(said)})"
