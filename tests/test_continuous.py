@@ -22,7 +22,7 @@ from sdpa_impls.gate.fdr import bh_adjusted, bh_reject
 from sdpa_impls.gate.interval import ratio_interval
 from sdpa_impls.gate.points import Point
 from sdpa_impls.continuous.render import render
-from sdpa_impls.continuous.revisions import ci_base, snapshot_working_tree
+from sdpa_impls.continuous.revisions import ci_base, resolve, snapshot_working_tree
 from sdpa_impls.errors import UsageError
 from sdpa_impls.continuous.schedule import Schedule
 from sdpa_impls.continuous.verdict import judge
@@ -282,6 +282,17 @@ def test_ci_base_names_main_before_the_change(repo: dict) -> None:
         assert base == repo["good"] and "merge-base HEAD main" in why
     finally:
         git(path, "checkout", "-q", "main")
+
+
+def test_main_in_a_repository_on_master_names_its_branch(tmp_path: Path) -> None:
+    """The docs' `sdpa-bench continuous main`, in a repository `git init` put on master."""
+    git(tmp_path, "init", "-q", "-b", "master")
+    (tmp_path / "a.txt").write_text("a\n")
+    commit(tmp_path, "first")
+    with pytest.raises(UsageError, match=r"'main' is not a revision of .*; this repository's branch is 'master'$"):
+        resolve(tmp_path, "main")
+    with pytest.raises(UsageError, match=r"'trunk' is not a revision of [^;]*$"):
+        resolve(tmp_path, "trunk")
 
 
 def test_ci_base_says_when_there_is_nothing_before_head(tmp_path: Path) -> None:

@@ -55,6 +55,9 @@ def resolve(root: Path, rev: str) -> str:
         shallow = _git(root, "rev-parse", "--is-shallow-repository", check=False).stdout.strip() == "true"
         hint = ("; the clone is shallow: fetch the history (git fetch --unshallow; in GitHub Actions, "
                 "actions/checkout with fetch-depth: 0)") if shallow else ""
+        other = {"main": "master", "master": "main"}.get(rev)  # `git init` names its branch either, by its version
+        if not hint and other and _git(root, "rev-parse", "--verify", "--quiet", other, check=False).returncode == 0:
+            hint = f"; this repository's branch is {other!r}"
         raise UsageError(f"{rev!r} is not a revision of {root} (git rev-parse found no commit){hint}")
     return done.stdout.strip()
 
