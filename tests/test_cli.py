@@ -360,7 +360,10 @@ def test_shards_are_disjoint_and_merge_into_the_whole_preset(tmp_path):
     proc = cli("merge", str(merged), *map(str, dirs), "--no-plots")
     assert proc.returncode == 0, proc.stderr
     doc = load(merged)
-    assert doc["meta"]["case_ids"] == [c.id for c in preset("smoke")]
+    assert doc["meta"]["case_ids"] == [c.id for c in preset("smoke")] and doc["meta"]["no_plots"] is True
+    drawn = tmp_path / "drawn"  # shards run with --no-plots, merged with plots: the file says what merge did
+    assert cli("merge", str(drawn), *map(str, dirs)).returncode == 0
+    assert "no_plots" not in load(drawn)["meta"] and list(drawn.glob("*.png"))
     assert len(doc["results"]) == len(preset("smoke")) and doc["meta"]["shard"] is None
     # each shard's start stays with its shard: the merged sweep was measured by both, not by the first one
     assert "sessions" not in doc["meta"]

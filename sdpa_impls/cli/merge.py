@@ -30,6 +30,9 @@ def run(args: argparse.Namespace) -> int:
     except ValueError:
         all_ids = None  # a preset this version does not know: keep the shards' order
     merged = store.merge(sweeps, all_ids)
+    merged.meta.pop("no_plots", None)  # a shard's (`run --no-plots`); the merged folder's plots are this command's
+    if args.no_plots:
+        merged.meta["no_plots"] = True
     store.prepare_dir(args.out)
     store.save(args.out, merged)
     files = write_report(args.out, merged, plots=not args.no_plots)
