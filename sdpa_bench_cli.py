@@ -47,8 +47,9 @@ def import_failure(exc: Exception) -> str:
                 "`python -m pip install torch --index-url https://download.pytorch.org/whl/cpu`)")
     if isinstance(exc, ModuleNotFoundError) and missing == "numpy":
         return f"numpy is not installed in {sys.executable}: `python -m pip install numpy` there first"
+    where = "its traceback is above" if traceback_wanted() else f"{TRACEBACK_ENV}=1 shows where"
     return _masked(f"sdpa-bench cannot start in {sys.executable}: {type(exc).__name__}: {_first_line(exc)} "
-                   f"(is torch installed and working there? {TRACEBACK_ENV}=1 shows where)")
+                   f"(is torch installed and working there? {where})")
 
 
 def traceback_wanted() -> bool:

@@ -31,12 +31,15 @@ class SideError(GateInputError):
         self.role = role
 
 
-def unforeseen(prefix: str, exc: Exception, hint: str = "") -> int:
+def unforeseen(prefix: str, exc: Exception) -> int:
     """An error nobody foresaw, as every command reports it: one line on stderr, "PREFIX: error: Type: first line
-    HINT", credentials masked, the traceback above it where SDPA_BENCH_TRACEBACK is set; exit 2, never the 1 a CI
-    reads as the answer."""
-    if os.environ.get(TRACEBACK_ENV, "").strip().lower() not in ("", "0", "false", "no", "off"):
+    (an error sdpa-bench did not foresee; SDPA_BENCH_TRACEBACK=1 shows where)", credentials masked, the traceback
+    above it where SDPA_BENCH_TRACEBACK is set (and the line says so); exit 2, never the 1 a CI reads as the answer."""
+    shown = os.environ.get(TRACEBACK_ENV, "").strip().lower() not in ("", "0", "false", "no", "off")
+    if shown:
         print(redact(traceback.format_exc()), file=sys.stderr, end="")
     first = (str(exc).strip().splitlines() or [""])[0]
-    print(redact(f"{prefix}: error: {type(exc).__name__}: {first}{hint}"), file=sys.stderr)
+    where = "its traceback is above" if shown else f"{TRACEBACK_ENV}=1 shows where"
+    print(redact(f"{prefix}: error: {type(exc).__name__}: {first} (an error sdpa-bench did not foresee; {where})"),
+          file=sys.stderr)
     return USAGE_EXIT

@@ -116,6 +116,7 @@ def test_a_torch_that_does_not_import_shows_where_on_request_and_is_still_2(tmp_
     assert proc.returncode == 2, proc.stderr  # exit 1 would read as a regression in CI
     assert proc.stderr.startswith("Traceback") and 'torch/__init__.py", line 1' in proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith("sdpa-bench: error: sdpa-bench cannot start in ")
+    assert proc.stderr.strip().endswith("(is torch installed and working there? its traceback is above)")
 
 
 def test_an_unforeseen_error_shows_where_on_request_and_is_still_2(monkeypatch, capsys):
@@ -130,6 +131,7 @@ def test_an_unforeseen_error_shows_where_on_request_and_is_still_2(monkeypatch, 
     err = capsys.readouterr().err
     assert err.startswith("Traceback") and "in unforeseen" in err and "hunter2" not in err  # masked there too
     assert err.strip().splitlines()[-1].startswith("sdpa-bench envs: error: RuntimeError: index https://ci:")
+    assert err.strip().endswith("(an error sdpa-bench did not foresee; its traceback is above)")  # not: set it
 
 
 def test_a_url_in_the_failure_is_masked_as_everywhere_else(tmp_path):

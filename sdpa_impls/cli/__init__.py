@@ -16,7 +16,7 @@ from typing import NoReturn
 
 from .. import __version__, settings
 from ..credentials import redact
-from ..errors import TRACEBACK_ENV, USAGE_EXIT, UsageError, unforeseen
+from ..errors import USAGE_EXIT, UsageError, unforeseen
 
 
 # command -> (module exposing add_arguments(parser) and run(args) -> int, one-line help).
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + signal.SIGPIPE  # what a shell reports for a writer the pipe stopped
     except Exception as exc:  # a CI reads exit 1 as "regression" or "wrong": anything unforeseen is 2, one line
-        return unforeseen(prefix, exc, f" (an error sdpa-bench did not foresee; {TRACEBACK_ENV}=1 shows where)")
+        return unforeseen(prefix, exc)
 
 
 if __name__ == "__main__":
