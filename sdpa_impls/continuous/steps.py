@@ -158,7 +158,7 @@ def rows_from_verdict(path: str) -> tuple[tuple[str, str], ...]:
         other = _other_json(data) if not isinstance(exc, ValueError) else ""
         if other:
             raise UsageError(f"--from {path}: is {other}; --from takes a verdict of `sdpa-bench continuous --json` "
-                             "(its rows with decision \"slower\")") from None
+                             "(its rows that were slower or bigger)") from None
         why = f"no {exc}" if isinstance(exc, KeyError) else str(exc)  # a KeyError's text is the bare key
         raise UsageError(f"--from {path}: not a verdict of `sdpa-bench continuous --json` ({why})") from None
     if not rows:
