@@ -241,7 +241,7 @@ def test_under_autocast_a_call_gets_the_dtype_torch_gives_it(name: str) -> None:
     assert all(t.grad is not None and t.grad.dtype == torch.float32 for t in (q, k, v))
 
 
-def test_flex_takes_a_mask_of_one_element() -> None:
+def test_flex_takes_a_mask_of_one_element_and_inputs_that_require_grad_under_no_grad() -> None:
     """torch's CPU flex lowering failed on a mask buffer that is all stride 0 (an InductorError naming none of the
     call); a 0-D or one-element mask is a mask like any other, as the other implementations and torch answer it."""
     q, k, v = qkv(2, 2, 16, 8, seed=6)
@@ -250,6 +250,11 @@ def test_flex_takes_a_mask_of_one_element() -> None:
     for mask in (torch.zeros(1, 1, 1, 1, dtype=torch.bool), torch.tensor(0.5)):
         want = F.scaled_dot_product_attention(q, k, v, mask4(mask))
         torch.testing.assert_close(sdpa_impls.get("flex")(q, k, v, mask), want)
+    q.requires_grad_()  # no backward on the CPU; under no_grad none can follow, and flex answers (it refused)
+    assert sdpa_impls.get("flex").unsupported_reasons(q, k, v)
+    with torch.no_grad():
+        assert not sdpa_impls.get("flex").unsupported_reasons(q, k, v)
+        torch.testing.assert_close(sdpa_impls.get("flex")(q, k, v), F.scaled_dot_product_attention(q, k, v))
 
 
 FP64_CASES = {  # (B, Hq, Hkv, Lq, Lk, E), call: every path of the tiled loops (one and several key tiles, GQA)

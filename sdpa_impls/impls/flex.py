@@ -113,6 +113,12 @@ def score_mod(inp: SDPAInputs) -> ModFn | None:
     return add_bias
 
 
+def _no_grad_where_off(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """q, k and v as flex gets them: detached under torch.no_grad (or inference mode), where no backward can follow;
+    torch's flex refuses inputs that require grad on the CPU ("does not support backward") even there."""
+    return tensors if torch.is_grad_enabled() else tuple(t.detach() for t in tensors)
+
+
 def torch_reasons(inp: SDPAInputs) -> list[str]:
     """What torch's own flex_attention checks say about this call, with torch's version: its device and backward
     check (`_validate_device`), and on CPU whether its compiled CPU kernel exists on this platform."""
@@ -120,7 +126,7 @@ def torch_reasons(inp: SDPAInputs) -> list[str]:
 
     out: list[str] = []
     try:
-        flex._validate_device(inp.query, inp.key, inp.value)
+        flex._validate_device(*_no_grad_where_off(inp.query, inp.key, inp.value))
     except (NotImplementedError, ValueError) as exc:
         out.append(f"{exc} (torch {torch.__version__})")
     if inp.query.device.type == "cpu":
@@ -157,7 +163,7 @@ class Flex(Implementation):
             return lambda: empty_attention(inp)
         flex = compiled_flex()  # its kernels read a last dim of stride other than 1 (an input expanded from
         q, k, v = (t if t.stride(-1) == 1 or t.shape[-1] <= 1 else t.contiguous()  # (…, L, 1)) wrongly: made dense
-                   for t in (inp.query, inp.key, inp.value))
+                   for t in _no_grad_where_off(inp.query, inp.key, inp.value))
         kwargs = {"score_mod": score_mod(inp), "block_mask": block_mask(inp), "scale": inp.softmax_scale,
                   "enable_gqa": q.shape[1] != k.shape[1]}
         return declare_compiles(lambda: flex(q, k, v, **kwargs))
