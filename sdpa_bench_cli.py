@@ -57,7 +57,21 @@ def traceback_wanted() -> bool:
     return os.environ.get(TRACEBACK_ENV, "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
+def closed_descriptors() -> None:
+    """stdout or stderr closed when the process started (`>&-`, `2>&-`, a daemon): its descriptor gets /dev/null
+    before torch opens any file, so that no file this process opens, and no child's output, lands on 1 or 2."""
+    for fd in (1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_WRONLY)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+
+
 def main(argv: list[str] | None = None) -> int:
+    closed_descriptors()
     if (sys.argv[1:] if argv is None else argv) == ["--version"]:  # needs no torch: the installed distribution's
         from importlib.metadata import PackageNotFoundError, version
         try:

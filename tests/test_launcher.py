@@ -3,7 +3,9 @@ sdpa_impls, and so torch, imports. A torch that does not import, or a Ctrl-C dur
 the exit status every other such case gets, not Python's traceback and exit 1 (a CI reads 1 as "regression")."""
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -143,3 +145,25 @@ def test_a_url_in_the_failure_is_masked_as_everywhere_else(tmp_path):
     proc = subprocess.run([sys.executable, "-c", LAUNCH, "list"], capture_output=True, text=True, env=env,
                           timeout=60)
     assert proc.returncode == 2 and "Traceback" in proc.stderr and "hunter2" not in proc.stderr
+
+
+def _shell(tmp_path: Path, args: str, redirect: str) -> subprocess.CompletedProcess:
+    """The launcher with a shell's redirection of its own streams (a closed one cannot be given through Popen)."""
+    command = f"{shlex.quote(sys.executable)} -c {shlex.quote(LAUNCH)} {args} {redirect}"
+    return subprocess.run(["sh", "-c", command], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+
+
+def test_a_closed_or_full_standard_stream_leaves_the_command_its_answer(tmp_path):
+    """stdout or stderr closed at the start (`>&-`, a daemon) was None to Python: a finished command failed at its
+    flush (exit 2, "AttributeError", an error nobody foresaw), and a run with stderr closed measured nothing.
+    stdout on /dev/full was "No space left on device", as if the disk were full."""
+    sweep = "run --preset smoke --impl naive --budget 0.005 --min-reps 2 --warmup 1 --no-memory --no-plots --out s"
+    closed = _shell(tmp_path, "list", ">&-")
+    assert closed.returncode == 0 and closed.stderr == "", closed.stderr
+    quiet = _shell(tmp_path, sweep, "2>&-")
+    assert quiet.returncode == 0 and "fwd" in quiet.stdout, quiet.stdout[-500:]
+    assert len(json.loads((tmp_path / "s" / "results.json").read_text())["results"]) == 5
+    if Path("/dev/full").exists():
+        full = _shell(tmp_path, "list", ">/dev/full")
+        assert full.returncode == 2 and full.stderr == \
+            "sdpa-bench list: error: cannot write to standard output (No space left on device)\n", full.stderr

@@ -83,13 +83,37 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(USAGE_EXIT)
 
 
+def closed_streams() -> None:
+    """stdout or stderr closed when the process started (`>&-`, `2>&-`, a daemon): Python made it None, which the
+    first flush met as an AttributeError, a finished sweep's exit 2; it writes to /dev/null instead (the launcher
+    has given its descriptor /dev/null too, before torch opened files)."""
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115 (the process's, never closed)
+
+
 def _tolerant_output() -> None:
     """stdout and stderr in an encoding without ×, µ or → (a Windows console's cp1252, PYTHONIOENCODING=ascii) write
     such a character as ? instead of raising: a verdict, and the exit status it sets, must not be lost to a symbol."""
+    closed_streams()
     for stream in (sys.stdout, sys.stderr):
         encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "").replace("_", "")
         if encoding and encoding not in ("utf8", "utf8sig") and hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="replace")
+
+
+def _stdout_refuses() -> bool:
+    """Whether stdout's descriptor refuses even an empty write (/dev/full, a terminal gone): the error in hand is
+    then the output's, not the command's."""
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError, AttributeError):  # a stream with no descriptor (captured in-process)
+        return False
+    try:
+        os.write(fd, b"")
+    except OSError:
+        return True
+    return False
 
 
 def _settled() -> None:
@@ -152,6 +176,9 @@ def main(argv: list[str] | None = None) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + signal.SIGPIPE  # what a shell reports for a writer the pipe stopped
     except Exception as exc:  # a CI reads exit 1 as "regression" or "wrong": anything unforeseen is 2, one line
+        if isinstance(exc, OSError) and exc.filename is None and _stdout_refuses():  # /dev/full, a lost tty
+            print(f"{prefix}: error: cannot write to standard output ({exc.strerror or exc})", file=sys.stderr)
+            return USAGE_EXIT
         return unforeseen(prefix, exc)
 
 
