@@ -312,7 +312,17 @@ def test_more_mistakes_are_named_for_what_they_are(sweep, tmp_path, monkeypatch)
     (tmp_path / "badgate.toml").write_text("time = 5\n")
     bench = tmp_path / "cand.json"
     bench.write_text(json.dumps({"benchmarks": []}))
+    (tmp_path / "loop1").symlink_to("loop2")
+    (tmp_path / "loop2").symlink_to("loop1")
+    (tmp_path / "stopped").mkdir()  # a merge interrupted in its report: its results.json and no report.md
+    shutil.copy(sweep / "results.json", tmp_path / "stopped" / "results.json")
     for argv, named in (
+        (["run", *FAST, "--out", "a" * 300], "cannot write to output folder " + "a" * 60 + "...a"),
+        (["report", "a" * 300], "a" * 60 + "...: File name too long"),
+        (["run", *FAST, "--out", "loop1"], "loop1 is a symbolic link to nothing (its target is missing, or the links"),
+        (["compare", "loop1", "loop2"], "loop1/results.json does not exist"),
+        (["merge", "loop1", str(sweep)], "loop1 is a symbolic link to nothing"),
+        (["merge", "stopped", str(sweep)], "(a merge stopped before its report? `sdpa-bench report stopped` writes"),
         (["gate", "--candidate", "cand.json", "--candidate", "./cand.json"], "--candidate ./cand.json: given twice"),
         (["run", *FAST, "--out", "afile/x"], "afile is a file, not a folder"),
         (["merge", "m", str(sweep), str(sweep)], "is no shard (run without --shard)"),

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -41,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     writable({"--markdown": args.markdown},  # before the table is printed, not after
              {"DIR_A's results": args.dir_a / store.RESULTS_FILE, "DIR_B's results": args.dir_b / store.RESULTS_FILE,
               "--config": args.config})
-    if args.dir_a.resolve() == args.dir_b.resolve():  # a sweep against itself: every row the same, a pass
+    if os.path.realpath(args.dir_a) == os.path.realpath(args.dir_b):  # a sweep against itself: every row the same, a pass
         raise UsageError(f"{args.dir_a} and {args.dir_b} are one sweep: compare it with another")
     sweeps = {directory: store.load(directory) for directory in (args.dir_a, args.dir_b)}
     machine_a, a = measured_points(sweeps[args.dir_a])

@@ -172,8 +172,9 @@ def config_file(path: str | None) -> None:
 
 
 def _same(path: str | Path) -> Path:
-    """One spelling of a path, links resolved: the file a write through it would replace."""
-    return Path(path).expanduser().resolve()
+    """One spelling of a path, links resolved: the file a write through it would replace (realpath: a loop of links
+    raises nothing, it stays a path that names no file)."""
+    return Path(os.path.realpath(Path(path).expanduser()))
 
 
 def write(path: str, text: str) -> None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -81,6 +82,11 @@ def save(directory: Path, sweep: Sweep) -> Path:
 def load(directory: Path) -> Sweep:
     """Read DIR/results.json; UsageError with one clear sentence when it is missing, unreadable or not ours."""
     path = Path(directory) / RESULTS_FILE
+    try:
+        os.stat(path)
+    except OSError as exc:  # a name longer than the file system takes: is_file() below would raise it
+        if exc.errno == errno.ENAMETOOLONG:
+            raise UsageError(f"{str(directory)[:60]}...: {exc.strerror}") from None
     if Path(directory).is_file():
         raise UsageError(f"{directory} is a file: give the --out folder of a `run`, which holds {RESULTS_FILE} "
                          "(pytest-benchmark JSON goes to `sdpa-bench gate`)")
@@ -143,16 +149,24 @@ def not_a_sweep(directory: Path) -> str | None:
 def prepare_dir(directory: Path) -> Path:
     """Create DIR (and parents) and prove it is writable; UsageError naming the problem otherwise."""
     directory = Path(directory)
-    in_the_way = next((p for p in (directory, *directory.parents) if p.exists() and not p.is_dir()), None)
+    named = str(directory) if len(str(directory)) <= 120 else f"{str(directory)[:60]}...{str(directory)[-40:]}"
+    try:  # a name longer than the file system takes raises here
+        in_the_way = next((p for p in (directory, *directory.parents) if p.exists() and not p.is_dir()), None)
+        dangling = next((p for p in (directory, *directory.parents) if p.is_symlink() and not p.exists()), None)
+    except OSError as exc:
+        raise UsageError(f"cannot write to output folder {named}: {exc.strerror or exc}") from None
     if in_the_way is not None:
         raise UsageError(f"cannot write to output folder {directory}: {in_the_way} is a file, not a folder")
+    if dangling is not None:  # mkdir said "File exists"
+        raise UsageError(f"cannot write to output folder {directory}: {dangling} is a symbolic link to nothing "
+                         "(its target is missing, or the links loop)")
     try:
         directory.mkdir(parents=True, exist_ok=True)
         probe = directory / f".write-test.{os.getpid()}"
         probe.write_text("")
         probe.unlink()
     except OSError as exc:
-        raise UsageError(f"cannot write to output folder {directory}: {exc.strerror or exc}") from None
+        raise UsageError(f"cannot write to output folder {named}: {exc.strerror or exc}") from None
     return directory
 
 
