@@ -49,7 +49,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                                   "WORLD_SIZE; GPU LOCAL_RANK) or a SLURM array, each shard in "
                                                   "DIR/shard-IofN (DIR: --out, default results/<preset>-shards)")
     p.add_argument("--resume", action="store_true",
-                   help="continue the sweep saved in DIR, skipping every point already finished")
+                   help="continue the sweep saved in DIR, skipping every point already finished (where DIR holds "
+                        "none, start it: a batch job run again goes on where it stopped)")
     p.add_argument("--overwrite", action="store_true",
                    help="start a new sweep in DIR even if it holds one (its results, CSV, plots and report go)")
     p.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when available, else cpu")
