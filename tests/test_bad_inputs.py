@@ -122,6 +122,11 @@ def test_a_results_file_with_a_wrong_type_is_named_as_corrupt(sweep, tmp_path, m
         (bad / "results.json").write_text(json.dumps(doc))
         code, err = said(["report", str(bad)], tmp_path, monkeypatch)
         assert code == 2 and f"{bad / 'results.json'} has a malformed entry" in err and named in err, err
+    doc = json.loads((sweep / "results.json").read_text())
+    (tmp_path / "no-meta").mkdir()
+    (tmp_path / "no-meta" / "results.json").write_text(json.dumps(doc | {"meta": None}))
+    code, err = said(["report", str(tmp_path / "no-meta")], tmp_path, monkeypatch)  # named no field
+    assert code == 2 and "malformed entry (TypeError: meta should be an object, not NoneType)" in err, err
 
 
 @pytest.mark.parametrize("edit, named", [

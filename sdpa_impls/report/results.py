@@ -109,6 +109,8 @@ def load(directory: Path) -> Sweep:
         if not isinstance(doc["results"], list):
             raise TypeError("results should be a list")
         results = [result_from(d, i) for i, d in enumerate(doc["results"])]
+        if not isinstance(doc["meta"], dict):
+            raise TypeError(f"meta should be an object, not {type(doc['meta']).__name__}")
         meta = dict(doc["meta"])
         check_meta(meta)
         seen = set()
