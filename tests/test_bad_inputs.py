@@ -127,6 +127,10 @@ def test_a_results_file_with_a_wrong_type_is_named_as_corrupt(sweep, tmp_path, m
     (tmp_path / "no-meta" / "results.json").write_text(json.dumps(doc | {"meta": None}))
     code, err = said(["report", str(tmp_path / "no-meta")], tmp_path, monkeypatch)  # named no field
     assert code == 2 and "malformed entry (TypeError: meta should be an object, not NoneType)" in err, err
+    doc["results"][0]["impl"] = "nosuch"  # read as the sweep's: a resume then said "nothing left to measure"
+    (tmp_path / "no-meta" / "results.json").write_text(json.dumps(doc))
+    code, err = said(["report", str(tmp_path / "no-meta")], tmp_path, monkeypatch)
+    assert code == 2 and "results[0] is nosuch on " in err and "not a point of the sweep's meta.impls" in err, err
 
 
 @pytest.mark.parametrize("edit, named", [

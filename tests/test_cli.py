@@ -442,6 +442,16 @@ def test_shards_are_disjoint_and_merge_into_the_whole_preset(tmp_path):
     (Path(edited[1]) / "results.json").write_text(json.dumps(doc))
     proc = cli("merge", str(tmp_path / "reordered"), *edited, "--no-plots")
     assert proc.returncode == 0 and load(tmp_path / "reordered")["meta"]["impls"] == ["naive", "torch_sdpa"], proc.stderr
+    older = copy.deepcopy(doc)  # a shard of an older version, whose preset had a case this one lacks: kept, with
+    row = older["results"][0]["case"]  # its rows, after the preset's (merge dropped the id, and the file it wrote
+    gone = row["id"]  # was corrupt to its own reader)
+    row["lq"], row["lk"], row["id"] = 129, 129, gone.replace("L128", "L129")
+    older["meta"]["case_ids"] = [row["id"] if c == gone else c for c in older["meta"]["case_ids"]]
+    (tmp_path / "older").mkdir()
+    (tmp_path / "older" / "results.json").write_text(json.dumps(older))
+    proc = cli("merge", str(tmp_path / "with-older"), edited[0], str(tmp_path / "older"), "--no-plots")
+    assert proc.returncode == 0 and cli("report", str(tmp_path / "with-older"), "--no-plots").returncode == 0
+    assert load(tmp_path / "with-older")["meta"]["case_ids"][-1] == row["id"], proc.stderr
     doc["meta"]["machine"]["threads"] = 96  # a shard of another machine: said, since compare then judges no time
     (Path(edited[1]) / "results.json").write_text(json.dumps(doc))
     proc = cli("merge", str(tmp_path / "two-machines"), *edited, "--no-plots")

@@ -114,7 +114,11 @@ def load(directory: Path) -> Sweep:
         meta = dict(doc["meta"])
         check_meta(meta)
         seen = set()
-        for r in results:
+        impls, cases = set(meta["impls"]), set(meta["case_ids"])
+        for i, r in enumerate(results):
+            if r.impl not in impls or r.case.id not in cases:  # a resume would take the sweep's own point as done
+                raise ValueError(f"results[{i}] is {r.impl} on {r.case.id}, not a point of the sweep's meta.impls "
+                                 "and meta.case_ids")
             if (r.case.id, r.impl) in seen:
                 raise ValueError(f"{r.impl} on {r.case.id} is there twice")
             seen.add((r.case.id, r.impl))
@@ -241,8 +245,9 @@ def merge(sweeps: list[tuple[Path, Sweep]], all_case_ids: list[str] | None = Non
             results.append(r)
         impls += [i for i in sweep.meta.get("impls", []) if i not in impls]
         case_ids += [c for c in sweep.meta.get("case_ids", []) if c not in case_ids]
-    if all_case_ids is not None:  # keep the preset's order
-        case_ids = [c for c in all_case_ids if c in set(case_ids)]
+    if all_case_ids is not None:  # keep the preset's order; a case it no longer has (shards of an older
+        order = {c: i for i, c in enumerate(all_case_ids)}  # version) stays, after the preset's, with its rows
+        case_ids = sorted(case_ids, key=lambda c: order.get(c, len(order)))
     first = sweeps[0][1].meta
     meta = {k: v for k, v in first.items() if k not in ("shard", "case_ids", "impls", "sessions")}
     meta |= _pooled_ceilings([s.meta for _, s in sweeps])
