@@ -113,6 +113,8 @@ def _value(action: argparse.Action, value: object, where: str) -> object:
         return action.const if value else action.default
     if isinstance(value, str) and not value.strip() or value == []:  # never "not given": that is leaving it out
         raise UsageError(f"{where}: is empty; give a value, or leave the key out")
+    if isinstance(value, bool):  # `seed = true`: a flag's value given to an option that takes one
+        raise UsageError(f"{where}: takes a value, not {str(value).lower()}")
     if isinstance(action, argparse._AppendAction):
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise UsageError(f"{where}: should be a list of strings, got {value!r}")

@@ -146,7 +146,8 @@ def test_a_toml_file_that_is_not_utf8_is_one_line_naming_it(tmp_path: Path, monk
 
 
 @pytest.mark.parametrize("argv, toml, words", [
-    (["compare", "a", "b"], "[tool.sdpa_bench.compare]\nconfig = true\n", "config: should be a string, got True"),
+    (["compare", "a", "b"], "[tool.sdpa_bench.compare]\nconfig = true\n", "config: takes a value, not true"),
+    (["run"], "[tool.sdpa_bench.run]\nseed = true\n", "run]: seed: takes a value, not true"),  # was 'True', a text
     (["compare", "a", "b"], "[tool.sdpa_bench.compare]\nconfig = 5\n", "compare]: config: should be a string, got 5"),
     (["compare", "a", "b"], "[tool.sdpa_bench.compare]\nmarkdown = 5\n", "markdown: should be a string, got 5"),
     (["run"], "[tool.sdpa_bench.run]\nshard = 2\n", "run]: shard: should be a string, got 2"),
