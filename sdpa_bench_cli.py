@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError:  # off the main thread: no handler of ours
             ours = False
     try:
-        from sdpa_impls.cli import main as command_line
+        from sdpa_impls.cli import main as command_line, settled
     except KeyboardInterrupt:
         said.append(signal.SIGINT)
     except Exception as exc:  # noqa: BLE001  (the package did not import: nothing of ours can run)
@@ -107,7 +107,10 @@ def main(argv: list[str] | None = None) -> int:
     if said:  # a Ctrl-C while sdpa_impls imported, even one the import swallowed, stops the command before it starts
         print("sdpa-bench: interrupted", file=sys.stderr)
         return 130
-    return command_line(argv)
+    code = command_line(argv)
+    if argv is None:  # this process's command: the answer is decided, the interpreter's teardown may not change it
+        settled()
+    return code
 
 
 if __name__ == "__main__":

@@ -7,7 +7,6 @@ Option defaults may come from the project's pyproject.toml, [tool.sdpa_bench.<co
 from __future__ import annotations
 
 import argparse
-import atexit
 import contextlib
 import importlib
 import os
@@ -116,18 +115,17 @@ def _stdout_refuses() -> bool:
     return False
 
 
-def _settled() -> None:
-    """At exit, once every thread has ended: the command's exit code is decided, and a Ctrl-C or SIGTERM in the
-    interpreter's teardown (0.7 s after torch) would end the process by that signal, 130/143 with no word, for a
-    command that finished (the teardown puts Python's handlers back to the default; an ignored signal stays so)."""
-    with contextlib.suppress(ValueError, OSError):
+def settled() -> None:
+    """For the process's own command (the launcher, `python -m sdpa_impls`) once main() has returned its code: a
+    Ctrl-C or SIGTERM from here on no longer changes it. The interpreter's teardown (0.7 s after torch) puts
+    Python's handlers back to the default, where such a signal ended a finished sweep with 130/143 and no word; an
+    ignored signal stays ignored."""
+    with contextlib.suppress(ValueError, OSError):  # ValueError: not the main thread
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, signal.SIG_IGN)
 
 
 def main(argv: list[str] | None = None) -> int:
-    if argv is None:  # this process's command (the launcher, `python -m sdpa_impls`), not a call from other code
-        atexit.register(_settled)
     # not list(argv): once the `list` command's module is imported, `list` in this package's namespace is that module
     argv = sys.argv[1:] if argv is None else [*argv]
     _tolerant_output()
