@@ -247,7 +247,7 @@ def test_flex_takes_a_mask_of_one_element_and_inputs_that_require_grad_under_no_
     q, k, v = qkv(2, 2, 16, 8, seed=6)
     if reasons := sdpa_impls.get("flex").unsupported_reasons(q, k, v):
         pytest.skip("; ".join(reasons))
-    for mask in (torch.zeros(1, 1, 1, 1, dtype=torch.bool), torch.tensor(0.5)):
+    for mask in (torch.zeros(1, 1, 1, 1, dtype=torch.bool), torch.tensor(0.5), torch.tensor(True).expand(16, 16)):
         want = F.scaled_dot_product_attention(q, k, v, mask4(mask))
         torch.testing.assert_close(sdpa_impls.get("flex")(q, k, v, mask), want)
     q.requires_grad_()  # no backward on the CPU; under no_grad none can follow, and flex answers (it refused)

@@ -31,10 +31,11 @@ def compiled_flex() -> Callable[..., torch.Tensor]:
 
 def dense_view(inp: SDPAInputs) -> torch.Tensor:
     """The call's mask as a (B, Hq, Lq, Lk) view (stride 0 over broadcast dims: no copy) that a mod indexes. A mask of
-    one element is first copied along the keys: torch's CPU flex lowering failed on a buffer that is all stride 0."""
+    one stored element (a scalar, or one expanded by the caller) is first copied along the keys: torch's CPU flex
+    lowering failed on a buffer that is all stride 0."""
     q, m = inp.query, mask4(inp.attn_mask)
-    if m.numel() == 1:
-        m = m.expand(1, 1, 1, inp.key.shape[2]).contiguous()
+    if all(stride == 0 or size == 1 for stride, size in zip(m.stride(), m.shape)):
+        m = m.reshape(-1)[:1].reshape(1, 1, 1, 1).expand(1, 1, 1, inp.key.shape[2]).contiguous()
     return m.expand(q.shape[0], q.shape[1], q.shape[2], inp.key.shape[2])
 
 
