@@ -8,9 +8,10 @@ a size-1 batch or head dim is broadcast (expanded, not copied), and heads that d
 `protocol.validate` to name. The mask follows the same batch dims; one that would enlarge the output is left as it
 is, and validate refuses it, as torch does.
 
-    to_bhle(query, key, value, attn_mask, enable_gqa) -> Call(query, key, value, attn_mask, restore, given)
+    to_bhle(query, key, value, attn_mask, enable_gqa, cast) -> Call(query, key, value, attn_mask, restore, given, ...)
     call.checked(check)                  # check(); its ValueError names the caller's shapes, not the (B, H, L, E)
-    autocast(query, key, value, attn_mask) -> ((q, k, v, mask) as torch.autocast casts them, context to run in)
+    autocast(query, key, value, attn_mask) -> ((q, k, v, mask) as torch.autocast casts them, its device or None)
+    call.wrap(fn)                        # a prepared closure at the caller's shape (and with autocast off)
     shape_text(tensor) -> "(2, 3, 8, 16)"       # how every shape error writes a shape
     qkv_text(q, k, v) -> "query (...), key (...), value (...)"   # how every shape error ends
 """
@@ -37,6 +38,24 @@ class Call:
     restore: Callable[[torch.Tensor], torch.Tensor]  # (B, H, Lq, Ev) -> the caller's rank and batch dims
     given: str = ""  # where q, k and v were reshaped: their shapes as the caller gave them, as the errors write them
     mask_given: str = ""  # and then the mask's and the scores' shapes: "attn_mask (7, 9) ... the scores (6, 9)"
+    autocast: str | None = None  # the device whose autocast cast q, k, v (`autocast`): computed with it off
+
+    def autocast_off(self) -> Any:
+        """The context the call computes in: autocast off where it cast the inputs, else no change."""
+        return torch.autocast(self.autocast, enabled=False) if self.autocast else contextlib.nullcontext()
+
+    def wrap(self, fn: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
+        """`fn` (a prepared closure) as the caller calls it: the answer at the caller's shape, computed with autocast
+        off where it cast the inputs; `fn` itself where neither applies. Keeps `fn`'s attributes (a library's `op`)."""
+        if self.restore is _same and self.autocast is None:
+            return fn
+
+        def call() -> torch.Tensor:
+            with self.autocast_off():
+                return self.restore(fn())
+
+        call.__dict__.update(fn.__dict__)
+        return call
 
     def checked(self, check: Callable[[], Any]) -> Any:
         """check() (validate, the support checks); a ValueError that names q's, k's and v's (B, H, L, E) shapes
@@ -59,18 +78,18 @@ class Call:
             raise ValueError(text) from None
 
 
-def autocast(query: object, key: object, value: object, attn_mask: object) -> tuple[tuple, Any]:
-    """The arguments as torch.autocast hands them to SDPA (a lower-precision op on the CPU and on CUDA): where autocast
-    is on for the query's device, each floating tensor but fp64 on that device cast to autocast's dtype, with a
-    context that turns autocast off for the call (its ops computed as for inputs of that dtype, as torch's kernels
-    are); elsewhere the arguments as given and a context that changes nothing."""
+def autocast(query: object, key: object, value: object, attn_mask: object) -> tuple[tuple, str | None]:
+    """The arguments as torch.autocast hands them to SDPA (a lower-precision op on the CPU and on CUDA), and the device
+    whose autocast is on: where it is on for the query's device, each floating tensor but fp64 on that device cast to
+    autocast's dtype (the call then computes with autocast off, as torch's kernels do for inputs of that dtype);
+    elsewhere the arguments as given and None."""
     args = (query, key, value, attn_mask)
     device = query.device.type if isinstance(query, torch.Tensor) else None
     if device not in ("cpu", "cuda") or not torch.is_autocast_enabled(device):
-        return args, contextlib.nullcontext()
+        return args, None
     dtype = torch.get_autocast_dtype(device)
     return tuple(t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != torch.float64
-                 and t.device.type == device else t for t in args), torch.autocast(device, enabled=False)
+                 and t.device.type == device else t for t in args), device
 
 
 def _same(out: torch.Tensor) -> torch.Tensor:
@@ -98,10 +117,14 @@ def _heads(hq: int, hk: int, hv: int, gqa: bool) -> tuple[int, int, int]:
     return (hq, h, h) if gqa else (h, h, h)
 
 
-def to_bhle(query: object, key: object, value: object, attn_mask: object, enable_gqa: object) -> Call:
+def to_bhle(query: object, key: object, value: object, attn_mask: object, enable_gqa: object,
+            cast: bool = False) -> Call:
     """q, k, v (and the mask) as (B, H, L, E), with `restore` for the answer; inputs that are already so, with one
     batch size and heads torch would not broadcast, come back as they are. ValueError for a tensor below rank 2,
     for batch dims that do not broadcast and for a mask of more dims than the scores (torch refuses all three)."""
+    device = None
+    if cast:  # a drop-in call: under torch.autocast, the dtype torch's SDPA gets there
+        (query, key, value, attn_mask), device = autocast(query, key, value, attn_mask)
     named = (("query", query), ("key", key), ("value", value))
     if not all(isinstance(t, torch.Tensor) for _, t in named):
         return Call(query, key, value, attn_mask, _same)  # validate names what is not a tensor
@@ -124,7 +147,7 @@ def to_bhle(query: object, key: object, value: object, attn_mask: object, enable
                    v.shape[-3] if v.dim() > 2 else 1, gqa)
     if q.dim() == k.dim() == v.dim() == 4 and q.shape[0] == k.shape[0] == v.shape[0] and \
             heads == (q.shape[1], k.shape[1], v.shape[1]):
-        return Call(q, k, v, attn_mask, _same)
+        return Call(q, k, v, attn_mask, _same, autocast=device)
     padded = [t[(None,) * (max(top, 4) - t.dim())] for _, t in named]
     try:
         lead = tuple(torch.broadcast_shapes(*(t.shape[:-3] for t in padded)))
@@ -149,7 +172,7 @@ def to_bhle(query: object, key: object, value: object, attn_mask: object, enable
     scores = (*lead, heads[0], q.shape[-2], k.shape[-2])[max(0, 4 - top):]  # as the caller's rank has them
     mask_given = isinstance(attn_mask, torch.Tensor) and \
         f"attn_mask {shape_text(attn_mask)} does not broadcast to the scores ({', '.join(map(str, scores))})"
-    return Call(q4, k4, v4, mask, restore, qkv_text(q, k, v), mask_given or "")
+    return Call(q4, k4, v4, mask, restore, qkv_text(q, k, v), mask_given or "", device)
 
 
 def plain_number(x: Any) -> Any:

@@ -8,7 +8,7 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-from .callshape import autocast, plain_number, qkv_text, shape_text, to_bhle
+from .callshape import plain_number, qkv_text, shape_text, to_bhle
 from .dtypes import short_name
 from .masks import Structure
 
@@ -276,7 +276,7 @@ class Implementation:
                             is_causal: bool = False, scale: float | None = None,
                             enable_gqa: bool = False) -> list[str]:
         """Empty when this implementation can run the call here; else one sentence per obstacle."""
-        call = to_bhle(query, key, value, attn_mask, enable_gqa)
+        call = to_bhle(query, key, value, attn_mask, enable_gqa, cast=True)
         return call.checked(lambda: self.not_supported_reasons(SDPAInputs(
             call.query, call.key, call.value, call.attn_mask, dropout_p, is_causal, scale, enable_gqa)))
 
@@ -290,29 +290,21 @@ class Implementation:
         (keyword only) names what the dense `attn_mask` is, for implementations with a native form of it. The
         closure may carry an `op` string, the library's own name for what it runs (xformers: "cutlassF-pt"),
         which a benchmark records with the point."""
-        call = to_bhle(query, key, value, attn_mask, enable_gqa)
+        call = to_bhle(query, key, value, attn_mask, enable_gqa, cast=True)  # under torch.autocast: torch's dtype
         inp = SDPAInputs(call.query, call.key, call.value, call.attn_mask, dropout_p, is_causal, scale, enable_gqa,
                          structure)
         reasons = call.checked(lambda: self.not_supported_reasons(inp))
         if reasons:
             raise Unsupported(self.name, reasons)
-        fn = self.prepare_inputs(inp)
-        if call.query is query and call.key is key and call.value is value:
-            return fn
-
-        def reshaped() -> torch.Tensor:  # the caller's shape back
-            return call.restore(fn())
-
-        reshaped.__dict__.update(fn.__dict__)  # the library's `op`, where it names one
-        return reshaped
+        with call.autocast_off():
+            return call.wrap(self.prepare_inputs(inp))  # the caller's shape back, the library's `op` kept
 
     def __call__(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                  attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0, is_causal: bool = False,
                  scale: float | None = None, enable_gqa: bool = False) -> torch.Tensor:
-        args, cast = autocast(query, key, value, attn_mask)  # under torch.autocast, torch's SDPA gets its dtype
-        call = lambda: self.prepare(*args, dropout_p, is_causal, scale, enable_gqa)()  # noqa
-        with cast:  # only while dynamo traces: torch.compiler.disable imports dynamo, 1.4 s of every process's start
-            return torch.compiler.disable(call)() if self.eager and torch.compiler.is_compiling() else call()
+        call = lambda: self.prepare(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)()  # noqa
+        # only while dynamo traces: torch.compiler.disable imports dynamo, 1.4 s of every process's start
+        return torch.compiler.disable(call)() if self.eager and torch.compiler.is_compiling() else call()
 
     def __repr__(self) -> str:
         return f"<sdpa implementation {self.name!r}>"

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 import sdpa_impls
 from sdpa_impls.impls import torch_sdpa
 from sdpa_impls.impls.torch_sdpa import mask4
-from sdpa_impls.protocol import Unsupported
+from sdpa_impls.protocol import Support, Unsupported
 from sdpa_impls.reference import reference
 from test_parity_torch import OURS, torch_math
 
@@ -239,6 +239,21 @@ def test_under_autocast_a_call_gets_the_dtype_torch_gives_it(name: str) -> None:
     assert torch.equal(out, impl(*(t.detach().bfloat16() for t in (q, k, v)), mask.bfloat16()))
     out.float().sum().backward()
     assert all(t.grad is not None and t.grad.dtype == torch.float32 for t in (q, k, v))
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # prepare and the reasons take the call as it computes
+        assert torch.equal(impl.prepare(q, k, v, mask)(), out)
+        assert impl.unsupported_reasons(q, k, v, mask) == impl.unsupported_reasons(
+            *(t.detach().bfloat16() for t in (q, k, v)), mask.bfloat16())
+
+
+def test_under_autocast_the_reasons_see_autocasts_dtype() -> None:
+    """An implementation of bf16 and fp16 only, asked about fp32 inputs under a bf16 autocast, computes them: its
+    reasons said dtype=fp32, and a caller that asks first skipped a call that runs."""
+    class HalfOnly(type(sdpa_impls.get("naive"))):  # type: ignore[misc]
+        support = Support(dtypes=frozenset({torch.bfloat16, torch.float16}))
+    q, k, v = qkv(1, 2, 16, 8, seed=7)
+    assert HalfOnly().unsupported_reasons(q, k, v) == ["dtype=fp32 (supported: bf16, fp16)"]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert HalfOnly().unsupported_reasons(q, k, v) == [] and HalfOnly()(q, k, v).dtype == torch.bfloat16
 
 
 def test_flex_takes_a_mask_of_one_element_and_inputs_that_require_grad_under_no_grad() -> None:
