@@ -31,10 +31,28 @@ class SideError(GateInputError):
         self.role = role
 
 
+def _stdout_refuses() -> bool:
+    """Whether stdout's descriptor refuses even an empty write (/dev/full, a terminal gone): an OSError in hand is
+    then the output's, not the command's."""
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError, AttributeError):  # a stream with no descriptor (captured in-process)
+        return False
+    try:
+        os.write(fd, b"")
+    except OSError:
+        return True
+    return False
+
+
 def unforeseen(prefix: str, exc: Exception) -> int:
     """An error nobody foresaw, as every command reports it: one line on stderr, "PREFIX: error: Type: first line
-    (an error sdpa-bench did not foresee; SDPA_BENCH_TRACEBACK=1 shows where)", credentials masked, the traceback
+    (an error sdpa-bench did not foresee; SDPA_BENCH_TRACEBACK=1 shows where)" (or "cannot write to standard
+    output" where stdout refuses writes: the error is the output's), credentials masked, the traceback
     above it where SDPA_BENCH_TRACEBACK is set (and the line says so); exit 2, never the 1 a CI reads as the answer."""
+    if isinstance(exc, OSError) and exc.filename is None and _stdout_refuses():  # /dev/full, a terminal gone
+        print(f"{prefix}: error: cannot write to standard output ({exc.strerror or exc})", file=sys.stderr)
+        return USAGE_EXIT
     shown = os.environ.get(TRACEBACK_ENV, "").strip().lower() not in ("", "0", "false", "no", "off")
     if shown:
         print(redact(traceback.format_exc()), file=sys.stderr, end="")

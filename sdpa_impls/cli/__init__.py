@@ -101,20 +101,6 @@ def _tolerant_output() -> None:
             stream.reconfigure(errors="replace")
 
 
-def _stdout_refuses() -> bool:
-    """Whether stdout's descriptor refuses even an empty write (/dev/full, a terminal gone): the error in hand is
-    then the output's, not the command's."""
-    try:
-        fd = sys.stdout.fileno()
-    except (OSError, ValueError, AttributeError):  # a stream with no descriptor (captured in-process)
-        return False
-    try:
-        os.write(fd, b"")
-    except OSError:
-        return True
-    return False
-
-
 def settled() -> None:
     """For the process's own command (the launcher, `python -m sdpa_impls`) once main() has returned its code: a
     Ctrl-C or SIGTERM from here on no longer changes it. The interpreter's teardown (0.7 s after torch) puts
@@ -174,9 +160,6 @@ def main(argv: list[str] | None = None) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + signal.SIGPIPE  # what a shell reports for a writer the pipe stopped
     except Exception as exc:  # a CI reads exit 1 as "regression" or "wrong": anything unforeseen is 2, one line
-        if isinstance(exc, OSError) and exc.filename is None and _stdout_refuses():  # /dev/full, a lost tty
-            print(f"{prefix}: error: cannot write to standard output ({exc.strerror or exc})", file=sys.stderr)
-            return USAGE_EXIT
         return unforeseen(prefix, exc)
 
 
