@@ -164,10 +164,10 @@ class Flex(Implementation):
             return lambda: empty_attention(inp)
         flex = compiled_flex()  # its kernels read a last dim of stride other than 1 (an input expanded from
         q, k, v = (t if t.stride(-1) == 1 or t.shape[-1] <= 1 else t.contiguous()  # (…, L, 1)) wrongly: made dense
-                   for t in _no_grad_where_off(inp.query, inp.key, inp.value))
+                   for t in (inp.query, inp.key, inp.value))
         kwargs = {"score_mod": score_mod(inp), "block_mask": block_mask(inp), "scale": inp.softmax_scale,
                   "enable_gqa": q.shape[1] != k.shape[1]}
-        return declare_compiles(lambda: flex(q, k, v, **kwargs))
+        return declare_compiles(lambda: flex(*_no_grad_where_off(q, k, v), **kwargs))  # as grad mode is at the call
 
     def forward(self, inp: SDPAInputs) -> torch.Tensor:
         return self.prepare_inputs(inp)()
