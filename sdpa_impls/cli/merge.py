@@ -23,9 +23,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if os.path.realpath(args.out) in {os.path.realpath(d) for d in args.dirs}:  # realpath: a link loop raises nothing
         raise UsageError(f"OUT {args.out} is also one of the shard folders; choose a new folder for the merge")
+    finish = f"sdpa-bench report {shlex.quote(str(args.out))}"  # what a merge stopped in its report still needs
     if (args.out / store.RESULTS_FILE).exists():
         stopped = "" if (args.out / "report.md").exists() else \
-            f" (a merge stopped before its report? `sdpa-bench report {shlex.quote(str(args.out))}` writes the rest)"
+            f" (a merge stopped before its report? `{finish}` writes the rest)"
         raise UsageError(f"{args.out} already holds a results.json; choose a new folder for the merge{stopped}")
     sweeps = [(d, store.load(d)) for d in args.dirs]
     name = sweeps[0][1].meta.get("preset")
@@ -42,8 +43,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         files = write_report(args.out, merged, plots=not args.no_plots)
     except KeyboardInterrupt:  # the merged results are whole: the rest is a `report` away, not a new merge
-        print(f"sdpa-bench merge: {args.out / store.RESULTS_FILE} is saved; `sdpa-bench report {shlex.quote(str(args.out))}` writes its "
-              "tables, CSV, plots and report", file=sys.stderr)
+        print(f"sdpa-bench merge: {args.out / store.RESULTS_FILE} is saved; `{finish}` writes its tables, CSV, plots "
+              "and report", file=sys.stderr)
         raise
     if all_ids is not None and len(merged.meta["case_ids"]) < len(all_ids):
         missing = len(all_ids) - len(merged.meta["case_ids"])

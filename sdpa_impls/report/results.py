@@ -79,6 +79,13 @@ def save(directory: Path, sweep: Sweep) -> Path:
     return path
 
 
+def short_path(path: Path | str) -> str:
+    """A path as an error names it: whole up to 120 characters, else its start and end (a name too long for the
+    file system is not echoed whole)."""
+    text = str(path)
+    return text if len(text) <= 120 else f"{text[:60]}...{text[-40:]}"
+
+
 def load(directory: Path) -> Sweep:
     """Read DIR/results.json; UsageError with one clear sentence when it is missing, unreadable or not ours."""
     path = Path(directory) / RESULTS_FILE
@@ -86,7 +93,7 @@ def load(directory: Path) -> Sweep:
         os.stat(path)
     except OSError as exc:  # a name longer than the file system takes: is_file() below would raise it
         if exc.errno == errno.ENAMETOOLONG:
-            raise UsageError(f"{str(directory)[:60]}...: {exc.strerror}") from None
+            raise UsageError(f"{short_path(directory)}: {exc.strerror}") from None
     if Path(directory).is_file():
         raise UsageError(f"{directory} is a file: give the --out folder of a `run`, which holds {RESULTS_FILE} "
                          "(pytest-benchmark JSON goes to `sdpa-bench gate`)")
@@ -155,7 +162,7 @@ def not_a_sweep(directory: Path) -> str | None:
 def prepare_dir(directory: Path) -> Path:
     """Create DIR (and parents) and prove it is writable; UsageError naming the problem otherwise."""
     directory = Path(directory)
-    named = str(directory) if len(str(directory)) <= 120 else f"{str(directory)[:60]}...{str(directory)[-40:]}"
+    named = short_path(directory)
     try:  # a name longer than the file system takes raises here
         in_the_way = next((p for p in (directory, *directory.parents) if p.exists() and not p.is_dir()), None)
         dangling = next((p for p in (directory, *directory.parents) if p.is_symlink() and not p.exists()), None)
