@@ -462,6 +462,7 @@ def test_shards_are_disjoint_and_merge_into_the_whole_preset(tmp_path):
     proc = cli("merge", str(tmp_path / "with-older"), edited[0], str(tmp_path / "older"), "--no-plots")
     assert proc.returncode == 0 and cli("report", str(tmp_path / "with-older"), "--no-plots").returncode == 0
     assert load(tmp_path / "with-older")["meta"]["case_ids"][-1] == row["id"], proc.stderr
+    assert "1 of the 5 cases of preset smoke are in none of these shards" in proc.stderr  # the renamed one's own
     doc["meta"]["machine"]["threads"] = 96  # a shard of another machine: said, since compare then judges no time
     (Path(edited[1]) / "results.json").write_text(json.dumps(doc))
     proc = cli("merge", str(tmp_path / "two-machines"), *edited, "--no-plots")

@@ -46,8 +46,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"sdpa-bench merge: {args.out / store.RESULTS_FILE} is saved; `{finish}` writes its tables, CSV, plots "
               "and report", file=sys.stderr)
         raise
-    if all_ids is not None and len(merged.meta["case_ids"]) < len(all_ids):
-        missing = len(all_ids) - len(merged.meta["case_ids"])
+    missing = all_ids and len(set(all_ids) - set(merged.meta["case_ids"]))  # a kept case of an older preset aside
+    if missing:
         print(f"sdpa-bench merge: note: {missing} of the {len(all_ids)} cases of preset {name} are in none of these "
               f"shards (is a shard missing?)", file=sys.stderr)
     machines = sweep_machine(merged.meta)[1]
