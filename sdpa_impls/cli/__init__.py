@@ -106,9 +106,9 @@ def settled() -> None:
     Ctrl-C or SIGTERM from here on no longer changes it. The interpreter's teardown (0.7 s after torch) puts
     Python's handlers back to the default, where such a signal ended a finished sweep with 130/143 and no word; an
     ignored signal stays ignored."""
+    from .outputs import ignore_stops
     with contextlib.suppress(ValueError, OSError):  # ValueError: not the main thread
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, signal.SIG_IGN)
+        ignore_stops()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import math
 import os
 import signal
@@ -204,6 +205,22 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM during a sweep or a search (a batch scheduler's time limit, `kill`): stopped as Ctrl-C stops it."""
 
 
+def _race_unsaid(unraisable, before) -> None:
+    """sys.unraisablehook once Ctrl-C and SIGTERM are ignored: a signal already on its way then (a CI's SIGTERM
+    arriving with its SIGINT, both caught at the end of one torch call) is ignored as meant, and Python's warning of
+    it ("Signal 15 ignored due to race condition", a traceback) would read as a crash; anything else goes on."""
+    if not (isinstance(unraisable.exc_value, OSError) and "ignored due to race condition" in str(unraisable.exc_value)):
+        before(unraisable)
+
+
+def ignore_stops(signals=(signal.SIGINT, signal.SIGTERM)) -> None:
+    """Ignore these signals from here on, without a word for one already on its way (main thread only)."""
+    if not isinstance(sys.unraisablehook, functools.partial) or sys.unraisablehook.func is not _race_unsaid:
+        sys.unraisablehook = functools.partial(_race_unsaid, before=sys.unraisablehook)
+    for s in signals:
+        signal.signal(s, signal.SIG_IGN)
+
+
 @contextlib.contextmanager
 def terminate_as_interrupt():
     """While a sweep or a search runs, SIGTERM raises `Terminated` (and Ctrl-C KeyboardInterrupt), so a killed job
@@ -213,8 +230,7 @@ def terminate_as_interrupt():
     come back afterwards; a SIGINT the process was started to ignore stays ignored. Off the main thread, nothing
     changes."""
     def stop(signum, frame):
-        for s in previous:
-            signal.signal(s, signal.SIG_IGN)
+        ignore_stops(previous)
         previous.clear()  # the command is ending: nothing to give back
         raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
     previous: dict[int, object] = {}
