@@ -177,12 +177,15 @@ def to_bhle(query: object, key: object, value: object, attn_mask: object, enable
 
 def plain_number(x: Any) -> Any:
     """`dropout_p` or `scale` as a Python float where torch takes it as one: a NumPy scalar (np.float32, np.int64) or
-    a 0-d tensor of a real dtype that does not require grad. Anything else is returned as it is, for `validate` to
-    refuse (a Python bool, int or float is kept: torch takes those too)."""
+    a 0-d tensor of a real dtype that does not require grad, and a Python int (2**70 past int64, as torch reads it
+    too). Anything else is returned as it is, for `validate` to refuse (a bool or float is kept: torch takes those)."""
     if isinstance(x, torch.Tensor):
         if x.dim() == 0 and not x.is_complex() and not x.requires_grad:
             return float(x)
         return x
-    if not isinstance(x, (bool, int, float)) and isinstance(x, numbers.Real):
-        return float(x)
+    if not isinstance(x, (bool, float)) and isinstance(x, numbers.Real):
+        try:
+            return float(x)
+        except OverflowError:  # past any float: `validate` says it is not finite
+            return math.inf if x > 0 else -math.inf
     return x

@@ -68,13 +68,21 @@ class SDPAInputs:
 
     @property
     def needs_grad(self) -> bool:
-        return any(t.requires_grad for t in (self.query, self.key, self.value))
+        """Query, key or value requires grad, with autograd on: a backward can follow (under torch.no_grad or
+        inference mode none can, and torch answers such a call as a forward)."""
+        return any(t.requires_grad for t in (self.query, self.key, self.value)) and torch.is_grad_enabled()
 
     @property
     def mask_needs_grad(self) -> bool:
         """A float mask that requires grad (a learned bias), with autograd on: its gradient is wanted."""
         m = self.attn_mask
         return m is not None and m.requires_grad and torch.is_grad_enabled()
+
+
+def kept_for_backward(mask: torch.Tensor | None) -> torch.Tensor | None:
+    """The mask as a backward can keep it: one made under torch.inference_mode (a cached causal or padding mask)
+    cannot be saved for backward, so it is copied (torch's math backend keeps a mask of its own too)."""
+    return mask.clone() if mask is not None and mask.is_inference() else mask
 
 
 class _NoAttention(torch.autograd.Function):
@@ -120,7 +128,7 @@ def validate(inp: SDPAInputs) -> None:
             kind = f"{type(flag).__module__}.{type(flag).__qualname__}".removeprefix("builtins.")  # numpy.bool
             raise ValueError(f"sdpa: {name} must be a bool, got {kind} {flag!r}")
     for name, number in (("dropout_p", inp.dropout_p), ("scale", inp.scale)):
-        if number is not None and not isinstance(number, (int, float)):
+        if (number is not None or name == "dropout_p") and not isinstance(number, (int, float)):
             raise ValueError(f"sdpa: {name} must be a number, got {type(number).__name__} {number!r}")
     q, k, v = inp.query, inp.key, inp.value
     if not (q.dtype == k.dtype == v.dtype):

@@ -342,11 +342,36 @@ def test_scalars_torch_takes_as_numbers(impl) -> None:
     gen = torch.Generator().manual_seed(5)
     q, k, v = (torch.randn(1, 2, 6, 8, generator=gen) for _ in range(3))
     for kwargs in ({"scale": np.float32(0.3)}, {"scale": torch.tensor(0.3)}, {"scale": np.int64(2)},
-                   {"dropout_p": np.float32(0.0)}, {"dropout_p": torch.tensor(0.0)}):
+                   {"scale": 2**70}, {"dropout_p": np.float32(0.0)}, {"dropout_p": torch.tensor(0.0)}):
         want = torch_math({"query": q, "key": k, "value": v, **kwargs})[0]
         torch.testing.assert_close(impl(q, k, v, **kwargs).float(), want, msg=repr(kwargs))
     with pytest.raises(ValueError, match="is_causal must be a bool, got numpy.bool"):
         impl(q, k, v, is_causal=np.True_)
+    with pytest.raises(ValueError, match="dropout_p must be a number, got NoneType"):  # None is scale's default only
+        impl(q, k, v, dropout_p=None)
+
+
+@pytest.mark.parametrize("name", EAGER_CPU + ("compiled",))
+def test_grad_modes_are_the_callers_for_each_call(name: str) -> None:
+    """Inputs that require grad, called under torch.no_grad or inference mode, get torch's answer (a forward: no
+    backward can follow), and a later call in grad mode still gets its gradients (torch's wrappers decided support
+    once, by the first call's grad mode); a mask made under inference mode (a cached causal mask) serves a training
+    call, as it does torch's."""
+    torch_sdpa._probe_cache.clear()
+    q, k, v = (t.requires_grad_() for t in qkv(1, 2, 5, 8, seed=8))
+    fn = sdpa_impls.get(name)
+    for mode in (torch.no_grad, torch.inference_mode):
+        with mode():
+            got = fn(q, k, v)
+        assert not got.requires_grad
+        torch.testing.assert_close(got, F.scaled_dot_product_attention(q, k, v).detach())
+    with torch.inference_mode():
+        causal = torch.ones(5, 5, dtype=torch.bool).tril()
+    for mask in (None, causal):
+        got, want = fn(q, k, v, mask), F.scaled_dot_product_attention(q, k, v, mask)
+        torch.testing.assert_close(got, want)
+        for g, w in zip(torch.autograd.grad(got.sum(), (q, k, v)), torch.autograd.grad(want.sum(), (q, k, v))):
+            torch.testing.assert_close(g, w)
 
 
 @pytest.mark.parametrize("impl", OURS, ids=lambda i: i.name)

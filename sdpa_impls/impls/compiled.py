@@ -7,7 +7,7 @@ from collections.abc import Callable
 import torch
 
 from ..compilation import compiler_reasons, declare_compiles
-from ..protocol import WITH_FP64, Implementation, SDPAInputs, Support, empty_attention
+from ..protocol import WITH_FP64, Implementation, SDPAInputs, Support, empty_attention, kept_for_backward
 from ..registry import register
 from ..torchver import COMPILATION, needs_torch
 from .naive import Naive
@@ -44,7 +44,8 @@ class Compiled(Implementation):
         if inp.is_empty:
             return lambda: empty_attention(inp)
         fn = compiled_textbook()
-        args = (inp.query, inp.key, inp.value, inp.attn_mask, inp.is_causal, inp.scale, inp.enable_gqa)
+        mask = kept_for_backward(inp.attn_mask) if inp.needs_grad else inp.attn_mask
+        args = (inp.query, inp.key, inp.value, mask, inp.is_causal, inp.scale, inp.enable_gqa)
         return declare_compiles(lambda: fn(*args))
 
     def forward(self, inp: SDPAInputs) -> torch.Tensor:

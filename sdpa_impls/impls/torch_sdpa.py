@@ -79,11 +79,11 @@ def _probe_reasons(backend: SDPBackend | None, inp: SDPAInputs) -> list[str]:
         m = m[..., : min(4, m.shape[-2]), : min(4, m.shape[-1])]  # a broadcast (size-1) dim stays 1
     layout = tuple((t.shape, _stride_class(t)) for t in (q, k, v, *(() if m is None else (m,))))
     key = (backend, inp.query.device.type, inp.query.dtype, layout, None if m is None else m.dtype,
-           bool(inp.is_causal), inp.dropout_p > 0, bool(inp.enable_gqa), inp.needs_grad, inp.mask_needs_grad)
-    if key not in _probe_cache:
-        q, k, v = (t.detach().requires_grad_(inp.needs_grad) for t in (q, k, v))
-        if m is not None:
-            m = m.detach().requires_grad_(inp.mask_needs_grad)
+           bool(inp.is_causal), inp.dropout_p > 0, bool(inp.enable_gqa), torch.is_grad_enabled(),
+           *(t.requires_grad for t in (q, k, v, *(() if m is None else (m,)))))
+    if key not in _probe_cache:  # each as the call's (an inference-mode key cannot require grad, nor a mask unasked)
+        q, k, v, *m = (t.detach().requires_grad_(t.requires_grad) for t in (q, k, v, *(() if m is None else (m,))))
+        m = m[0] if m else None
         cuda = [q.device] if q.device.type == "cuda" else []
         with warnings.catch_warnings(record=True) as caught, \
                 torch.random.fork_rng(devices=cuda, enabled=inp.dropout_p > 0):
@@ -92,7 +92,7 @@ def _probe_reasons(backend: SDPBackend | None, inp: SDPAInputs) -> list[str]:
                 with sdpa_kernel(backend) if backend is not None else contextlib.nullcontext():
                     out = F.scaled_dot_product_attention(q, k, v, m, inp.dropout_p, inp.is_causal,
                                                          scale=inp.scale, enable_gqa=inp.enable_gqa)
-                    if inp.needs_grad or inp.mask_needs_grad:
+                    if out.requires_grad:  # grad mode on, and an input requires it
                         out.sum().backward()
                 reasons: list[str] = []
             except RuntimeError as exc:

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import torch
 
-from ...protocol import SDPAInputs, empty_attention
+from ...protocol import SDPAInputs, empty_attention, kept_for_backward
 from .budget import choice
 from .online_softmax import accumulate, minus_into, plan_tiles, take
 from .tilemap import KeyTile, MaskTiles, Tiling
@@ -273,5 +273,5 @@ def tiled_attention(inp: SDPAInputs, forward_fn: ForwardFn, tiling: Tiling, tile
     if not ((inp.needs_grad or inp.mask_needs_grad) and torch.is_grad_enabled()):
         q5, k4, v4, mask5 = grouped(inp)
         return forward_fn(q5, k4, v4, mask5, inp.is_causal, scale, False)[0].flatten(1, 2)
-    return TiledAttention.apply(inp.query, inp.key, inp.value, inp.attn_mask, inp.is_causal, scale,
-                                forward_fn, tiling, tiles, nan_check).flatten(1, 2)  # (B, Hq, Lq, Ev)
+    return TiledAttention.apply(inp.query, inp.key, inp.value, kept_for_backward(inp.attn_mask), inp.is_causal,
+                                scale, forward_fn, tiling, tiles, nan_check).flatten(1, 2)  # (B, Hq, Lq, Ev)
