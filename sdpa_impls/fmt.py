@@ -1,6 +1,7 @@
 """One set of formatters for every report, table and progress line: times, durations, bytes and tables."""
 from __future__ import annotations
 
+import datetime
 import re
 from collections.abc import Sequence
 
@@ -67,3 +68,8 @@ def code(text: str) -> str:
 def cell(text: str) -> str:
     """`text` as a Markdown table cell's code span (a `|` would end the cell)."""
     return code(text).replace("|", "\\|")
+
+
+def now_stamp() -> str:
+    """The local time now, to the second, with its UTC offset: when a sweep started, finished or was resumed."""
+    return datetime.datetime.now().astimezone().isoformat(timespec="seconds")

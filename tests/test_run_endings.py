@@ -17,6 +17,8 @@ from pathlib import Path
 from sdpa_impls import registry
 from sdpa_impls.bench.grid import preset
 from sdpa_impls.cli import main
+from sdpa_impls.report import results as store
+from sdpa_impls.report.writer_lock import only_writer
 from sdpa_impls.impls.naive import Naive
 from test_cli import HANGS, slow_run
 
@@ -135,6 +137,8 @@ HELD = """
 import signal, sys, time
 from pathlib import Path
 from sdpa_impls.cli import main
+from sdpa_impls.report import results as store
+from sdpa_impls.report.writer_lock import only_writer
 from sdpa_impls.impls.naive import Naive
 from sdpa_impls.registry import register
 
@@ -208,6 +212,8 @@ WRAPPER = """
 import sys, time
 import sdpa_impls
 from sdpa_impls.cli import main
+from sdpa_impls.report import results as store
+from sdpa_impls.report.writer_lock import only_writer
 from sdpa_impls.impls.naive import Naive
 from sdpa_impls.registry import register
 
@@ -268,3 +274,66 @@ def test_the_process_that_replaces_a_timed_out_one_keeps_the_folder_locked(tmp_p
     proc.wait(timeout=150)
     assert said("resuming") and not free, "".join(lines)[-2000:]
     assert proc.returncode == 0, "".join(lines)[-2000:]
+
+
+def test_overwrite_keeps_the_sweep_it_replaces_until_the_new_one_measures(tmp_path, capsys) -> None:
+    """--overwrite sets DIR's sweep aside (DIR/replaced-sweep) instead of deleting it first: a replacement whose
+    points all skip here, or one stopped before its first point, costs no finished sweep (a folder where a plot's
+    name is moves too: deleting it failed once results.json was gone). A second --overwrite keeps the finished sweep
+    set aside, not the replacement; a sweep that finishes with a point measured drops it."""
+    out = tmp_path / "kept"
+    assert main([*SMOKE, "--impl", "naive", "--out", str(out), *FAST]) == 0
+    before = (out / "results.json").read_bytes()
+    (out / "time-fwd.png").mkdir()
+    capsys.readouterr()
+    assert main([*SMOKE, "--impl", "cudnn_frontend", "--out", str(out), "--overwrite", *FAST]) == 2  # CUDA only
+    assert f"the sweep it replaces is kept in {out / 'replaced-sweep'}" in capsys.readouterr().err
+    assert (out / "replaced-sweep" / "results.json").read_bytes() == before
+    assert (out / "replaced-sweep" / "time-fwd.png").is_dir()
+    assert {r["status"] for r in load(out)["results"]} == {"skipped"}
+    store.set_aside(out)  # as a second --overwrite does
+    assert (out / "replaced-sweep" / "results.json").read_bytes() == before and not (out / "results.json").exists()
+    assert main([*SMOKE, "--impl", "naive", "--out", str(out), *FAST]) == 0
+    assert not (out / "replaced-sweep").exists() and len(load(out)["results"]) == len(preset("smoke"))
+
+
+def test_a_report_that_cannot_be_written_leaves_the_earlier_files_whole(tmp_path) -> None:
+    """results.csv and report.md are written whole or not at all: a `report` stopped by a full disk (here a file
+    size limit) left a results.csv cut after a few rows, every row with all its columns, that read as whole. A temp
+    file left by a writer killed mid-save is removed by the next run in the folder."""
+    out = tmp_path / "whole"
+    assert main([*SMOKE, "--impl", "naive,chunked", "--out", str(out), *FAST]) == 0
+    csv_before, md_before = (out / "results.csv").read_bytes(), (out / "report.md").read_bytes()
+    assert len(csv_before) > 1500
+
+    def limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1500, 1500))
+    proc = subprocess.run([sys.executable, "-m", "sdpa_impls", "report", str(out), "--no-plots"], capture_output=True,
+                          text=True, timeout=150, preexec_fn=limit)
+    assert proc.returncode == 2 and "cannot write" in proc.stderr, proc.stderr[-2000:]
+    assert (out / "results.csv").read_bytes() == csv_before and (out / "report.md").read_bytes() == md_before
+    child = subprocess.Popen(["true"])
+    child.wait()  # its pid is no process's now
+    leftover = out / f".results.json.{child.pid}.tmp"
+    leftover.write_text('{"format": "sdpa-bench-results", "meta"')
+    assert sorted(p.name for p in out.iterdir() if p.name.endswith(".tmp")) == [leftover.name]
+    assert main([*SMOKE, "--impl", "naive,chunked", "--out", str(out), "--resume"]) == 0
+    assert not leftover.exists()
+
+
+def test_a_merge_names_the_shard_a_run_is_still_writing(tmp_path, capsys) -> None:
+    """A merge of shards one of which a `run` still writes holds what that shard had saved, and says so, naming
+    the folder and its process, rather than telling the user to resume a shard that is running."""
+    shards = [tmp_path / f"s{i}" for i in (1, 2)]
+    for i, shard in enumerate(shards, 1):
+        assert main([*SMOKE, "--shard", f"{i}/2", "--impl", "naive", "--out", str(shard), *FAST]) == 0
+    doc = load(shards[1])  # as a running shard has it: a point not measured yet
+    doc["results"], doc["meta"] = doc["results"][:-1], {k: v for k, v in doc["meta"].items() if k != "finished"}
+    (shards[1] / "results.json").write_text(json.dumps(doc))
+    capsys.readouterr()
+    with only_writer(shards[1]):
+        assert main(["merge", str(tmp_path / "m"), *map(str, shards), "--no-plots"]) == 0
+    err = capsys.readouterr().err
+    assert f"({shards[1]} (process {os.getpid()}): a `run` is still writing there; merge again" in err, err
+    assert "resume the unfinished shards" not in err

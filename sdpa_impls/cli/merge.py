@@ -12,6 +12,7 @@ from ..bench.machine import sweep_machine
 from ..errors import UsageError
 from ..report import results as store
 from ..report.write import write_report
+from ..report.writer_lock import writer
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -54,8 +55,11 @@ def run(args: argparse.Namespace) -> int:
     if machines:
         print(f"sdpa-bench merge: note: the shards ran on different machines ({'; '.join(machines)}): report.md "
               "shows each shard's, and `compare` judges no absolute time or CPU peak of this sweep", file=sys.stderr)
+    running = [f"{d} ({who})" for d in args.dirs if (who := writer(d))]
     if not merged.complete:
         print(f"sdpa-bench merge: note: {len(merged.done())} of {merged.planned} planned points are finished "
-              "(resume the unfinished shards, then merge them again into a new OUT)", file=sys.stderr)
+              + (f"({', '.join(running)}: a `run` is still writing there; merge again into a new OUT once it "
+                 "finishes)" if running else "(resume the unfinished shards, then merge them again into a new OUT)"),
+              file=sys.stderr)
     print(f"wrote {', '.join(map(str, [args.out / store.RESULTS_FILE, *files]))}", file=sys.stderr)
     return 0

@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import datetime
 import faulthandler
 import os
 import shlex
@@ -19,12 +18,11 @@ from ..bench.ceilings import RunCeilings, needed_ceilings
 from ..bench.machine import busy_cpus, machine_info, plugin_sources, source_revision
 from ..bench.measure import Options, run_case
 from ..errors import USAGE_EXIT, UsageError
-from ..fmt import fmt_duration
+from ..fmt import fmt_duration, now_stamp
 from ..impls._tiled.compute import check_settings, settings
 from ..registry import PluginLoadError, loaded, names
-from ..report import results as store
+from ..report import results as store, running
 from ..report.contents import option_problem, options as saved_options
-from ..report import running
 from ..report.write import write_report
 from ..report.writer_lock import only_writer
 from . import watch
@@ -52,7 +50,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="continue the sweep saved in DIR, skipping every point already finished (where DIR holds "
                         "none, start it: a batch job run again goes on where it stopped)")
     p.add_argument("--overwrite", action="store_true",
-                   help="start a new sweep in DIR even if it holds one (its results, CSV, plots and report go)")
+                   help="start a new sweep in DIR even if it holds one (kept in DIR/replaced-sweep until the new "
+                        "one finishes with a point measured)")
     p.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when available, else cpu")
     p.add_argument("--seed", type=seed, help="input seed (default 0)")
     t = p.add_argument_group("timing (defaults: sdpa_impls.bench.measure.Options)")
@@ -106,10 +105,6 @@ def _options(args: argparse.Namespace) -> tuple[dict, Options]:
     return given, opts
 
 
-def _now() -> str:
-    return datetime.datetime.now().astimezone().isoformat(timespec="seconds")
-
-
 def _new(args: argparse.Namespace, device: str, preset: str, impls: list[str] | None, opts: Options) -> store.Sweep:
     shard = parse_shard(args.shard) if args.shard else None
     cases = grid.shard_of(grid.preset(preset), *shard) if shard else list(grid.preset(preset))
@@ -117,7 +112,7 @@ def _new(args: argparse.Namespace, device: str, preset: str, impls: list[str] | 
         _check_shard(preset, shard)
     meta = {"preset": preset, "device": device, "shard": "/".join(map(str, shard)) if shard else None,
             "impls": impls or names(), "case_ids": [c.id for c in cases], "options": dataclasses.asdict(opts),
-            "seed": args.seed or 0, "machine": machine_info(device), "ceilings": {}, "started": _now()}
+            "seed": args.seed or 0, "machine": machine_info(device), "ceilings": {}, "started": now_stamp()}
     return store.Sweep(meta)
 
 
@@ -218,12 +213,11 @@ def _sweep(args: argparse.Namespace, device: str, preset: str, impls: list[str] 
     foreign = store.not_a_sweep(out) if existing and not args.resume else None
     if foreign:  # another tool's file: --overwrite deletes only what a run wrote (--resume refuses it when loading)
         raise UsageError(f"{foreign}: move it away, or choose another --out")
-    if existing and args.overwrite:
-        store.clear_outputs(out)
-        existing = False
-    elif existing and not args.resume:
+    aside = store.set_aside(out) if existing and args.overwrite else None  # kept until this sweep measures
+    if existing and not args.resume and not aside:
         raise UsageError(f"{out} already holds a sweep ({out / store.RESULTS_FILE}): continue it with --resume, "
                          "start it again with --overwrite, or choose another --out")
+    existing &= not aside
     sweep = saved(out, args, impls, given) if existing else _new(args, device, preset, impls, opts)
     if not existing:  # an earlier sweep's point noted here is not this sweep's: a resume would count it as a crash
         running.mark(out, None)
@@ -243,7 +237,7 @@ def _sweep(args: argparse.Namespace, device: str, preset: str, impls: list[str] 
                                            f"{fmt_duration(meta.get('wall_s', 0.0))}; {store.RESULTS_FILE} unchanged")
     # which code measured which points, when a sweep is resumed over days (report.md lists them)
     fixed = settings()  # the CPU variables set for this session
-    meta.setdefault("sessions", []).append({"started": _now(), "source": source_revision()
+    meta.setdefault("sessions", []).append({"started": now_stamp(), "source": source_revision()
                                             + plugin_sources(meta["impls"]), "first_point": done + 1}
                                            | ({"settings": fixed} if fixed else {}))
     said = running.ended_inside(out, sweep) if existing else None
@@ -252,7 +246,9 @@ def _sweep(args: argparse.Namespace, device: str, preset: str, impls: list[str] 
     before = len(sweep.results)  # the points of earlier sessions: the closing line counts this session's
     progress.note(f"sweep: preset {meta['preset']}{' shard ' + meta['shard'] if meta['shard'] else ''}, "
                   f"{len(meta['case_ids'])} cases × {len(meta['impls'])} implementations on "
-                  f"{meta['machine']['device_name']}; saving to {out / store.RESULTS_FILE}")
+                  f"{meta['machine']['device_name']}; saving to {out / store.RESULTS_FILE}"
+                  + (f" (the sweep it replaces is kept in {aside} until this one measures a point and finishes)"
+                     if aside else ""))
     busy = busy_cpus() if device == "cpu" else None
     if busy:  # said, and kept with the session's other facts (report.md lists them)
         meta["sessions"][-1]["load_average"] = round(busy[0], 2)
@@ -279,9 +275,10 @@ def _sweep(args: argparse.Namespace, device: str, preset: str, impls: list[str] 
             run_pending(sweep, watched, progress, run_ceilings)
             judge(sweep, run_ceilings)  # the last ceilings' sample: an interrupt there still saves and reports
             close()
-            meta["finished"] = _now()
+            meta["finished"] = now_stamp()
             store.save(out, sweep)
             files = write_report(out, sweep, plots=plots)  # interrupted in the plots: the report still
+            store.drop_aside(out, sweep)
         except KeyboardInterrupt as exc:
             watched.point(None)  # an interrupt is no crash: --resume measures that point again
             close()

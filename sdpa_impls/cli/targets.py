@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import signal
 import sys
 import time
@@ -23,6 +22,7 @@ from ..bench.machine import describe_cpu, machine_info
 from ..bench.measure import run_case, run_case_interleaved
 from ..bench.result import Result
 from ..errors import UsageError
+from ..fmt import now_stamp
 from ..report import results as store
 from ..report.targets import DEVICE, MEMORY, TIMING, Table, ceiling_table, evaluate, markdown, plan
 from ..report.write import write_report
@@ -117,7 +117,7 @@ def _targets(args: argparse.Namespace) -> int:
                 "case_ids": list(dict.fromkeys(r.case.id for r in timed)), "options": dataclasses.asdict(TIMING),
                 "seed": 0, "machine": info, **ceilings.meta(), "wall_s": time.perf_counter() - start,
                 "case_ceilings": {case.id: c for case, c in own.items()},
-                "finished": datetime.datetime.now().astimezone().isoformat(timespec="seconds")}
+                "finished": now_stamp()}
         sweep = store.Sweep(meta, timed)
         store.save(args.out, sweep)
         files = write_report(args.out, sweep, stdout=sys.stderr)

@@ -7,6 +7,7 @@ from pathlib import Path
 from ..bench.machine import describe_cpu
 from ..bench.result import Result
 from ..fmt import fmt_bytes, fmt_duration
+from .files import write_whole
 from .results import Sweep, shard_dirs
 from .tables import METRICS, SweepTable, not_run, summary, tables
 
@@ -170,7 +171,7 @@ def write_markdown(path: Path, sweep: Sweep, layout: SweepTable, images: list[tu
     parts.append(structures(sweep.results))
     parts.append(device_time(sweep.results))
     parts.append(what_ran(sweep.results))
-    path.write_text("\n".join(parts), encoding="utf-8")
+    write_whole(path, "\n".join(parts))  # a report cut short by a full disk would read as whole
     return path
 
 

@@ -1,23 +1,25 @@
 """A sweep's results file (results.json): atomic incremental writes, loading for --resume and report, merging shards."""
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import os
 import re
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..bench.result import Result, with_speedups
 from ..errors import UsageError
 from .contents import check_meta, result_from
+from .files import write_whole
 
 RESULTS_FILE = "results.json"
 FORMAT = "sdpa-bench-results"
 VERSION = 1
 OUTPUTS = (RESULTS_FILE, "results.csv", "report.md", "time-*.png", "memory-*.png", "roofline.png",
            "structures-*.png")
+ASIDE = "replaced-sweep"  # run --overwrite keeps the sweep it replaces there until the new one finishes
 
 
 @dataclass
@@ -60,23 +62,14 @@ def to_text(sweep: Sweep) -> str:
 
 
 def save(directory: Path, sweep: Sweep) -> Path:
-    """Write DIR/results.json atomically (temp file + os.replace): a killed run leaves the last complete file. One
-    that cannot be written (a full disk, a folder made read-only) is UsageError, and leaves no temp file behind to
-    keep the disk full."""
+    """Write DIR/results.json atomically (`write_whole`): a killed run leaves the last complete file. One that
+    cannot be written (a full disk, a folder made read-only) is UsageError."""
     path = Path(directory) / RESULTS_FILE
-    tmp = path.with_name(f".{RESULTS_FILE}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(to_text(sweep))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        return write_whole(path, to_text(sweep))
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        kept = "; it holds what was saved before" if path.exists() else ""
+        kept = "; it holds what was saved before" if path.is_file() else ""
         raise UsageError(f"cannot save {path}: {exc.strerror or exc}{kept}") from None
-    return path
 
 
 def short_path(path: Path | str) -> str:
@@ -136,11 +129,32 @@ def load(directory: Path) -> Sweep:
 
 
 
-def clear_outputs(directory: Path) -> None:
-    """Remove what a `run` writes (results, CSV, report, plots) from DIR, for `run --overwrite`."""
+def set_aside(directory: Path) -> Path:
+    """For `run --overwrite`: move what a run wrote in DIR (results, CSV, report, plots) into DIR/replaced-sweep,
+    where it stays until the new sweep finishes with a point measured (`drop_aside`): one stopped early, or one whose
+    points all skip here, costs no finished sweep. Where a sweep set aside before is still there (its replacement
+    never finished), it stays, and DIR's outputs (that replacement's) go."""
+    directory = Path(directory)
+    aside = directory / ASIDE
+    if aside.exists() and not aside.is_dir() or aside.is_symlink():
+        raise UsageError(f"{aside} is where --overwrite keeps the sweep it replaces: move that file away")
+    kept = aside.is_dir()
+    aside.mkdir(exist_ok=True)
     for pattern in OUTPUTS:
-        for path in Path(directory).glob(pattern):
-            path.unlink()
+        for path in directory.glob(pattern):
+            if not kept:
+                os.replace(path, aside / path.name)
+            elif path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+    return aside
+
+
+def drop_aside(directory: Path, sweep: Sweep) -> None:
+    """Once DIR's sweep has finished with a point that is not skipped, the sweep it replaced (`set_aside`) goes."""
+    if any(r.status != "skipped" for r in sweep.results):
+        shutil.rmtree(Path(directory) / ASIDE, ignore_errors=True)
 
 
 def not_a_sweep(directory: Path) -> str | None:

@@ -2,6 +2,7 @@
 --point-timeout` replaces its own process.
 
     with only_writer(DIR): ...          # UsageError naming the holder where another process writes DIR
+    writer(DIR)                         # "process N" while a run holds it, else None
     keep_lock_across_exec(DIR)          # before exec: the new process takes the lock over, with no moment free
 """
 from __future__ import annotations
@@ -11,6 +12,7 @@ import os
 from pathlib import Path
 
 from ..errors import UsageError
+from .files import remove_leftovers
 
 LOCK_FILE = ".sdpa-bench-run.lock"
 LOCK_FD_ENV = "SDPA_BENCH_LOCK_FD"  # the lock's descriptor, kept open across --point-timeout's exec
@@ -45,12 +47,28 @@ def only_writer(directory: Path):
         handle.truncate()
         handle.write(f"process {os.getpid()}\n")
         handle.flush()
+        remove_leftovers(directory)  # the temp files of a writer killed while it saved
         _held[str(path.resolve())] = handle.fileno()
         try:
             yield
         finally:
             _held.pop(str(path.resolve()), None)
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def writer(directory: Path) -> str | None:
+    """Who holds DIR's lock now ("process N"), or None: a `run` still writing the sweep there."""
+    try:
+        import fcntl
+        with open(Path(directory) / LOCK_FILE, encoding="utf-8") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return handle.read().strip() or "another process"
+            fcntl.flock(handle, fcntl.LOCK_UN)
+    except (ImportError, OSError):  # no lock file, no locks on this system or file system
+        pass
+    return None
 
 
 def keep_lock_across_exec(directory: Path) -> None:

@@ -1,0 +1,44 @@
+"""Files written whole or not at all, and the temp files of a process killed while writing one.
+
+    write_whole(path, text)     # a temp file beside it, then os.replace
+    remove_leftovers(DIR)       # the temp files of processes that no longer run
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from pathlib import Path
+
+
+def write_whole(path: Path, text: str) -> Path:
+    """Write `path` atomically (a temp file beside it, then os.replace): a killed process or a full disk leaves the
+    file as it was, never cut short (a results.csv of fewer rows reads as a whole one), and no temp file behind to
+    keep the disk full. OSError as writing raised it."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        if isinstance(exc, OSError) and exc.errno is not None:  # the file meant, not its temp file
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
+        raise
+    return path
+
+
+def remove_leftovers(directory: Path) -> None:
+    """Remove the temp files of `write_whole` that a killed process left in DIR (its pid no longer runs)."""
+    for path in Path(directory).glob(".*.tmp"):
+        found = re.fullmatch(r"\.(?:results\.json|results\.csv|report\.md)\.(\d+)\.tmp", path.name)
+        if found and int(found[1]) != os.getpid():
+            try:
+                os.kill(int(found[1]), 0)
+            except ProcessLookupError:
+                path.unlink(missing_ok=True)
+            except (PermissionError, OverflowError):  # another user's process runs under that pid
+                pass
