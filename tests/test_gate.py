@@ -261,7 +261,8 @@ def test_a_benchmark_missing_from_any_candidate_run_is_reported(session: dict[st
     label = f"{dropped['impl']}[{dropped['case']}]"
     code, out, err = gate(tmp_path, "--baseline", session["both"], "--candidate", again, "--candidate", fewer)
     assert code == 1, out + err
-    assert f"missing {label}: in the baseline but missing from candidate run 2 (set allow_missing" in out, out
+    assert f"missing {label}: in the baseline but missing from candidate run 2 (a failed or skipped test leaves no "\
+           "benchmark, and pytest's output says why" in out, out
     code, out, err = gate(tmp_path, "--baseline", session["both"], "--candidate", again, "--candidate", fewer,
                           "--json", tmp_path / "v.json", config="allow_missing = true\n")
     assert code == 0 and any(line.startswith(label) and line.endswith("  missing") for line in out.splitlines()), out
@@ -347,6 +348,9 @@ def test_injected_slowdown_fails_naming_the_benchmark(runs: dict[str, Path], tmp
     assert {f["subject"].split("[")[0] for f in failed} == {"test_tunable"}  # naive is the yardstick
     assert len(failed) >= 2  # of five cases; fwd+bwd is slowed less (only the forward repeats)
     assert "× naive × 1.25 (p=" in out and "in all 2 pairs of runs" in out
+    assert "one baseline and one candidate run" not in out
+    code, out, _ = gate(tmp_path, "--baseline", runs["base"], "--candidate", runs["slow"], config=REF_NAIVE)
+    assert code == 1 and "one baseline and one candidate run: " in out and "give each side two or more" in out, out
 
 
 def test_a_regression_must_show_in_every_pair_of_runs(runs: dict[str, Path], tmp_path: Path) -> None:
