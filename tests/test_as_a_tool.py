@@ -273,6 +273,25 @@ def test_a_wrong_answer_is_named_wrong_with_its_error(tool: dict) -> None:
     assert len(messages) == 5 and "wrong, so not timed" in said, said  # every smoke point, in the printed verdict
 
 
+def test_a_head_that_drops_its_entry_point_fails_as_missing_and_measures_nothing_else(tool: dict) -> None:
+    """A head whose package no longer declares the plug-in's implementation fails with its benchmarks missing, and
+    measures the time reference alone: not every implementation installed beside it (another's plug-in included,
+    whose errors were then blamed on this change)."""
+    meta = tool["plugin"] / "pyproject.toml"
+    text = meta.read_text()
+    assert text.count("[project.entry-points.sdpa_impls]") == 1
+    meta.write_text(text.replace("[project.entry-points.sdpa_impls]", "[project.entry-points.not_sdpa_impls]"))
+    try:
+        gone_commit = commit(tool["plugin"], "entry point dropped")
+    finally:
+        git(tool["plugin"], "checkout", "-q", tool["docs"])  # the working tree as the other tests have it
+    code, gone, said = verdict(tool, tool["docs"], gone_commit, cwd=tool["plugin"], rounds=1)
+    assert code == 1 and {f["kind"] for f in gone["failures"]} == {"missing"}, said
+    assert gone["run"]["project"]["impls"]["head"] == ["torch_sdpa"]
+    assert {r["impl"] for r in gone["rows"]} == {PLUGIN, "torch_sdpa"}, said
+    assert f"head declares no implementation (base: {PLUGIN}), so head measured torch_sdpa." in said
+
+
 def test_two_environments_compare_from_any_folder(tool: dict) -> None:
     away = tool["root"] / "no-repository"
     away.mkdir()

@@ -22,7 +22,7 @@ from sdpa_impls.gate.fdr import bh_adjusted, bh_reject
 from sdpa_impls.gate.interval import ratio_interval
 from sdpa_impls.gate.points import Point
 from sdpa_impls.continuous.render import render
-from sdpa_impls.continuous.revisions import ci_base, resolve, snapshot_working_tree
+from sdpa_impls.continuous.revisions import ci_base, describe, resolve, snapshot_working_tree
 from sdpa_impls.errors import UsageError
 from sdpa_impls.continuous.schedule import Schedule
 from sdpa_impls.continuous.verdict import judge
@@ -153,7 +153,8 @@ def test_unchanged_code_passes_and_undecided_benchmarks_get_rounds_of_their_own(
     assert "removed the 2 run files of an earlier comparison" in err and (kept / "notes.txt").exists(), err
     assert not (kept / "base-9.json").exists() and not (kept / "head-a4.junit.xml").exists()
     verdict = json.loads((tmp_path / "v.json").read_text())
-    assert verdict["head"].startswith("working tree of ") and not verdict["failures"]
+    assert verdict["head"] == f"working tree of {repo['path']} ({describe(repo['path'], repo['good'])}, with " \
+                              "uncommitted changes to 1 file)" and not verdict["failures"], verdict["head"]
     assert "both revisions declare the same dependencies, both sides run with this interpreter" in err
     assert "Environments:" not in out  # one environment: nothing built, nothing to name
     run = verdict["run"]  # the seed, and what was drawn from it, is recorded and printed
@@ -351,6 +352,10 @@ def test_one_run_a_side_never_decides_slower() -> None:
         render(one, "head", "base")
     two = judge([_run(1.0, 3.0), _run(1.01, 3.0)], [_run(1.0, 3.6), _run(1.01, 3.6)], config)
     assert {r.impl: r for r in two.rows}["naive"].decision == "slower" and two.exit_code == 1
+    assert not any(n.startswith("faster") for n in two.notes)
+    sped = judge([_run(1.0, 3.6), _run(1.01, 3.6)], [_run(1.0, 3.0), _run(1.01, 3.0)], config)  # the other way
+    assert sped.exit_code == 0 and "faster: 1 benchmark(s), the whole 95% interval of head/base below 0.95: " \
+                                   "naive[L8-E8-fp32-fwd]." in sped.notes, sped.notes
 
 
 def test_judge_scales_runs_and_lists_one_sided_benchmarks() -> None:
@@ -388,3 +393,8 @@ def test_the_aa_note_also_where_base_comes_from_the_environment(repo: dict, tmp_
     with pytest.raises(Stop):
         asm.assemble(asm.Request(None, "main"), find(repo["path"], True), tmp_path, ("b", "h"), said.append)
     assert any(f"base and head are one commit ({repo['good'][:7]}): an A/A comparison" in m for m in said), said
+    monkeypatch.undo()  # built whole: the note is in the verdict's notes too, where a PR comment's reader sees it
+    prepared = asm.assemble(asm.Request(repo["good"], "main"), find(repo["path"], True), tmp_path / "whole",
+                            ("b", "h"), said.append)
+    assert f"base and head are one commit ({repo['good'][:7]}): an A/A comparison, whose only differences are the " \
+           "machine's noise." in prepared.notes, prepared.notes

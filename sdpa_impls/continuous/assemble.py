@@ -23,7 +23,7 @@ from ..gate.config import GateConfig, load_config
 from .envcache import prepare
 from .envs import Env, EnvSpec, declared, parse_spec, unmet
 from .project import NONE, PLUGIN, SELF, Project, declared_impls
-from .revisions import checkout, ci_base, describe, resolve, snapshot_working_tree
+from .revisions import checkout, ci_base, describe, resolve, snapshot_working_tree, tree_name
 from .sides import Side, check_import, install
 from .versions import TORCH_STACK, differences, summary, torch_differs
 
@@ -144,7 +144,7 @@ def assemble(request: Request, project: Project, work: Path, folders: tuple[str,
     """Both sides checked out (or the working tree copied) into `work/<folder>/tree`, given their environments,
     installed and imported."""
     base_dir, head_dir = (work / f for f in folders)
-    root, bundled = project.root, project.kind != SELF
+    root, bundled, same = project.root, project.kind != SELF, ""
 
     def side(role: str, folder: Path, name: str, tree: Path | None) -> Side:
         return Side(role, name, tree, folder / "site", sys.executable, bundled)
@@ -164,19 +164,21 @@ def assemble(request: Request, project: Project, work: Path, folders: tuple[str,
                 progress(f"base: {base.name}, chosen as {why}")
             checkout(root, base_commit, base.tree)
         else:  # an environment against another: the same code on both sides
-            base = side("base", base_dir, f"working tree of {root}", base_dir / "tree")
+            base = side("base", base_dir, tree_name(root), base_dir / "tree")
             snapshot_working_tree(root, base.tree)
         if request.head:
             head_commit = resolve(root, request.head)
             head = side("head", head_dir, _name(root, request.head, head_commit), head_dir / "tree")
             checkout(root, head_commit, head.tree)
             if head_commit == base_commit and not (request.base_env or request.head_env):
-                progress(f"base and head are one commit ({head_commit[:7]}): an A/A comparison, whose only "
-                         "differences are the machine's noise")
+                same = (f"base and head are one commit ({head_commit[:7]}): an A/A comparison, whose only "
+                        "differences are the machine's noise")
+                progress(same)
         else:
-            head = side("head", head_dir, f"working tree of {root}", head_dir / "tree")
+            head = side("head", head_dir, tree_name(root), head_dir / "tree")
             snapshot_working_tree(root, head.tree)
     envs, notes = _environments(request, {"base": base, "head": head}, progress, work)
+    notes += [f"{same}."] if same else []  # in the verdict too: a PASS of one commit against itself says nothing
     if request.config:  # the user's file, not the head's: its error is the input's, never a side's to skip
         config = load_config(request.config)
     else:
@@ -185,11 +187,16 @@ def assemble(request: Request, project: Project, work: Path, folders: tuple[str,
     if head.tree is not None:  # a temporary folder means nothing in a PR comment
         config = dataclasses.replace(config, source=config.source.replace(f"{head.tree}{os.sep}", "head's "))
     reference = config.time_reference
-    chosen = {}
+    chosen: dict[str, Side] = {}
     for s in (base, head):
         with _as_side(s):
-            chosen[s.role] = dataclasses.replace(s, python=envs[s.role].python,
-                                                 impls=_impls(request, project, s.tree, reference))
+            impls = _impls(request, project, s.tree, reference)
+        declared = [i for i in chosen["base"].impls if i != reference] if s is head and not impls else []
+        if declared:  # a plug-in whose entry points are gone: not every implementation installed here (another's
+            impls = (reference,) if reference else chosen["base"].impls  # plug-in too), but base's, now missing
+            notes.append(f"head declares no implementation (base: {', '.join(declared)}), so head measured "
+                         f"{', '.join(impls)}.")
+        chosen[s.role] = dataclasses.replace(s, python=envs[s.role].python, impls=impls)
     base, head = chosen["base"], chosen["head"]
     cpu = default_device() == "cpu"
     seen = {}

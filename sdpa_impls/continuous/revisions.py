@@ -113,6 +113,15 @@ def uncommitted(root: Path) -> list[str]:
     return [line[3:] for line in done.stdout.splitlines() if len(line) > 3] if done.returncode == 0 else []
 
 
+def tree_name(root: Path) -> str:
+    """The working tree as a verdict names it, by the commit it is on and whether it holds uncommitted changes:
+    `working tree of ROOT (abc1234 subject, with uncommitted changes to 2 files)`."""
+    head = _git(root, "log", "-1", "--format=%h %s", "HEAD", check=False).stdout.strip()
+    edits = len(uncommitted(root))
+    said = ", ".join(filter(None, (head, edits and f"with uncommitted changes to {edits} file{'s' * (edits != 1)}")))
+    return f"working tree of {root}" + (f" ({said})" if said else "")
+
+
 def snapshot_working_tree(root: Path, dest: Path) -> None:
     """Copy the working tree as it is now into `dest`: tracked files (with uncommitted edits) and untracked files
     that git does not ignore; deleted files stay deleted, build outputs and caches stay behind. A symbolic link is

@@ -286,6 +286,10 @@ def judge(base_runs: Sequence[Sequence[Point]], head_runs: Sequence[Sequence[Poi
                  f"per-benchmark alpha); "
                  f"not slower when the interval lies at or below {factor:.2f}; undecided otherwise, which is "
                  "reported and counted as a pass, not a failure.")
+    faster = [r.label for r in rows if r.impl != reference and r.interval and r.interval[1] < 1 / factor]
+    if faster:  # "not slower" alone hid a speed-up
+        notes.append(f"faster: {len(faster)} benchmark(s), the whole 95% interval of head/base below "
+                     f"{1 / factor:.2f}: {', '.join(faster[:4])}{' …' if len(faster) > 4 else ''}.")
     alone = sum(1 for r in rows if r.decision == UNDECIDED and r.without_one is None
                 and decide(r.interval, r.q, factor, fdr) == SLOWER)
     if alone:  # a regression no --rounds 1 run can fail, said where the verdict is read
