@@ -220,3 +220,9 @@ def resolve(spec: MaskSpec, lq: int, lk: int, batch: int, heads_q: int) -> Struc
     if spec.kind == "alibi":
         return Structure(spec, lq, lk, slopes=alibi_slopes(heads_q))
     return Structure(spec, lq, lk)
+
+
+def kept_for_backward(mask: torch.Tensor | None) -> torch.Tensor | None:
+    """The mask as a backward can keep it: one made under torch.inference_mode (a cached causal or padding mask)
+    cannot be saved for backward, so it is copied (torch's math backend keeps a mask of its own too)."""
+    return mask.clone() if mask is not None and mask.is_inference() else mask

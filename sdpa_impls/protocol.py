@@ -79,12 +79,6 @@ class SDPAInputs:
         return m is not None and m.requires_grad and torch.is_grad_enabled()
 
 
-def kept_for_backward(mask: torch.Tensor | None) -> torch.Tensor | None:
-    """The mask as a backward can keep it: one made under torch.inference_mode (a cached causal or padding mask)
-    cannot be saved for backward, so it is copied (torch's math backend keeps a mask of its own too)."""
-    return mask.clone() if mask is not None and mask.is_inference() else mask
-
-
 class _NoAttention(torch.autograd.Function):
     """Zeros of the output shape, with zero gradients for query, key and value."""
 

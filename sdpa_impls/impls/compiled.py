@@ -7,7 +7,8 @@ from collections.abc import Callable
 import torch
 
 from ..compilation import compiler_reasons, declare_compiles
-from ..protocol import WITH_FP64, Implementation, SDPAInputs, Support, empty_attention, kept_for_backward
+from ..masks import kept_for_backward
+from ..protocol import WITH_FP64, Implementation, SDPAInputs, Support, empty_attention
 from ..registry import register
 from ..torchver import COMPILATION, needs_torch
 from .naive import Naive

@@ -12,7 +12,8 @@ from dataclasses import replace
 
 import torch
 
-from ...protocol import SDPAInputs, empty_attention, kept_for_backward
+from ...masks import kept_for_backward
+from ...protocol import SDPAInputs, empty_attention
 from .budget import choice
 from .online_softmax import accumulate, minus_into, plan_tiles, take
 from .tilemap import KeyTile, MaskTiles, Tiling
