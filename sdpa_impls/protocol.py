@@ -68,9 +68,10 @@ class SDPAInputs:
 
     @property
     def needs_grad(self) -> bool:
-        """Query, key or value requires grad, with autograd on: a backward can follow (under torch.no_grad or
-        inference mode none can, and torch answers such a call as a forward)."""
-        return any(t.requires_grad for t in (self.query, self.key, self.value)) and torch.is_grad_enabled()
+        """Query, key or value requires grad: the call is prepared for a backward, whatever the grad mode now (a
+        closure prepared under torch.no_grad may be called with autograd on); a call under no_grad or inference
+        mode computes the forward alone, as `tiled_attention` and torch's kernels do at the call."""
+        return any(t.requires_grad for t in (self.query, self.key, self.value))
 
     @property
     def mask_needs_grad(self) -> bool:

@@ -261,8 +261,8 @@ def test_a_benchmark_missing_from_any_candidate_run_is_reported(session: dict[st
     label = f"{dropped['impl']}[{dropped['case']}]"
     code, out, err = gate(tmp_path, "--baseline", session["both"], "--candidate", again, "--candidate", fewer)
     assert code == 1, out + err
-    assert f"missing {label}: in the baseline but missing from candidate run 2 (a failed or skipped test leaves no "\
-           "benchmark, and pytest's output says why" in out, out
+    assert f"missing {label}: in the baseline but missing from candidate run 2 (a point that failed or was skipped " \
+           "leaves none, and the candidate's own output says why" in out, out
     code, out, err = gate(tmp_path, "--baseline", session["both"], "--candidate", again, "--candidate", fewer,
                           "--json", tmp_path / "v.json", config="allow_missing = true\n")
     assert code == 0 and any(line.startswith(label) and line.endswith("  missing") for line in out.splitlines()), out
@@ -350,6 +350,8 @@ def test_injected_slowdown_fails_naming_the_benchmark(runs: dict[str, Path], tmp
     assert "× naive × 1.25 (p=" in out and "in all 2 pairs of runs" in out
     assert "one baseline and one candidate run" not in out
     code, out, _ = gate(tmp_path, "--baseline", runs["base"], "--candidate", runs["slow"], config=REF_NAIVE)
+    assert code == 1 and "one baseline and one candidate run" not in out, out  # naive's time, in the same process
+    code, out, _ = gate(tmp_path, "--baseline", runs["base"], "--candidate", runs["slow"])  # times as measured
     assert code == 1 and "one baseline and one candidate run: " in out and "give each side two or more" in out, out
 
 

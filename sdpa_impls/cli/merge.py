@@ -55,11 +55,14 @@ def run(args: argparse.Namespace) -> int:
     if machines:
         print(f"sdpa-bench merge: note: the shards ran on different machines ({'; '.join(machines)}): report.md "
               "shows each shard's, and `compare` judges no absolute time or CPU peak of this sweep", file=sys.stderr)
-    running = [f"{d} ({who})" for d in args.dirs if (who := writer(d))]
     if not merged.complete:
+        writing = {d: who for d, _ in sweeps if (who := writer(d))}
+        stopped = [str(d) for d, sweep in sweeps if not sweep.complete and d not in writing]
+        how = [", ".join(f"{d} ({who})" for d, who in writing.items()) + ": still being written by `run`"] if writing \
+            else []
+        if stopped or not writing:
+            how.append("resume " + (", ".join(stopped) if writing else "the unfinished shards"))
         print(f"sdpa-bench merge: note: {len(merged.done())} of {merged.planned} planned points are finished "
-              + (f"({', '.join(running)}: a `run` is still writing there; merge again into a new OUT once it "
-                 "finishes)" if running else "(resume the unfinished shards, then merge them again into a new OUT)"),
-              file=sys.stderr)
+              f"({'; '.join(how)}; then merge them again into a new OUT)", file=sys.stderr)
     print(f"wrote {', '.join(map(str, [args.out / store.RESULTS_FILE, *files]))}", file=sys.stderr)
     return 0

@@ -232,6 +232,7 @@ def _sweep(args: argparse.Namespace, device: str, preset: str, impls: list[str] 
                       f"nothing to resume in {out}: starting a new sweep")
     if existing and done == total and "finished" in meta:  # the sweep stays as measured (ceilings, sessions)
         running.mark(out, None)
+        store.drop_aside(out, sweep)  # an ending cut short after it finished left the sweep it replaced
         files = write_report(out, sweep, plots=plots)
         return _outcome(out, sweep, files, f"nothing left to measure: {total} points, measured in "
                                            f"{fmt_duration(meta.get('wall_s', 0.0))}; {store.RESULTS_FILE} unchanged")

@@ -116,8 +116,12 @@ def uncommitted(root: Path) -> list[str]:
 def tree_name(root: Path) -> str:
     """The working tree as a verdict names it, by the commit it is on and whether it holds uncommitted changes:
     `working tree of ROOT (abc1234 subject, with uncommitted changes to 2 files)`."""
-    head = _git(root, "log", "-1", "--format=%h %s", "HEAD", check=False).stdout.strip()
-    edits = len(uncommitted(root))
+    try:
+        head = describe(root, "HEAD")
+    except UsageError:  # no commit yet
+        head = ""
+    listed = _git(root, "status", "--porcelain", check=False).stdout  # untracked files too: the snapshot has them
+    edits = sum(1 for line in listed.splitlines() if len(line) > 3)
     said = ", ".join(filter(None, (head, edits and f"with uncommitted changes to {edits} file{'s' * (edits != 1)}")))
     return f"working tree of {root}" + (f" ({said})" if said else "")
 

@@ -286,8 +286,9 @@ def judge(base_runs: Sequence[Sequence[Point]], head_runs: Sequence[Sequence[Poi
                  f"per-benchmark alpha); "
                  f"not slower when the interval lies at or below {factor:.2f}; undecided otherwise, which is "
                  "reported and counted as a pass, not a failure.")
-    faster = [r.label for r in rows if r.impl != reference and r.interval and r.interval[1] < 1 / factor]
-    if faster:  # "not slower" alone hid a speed-up
+    faster = [r.label for r in rows if r.decision == NOT_SLOWER and r.impl != reference and len(r.base) > 1
+              and len(r.head) > 1 and r.interval and r.interval[1] < 1 / factor]
+    if faster:  # "not slower" alone hid a speed-up (judged as slower is: one run a side decides nothing)
         notes.append(f"faster: {len(faster)} benchmark(s), the whole 95% interval of head/base below "
                      f"{1 / factor:.2f}: {', '.join(faster[:4])}{' …' if len(faster) > 4 else ''}.")
     alone = sum(1 for r in rows if r.decision == UNDECIDED and r.without_one is None

@@ -68,9 +68,9 @@ def confirmed(check: Check, rechecks: Sequence[tuple[str, Check]]) -> Check:
 
 
 def _missing(base: Point, allowed: bool, where: str) -> Check:
-    why = "allowed by allow_missing" if allowed else ("a failed or skipped test leaves no benchmark, and pytest's "
-                                                      "output says why; allow_missing = true is for one removed on "
-                                                      "purpose")
+    why = "allowed by allow_missing" if allowed else ("a point that failed or was skipped leaves none, and the "
+                                                      "candidate's own output says why; allow_missing = true is for "
+                                                      "one removed on purpose")
     return Check("missing", base.label, INFO if allowed else FAIL, f"in the baseline but missing from {where} ({why})")
 
 
@@ -173,7 +173,8 @@ def compare_points(baseline: Sequence[Point] | None, candidate: Sequence[Point],
         notes.append(f"{unsampled} time check(s) had too few raw samples for the rank test and used the factor alone.")
     ratios = tuple(_ratio_checks(config, candidate, repeats))
     slower = sum(1 for r in rows for c in r.checks if c.kind == "time" and c.status == FAIL)
-    if slower and len(b_runs) == len(c_runs) == 1:  # samples of one process share its speed: the test cannot see it
+    referenced = any(n.startswith("times compared in units of") for n in notes)  # a slow process slows its yardstick
+    if slower and len(b_runs) == len(c_runs) == 1 and not referenced:  # one process's samples share its speed
         notes.append(f"one baseline and one candidate run: {slower} time check(s) failed on one process each, where a "
                      "process that ran slower throughout reads as a slower change; on a shared machine give each "
                      "side two or more runs (--baseline and --candidate repeat), or use `sdpa-bench continuous`.")

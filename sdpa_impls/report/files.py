@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import stat
 from pathlib import Path
 
 
@@ -15,13 +16,16 @@ def write_whole(path: Path, text: str) -> Path:
     """Write `path` atomically (a temp file beside it, then os.replace): a killed process or a full disk leaves the
     file as it was, never cut short (a results.csv of fewer rows reads as a whole one), and no temp file behind to
     keep the disk full. OSError as writing raised it."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    target = Path(os.path.realpath(path)) if os.path.islink(path) else path  # a link is written through
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "w", encoding="utf-8", newline="") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        with contextlib.suppress(OSError):  # the file's own mode kept (group-readable, say)
+            os.chmod(tmp, stat.S_IMODE(os.stat(target).st_mode))
+        os.replace(tmp, target)
     except BaseException as exc:
         with contextlib.suppress(OSError):
             tmp.unlink()

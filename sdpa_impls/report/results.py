@@ -131,13 +131,16 @@ def load(directory: Path) -> Sweep:
 
 def set_aside(directory: Path) -> Path:
     """For `run --overwrite`: move what a run wrote in DIR (results, CSV, report, plots) into DIR/replaced-sweep,
-    where it stays until the new sweep finishes with a point measured (`drop_aside`): one stopped early, or one whose
-    points all skip here, costs no finished sweep. Where a sweep set aside before is still there (its replacement
-    never finished), it stays, and DIR's outputs (that replacement's) go."""
+    where it stays until the new sweep finishes with a point measured ok (`drop_aside`): one stopped early, or whose
+    points all skip or fail here, costs no finished sweep. Where a sweep set aside before is still there, DIR's
+    sweep takes its place if it finished with a point measured ok; else DIR's outputs (an unfinished replacement's)
+    go, and the one set aside stays."""
     directory = Path(directory)
     aside = directory / ASIDE
     if aside.exists() and not aside.is_dir() or aside.is_symlink():
         raise UsageError(f"{aside} is where --overwrite keeps the sweep it replaces: move that file away")
+    if aside.is_dir() and measured(directory):
+        shutil.rmtree(aside)
     kept = aside.is_dir()
     aside.mkdir(exist_ok=True)
     for pattern in OUTPUTS:
@@ -151,9 +154,18 @@ def set_aside(directory: Path) -> Path:
     return aside
 
 
+def measured(directory: Path, sweep: Sweep | None = None) -> bool:
+    """Whether DIR's sweep (`sweep`, else read from DIR) finished with a point measured ok."""
+    try:
+        sweep = sweep or load(directory)
+    except UsageError:  # none, or corrupt
+        return False
+    return "finished" in sweep.meta and any(r.status == "ok" for r in sweep.results)
+
+
 def drop_aside(directory: Path, sweep: Sweep) -> None:
-    """Once DIR's sweep has finished with a point that is not skipped, the sweep it replaced (`set_aside`) goes."""
-    if any(r.status != "skipped" for r in sweep.results):
+    """Once DIR's sweep has finished with a point measured ok, the sweep it replaced (`set_aside`) goes."""
+    if measured(directory, sweep):
         shutil.rmtree(Path(directory) / ASIDE, ignore_errors=True)
 
 
