@@ -154,13 +154,15 @@ def compare_points(baseline: Sequence[Point] | None, candidate: Sequence[Point],
                      _row_checks(base.get(k), cand.get(k), config, times_ok, baseline is not None, pairs, threads,
                                  [j for j, run in enumerate(c_runs[1:], 2) if k not in run]))
                  for k in keys)
+    referenced = False  # times in units of the reference's, run by run: a process's own speed divides out
     if config.time_reference and baseline is not None and times_ok:
         timed = {r.case_id for r in rows if r.impl != config.time_reference
                  and any(c.kind == "time" and c.status != NA for c in r.checks)}
         unreferenced = sorted(c for c in timed if not all((config.time_reference, c) in run
                                                           for run in (*b_runs, *c_runs)))
         ref = config.time_reference
-        if len(unreferenced) < len(timed):
+        referenced = len(unreferenced) < len(timed)
+        if referenced:
             notes.append(f"times compared in units of {ref}'s time on the same case and run (time_reference), so "
                          "a busier machine during one run cancels out" + (
                              f"; as measured on {len(unreferenced)} case(s) where {ref} did not run in every run"
@@ -173,7 +175,6 @@ def compare_points(baseline: Sequence[Point] | None, candidate: Sequence[Point],
         notes.append(f"{unsampled} time check(s) had too few raw samples for the rank test and used the factor alone.")
     ratios = tuple(_ratio_checks(config, candidate, repeats))
     slower = sum(1 for r in rows for c in r.checks if c.kind == "time" and c.status == FAIL)
-    referenced = any(n.startswith("times compared in units of") for n in notes)  # a slow process slows its yardstick
     if slower and len(b_runs) == len(c_runs) == 1 and not referenced:  # one process's samples share its speed
         notes.append(f"one baseline and one candidate run: {slower} time check(s) failed on one process each, where a "
                      "process that ran slower throughout reads as a slower change; on a shared machine give each "
