@@ -8,7 +8,7 @@ the working tree (uncommitted and untracked files included, ignored files left o
     parent(root, commit) -> commit  /  changed_files(root, old, new) -> [path]
     checkout(root, commit, dest)  /  remove_checkout(root, dest)
     snapshot_working_tree(root, dest)
-    uncommitted(root) -> [path]                  # tracked files the working tree changes, against HEAD
+    uncommitted(root, untracked=False) -> [path] # tracked files the working tree changes, against HEAD
     new_workdir() -> Path  /  sweep_stale(root) -> [Path]   # a run's own folder; those that killed runs left
     ci_base(root, environ) -> (revision, why)
 """
@@ -106,10 +106,10 @@ def remove_checkout(root: Path, dest: Path) -> None:
     _git(root, "worktree", "prune", check=False)
 
 
-def uncommitted(root: Path) -> list[str]:
+def uncommitted(root: Path, untracked: bool = False) -> list[str]:
     """The tracked files whose working-tree content differs from HEAD (untracked files left out: a search over
-    commits never had them)."""
-    done = _git(root, "status", "--porcelain", "--untracked-files=no", check=False)
+    commits never had them), and with `untracked` the files git does not ignore and has no record of too."""
+    done = _git(root, "status", "--porcelain", f"--untracked-files={'normal' if untracked else 'no'}", check=False)
     return [line[3:] for line in done.stdout.splitlines() if len(line) > 3] if done.returncode == 0 else []
 
 
@@ -120,8 +120,7 @@ def tree_name(root: Path) -> str:
         head = describe(root, "HEAD")
     except UsageError:  # no commit yet
         head = ""
-    listed = _git(root, "status", "--porcelain", check=False).stdout  # untracked files too: the snapshot has them
-    edits = sum(1 for line in listed.splitlines() if len(line) > 3)
+    edits = len(uncommitted(root, untracked=True))  # untracked files too: the snapshot has them
     said = ", ".join(filter(None, (head, edits and f"with uncommitted changes to {edits} file{'s' * (edits != 1)}")))
     return f"working tree of {root}" + (f" ({said})" if said else "")
 
