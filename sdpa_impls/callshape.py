@@ -4,8 +4,8 @@ at the caller's shape.
 torch multiplies q, k and v as batched matrices: every dim in front of (L, E) broadcasts, and q, k, v may have any
 rank from 2 up (rank 2 is (L, E), rank 3 (H, L, E), rank 5 (B, X, H, L, E), ...); the output has the largest rank
 and the broadcast shape. Here the dims in front of the heads become one batch dim (views where the layout allows),
-a size-1 batch or head dim is broadcast (expanded, not copied), and heads that do not broadcast are left for
-`protocol.validate` to name. The mask follows the same batch dims; one that would enlarge the output is left as it
+a size-1 batch or head dim is broadcast (expanded, not copied), with enable_gqa key and value heads of two counts
+are repeated (copied) to one, and heads that do not broadcast are left for `protocol.validate` to name. The mask follows the same batch dims; one that would enlarge the output is left as it
 is, and validate refuses it, as torch does.
 
     to_bhle(query, key, value, attn_mask, enable_gqa, cast) -> Call(query, key, value, attn_mask, restore, given, ...)
@@ -108,13 +108,25 @@ def qkv_text(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> str
 
 def _heads(hq: int, hk: int, hv: int, gqa: bool) -> tuple[int, int, int]:
     """The heads q, k and v are expanded to: broadcast where a size-1 side allows (with enable_gqa, only between k
-    and v); as they are otherwise, for validate to name."""
+    and v); as they are otherwise, for validate to name. With enable_gqa, key and value heads of two counts that
+    each divide Hq are both repeated to their least common multiple: query head i reads key head i // (Hq / Hk) and
+    value head i // (Hq / Hv), as torch's math kernel answers (its fused kernels refuse two counts)."""
+    if gqa and hk != hv and hk > 1 and hv > 1 and hq % hk == 0 and hq % hv == 0:
+        return hq, math.lcm(hk, hv), math.lcm(hk, hv)
     sizes = (hk, hv) if gqa else (hq, hk, hv)
     try:
         h = torch.broadcast_shapes(*((s,) for s in sizes))[0]
     except RuntimeError:
         return hq, hk, hv
     return (hq, h, h) if gqa else (h, h, h)
+
+
+def _repeated(t: torch.Tensor, lead: tuple[int, ...], heads: int) -> torch.Tensor:
+    """`t` (..., H, L, E) as (B, heads, L, E): each of its H heads repeated heads / H times in place (a size-1 head
+    dim broadcast, as a view where the layout allows); H as it is where it does not divide `heads`."""
+    h = t.shape[-3]
+    times = heads // h if h and heads % h == 0 else 1
+    return t.unsqueeze(-3).expand(*lead, h, times, *t.shape[-2:]).reshape(math.prod(lead), h * times, *t.shape[-2:])
 
 
 def to_bhle(query: object, key: object, value: object, attn_mask: object, enable_gqa: object,
@@ -155,7 +167,7 @@ def to_bhle(query: object, key: object, value: object, attn_mask: object, enable
         raise ValueError("sdpa: batch sizes differ and do not broadcast: "
                          + ", ".join(f"{n} {shape_text(t)}" for (n, _), t in zip(named, padded))) from None
     b = math.prod(lead)
-    q4, k4, v4 = (t.expand(*lead, h, *t.shape[-2:]).reshape(b, h, *t.shape[-2:]) for t, h in zip(padded, heads))
+    q4, k4, v4 = (_repeated(t, lead, h) for t, h in zip(padded, heads))
     mask = attn_mask
     if isinstance(mask, torch.Tensor) and 2 <= mask.dim() <= len(lead) + 3:
         m = mask[(None,) * (len(lead) + 3 - mask.dim())]

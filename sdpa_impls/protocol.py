@@ -133,8 +133,10 @@ def validate(inp: SDPAInputs) -> None:
     shapes = qkv_text(q, k, v)
     if not (q.shape[0] == k.shape[0] == v.shape[0]):
         raise ValueError(f"sdpa: batch sizes differ: {shapes}")
-    if k.shape[1] != v.shape[1]:
-        raise ValueError(f"sdpa: key and value must have the same number of heads: {shapes}")
+    if k.shape[1] != v.shape[1]:  # with enable_gqa, two counts that each divide Hq arrive here repeated to one
+        raise ValueError(f"sdpa: key heads ({k.shape[1]}) and value heads ({v.shape[1]}) must each divide the query "
+                         f"heads ({q.shape[1]}) with enable_gqa: {shapes}" if inp.enable_gqa else
+                         f"sdpa: key and value must have the same number of heads: {shapes}")
     if k.shape[2] != v.shape[2]:
         raise ValueError(f"sdpa: key and value must have the same sequence length: {shapes}")
     if q.shape[3] != k.shape[3]:

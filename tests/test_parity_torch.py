@@ -222,6 +222,33 @@ def test_where_torch_raises_we_raise_one_value_error(impl) -> None:
         impl(q, k, k)
 
 
+@pytest.mark.parametrize("impl", IMPLS, ids=lambda i: i.name)
+@pytest.mark.parametrize("heads", [(8, 2, 4), (12, 3, 4), (8, 4, 2)], ids=lambda h: "q{}k{}v{}".format(*h))
+def test_gqa_with_key_and_value_of_two_head_counts_answers_like_torch_math(impl, heads: tuple) -> None:
+    """With enable_gqa, torch's math kernel takes key and value heads of two counts that each divide Hq (query head
+    i reads key head i // (Hq / Hk) and value head i // (Hq / Hv)); so do we, gradients too, with a bool mask."""
+    hq, hk, hv = heads
+    gen = torch.Generator().manual_seed(zlib.crc32(repr(heads).encode()))
+    q, k, v = (torch.randn(s, generator=gen) for s in ((2, hq, 6, 8), (2, hk, 9, 8), (2, hv, 9, 4)))
+    args = {"query": q, "key": k, "value": v, "attn_mask": torch.rand((6, 9), generator=gen) < 0.7, "enable_gqa": True}
+    run_where_supported(impl, args)
+    grad_out = torch.randn((2, hq, 6, 4), generator=gen)
+    (got, grads), (want, want_grads) = ours(impl, args, grad_out), torch_math(args, grad_out)
+    for g, w in zip((got, *grads), (want, *want_grads)):
+        assert_like_torch(g, w, F32)
+
+
+@pytest.mark.parametrize("impl", IMPLS + [sdpa_impls.reference], ids=lambda i: getattr(i, "name", "reference"))
+def test_gqa_heads_that_do_not_divide_the_query_heads_are_refused_by_name(impl) -> None:
+    """Key heads 2 and value heads 3 against 8 query heads: torch raises; we raise one ValueError naming the three."""
+    q, k, v = torch.randn(1, 8, 4, 8), torch.randn(1, 2, 5, 8), torch.randn(1, 3, 5, 8)
+    with pytest.raises(RuntimeError):
+        torch_math({"query": q, "key": k, "value": v, "enable_gqa": True})
+    with pytest.raises(ValueError, match=r"key heads \(2\) and value heads \(3\) must each divide the query heads "
+                                         r"\(8\) with enable_gqa: query \(1, 8, 4, 8\)"):
+        impl(q, k, v, enable_gqa=True)
+
+
 MASK_SHAPES = [(), (7,), (1, 7), (5, 1), (5, 7), (3, 1, 7), (3, 5, 1), (2, 1, 1, 7), (1, 3, 5, 7), (2, 3, 5, 7)]
 
 
