@@ -42,6 +42,7 @@ def pytest_configure(config: pytest.Config) -> None:
         value = config.getoption(flag.lstrip("-").replace("-", "_"))
         if value is not None and not value.strip():
             raise pytest.UsageError(f"{flag}: an empty value; give one, or leave {flag} out")
+    config.pluginmanager.register(_Tally(config), "sdpa-bench-tally")
     impls = config.getoption("sdpa_impl")
     if impls and not all(given.strip() for given in impls):  # `--sdpa-impl a --sdpa-impl=`, as `run --impl` says
         raise pytest.UsageError("--sdpa-impl: an empty value; give one, or leave --sdpa-impl out")
@@ -205,6 +206,38 @@ def _check_cuda(device: str) -> None:
     if torch.device(device).type == "cuda" and not torch.cuda.is_available():
         raise pytest.UsageError(f"--sdpa-device {device}: no CUDA device is available to this torch "
                                 f"({torch.__version__}, CUDA {torch.version.cuda or 'none'})")
+
+
+SUITE_FILE = "sdpa_impls/suite/test_sdpa.py"
+
+
+class _Tally:
+    """The suite's points measured and skipped in this session (in xdist's controller too, from its workers'
+    reports). Where every one of them was skipped and nothing failed, the session exits 5, pytest's "nothing ran",
+    as `sdpa-bench run` exits 2: a CI job (`--sdpa-impl mine` on a runner where mine runs nowhere) that measured
+    nothing is not green. Not under --benchmark-skip, which asks for the skips."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config, self.measured, self.skipped, self.nothing = config, 0, 0, False
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if not str(report.location[0]).replace(os.sep, "/").endswith(SUITE_FILE) or hasattr(report, "wasxfail"):
+            return
+        if report.skipped:
+            self.skipped += 1
+        elif report.when == "call" and report.passed:
+            self.measured += 1
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.skipped and not self.measured and session.exitstatus == pytest.ExitCode.OK and \
+                not self.config.getoption("benchmark_skip", False):
+            session.exitstatus, self.nothing = pytest.ExitCode.NO_TESTS_COLLECTED, True
+
+    def pytest_terminal_summary(self, terminalreporter: object) -> None:
+        if self.nothing:
+            terminalreporter.write_line(  # type: ignore[attr-defined]
+                f"sdpa-bench: nothing was measured: all {self.skipped} of the suite's points were skipped here "
+                "(-rs lists why); exit 5", red=True)
 
 
 @pytest.fixture(scope="session")

@@ -189,6 +189,30 @@ def test_the_suite_on_a_cuda_device_this_machine_lacks_stops_instead_of_passing_
     assert "Traceback" not in done.stdout + done.stderr and "skipped" not in done.stdout
 
 
+def test_the_suite_that_skipped_every_point_exits_5_as_run_exits_2(tool: dict, tmp_path: Path) -> None:
+    """A plug-in that runs nowhere on this machine (cudnn_frontend: CUDA only), named to the suite: every point
+    skipped, pytest's "nothing ran" (exit 5) with one line saying so, not a green job that measured nothing (as
+    `run` exits 2); --benchmark-skip asks for the skips and keeps 0. continuous says that side measured nothing, and
+    why, not that its selection collected none."""
+    from sdpa_impls.continuous.outcomes import outcome_lines
+    from sdpa_impls.continuous.sides import RoundRun, Side, _points
+    from sdpa_impls.errors import SideError
+
+    out, junit = tmp_path / "skipped.json", tmp_path / "skipped.junit.xml"
+    named = (*SUITE, "--benchmark-only", "--sdpa-preset", "smoke", "--sdpa-impl", "cudnn_frontend")
+    done = run(tool, *named, f"--benchmark-json={out}", f"--junitxml={junit}", cwd=tmp_path)
+    said = done.stdout + done.stderr
+    assert done.returncode == 5 and "5 skipped" in said, said
+    assert "sdpa-bench: nothing was measured: all 5 of the suite's points were skipped here" in said, said
+    asked = run(tool, *named, "--benchmark-skip", cwd=tmp_path)
+    assert asked.returncode == 0 and "5 skipped" in asked.stdout and "nothing was measured" not in asked.stdout, \
+        asked.stdout + asked.stderr
+    side = Side("head", "HEAD", None, tmp_path, sys.executable)
+    with pytest.raises(SideError, match=r"head HEAD: its benchmark run measured nothing: all 5 benchmarks were "
+                                        r"skipped \(first, cudnn_frontend\[L128-.*\]: .*device=cpu"):
+        _points(side, RoundRun(out, done.returncode, outcome_lines(said, junit), said))
+
+
 def test_benchmark_compare_compares_the_suites_machine_fields(tool: dict) -> None:
     """pytest-benchmark compares the saved run's machine before anything is collected: the suite's own fields
     (torch, threads, timer) are compared then too, so a run saved here a moment ago is the same machine, and

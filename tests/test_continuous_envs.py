@@ -203,10 +203,10 @@ def test_declared_dependencies_and_what_this_environment_lacks(tmp_path: Path) -
         declared(tree, cpu=True)
 
 
-def test_a_failed_build_is_named_by_its_own_last_line() -> None:
+def test_a_failed_build_is_named_by_its_ownlast_line() -> None:
     """pip ends a build backend's failure with its notes and a hint ("See above for details"): the reason given is
     the build step's own last line, above pip's "[end of output]"."""
-    from sdpa_impls.continuous.sides import _last_line
+    from sdpa_impls.continuous.outcomes import last_line
 
     pip_said = """  error: subprocess-exited-with-error
   × Preparing metadata (pyproject.toml) did not run successfully.
@@ -219,10 +219,10 @@ def test_a_failed_build_is_named_by_its_own_last_line() -> None:
 error: metadata-generation-failed
 hint: See above for details.
 """
-    assert _last_line(pip_said) == "configuration error: `project.dependencies` must be array"
-    assert _last_line("ERROR: No matching distribution found for x\nhint: See above for details.\n") == \
+    assert last_line(pip_said) == "configuration error: `project.dependencies` must be array"
+    assert last_line("ERROR: No matching distribution found for x\nhint: See above for details.\n") == \
         "ERROR: No matching distribution found for x"
-    assert _last_line("ModuleNotFoundError: No module named 'setuptools'\n") == \
+    assert last_line("ModuleNotFoundError: No module named 'setuptools'\n") == \
         "ModuleNotFoundError: No module named 'setuptools'"
 
 

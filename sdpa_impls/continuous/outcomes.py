@@ -9,6 +9,7 @@ with their reasons, as lines in the form of pytest's short summary:
     labelled(line) -> (label, message)               # the benchmark a line is about (`impl[case]`), its message
     by_label(lines) -> ({label: error}, {label: skip reason})
     clear_runs(folder) -> int                        # remove the run files an earlier comparison left there
+    last_line(text) -> str                           # the line of a process's output that says what failed
 
 The skips come from pytest's own JUnit XML report (`--junitxml`), whose every test case carries its skip reason
 (pytest's terminal summary groups skips by the line that raised them, not by test), so a benchmark that base
@@ -23,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 SKIPPED = "SKIPPED "
+PIP_TRAILERS = ("note:", "hint:")  # what pip ends a failure with after the error itself ("hint: See above ...")
 RUN_FILE = re.compile(r"(base|head)-a?\d+\.(json|junit\.xml)")  # each run of a side, in the runs folder (a: extra)
 
 
@@ -75,3 +77,15 @@ def by_label(lines: Sequence[str]) -> tuple[dict[str, str], dict[str, str]]:
         label, message = labelled(line)
         (skipped if line.startswith(SKIPPED) else failed)[label] = message
     return failed, skipped
+
+
+def last_line(text: str) -> str:
+    """The line that says what failed: the last one; where pip reports a build step's failure, the step's own last
+    line (before pip's "[end of output]"), not pip's notes and hints after it ("hint: See above for details.")."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    ends = [i for i, line in enumerate(lines) if line == "[end of output]"]
+    if ends and ends[-1] > 0 and not lines[ends[-1] - 1].startswith("╰─>"):
+        return lines[ends[-1] - 1]
+    while len(lines) > 1 and lines[-1].lower().startswith(PIP_TRAILERS):
+        lines.pop()
+    return lines[-1] if lines else "(no output)"

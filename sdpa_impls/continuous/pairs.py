@@ -20,7 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..gate.points import Point, load_points
-from .sides import Side, _last_line, side_env
+from .outcomes import last_line
+from .sides import Side, side_env
 
 PAIR_SCRIPT = Path(__file__).with_name("pair_process.py")
 
@@ -73,8 +74,8 @@ def paired_round(base: Side, head: Side, templates: tuple[Path, Path], names: Se
     except OSError as exc:
         raise PairUnavailable(f"the paired process could not start ({exc.strerror or exc})") from None
     if done.returncode != 0 or not all(path.is_file() for path in outs.values()):
-        raise PairUnavailable(f"the paired process stopped (exit {done.returncode}): {_last_line(done.stderr)}")
+        raise PairUnavailable(f"the paired process stopped (exit {done.returncode}): {last_line(done.stderr)}")
     points = [load_points(outs[role])[1] for role in ("base", "head")]
     if not points[0] or not points[1]:
-        raise PairUnavailable(f"no benchmark could be prepared on both sides: {_last_line(done.stderr)}")
+        raise PairUnavailable(f"no benchmark could be prepared on both sides: {last_line(done.stderr)}")
     return points[0], points[1]

@@ -36,7 +36,7 @@ from pathlib import Path
 from ..bench import allocator
 from ..errors import GateInputError, SideError
 from ..gate.points import Point, load_points
-from .outcomes import outcome_lines
+from .outcomes import SKIPPED, labelled, last_line, outcome_lines
 from .schedule import NO_CEILINGS_ENV, PAD_ENV, REPEAT_ENV, Schedule
 from .versions import PROBE
 
@@ -75,21 +75,6 @@ class RoundRun:
     returncode: int
     failed: tuple[str, ...]
     tail: str
-
-
-PIP_TRAILERS = ("note:", "hint:")  # what pip ends a failure with after the error itself ("hint: See above ...")
-
-
-def _last_line(text: str) -> str:
-    """The line that says what failed: the last one; where pip reports a build step's failure, the step's own last
-    line (before pip's "[end of output]"), not pip's notes and hints after it ("hint: See above for details.")."""
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    ends = [i for i, line in enumerate(lines) if line == "[end of output]"]
-    if ends and ends[-1] > 0 and not lines[ends[-1] - 1].startswith("╰─>"):
-        return lines[ends[-1] - 1]
-    while len(lines) > 1 and lines[-1].lower().startswith(PIP_TRAILERS):
-        lines.pop()
-    return lines[-1] if lines else "(no output)"
 
 
 def side_env(side: Side, cpu: bool, padding: str = "", repeat: bool = False) -> dict[str, str]:
@@ -169,7 +154,7 @@ def install(side: Side) -> None:
                                       str(side.site), str(side.tree)], timeout=600)
         if done.returncode != 0:
             raise SideError(side.role, f"{side.role} {side.name}: does not install: "
-                                 f"{_last_line(done.stderr or done.stdout)}")
+                                 f"{last_line(done.stderr or done.stdout)}")
     if side.bundled:
         bundle_running(side.site)
 
@@ -197,14 +182,14 @@ def check_import(side: Side, cpu: bool, reference: str = "") -> tuple[Side, dict
     done = _run(side, "import", [side.python, "-c", CHECK + PROBE, json.dumps(list(side.impls))], timeout=300,
                 cwd=side.site, env=side_env(side, cpu))
     if done.returncode != 0:
-        raise SideError(side.role, f"{side.role} {side.name}: does not import: {_last_line(done.stderr)}")
+        raise SideError(side.role, f"{side.role} {side.name}: does not import: {last_line(done.stderr)}")
     try:
         lines = done.stdout.strip().splitlines()
         found, versions = json.loads(lines[-2]), json.loads(lines[-1])
         assert isinstance(found, dict) and isinstance(versions, dict)
     except (IndexError, ValueError, AssertionError):
         raise SideError(side.role, f"{side.role} {side.name}: its import check printed no result (its last line: "
-                             f"{_last_line(done.stdout)})") from None
+                             f"{last_line(done.stdout)})") from None
     if found.get("lacks"):  # the suite runs under pytest-benchmark, which the package's test extra brings
         raise SideError(side.role, f"{side.role} {side.name}: its environment ({side.python}) lacks "
                                    f"{' and '.join(m.replace('_', '-') for m in found['lacks'])}, which run the "
@@ -257,20 +242,24 @@ def run_round(side: Side, out: Path, pytest_args: list[str], cpu: bool, timeout:
     return RoundRun(out, done.returncode, outcome_lines(text, junit), text[-3000:])
 
 
-NO_TESTS_COLLECTED = 5  # pytest's exit status when the selection (-k, --sdpa-impl, the preset) leaves no test
+NO_TESTS_COLLECTED = 5  # pytest's where the selection (-k, --sdpa-impl, preset) left no test; ours where all skipped
 
 
 def _points(side: Side, done: RoundRun) -> list[Point]:
-    if done.returncode == NO_TESTS_COLLECTED:
+    skips = [labelled(line) for line in done.failed if line.startswith(SKIPPED)]
+    if done.returncode == NO_TESTS_COLLECTED and not skips:
         raise SideError(side.role, f"{side.role} {side.name}: no benchmark of its suite is selected (pytest "
                                    "collected none): check the implementations, the -k expression and the preset")
+    if skips and (done.returncode == NO_TESTS_COLLECTED or done.returncode == 0 and not done.out.is_file()):
+        raise SideError(side.role, f"{side.role} {side.name}: its benchmark run measured nothing: all {len(skips)} "
+                                   f"benchmarks were skipped (first, {skips[0][0]}: {skips[0][1] or 'no reason'})")
     if done.returncode not in (0, 1) or not done.out.is_file():
         raise SideError(side.role, f"{side.role} {side.name}: its benchmark suite did not run (pytest exit "
-                             f"{done.returncode}): {_last_line(done.tail)}")
+                             f"{done.returncode}): {last_line(done.tail)}")
     _, points = load_points(done.out)
     if not points:
         raise SideError(side.role, f"{side.role} {side.name}: its benchmark run holds no benchmarks "
-                             f"(every one skipped or failed): {_last_line(done.tail)}")
+                             f"(every one skipped or failed): {last_line(done.tail)}")
     return points
 
 
