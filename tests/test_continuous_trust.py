@@ -184,6 +184,52 @@ def test_the_cache_key_follows_what_decides_pips_result(monkeypatch: pytest.Monk
         assert envkey.pinned(spec) and envkey.cache_key(spec) != before, spec
 
 
+def test_the_cache_key_follows_the_files_pips_settings_and_requirements_files_name(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """What pip reads besides the SPEC's own words changes the key: the file PIP_CONSTRAINT or a pip.conf's
+    `constraint =` names (by contents), a pip.conf under $XDG_CONFIG_HOME, a --find-links folder's wheels, a -r
+    file's nested -r file and local package, a ${VAR} pip expands in it, and a wheel given as file://localhost/."""
+    for name in [k for k in os.environ if k.startswith(("PIP_", "XDG_"))]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    spec = EnvSpec("torch", requirements=("torch",))
+
+    def changes(edit) -> bool:
+        before = envkey.cache_key(spec)
+        edit()
+        return envkey.cache_key(spec) != before
+
+    pins = tmp_path / "constraints.txt"
+    pins.write_text("torch==2.13.0\n")
+    monkeypatch.setenv("PIP_CONSTRAINT", str(pins))
+    assert changes(lambda: pins.write_text("torch==2.14.0\n"))
+    conf = tmp_path / "xdg" / "pip" / "pip.conf"
+    conf.parent.mkdir(parents=True)
+    conf.write_text(f"[install]\nconstraint = {pins}\n")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("PIP_CONSTRAINT")
+    assert changes(lambda: pins.write_text("torch==2.13.0\n"))  # pip reads $XDG_CONFIG_HOME/pip/pip.conf
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    monkeypatch.setenv("PIP_FIND_LINKS", str(wheels))
+    assert changes(lambda: (wheels / "torch-2.14.0-cp311-none-any.whl").write_bytes(b"a wheel"))
+    outer, inner, pkg = tmp_path / "r.txt", tmp_path / "more" / "inner.txt", tmp_path / "pkg"
+    inner.parent.mkdir()
+    pkg.mkdir()
+    (pkg / "setup.py").write_text("one\n")
+    outer.write_text("-r more/inner.txt\n${TOY_EXTRA}\n")
+    inner.write_text(f"{pkg}\n")
+    spec = EnvSpec("r", requirements=("-r", str(outer)))
+    monkeypatch.setenv("TOY_EXTRA", "numpy")
+    assert changes(lambda: inner.write_text(f"{pkg}\nscipy\n"))  # a nested -r file, against its file's folder
+    assert changes(lambda: (pkg / "setup.py").write_text("two\n"))  # a local package a -r file names
+    assert changes(lambda: monkeypatch.setenv("TOY_EXTRA", "pandas"))  # pip expands ${TOY_EXTRA}
+    wheel = tmp_path / "pkg-1.0-py3-none-any.whl"
+    wheel.write_bytes(b"one build")
+    spec = parse_spec(f"pkg @ file://localhost{wheel}")
+    assert changes(lambda: wheel.write_bytes(b"another build"))
+
+
 def test_an_unpinned_url_or_vcs_requirement_is_built_for_the_run_only(plugin_repo: Path, offline: Path,
                                                                       tmp_path: Path) -> None:
     assert not envkey.pinned(EnvSpec("x", requirements=("pkg @ git+https://example.org/pkg@main",)))

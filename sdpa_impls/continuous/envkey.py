@@ -5,19 +5,23 @@
     underlay_dirs() -> [str]    # this environment's site-packages folders, which a built environment layers on
 
 The key covers the requirements (a local file or folder by its contents, also as the value of -r, -c or -e, or as a
-file: URL; a URL or VCS requirement by its address), the constraints, this interpreter and its base executable,
-the platform, this environment's packages, and pip's configuration: its PIP_* variables and the contents of its
-configuration files (global, XDG, user, the environment's, PIP_CONFIG_FILE). A requirement fetched afresh each time
+file: URL; a -r or -c file also by what it names in turn, with pip's ${VAR}s expanded; a URL or VCS requirement
+by its address), the constraints, this interpreter and its base executable, the platform, this environment's
+packages, and pip's configuration: its PIP_* variables and the contents of its configuration files (global, XDG,
+user, the environment's, PIP_CONFIG_FILE), with the files their constraint and requirement settings name (by
+contents) and their find-links folders (by file names, sizes and times). A requirement fetched afresh each time
 (a URL or VCS reference without a full commit or a hash) makes the SPEC unpinned: no key can stand for it.
 """
 from __future__ import annotations
 
+import configparser
 import hashlib
 import json
 import os
 import re
 import sys
 import sysconfig
+import urllib.parse
 from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
@@ -31,6 +35,9 @@ VCS = ("git+", "hg+", "svn+", "bzr+")
 URL = re.compile(r"[A-Za-z][\w+.-]*://\S+")
 HASHES = ("#sha256=", "#sha384=", "#sha512=")
 FILE_OPTIONS = {"-r", "--requirement", "-c", "--constraint", "-e", "--editable"}  # their value is a local file or
+NESTED_OPTIONS = {"-r", "--requirement", "-c", "--constraint"}  # a requirements file, read with what it names
+INPUT_SETTINGS = {"constraint", "requirement", "find-links"}  # pip settings (PIP_*, pip.conf) naming local inputs
+ENV_VAR = re.compile(r"\$\{([A-Z0-9_]+)\}")  # what pip expands in a requirements file
 SOURCE_OPTIONS = {"-i", "--index-url", "--extra-index-url", "-f", "--find-links", "--trusted-host"}  # ... a source
 CHUNK = 1 << 20
 
@@ -103,29 +110,94 @@ def pinned(spec: EnvSpec) -> bool:
     return all(_pinned_url(url) for url in map(_url, requirements) if url is not None)
 
 
-def _fingerprint(words: Sequence[str]) -> list[str]:
-    """pip's arguments as they enter the key: local paths (a requirement written as a path, the file of -r or -c,
-    the folder of -e, a file: URL) by their contents, the rest as written."""
-    out = []
+def _local(word: str, base: Path | None = None) -> Path | None:
+    """`word` as the local file or folder pip reads: a path (relative ones against `base`, else the working
+    folder), or a file: URL (`file:///x`, `file://localhost/x`); None for anything else or a path that is not there."""
+    if word.startswith("file:"):
+        parsed = urllib.parse.urlsplit(word)
+        path = Path(urllib.parse.unquote(parsed.path)) if parsed.netloc in ("", "localhost") else None
+    else:
+        path = user_path(word)
+        path = base / path if base is not None and not path.is_absolute() else path
+    return path if path is not None and path.exists() else None
+
+
+def _requirements_file(path: Path, seen: set[Path]) -> list[str]:
+    """A -r or -c file as pip reads it: its contents, its lines with pip's ${VAR}s expanded, and what they name
+    in turn (a nested -r or -c file, against this file's folder; a local package or file: URL)."""
+    out = [f"{path.resolve()}:{_fingerprint_path(path)}"]
+    if path.resolve() in seen or not path.is_file():
+        return out
+    seen.add(path.resolve())
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return out  # pip will say what is wrong with it
+    text = ENV_VAR.sub(lambda m: os.environ.get(m.group(1), m.group(0)), text)
+    lines = requirement_lines(text)
+    out.append(hashlib.sha256("\n".join(lines).encode()).hexdigest())
+    for line in lines:
+        out += _fingerprint(line.split(), path.parent, seen)
+    return out
+
+
+def _fingerprint(words: Sequence[str], base: Path | None = None, seen: set[Path] | None = None) -> list[str]:
+    """pip's arguments as they enter the key: local paths (a requirement written as a path, the file of -r or -c
+    and what it names, the folder of -e, a file: URL) by their contents, the rest as written; `base`, the folder
+    of the requirements file they come from (its -r and -c are read against it)."""
+    out, seen = [], set() if seen is None else seen
     for option, value in _parsed(words):
         url = _url(value) if option in ("", "-e", "--editable") else None
         target = url if url and url.startswith("file:") else value  # `pkg @ file:///...`: the file, as `file:///...`
         local = option in FILE_OPTIONS or (option == "" and is_path(value)) or target.startswith("file:")
-        path = user_path(target.removeprefix("file://"))
-        out.append(f"{option} {value}={_fingerprint_path(path)}" if local and path.exists() else f"{option} {value}")
+        path = _local(target, base if option in NESTED_OPTIONS else None) if local else None
+        if path is not None and option in NESTED_OPTIONS:
+            out += [f"{option} {value}", *_requirements_file(path, seen)]
+        else:
+            out.append(f"{option} {value}={_fingerprint_path(path)}" if path is not None else f"{option} {value}")
+    return out
+
+
+def _listing(path: Path) -> str:
+    """A --find-links folder by its files' names, sizes and times (a wheelhouse can hold gigabytes)."""
+    if not path.is_dir():
+        return _fingerprint_path(path)
+    return json.dumps(sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in path.iterdir() if f.is_file()))
+
+
+def _setting_inputs(setting: str, value: str) -> list[str]:
+    """What a pip setting's value names on this machine (constraint, requirement, find-links: as PIP_CONSTRAINT or
+    a configuration file's `constraint =`), by its contents; nothing for the other settings."""
+    setting = setting.lower().removeprefix("pip_").replace("_", "-")
+    out: list[str] = []
+    for word in value.split() if setting in INPUT_SETTINGS else ():
+        path = _local(word)
+        if path is not None:
+            out += _requirements_file(path, set()) if setting != "find-links" else [f"{path}:{_listing(path)}"]
     return out
 
 
 def _pip_configuration() -> dict[str, str]:
-    """What configures pip besides its arguments: its PIP_* variables and its configuration files' contents."""
+    """What configures pip besides its arguments: its PIP_* variables and its configuration files' contents, and
+    the files and folders their constraint, requirement and find-links settings name, by their contents."""
     conf = {k: v for k, v in os.environ.items() if k.startswith("PIP_")}
+    for name, value in list(conf.items()):
+        conf[name] = json.dumps([value, *_setting_inputs(name, value)])
     dirs = os.environ.get("XDG_CONFIG_DIRS", "/etc/xdg").split(os.pathsep)
-    files = [*(f"{d}/pip/pip.conf" for d in dirs), *PIP_CONFIG_FILES, f"{sys.prefix}/pip.conf",
-             os.environ.get("PIP_CONFIG_FILE", "")]
+    user = os.environ.get("XDG_CONFIG_HOME") or "~/.config"
+    files = [*(f"{d}/pip/pip.conf" for d in dirs), *PIP_CONFIG_FILES, f"{user}/pip/pip.conf",
+             f"{sys.prefix}/pip.conf", os.environ.get("PIP_CONFIG_FILE", "")]
     for name in filter(None, files):
         path = Path(name).expanduser()
         if path.is_file():
-            conf[str(path)] = _fingerprint_path(path)
+            parser = configparser.RawConfigParser(strict=False, interpolation=None)
+            try:
+                parser.read(path, encoding="utf-8")
+            except (configparser.Error, UnicodeDecodeError):
+                pass  # pip will say what is wrong with it
+            named = [i for section in parser.sections() for key, value in parser.items(section)
+                     for i in _setting_inputs(key, value)]
+            conf[str(path)] = json.dumps([_fingerprint_path(path), *named])
     return conf
 
 
