@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import shutil
 import tempfile
 import textwrap
 import threading
@@ -549,6 +550,30 @@ def test_the_working_tree_copy_keeps_symlinks(tmp_path: Path) -> None:
     snapshot_working_tree(repo, copy)
     assert (copy / "to-data").is_symlink() and os.readlink(copy / "to-data") == "data"
     assert (copy / "outside").is_symlink() and os.readlink(copy / "outside") == "/etc/hostname"
+
+
+def test_the_sweep_forgets_only_its_own_gone_worktrees(plugin_repo: Path, tmp_path: Path) -> None:
+    """A worktree of the user's whose folder is away for a while (an unmounted disk) keeps git's record of it; a
+    worktree a killed run left in its work folder, since deleted (a cleaned /tmp), is forgotten."""
+    from sdpa_impls.continuous.revisions import WORKDIR_PREFIX
+
+    users, away = tmp_path / "wt-user", tmp_path / "wt-away"
+    git(plugin_repo, "worktree", "add", "--detach", str(users), "HEAD")
+    users.rename(away)
+    work = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX))
+    try:
+        git(plugin_repo, "worktree", "add", "--detach", str(work / "base" / "tree"), "HEAD")
+        shutil.rmtree(work)
+        sweep_stale(plugin_repo)
+        listed = git(plugin_repo, "worktree", "list", "--porcelain")
+        assert str(users) in listed and str(work) not in listed, listed
+        away.rename(users)
+        assert git(users, "status", "--porcelain") == ""  # still a checkout git knows
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        if away.exists():
+            away.rename(users)
+        git(plugin_repo, "worktree", "remove", "--force", str(users))
 
 
 def test_a_killed_runs_worktree_is_swept(plugin_repo: Path) -> None:

@@ -161,7 +161,7 @@ def new_workdir() -> Path:
 
 def sweep_stale(root: Path | None, now: float | None = None) -> list[Path]:
     """Remove the work folders of runs that were killed (their process is gone), with their git worktrees, and
-    git's records of worktrees whose folder is gone (in `root`'s repository); returns the folders removed."""
+    git's records of such worktrees whose folder is gone (in `root`'s repository); returns the folders removed."""
     now = time.time() if now is None else now
     removed = []
     for work in Path(tempfile.gettempdir()).glob(f"{WORKDIR_PREFIX}*"):
@@ -180,8 +180,21 @@ def sweep_stale(root: Path | None, now: float | None = None) -> list[Path]:
         shutil.rmtree(work, ignore_errors=True)
         removed.append(work)
     if root is not None:
-        _git(root, "worktree", "prune", check=False)
+        _forget_gone_checkouts(root)
     return removed
+
+
+def _forget_gone_checkouts(root: Path) -> None:
+    """git's records of the worktrees a run of ours made (in a WORKDIR_PREFIX folder) whose folder is gone; not
+    `git worktree prune`, which forgets the user's own worktrees too where their folder is away for a while (an
+    unmounted disk)."""
+    listed = _git(root, "worktree", "list", "--porcelain", check=False)
+    ours = Path(tempfile.gettempdir()).resolve()
+    for line in listed.stdout.splitlines() if listed.returncode == 0 else ():
+        path = Path(line.removeprefix("worktree ")).resolve() if line.startswith("worktree ") else None
+        if path is not None and path.is_relative_to(ours) and len(path.relative_to(ours).parts) > 1 and \
+                path.relative_to(ours).parts[0].startswith(WORKDIR_PREFIX) and not path.exists():
+            _git(root, "worktree", "remove", "--force", str(path), check=False)
 
 
 def ci_base(root: Path, environ: Mapping[str, str] = os.environ) -> tuple[str, str]:
