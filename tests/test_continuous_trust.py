@@ -363,18 +363,26 @@ def test_a_prune_removes_lock_files_left_without_an_entry_but_not_one_held(offli
 
 
 def test_a_cache_pointed_at_a_folder_of_ones_own_lists_and_removes_nothing_of_it(offline: Path) -> None:
-    """--env-cache naming a working folder: its folders are no environments, and no prune removes them."""
+    """--env-cache naming a working folder: its folders are no environments, and no prune removes them, also one
+    whose name is a key's but that no build made (no marker), or a link of such a name to a folder elsewhere; a
+    prune of a cache folder that does not exist does not make it."""
     offline.mkdir()
-    for name in ("project", "results", "a1a1a1a1a1a1a1a1x", ".building-notes"):
+    names = ("project", "results", "a1a1a1a1a1a1a1a1x", ".building-notes", "0123456789abcdef")
+    for name in names:
         (offline / name).mkdir()
         (offline / name / "keep.txt").write_text("mine\n")
+    (offline / "fedcba9876543210").symlink_to(offline / "project")
     old = time.time() - 365 * 86400
     for folder in offline.iterdir():
-        os.utime(folder, (old, old))
+        os.utime(folder, (old, old), follow_symlinks=False)
     assert envcache.entries(offline) == []
     assert envcache.prune(offline, 0.0, max_bytes=0) == []
-    assert all((offline / n / "keep.txt").is_file() for n in ("project", "results", "a1a1a1a1a1a1a1a1x",
-                                                             ".building-notes"))
+    assert all((offline / n / "keep.txt").is_file() for n in names)
+    typo = offline.parent / "typo" / "cache"
+    done = subprocess.run([sys.executable, "-m", "sdpa_impls", "envs", "--prune", "--env-cache", str(typo)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and f"{typo} does not exist" in done.stdout, done.stdout + done.stderr
+    assert not typo.parent.exists()
 
 
 def test_a_run_waiting_on_a_lock_file_that_a_prune_removes_locks_the_new_one(tmp_path: Path) -> None:

@@ -43,6 +43,10 @@ def run(args: argparse.Namespace) -> int:
     if not args.prune:
         return _listing(args)
     cap = size_cap() if args.max_gb is None else int(args.max_gb * 1e9)
+    named, cache = _cache(args)
+    if not cache.exists():  # a typed path is not made: a folder chain of a typo's name
+        print(f"removed 0 environment(s): {named} {cache} does not exist")
+        return 0
     cache = open_cache(args.env_cache)
     older = MAX_AGE_DAYS if args.older_than is None else args.older_than
     gone = prune(cache, older * 86400.0, now=time.time(), max_bytes=cap)
@@ -52,18 +56,24 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _listing(args: argparse.Namespace) -> int:
-    """The cache as it is: a folder that is not there is not made. The size cap is shown; a bad one is the error
-    `continuous` and `bisect` give, since the next build would stop on it."""
-    (named, cache), now = cache_source(args.env_cache), time.time()
+def _cache(args: argparse.Namespace) -> tuple[str, Path]:
+    """What chose the cache, and its folder; UsageError where a file is in the way of it."""
+    named, cache = cache_source(args.env_cache)
     if cache.exists() and not cache.is_dir():
         raise UsageError(f"{named} {cache}: is a file, not a folder")
     in_the_way = next((p for p in cache.parents if p.exists() and not p.is_dir()), None)
-    if in_the_way is not None:  # no folder can be there: --prune and a build refuse it too
+    if in_the_way is not None:  # no folder can be there: a build refuses it too
         raise UsageError(f"{named} {cache}: cannot be a folder, {in_the_way} is a file")
+    return named, cache
+
+
+def _listing(args: argparse.Namespace) -> int:
+    """The cache as it is: a folder that is not there is not made. The size cap is shown; a bad one is the error
+    `continuous` and `bisect` give, since the next build would stop on it."""
+    (named, cache), now = _cache(args), time.time()
     cap = size_cap()
     found = entries(cache)
-    rows = [[e.folder.name, e.spec or "(a build that did not finish)", fmt_bytes(e.size),
+    rows = [[e.folder.name, e.spec or "(a build in progress, or one that did not finish)", fmt_bytes(e.size),
              f"{fmt_duration(now - e.last_use)} ago"] for e in found]
     capped = f" (at most {cap / 1e9:g} GB, ${MAX_SIZE_ENV})" if cap is not None else ""
     print(f"{cache}: {len(found)} environment(s), {fmt_bytes(sum(e.size for e in found))}{capped}")

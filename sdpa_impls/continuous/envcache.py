@@ -247,10 +247,17 @@ def _ours(name: str) -> bool:
     return bool(re.fullmatch(rf"[0-9a-f]{{16}}(\.lock)?|{re.escape(BUILDING)}[0-9a-f]{{16}}-[0-9a-f]{{8}}", name))
 
 
+def _built_here(folder: Path) -> bool:
+    """A folder (not a link) a build made: one in progress or dead, or a key's with the marker every build writes
+    before it takes the key's name. A folder of a key's name without it is someone else's, and is left alone."""
+    return folder.is_dir() and not folder.is_symlink() and _ours(folder.name) and \
+        (folder.name.startswith(BUILDING) or (folder / READY).is_file())
+
+
 def entries(cache: Path) -> list[Entry]:
     """The cache's environments and the remains of dead builds, least recently used first."""
     out = []
-    for folder in (p for p in cache.iterdir() if p.is_dir() and _ours(p.name)) if cache.is_dir() else ():
+    for folder in (p for p in cache.iterdir() if _built_here(p)) if cache.is_dir() else ():
         marker, used = folder / READY, folder / LAST_USE
         try:
             spec = json.loads(marker.read_text(encoding="utf-8")).get("spec", "?") if marker.is_file() else ""
@@ -313,6 +320,6 @@ def _remove(cache: Path, entry: Entry | None, key: str | None = None) -> bool:
             shutil.rmtree(entry.folder, ignore_errors=True)
         if not any(p.is_dir() and _key_of(p.name) == key for p in cache.iterdir()):
             (cache / f"{key}.lock").unlink(missing_ok=True)  # while held: see envlock
-        return True
+        return entry is None or not entry.folder.exists()  # a file in it this user may not remove: not removed
     finally:
         os.close(fd)
