@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from sdpa_impls.continuous.envcache import build
+from sdpa_impls.continuous.envbuild import build
 from sdpa_impls.continuous.envs import python_of
 from sdpa_impls.continuous.revisions import snapshot_working_tree
 from test_continuous import commit, git

@@ -203,7 +203,7 @@ def test_declared_dependencies_and_what_this_environment_lacks(tmp_path: Path) -
         declared(tree, cpu=True)
 
 
-def test_a_failed_build_is_named_by_its_ownlast_line() -> None:
+def test_a_failed_build_is_named_by_its_own_last_line() -> None:
     """pip ends a build backend's failure with its notes and a hint ("See above for details"): the reason given is
     the build step's own last line, above pip's "[end of output]"."""
     from sdpa_impls.continuous.outcomes import last_line
@@ -224,6 +224,18 @@ hint: See above for details.
         "ERROR: No matching distribution found for x"
     assert last_line("ModuleNotFoundError: No module named 'setuptools'\n") == \
         "ModuleNotFoundError: No module named 'setuptools'"
+
+
+def test_pips_usage_error_is_one_line_without_its_usage_text(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An interpreter's flag typed into a SPEC of requirements reaches pip as an option it lacks: pip prints its
+    usage text above the reason; the error is the reason alone."""
+    from sdpa_impls.continuous.envbuild import build
+
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    with pytest.raises(GateInputError) as caught:
+        build(tmp_path / "env", [sys.executable, "-X", "dev"], what="python -X dev")
+    said = str(caught.value)
+    assert said.endswith("pip could not install it (exit 2): no such option: -X") and "Usage" not in said, said
 
 
 def test_kernels_that_differ_are_named_on_their_row() -> None:

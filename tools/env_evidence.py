@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 from continuous_evidence import CI_BUDGET, counts_of  # noqa: E402
 from gpu_gate_evidence import resampled, table  # noqa: E402
-from sdpa_impls.continuous.envcache import build
+from sdpa_impls.continuous.envbuild import build
 from sdpa_impls.continuous.envs import python_of  # noqa: E402
 
 PLUGIN = ROOT / "tests" / "plugins" / "sdpa_test_plugins"

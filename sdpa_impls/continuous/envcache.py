@@ -2,20 +2,19 @@
 when pip would build the same one, built where a crash leaves nothing trusted, bounded, and never shared.
 
     prepare(spec, cache, progress, scratch) -> Env   # the interpreter of a SPEC's environment, built once
-    build(folder, requirements, constraints) -> s    # a layered environment in `folder`, uncached
     default_cache() -> Path  /  cache_source(cache) -> (who named it, Path)
     entries(cache) -> [Entry]  /  prune(cache, older_than_s, max_bytes=None) -> [Entry]  /  open_cache(cache) -> Path
     size_cap() -> bytes | None                       # $SDPA_BENCH_ENV_CACHE_MAX_GB
 
-An environment is a virtual environment layered on the running one: a `.pth` line adds this environment's
-site-packages behind the new one's own, so it holds exactly this environment plus what pip installs on top.
+An environment is a virtual environment layered on the running one (continuous.envbuild): it holds exactly this
+environment plus what pip installs on top.
 
 Its key is a hash of what decides pip's result (continuous.envkey). A requirement pip would fetch afresh (a URL or
 VCS reference without a commit or hash: `pkg @ git+URL@main`) keeps no key: its environment is built for the run in
 `scratch` and removed with it.
 
 A build happens in a unique folder beside the cache's entries, pip in its own process group (killed with the
-build), and becomes an entry only by a rename once its marker is written: a build that failed or was killed is
+build, or with the process that started it), and becomes an entry only by a rename once its marker is written: a build that failed or was killed is
 never trusted, and its folder is removed by the next prune. Each entry records its last use; entries unused for
 `MAX_AGE_DAYS` are removed when a comparison builds (and by `sdpa-bench envs --prune`), and so are the least
 recently used ones while the cache holds more than `$SDPA_BENCH_ENV_CACHE_MAX_GB` (a torch environment is about
@@ -28,28 +27,24 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
-import sysconfig
 import time
 import uuid
-import venv
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..credentials import redact
 from ..errors import GateInputError, UsageError
-from .envkey import cache_key, pinned, underlay_dirs
+from .envbuild import PIP_TIMEOUT_S, build
+from .envkey import cache_key, pinned
 from .envlock import hold, keep, try_hold
-from .envs import Env, EnvSpec, is_path, python_of, user_path
+from .envs import Env, EnvSpec, python_of
 
 CACHE_ENV = "SDPA_BENCH_ENV_CACHE"
 READY = "sdpa-bench-env.json"  # the marker: written before the folder is renamed into place
 LAST_USE = "sdpa-bench-last-use"  # its modification time is the entry's last use
-LINK_FILE = "_sdpa_bench_underlay.pth"
 BUILDING = ".building-"  # a build in progress, or the remains of one that died
-PIP_TIMEOUT_S = 3600.0  # a CUDA build of torch is several GB
 LOCK_WAIT_S = PIP_TIMEOUT_S + 300.0  # another run's build of the same environment
 MAX_AGE_DAYS = 30.0
 MAX_SIZE_ENV = "SDPA_BENCH_ENV_CACHE_MAX_GB"
@@ -116,51 +111,6 @@ def open_cache(cache: Path | None) -> Path:
     except OSError as exc:
         raise UsageError(f"{named}: cannot be used as the environment cache ({exc.strerror or exc})") from None
     return cache
-
-
-def _pip(cmd: list[str], what: str) -> None:
-    """Run pip in its own process group, killed with everything it started when the build is stopped (an error,
-    Ctrl-C, a timeout); GateInputError with pip's own error lines when it fails."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=PIP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        raise GateInputError(f"environment {what!r}: pip took more than {PIP_TIMEOUT_S:.0f} s") from None
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    if proc.returncode != 0:
-        lines = [line.rstrip() for line in (err or out or "").splitlines() if line.strip()]
-        errors = [line for line in lines if line.startswith("ERROR")] or lines[-6:] or ["(pip printed nothing)"]
-        raise GateInputError(f"environment {what!r}: pip could not install it (exit {proc.returncode}): "
-                             + "; ".join(errors[-6:]))  # one line, as every unusable input is said
-
-
-def build(folder: Path, requirements: Sequence[str], constraints: str = "", what: str = "") -> float:
-    """Create a virtual environment in `folder` layered on this one (module docstring) and pip-install
-    `requirements` (pip's arguments; local paths made absolute) into it with `constraints` (a file's text, kept
-    only during the build); the seconds taken. GateInputError with pip's error lines, naming `what`."""
-    start = time.monotonic()
-    venv.EnvBuilder(with_pip=False, symlinks=os.name != "nt").create(folder)
-    purelib = Path(sysconfig.get_path("purelib", vars={"base": str(folder), "platbase": str(folder)}))
-    purelib.mkdir(parents=True, exist_ok=True)
-    # `import site; site.addsitedir(...)`, not a bare path: it also runs the .pth files there (editable installs).
-    # Not --system-site-packages: a venv made from inside another (tox's) would see the base interpreter's packages.
-    (purelib / LINK_FILE).write_text("".join(f"import site; site.addsitedir({d!r})\n" for d in underlay_dirs()),
-                                     encoding="utf-8")
-    cmd = [str(python_of(folder)), "-m", "pip", "install", "--disable-pip-version-check", "--no-input",
-           "--no-build-isolation"]
-    pins = folder / "constraints.txt"
-    if constraints:
-        pins.write_text(constraints, encoding="utf-8")
-        cmd += ["-c", str(pins)]
-    cmd += [str(user_path(w).resolve()) if is_path(w) and user_path(w).exists() else w for w in requirements]
-    try:
-        _pip(cmd, what or " ".join(requirements))
-    finally:
-        pins.unlink(missing_ok=True)  # what a revision pins may name private addresses: not kept
-    return time.monotonic() - start
 
 
 def _cached(folder: Path, fd: int, shown: str) -> Env:

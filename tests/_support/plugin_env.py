@@ -6,7 +6,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from sdpa_impls.continuous.envcache import build
+from sdpa_impls.continuous.envbuild import build
 from sdpa_impls.continuous.envs import python_of
 
 PLUGIN_SRC = Path(__file__).resolve().parents[1] / "plugins" / "sdpa_test_plugins"
@@ -18,7 +18,7 @@ GATE_BENCH_ARGS = ("--sdpa-device", "cpu", "--sdpa-preset", "smoke", "--sdpa-imp
 
 def build_plugin_env(root: Path) -> Path:
     """Create `root/venv` layered on the test environment (its packages behind the venv's own, as `continuous`
-    builds a side's environment: sdpa_impls.continuous.envcache.build) with the plug-in package installed; its python.
+    builds a side's environment: sdpa_impls.continuous.envbuild.build) with the plug-in package installed; its python.
     Entry points are read from the dist-info folders on sys.path, so the plug-ins installed here and sdpa-bench's
     own are discovered as a user's would be."""
     build(root / "venv", ["--no-deps", "--no-index", str(PLUGIN_SRC)])

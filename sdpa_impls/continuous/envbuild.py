@@ -1,0 +1,89 @@
+"""A virtual environment layered on the running one, with what pip installs on top: a `.pth` line adds this
+environment's site-packages behind the new one's own, so it holds exactly this environment plus pip's packages.
+
+    build(folder, requirements, constraints, what) -> seconds   # made in `folder`; GateInputError with pip's lines
+
+pip runs in a process group of its own, killed with everything it started when the build stops (an error, Ctrl-C,
+a timeout) and, on Linux, when the process that started it dies (kill -9 of the run, or of a CI job's process
+group, which pip's own group is not in): a pip left alone would go on downloading gigabytes into the cache.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import sysconfig
+import time
+import venv
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..errors import GateInputError
+from .envkey import underlay_dirs
+from .envs import is_path, python_of, user_path
+from .outcomes import last_line
+
+LINK_FILE = "_sdpa_bench_underlay.pth"
+PIP_TIMEOUT_S = 3600.0  # a CUDA build of torch is several GB
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _parent_death_signal() -> object:
+    """In pip's process, before it runs: SIGKILL once the thread that started it is gone (Linux's prctl); None
+    where there is no such call. libc is looked up here, in the parent: the child only calls it."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
+    except (OSError, AttributeError):
+        prctl = None
+    return None if prctl is None else (lambda: prctl(PR_SET_PDEATHSIG, signal.SIGKILL))
+
+
+def _pip(cmd: list[str], what: str) -> None:
+    """Run pip in its own process group, killed with everything it started when the build is stopped (an error,
+    Ctrl-C, a timeout) or this process dies (module docstring); GateInputError with pip's own error lines when it
+    fails."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=_parent_death_signal())
+    try:
+        out, err = proc.communicate(timeout=PIP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise GateInputError(f"environment {what!r}: pip took more than {PIP_TIMEOUT_S:.0f} s") from None
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    if proc.returncode != 0:
+        lines = [line.rstrip() for line in (err or out or "").splitlines() if line.strip()]
+        errors = [line for line in lines if line.startswith("ERROR")]
+        if any(line.startswith("Traceback") for line in lines) or not errors:  # "ERROR: Exception:": what it was;
+            errors.append(last_line(err or out or "") if lines else "(pip printed nothing)")  # no ERROR: no usage
+        raise GateInputError(f"environment {what!r}: pip could not install it (exit {proc.returncode}): "
+                             + "; ".join(errors[-6:]))  # one line, as every unusable input is said
+
+
+def build(folder: Path, requirements: Sequence[str], constraints: str = "", what: str = "") -> float:
+    """Create a virtual environment in `folder` layered on this one (module docstring) and pip-install
+    `requirements` (pip's arguments; local paths made absolute) into it with `constraints` (a file's text, kept
+    only during the build); the seconds taken. GateInputError with pip's error lines, naming `what`."""
+    start = time.monotonic()
+    venv.EnvBuilder(with_pip=False, symlinks=os.name != "nt").create(folder)
+    purelib = Path(sysconfig.get_path("purelib", vars={"base": str(folder), "platbase": str(folder)}))
+    purelib.mkdir(parents=True, exist_ok=True)
+    # `import site; site.addsitedir(...)`, not a bare path: it also runs the .pth files there (editable installs).
+    # Not --system-site-packages: a venv made from inside another (tox's) would see the base interpreter's packages.
+    (purelib / LINK_FILE).write_text("".join(f"import site; site.addsitedir({d!r})\n" for d in underlay_dirs()),
+                                     encoding="utf-8")
+    cmd = [str(python_of(folder)), "-m", "pip", "install", "--disable-pip-version-check", "--no-input",
+           "--no-build-isolation"]
+    pins = folder / "constraints.txt"
+    if constraints:
+        pins.write_text(constraints, encoding="utf-8")
+        cmd += ["-c", str(pins)]
+    cmd += [str(user_path(w).resolve()) if is_path(w) and user_path(w).exists() else w for w in requirements]
+    try:
+        _pip(cmd, what or " ".join(requirements))
+    finally:
+        pins.unlink(missing_ok=True)  # what a revision pins may name private addresses: not kept
+    return time.monotonic() - start
