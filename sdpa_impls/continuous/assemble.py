@@ -20,7 +20,8 @@ from pathlib import Path
 from ..bench.grid import default_device
 from ..errors import SideError, UsageError
 from ..gate.config import GateConfig, load_config
-from .envcache import prepare
+from .envcache import open_cache, prepare, size_cap
+from .envkey import pinned
 from .envs import Env, EnvSpec, declared, parse_spec, unmet
 from .project import NONE, PLUGIN, SELF, Project, declared_impls
 from .revisions import checkout, ci_base, describe, resolve, snapshot_working_tree, tree_name
@@ -97,6 +98,9 @@ def _environments(request: Request, sides: dict[str, Side], progress, scratch: P
             else:
                 notes.append(f"{role}: this environment satisfies its declared dependencies and runs it.")
     cache = Path(request.env_cache) if request.env_cache else None
+    if any(not spec.python and pinned(spec) for spec in specs.values()):  # the cache's problems are no side's:
+        open_cache(cache)  # exit 2 naming the cache, not a revision (which a search would skip)
+        size_cap()
     chosen = {}
     for role in ("base", "head"):
         with _as_side(sides[role]):  # an environment pip cannot build is that side's: a search skips it
