@@ -14,8 +14,10 @@ from __future__ import annotations
 import re
 
 MASK = "****"
-# scheme://[user][:password]@ — the user part of a URL, up to the last @ before the host's first /
-_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^\s/:]*)(?::(?P<password>[^\s/]*))?@")
+# scheme://[user][:password]@ — the user part of a URL, up to the last @ before the host's first /; a password
+# may hold spaces (shell-escaped or quoted, as pip takes it): masking a little more is the safe side
+_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^\s/:]*)"
+                       r"(?::(?P<password>(?:\\.|[^/\n\r'\"\\])*))?@")
 
 
 def _mask(match: re.Match) -> str:

@@ -342,6 +342,40 @@ def test_two_runs_that_need_one_new_environment_build_it_once_and_both_go_on(off
     assert all(float(seconds) < 40 for seconds, _ in said), said  # not 60 s later, when the builder's run ends
 
 
+def _running(pid: int) -> bool:
+    """Whether `pid` runs: not gone, nor a zombie no one has reaped yet (a container's pid 1 may never reap it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's (prctl)")
+def test_pip_is_killed_with_the_process_that_started_it(tmp_path: Path) -> None:
+    """kill -9 of a run building an environment (a CI job's end kills its process group; pip's own group is not
+    in it): pip goes too, rather than downloading gigabytes into the cache with no one waiting for it."""
+    mark = tmp_path / "pip.pid"
+    pip = [sys.executable, "-c", f"import os, time; open({str(mark)!r}, 'w').write(str(os.getpid())); time.sleep(120)"]
+    run = subprocess.Popen([sys.executable, "-c", f"from sdpa_impls.continuous.envbuild import _pip; _pip({pip!r}, 'x')"])
+    pid = None
+    try:
+        deadline = time.monotonic() + 60
+        while not (mark.is_file() and mark.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        pid = int(mark.read_text())
+        assert _running(pid)
+        run.kill()
+        run.wait()
+        deadline = time.monotonic() + 10
+        while _running(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _running(pid), "pip outlived the run that started it"
+    finally:
+        run.kill()
+        if pid is not None and _running(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
 def test_a_prune_removes_lock_files_left_without_an_entry_but_not_one_held(offline: Path) -> None:
     """A failed build or a removed entry leaves its key's lock file; a prune removes those, except one another run
     holds (a build that has not made its folder yet) and those of entries that stay."""
@@ -515,12 +549,19 @@ def test_a_planted_lock_link_is_refused_and_its_target_untouched(tmp_path: Path)
     assert target.read_text() == "keep me\n"
 
 
-def test_a_cache_others_may_write_or_own_is_refused(tmp_path: Path) -> None:
+def test_a_cache_others_may_write_or_own_is_refused(plugin_repo: Path, tmp_path: Path) -> None:
+    """Refused, and in continuous (exit 2, before either side is installed) as the cache's problem, not a
+    revision's: a search over commits would skip every commit instead."""
     shared = tmp_path / "shared"
     shared.mkdir()
     shared.chmod(0o777)
     with pytest.raises(UsageError, match="others may write to the environment cache"):
         envcache.open_cache(shared)
+    code, _, err = continuous(plugin_repo, "HEAD~1", "HEAD", "--head-env", "toy-pkg==1", "--env-cache", str(shared),
+                              *QUICK)
+    said = [line for line in err.splitlines() if not line.startswith("[")]  # progress lines start with [
+    assert code == 2 and said == [f"sdpa-bench continuous: error: --env-cache {shared}: others may write to the "
+                                  "environment cache (mode 777); chmod go-w it, or use another (--env-cache DIR)"], err
     if os.getuid() == 0:  # only root can give a folder away
         theirs = tmp_path / "theirs"
         theirs.mkdir(mode=0o700)
@@ -624,6 +665,8 @@ def test_what_people_wrote_is_text_in_the_comment() -> None:
     assert redact(f"see https://h/p.whl?token={SECRET}&v=1#sha256=ab, then") == \
         "see https://h/p.whl?token=****&v=****#sha256=ab, then"
     assert redact(f"https://h/simple?{SECRET} https://h/p?sig=ab){SECRET}") == "https://h/simple?**** https://h/p?sig=****"
+    for typed in (f"--index-url https://u:{SECRET}\\ too@h/simple", f'--index-url "https://u:{SECRET} too@h/simple"'):
+        assert redact(typed).replace('"', "") == "--index-url https://u:****@h/simple", typed  # a space in it, as pip
 
 
 def test_a_sigterm_stops_a_run_with_one_line_and_leaves_nothing(plugin_repo: Path) -> None:

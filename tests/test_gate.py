@@ -164,6 +164,11 @@ def test_a_run_against_itself_or_another_preset_is_no_verdict(session: dict[str,
         code, out, err = gate(tmp_path, *args)
         assert code == 2 and not out, out + err
         assert err.startswith("sdpa-bench gate: error: ") and "given as both --baseline and --candidate" in err, err
+    copy = tmp_path / "copy-of-slow.json"  # a copy is the same run: its times, its date
+    copy.write_bytes(slow.read_bytes())
+    code, out, err = gate(tmp_path, "--baseline", slow, "--candidate", copy)
+    assert code == 2 and f"{slow}: given as both --baseline and --candidate (the same bytes as {copy})" in err, \
+        out + err
 
     def other_preset(doc: dict) -> None:
         for b in doc["benchmarks"]:
