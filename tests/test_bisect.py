@@ -403,3 +403,29 @@ def test_a_culprit_whose_parent_does_not_install_is_left_unconfirmed(history: di
     parent = next(name for name in found["skipped"] if name.startswith(history["broken"][:7]))
     assert "pyproject.toml" in found["skipped"][parent], found["skipped"]
     assert any(f"its parent {parent} could not be measured" in n for n in found["notes"]), found["notes"]
+
+
+def test_a_kernel_that_raises_is_skipped_in_the_range_and_no_answer_at_an_end(history: dict, tmp_path: Path) -> None:
+    """After GOOD: the slower kernel, then a commit whose kernel raises (it installs and imports), its fix, a README
+    edit. The raising commit is skipped with the kernel's error, not read as "too noisy to tell", and the culprit is
+    found past it; as GOOD or as BAD it is no answer (exit 2 naming it), where "no regression" hid it."""
+    repo = tmp_path / "toy"
+    subprocess.run(["git", "clone", "-q", str(history["repo"]), str(repo)], check=True)
+    git(repo, "checkout", "-q", "-b", "line", history["slow"])
+    kernel = repo / "src" / PLUGIN / "__init__.py"
+    working = kernel.read_text()
+    kernel.write_text(working.replace(SLOWER[1], SLOWER[1] + "        raise RuntimeError('kernel crashed')\n"))
+    raises = commit(repo, "the kernel raises")
+    kernel.write_text(working)
+    commit(repo, "the kernel fixed")
+    (repo / "README.md").write_text((repo / "README.md").read_text() + "\nA note.\n")
+    commit(repo, "README")
+    code, out, err = bisect(repo, history["fixed"], "HEAD", *FAST, "--json", str(tmp_path / "answer.json"))
+    found = json.loads((tmp_path / "answer.json").read_text())
+    assert code == 1 and found["culprit_id"] == history["slow"], out + err
+    skipped = {name.split()[0]: why for name, why in found["skipped"].items()}
+    assert list(skipped) == [raises[:7]] and "RuntimeError: kernel crashed" in skipped[raises[:7]], found["skipped"]
+    for good, bad, said in ((history["fixed"], raises, f"BAD {raises[:7]} the kernel raises: {PLUGIN}[L128-E64-"),
+                            (raises, "HEAD", f"GOOD {raises[:7]} the kernel raises: measured none of the 1")):
+        code, out, err = bisect(repo, good, bad, *FAST)
+        assert code == 2 and f"GOOD and BAD cannot be compared, so nothing can be searched: {said}" in err, out + err

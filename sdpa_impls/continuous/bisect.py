@@ -57,8 +57,8 @@ from .bisect_answer import (AGAINST_BAD, CONFIRM, CULPRIT, ENDPOINTS, INCONCLUSI
                             Query, Search, comparison_budget)
 from .bisect_replay import DIRTY_TREE, Replay, Resumable, settings_of
 from .revisions import uncommitted
-from .steps import (DIFFERENT, SAME, SKIPPED, UNKNOWN, Step, memory_failed, memory_notes, row_steps, selection_of,
-                    step_notes, unexplained, verdict_of)
+from .steps import (DIFFERENT, SAME, SKIPPED, UNKNOWN, Step, broken_at_head, endpoint_failures, memory_failed,
+                    memory_notes, row_steps, selection_of, step_notes, unexplained, verdict_of)
 from .verdict import SLOWER
 
 
@@ -132,6 +132,9 @@ class _Searcher(Resumable):
             comparison = compare(request, plan, self.project, lambda text: self.progress(f"  {tag}: {text}"))
         labels = self.labels or tuple(r.label for r in comparison.report.rows if r.decision is not None)
         rows = row_steps(comparison, labels, self.memory)
+        broken = broken_at_head(comparison, labels) if kind == SEARCH else []
+        if broken:  # its kernel raised or answered wrong on a row under test: it does not run, so it is skipped
+            raise SideError("head", f"head {names[1]}: {broken[0]}")
         floor = self.floor if self.labels else comparison.report.factor  # 0: memory rows only, no time floor
         step = Step(kind, names[0], names[1], verdict_of(rows), floor, rows,
                     time.monotonic() - start, step_notes(comparison, labels))
@@ -171,10 +174,10 @@ class _Searcher(Resumable):
                                      + (" after the extra rounds" if self.plan.adaptive_budget != 0 else "") + "): "
                                      "run again with more --rounds, or fewer rows (-k, --from), before trusting "
                                      "that nothing changed there.")
-        if not slower and not bigger and reference and all(r.impl == reference for r in report.rows):
-            raise GateInputError(f"only {reference} was measured, the time reference that every other implementation "
-                                 "is timed against and that is not judged itself: no row could be slower, so "
-                                 "nothing was searched; choose another implementation's rows (-k, --impl)")
+        failed, notes = endpoint_failures(comparison, self.result.good, self.result.bad, reference or "")
+        if failed and not slower and not bigger:
+            raise GateInputError(failed)
+        self.result.notes += notes
         if not slower and not bigger:
             self._keep_state()
             return False

@@ -5,6 +5,8 @@ UNKNOWN (undecided); the step DIFFERENT when any row is, SAME when every one is,
 measures: the rows a `continuous --json` verdict found slower, as a pytest -k expression.
 
     row_steps(comparison, labels) -> (RowStep, ...)   /   verdict_of(rows) -> DIFFERENT | SAME | UNKNOWN
+    broken_at_head(comparison, labels) -> ["label: why"]   # rows head could not time (an error, a wrong answer)
+    endpoint_failures(comparison, good, bad, reference) -> (why nothing compares, notes)
     memory_notes(bigger) -> [str]                     # the rows searched by peak memory, and their time
     rows_from_verdict(path) -> ((impl, case), ...)    /   selection_of(rows, select, reference) -> -k expression
 """
@@ -109,6 +111,43 @@ def row_steps(comparison: Comparison, labels: tuple[str, ...], memory: frozenset
         else:
             out.append(RowStep(label, row.ratio, row.interval, _decision(row.decision)))
     return tuple(out)
+
+
+def broken_at_head(comparison: Comparison, labels: tuple[str, ...] | None = None) -> list[str]:
+    """`label: why` for each row (of `labels`, else every one) that head could not time: its test failed there (an
+    error, a wrong answer), or its answer failed the correctness check."""
+    out = []
+    for row in comparison.report.rows:
+        why = row.head_failed or next((c.message for c in row.checks if c.kind == "correctness" and c.failed), "")
+        if why and (labels is None or row.label in labels):
+            out.append(f"{row.label}: {why.strip().splitlines()[0][:200]}")
+    return out
+
+
+def endpoint_failures(comparison: Comparison, good: str, bad: str, reference: str) -> tuple[str, list[str]]:
+    """What keeps GOOD against BAD from answering "no regression": (the error, "" where nothing does; notes on the rows
+    not compared). A row BAD could not time (broken_at_head), or no row but the reference's measured at GOOD (it
+    failed or skipped them): "no regression" would hide a kernel that raises or answers wrong. A row only BAD
+    measured beside others that compared (a case new there) is a note."""
+    broken = broken_at_head(comparison)
+    judged = [r for r in comparison.report.rows if r.impl != reference]
+    only_bad = [r.label for r in judged if r.head and not r.base]
+    notes = [f"BAD {bad} could not time {len(broken)} benchmark(s), not searched: {'; '.join(broken[:3])}"
+             + ("; ..." if len(broken) > 3 else "")] if broken else []
+    notes += [f"measured at BAD only ({len(only_bad)}: failed or skipped at GOOD {good}, or new), not compared: "
+              f"{', '.join(only_bad[:3])}" + (", ..." if len(only_bad) > 3 else "")] if only_bad else []
+    if reference and comparison.report.rows and not judged:
+        return (f"only {reference} was measured, the time reference that every other implementation is timed "
+                "against and that is not judged itself: no row could be slower, so nothing was searched; choose "
+                "another implementation's rows (-k, --impl)"), notes
+    unusable = "GOOD and BAD cannot be compared, so nothing can be searched: "
+    if broken:
+        more = f" (and {len(broken) - 1} more)" if len(broken) > 1 else ""
+        return f"{unusable}BAD {bad}: {broken[0]}{more}", notes
+    if judged and not any(r.base and r.head for r in judged):
+        return (f"{unusable}GOOD {good}: measured none of the {len(only_bad)} benchmark(s) BAD measured (first, "
+                f"{only_bad[0]}): it failed or skipped them there"), notes
+    return "", notes
 
 
 def verdict_of(rows: tuple[RowStep, ...]) -> str:
