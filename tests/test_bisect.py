@@ -126,6 +126,18 @@ def test_an_interrupted_search_keeps_its_steps_and_resumes_from_them(history: di
     assert code == 1 and "CULPRIT" in out and ": measuring" not in err, out + err  # a finished answer, replayed
     code, _, err = bisect(history["repo"], history["good"], "HEAD", *FAST, "--rounds", "3", "--resume", str(resumed))
     assert code == 2 and "that search was measured otherwise (--rounds 2 there, --rounds 3 here)" in err, err
+    code, _, err = bisect(history["repo"], history["good"], "HEAD", *FAST, "--separate-processes", "--resume",
+                          str(resumed))  # named by the option typed, not by the setting's own name
+    assert code == 2 and "(no --separate-processes there, --separate-processes here)" in err, err
+    code, _, err = bisect(history["repo"], history["good"], "HEAD", *FAST, "--resume", str(resumed), "--markdown",
+                          str(resumed))
+    assert code == 2 and f"--markdown {resumed}: is also --resume, which writing it would destroy" in err, err
+    assert json.loads(resumed.read_text())["culprit_id"] == history["slow"]
+    stale = tmp_path / "stale.md"  # an earlier answer, of another search: gone once this one gives none (exit 2)
+    stale.write_text("## sdpa-bench bisect: CULPRIT `abc1234`\n")
+    code, _, err = bisect(history["repo"], history["good"], "HEAD", "-k", "L128 and", "--json", str(saved),
+                          "--markdown", str(stale))
+    assert code == 2 and not stale.exists() and not saved.exists(), err
 
 
 def test_an_answer_that_could_not_tell_is_undecided_not_no_regression() -> None:

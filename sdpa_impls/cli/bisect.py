@@ -97,8 +97,11 @@ def run(args: argparse.Namespace) -> int:
     def body() -> int:
         if args.from_verdict and args.select:
             raise UsageError("--from and -k both choose the rows: give one")
-        writable({"--markdown": args.markdown, "--json": args.json},  # before a search of many minutes, not after
-                 {"--from": args.from_verdict, "--config": args.config})
+        # before a search of many minutes, not after; an earlier answer is removed, so that a run that gives none
+        # leaves none for a CI step to read as this one's, except the --resume file, which --json may go on writing
+        resumed = args.json and args.resume and os.path.realpath(args.json) == os.path.realpath(args.resume)
+        writable({"--markdown": args.markdown, "--json": None if resumed else args.json},
+                 {"--from": args.from_verdict, "--config": args.config, "--resume": args.resume}, stale=True)
         config_file(args.config)  # here, not once a side has read it
         named, cache = cache_source(args.env_cache)  # the option, or $SDPA_BENCH_ENV_CACHE, or the default
         folders({named: cache})
