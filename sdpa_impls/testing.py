@@ -2,7 +2,7 @@
 the rule every benchmark applies before it times a point (at most 2× naive's error in the same dtype, plus a floor;
 gradients too in the backward modes).
 
-    cases(preset="smoke")                  -> (Case, ...)            # the cases of a preset (bench.grid)
+    cases(name="smoke")                    -> (Case, ...)            # the cases of a preset (bench.grid)
     check(name, case, device="cpu", seed=0) -> (max error, tolerance)
         Unsupported (a NotImplementedError) with the implementation's reasons: a skip, not a failure;
         WrongResult (an AssertionError) naming the tensor and its error: a failure;

@@ -164,6 +164,13 @@ def test_a_run_against_itself_or_another_preset_is_no_verdict(session: dict[str,
         code, out, err = gate(tmp_path, *args)
         assert code == 2 and not out, out + err
         assert err.startswith("sdpa-bench gate: error: ") and "given as both --baseline and --candidate" in err, err
+    def faster(doc: dict) -> None:  # 300 times faster: its ratio said, not rounded to ×0.00
+        for b in doc["benchmarks"]:
+            b["stats"]["median"] /= 300
+            b["stats"]["data"] = [v / 300 for v in b["stats"]["data"]]
+    code, out, err = gate(tmp_path, "--baseline", session["both"], "--candidate",
+                          edited(session["both"], tmp_path / "fast.json", faster), config="time_reference = ''\n")
+    assert " ×0.0033 " in out and " ×0.00 " not in out, out + err
     copy = tmp_path / "copy-of-slow.json"  # a copy is the same run: its times, its date
     copy.write_bytes(slow.read_bytes())
     code, out, err = gate(tmp_path, "--baseline", slow, "--candidate", copy)

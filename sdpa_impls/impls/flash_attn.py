@@ -161,7 +161,7 @@ class FlashAttn(Implementation):
 @register
 class FlashAttn2(FlashAttn):
     name = "flash_attn"
-    description = "FlashAttention-2 flash_attn_func, (B, L, H, E) views (optional: pip install .[flash-attn]; CUDA)"
+    description = "FlashAttention-2 flash_attn_func, (B, L, H, E) views (optional: pip install flash-attn; CUDA)"
     support = Support(devices=frozenset({"cuda"}), dtypes=HALF, max_head_dim=256,
                       masks=frozenset({"none", "bool", "float"}), dropout=True)  # a mask only as its structure
 

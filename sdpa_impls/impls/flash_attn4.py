@@ -28,7 +28,7 @@ def fa4_kwargs(kwargs: dict) -> dict:
 class FlashAttn4(FlashAttn):
     name = "flash_attn4"
     description = ("FlashAttention-4 flash_attn.cute.flash_attn_func, compiled on its first call per shape "
-                   "(optional: pip install .[flash-attn-4]; CUDA sm80+)")
+                   "(optional: pip install --pre flash-attn-4; CUDA sm80+)")
     module = "flash_attn.cute"
     install = "pip install --pre flash-attn-4"
     alibi = False
