@@ -131,6 +131,19 @@ def test_no_budget_no_extra_round_and_a_first_round_that_does_not_fit() -> None:
         extend(base, head, [], CONFIG, machine.measure, budget_s=-1)
 
 
+def test_no_extra_round_once_a_wrong_answer_fails_the_verdict() -> None:
+    """chunked answers wrong at head (its test failed, no point), naive is undecided: the verdict fails whatever
+    more rounds find, so none runs (a wrong kernel took minutes of extra rounds before its exit 1)."""
+    machine = Machine(1.05, run_spread=0.03)
+    base, head = machine.planned((1.0, 1.3))
+    head = [[p for p in run if f"{p.impl}[{p.case_id}]" != CHUNKED] for run in head]
+    wrong = [f"FAILED tests/test_benchmarks.py::test_sdpa[chunked-{OTHER}] - WrongResult: out: max error 0.5"]
+    out = extend(base, head, wrong, CONFIG, machine.measure, budget_s=10_000, first_estimate_s=30, clock=machine.clock)
+    assert out.adaptive.stopped == "failed" and out.adaptive.rounds == 0 and machine.asked == []
+    assert out.report.exit_code == 1 and [r.label for r in out.report.undecided] == [NAIVE]
+    assert out.adaptive.note() == "adaptive rounds: none, the verdict fails already (a failed test or a wrong answer)."
+
+
 def test_a_number_of_rounds_stops_them_within_a_budget_that_has_room_for_more() -> None:
     rounds = {}
     for cap in (None, 1):

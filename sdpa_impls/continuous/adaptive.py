@@ -32,7 +32,7 @@ KEYWORD = re.compile(r"[\w:+\-.\[\]\\/]+")  # what a pytest -k identifier may ho
 class Adaptive:
     """What the extra rounds did: the budget, the time they took, how many benchmarks each measured, why they
     stopped ("decided": nothing left undecided; "budget": the next round would not fit; "rounds": as many rounds as
-    allowed; "none": no budget), and where the budget came from (`budget_from`, a phrase; "" unsaid)."""
+    allowed; "failed": the verdict fails whatever they find; "none": no budget), and where the budget came from (`budget_from`, a phrase; "" unsaid)."""
 
     budget_s: float
     spent_s: float
@@ -52,10 +52,12 @@ class Adaptive:
     def _note(self) -> str:
         if not self.selected:
             return {"decided": "adaptive rounds: none needed, every timed benchmark was decided.",
+                    "failed": "adaptive rounds: none, the verdict fails already (a failed test or a wrong answer).",
                     "none": "adaptive rounds: off (no budget)."}.get(
                         self.stopped, f"adaptive rounds: none, the first would not fit the {self.budget_s:.0f} s "
                                       "budget.")
         why = {"decided": "every benchmark was decided",
+               "failed": "the verdict fails already (a failed test or a wrong answer)",
                "rounds": f"{self.rounds} round(s) were allowed"}.get(
                    self.stopped, f"the next would not fit the {self.budget_s:.0f} s budget")
         return (f"adaptive rounds: {self.rounds} more of base and head for the undecided benchmarks only ("
@@ -96,6 +98,14 @@ def keyword(terms: Sequence[str]) -> str:
     return " or ".join(terms)
 
 
+def _settled(report: SideBySide) -> bool:
+    """Whether the verdict fails whatever more rounds find: a head test failed (an error, a wrong answer) or an
+    answer failed its check. A time or memory failure is not settled: more rounds of other rows move every q."""
+    checks = [*report.suite, *(c for r in report.rows for c in r.checks)]
+    return any(r.head_failed for r in report.rows) or any(c.failed and c.kind in ("correctness", "suite")
+                                                          for c in checks)
+
+
 def extend(base_runs: Sequence[Sequence[Point]], head_runs: Sequence[Sequence[Point]], failed: Sequence[str],
            config: GateConfig, measure: Measure, budget_s: float, first_estimate_s: float = 0.0,
            clock: Callable[[], float] = time.monotonic, progress: Callable[[str], None] | None = None,
@@ -117,6 +127,9 @@ def extend(base_runs: Sequence[Sequence[Point]], head_runs: Sequence[Sequence[Po
     spent, estimate, selected = 0.0, first_estimate_s, []
     stopped = "none" if budget_s == 0 else "decided"
     while report.undecided and budget_s > 0:
+        if _settled(report):
+            stopped = "failed"
+            break
         if len(selected) == max_rounds:
             stopped = "rounds"
             break
