@@ -240,7 +240,8 @@ def test_a_range_with_nothing_planted_is_no_regression(history: dict, tmp_path: 
 
 @pytest.mark.parametrize("args, message", [
     (["no-such-rev"], "'no-such-rev' is not a revision of"),
-    (["{slow}", "{good}"], "is not an ancestor of BAD"),
+    (["{slow}", "{good}"], "is not an ancestor of BAD ({good7} toy attention from quickstart): BAD is GOOD's ancestor, "
+                           "swap them"),
     (["{good}", "{good}"], "GOOD and BAD are the same commit"),
     (["", "{slow}"], "GOOD is an empty revision name"),
     (["{good}", "{fixed}", "-k", "no_such_case"], "no benchmark of its suite is selected"),
@@ -364,8 +365,10 @@ def test_a_local_build_is_the_release_it_builds() -> None:
     offered = ["2.12.0+cpu", "2.13.0", "2.13.0+cpu", "2.14.0+cpu", "2.15.0.dev20261101+cu126", "2.15.0+cpu", "2.16.0"]
     assert between(offered, "2.13.0", "2.15.0") == ["2.13.0", "2.14.0", "2.15.0.dev20261101", "2.15.0"]
     assert between(offered, "2.12.0+cpu", "2.14.0+cpu") == ["2.12.0+cpu", "2.13.0", "2.14.0+cpu"]
-    with pytest.raises(UsageError, match="is not older than BAD"):
+    with pytest.raises(UsageError, match="is not older than BAD 2.13.0: the same release: name two"):
         between(offered, "2.13.0+cpu", "2.13.0")
+    with pytest.raises(UsageError, match="is not older than BAD 2.13.0: swap them"):
+        between(offered, "2.14.0", "2.13.0")
 
 
 def test_a_good_merged_in_from_a_side_branch_starts_the_line_at_its_merge(tmp_path: Path) -> None:
@@ -377,7 +380,7 @@ def test_a_good_merged_in_from_a_side_branch_starts_the_line_at_its_merge(tmp_pa
     (repo / "a").write_text("a")
     a = commit(repo, "A")
     (repo / "b").write_text("b")
-    commit(repo, "B")
+    b = commit(repo, "B")
     git(repo, "checkout", "-q", "-b", "side", a)
     (repo / "s").write_text("s")
     good = commit(repo, "GOOD")
@@ -388,6 +391,8 @@ def test_a_good_merged_in_from_a_side_branch_starts_the_line_at_its_merge(tmp_pa
     c = commit(repo, "C")
     assert first_parents(repo, good, c) == [merge, c]
     assert first_parents(repo, a, c) == [git(repo, "rev-parse", "main~2"), merge, c]  # on the line: as before
+    with pytest.raises(UsageError, match="they are on diverged branches; name as GOOD a commit both descend from"):
+        first_parents(repo, b, good)  # swapping them would not help
 
 
 def test_a_culprit_whose_parent_does_not_install_is_left_unconfirmed(history: dict, tmp_path: Path) -> None:

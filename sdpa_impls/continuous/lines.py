@@ -89,7 +89,8 @@ def between(versions: Sequence[str], good: str, bad: str) -> list[str]:
     # `==2.13.0` installs whichever build the index has: each release once, by its public version, between the ends
     low, high = _public(good), _public(bad)
     if not low < high:
-        raise UsageError(f"GOOD {good} is not older than BAD {bad}: name an older GOOD, or swap them")
+        raise UsageError(f"GOOD {good} is not older than BAD {bad}: " + ("the same release: name two" if low == high
+                                                                        else "swap them, or name an older GOOD"))
     inside = sorted({v for v in map(_public, versions) if low < v < high})
     return [good, *(str(v) for v in inside), bad]
 

@@ -74,8 +74,10 @@ def first_parents(root: Path, good: str, bad: str) -> list[str]:
     if good == bad:
         raise UsageError("GOOD and BAD are the same commit: there is nothing between them to search")
     if _git(root, "merge-base", "--is-ancestor", good, bad, check=False).returncode != 0:
+        swapped = _git(root, "merge-base", "--is-ancestor", bad, good, check=False).returncode == 0
         raise UsageError(f"GOOD ({describe(root, good)}) is not an ancestor of BAD ({describe(root, bad)}): "
-                         "name an older GOOD, or swap them")
+                         + ("BAD is GOOD's ancestor, swap them" if swapped else "they are on diverged branches; "
+                            "name as GOOD a commit both descend from (git merge-base GOOD BAD)"))
     line = _git(root, "rev-list", "--first-parent", "--reverse", bad, f"^{good}").stdout.split()
     # GOOD merged in from a side branch: BAD's first-parent line before that merge lacks GOOD's code, so it is not
     # between GOOD and BAD; the line starts at the merge
