@@ -291,6 +291,7 @@ def test_an_environment_in_use_is_kept_from_every_prune_and_shared_with_other_ru
         assert how.startswith("built") and folder.is_dir(), how
         done = subprocess.run(prune, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0 and folder.is_dir(), done.stdout + done.stderr
+        assert f"kept 1 in use by a run now (a comparison, or a build): {folder.name}" in done.stdout, done.stdout
         other = subprocess.run([sys.executable, "-c", BUILD_AT_ONCE, str(go), "0"], capture_output=True, text=True,
                                timeout=60)  # shared, not "building"
         assert other.returncode == 0 and other.stdout.split(" ", 1)[1].startswith(f"cached in {folder}"), other
@@ -298,7 +299,7 @@ def test_an_environment_in_use_is_kept_from_every_prune_and_shared_with_other_ru
         holder.kill()
         holder.wait()
     done = subprocess.run(prune, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0 and not folder.exists(), done.stdout + done.stderr
+    assert done.returncode == 0 and not folder.exists() and "in use" not in done.stdout, done.stdout + done.stderr
 
 
 KEY_OF = """

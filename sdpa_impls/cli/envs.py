@@ -49,10 +49,14 @@ def run(args: argparse.Namespace) -> int:
         return 0
     cache = open_cache(args.env_cache)
     older = MAX_AGE_DAYS if args.older_than is None else args.older_than
-    gone = prune(cache, older * 86400.0, now=time.time(), max_bytes=cap)
+    busy: list = []
+    gone = prune(cache, older * 86400.0, now=time.time(), max_bytes=cap, busy=busy)
     print(f"removed {len(gone)} environment(s), {fmt_bytes(sum(e.size for e in gone))}, from {cache}")
     for entry in gone:
         print(f"  {entry.folder.name}  {entry.spec or '(a build that did not finish)'}")
+    if busy:
+        print(f"kept {len(busy)} in use by a run now (a comparison, or a build): " +
+              ", ".join(e.folder.name for e in busy))
     return 0
 
 

@@ -219,11 +219,11 @@ def entries(cache: Path) -> list[Entry]:
 
 
 def prune(cache: Path, older_than_s: float, keep: Path | None = None, now: float | None = None,
-          max_bytes: int | None = None) -> list[Entry]:
+          max_bytes: int | None = None, busy: list[Entry] | None = None) -> list[Entry]:
     """Remove the entries last used more than `older_than_s` ago and the remains of dead builds older than an hour
     (or any age, with `older_than_s` 0); then, while the cache holds more than `max_bytes`, the least recently used
     of the others, except `keep` and those used in the last `RECENT_S`. Each under its lock and skipped while another
-    run holds it; the removed, least recently used first."""
+    run holds it (added to `busy`, where given); the removed, least recently used first."""
     now = time.time() if now is None else now
     removed = []
     remaining = []
@@ -236,6 +236,8 @@ def prune(cache: Path, older_than_s: float, keep: Path | None = None, now: float
             removed.append(entry)
         else:
             remaining.append(entry)
+            if busy is not None:
+                busy.append(entry)
     folders = {_key_of(e.folder.name) for e in remaining}
     for lock in cache.glob("*.lock") if cache.is_dir() else ():  # left by removed entries and failed builds
         if _ours(lock.name) and _key_of(lock.name) not in folders:
@@ -250,6 +252,8 @@ def prune(cache: Path, older_than_s: float, keep: Path | None = None, now: float
             if _remove(cache, entry):
                 removed.append(entry)
                 held -= entry.size
+            elif busy is not None and entry not in busy:
+                busy.append(entry)
     return removed
 
 
