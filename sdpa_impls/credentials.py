@@ -15,9 +15,9 @@ import re
 
 MASK = "****"
 # scheme://[user][:password]@ — the user part of a URL, up to the last @ before the host's first /; a password
-# may hold spaces (shell-escaped or quoted, as pip takes it): masking a little more is the safe side
-_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^\s/:]*)"
-                       r"(?::(?P<password>(?:\\.|[^/\n\r'\"\\])*))?@")
+# may hold a space (shell-escaped, or quoted, as pip takes it) where an @ follows in the same word
+_USERINFO = re.compile(r"(?P<scheme>(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^\s/:]*)"
+                       r"(?::(?P<password>(?:\\.|[^\s/\\]|[ \t](?=[^\s/]*@))*))?@")
 
 
 def _mask(match: re.Match) -> str:
@@ -26,7 +26,7 @@ def _mask(match: re.Match) -> str:
     return f"{match.group('scheme')}{MASK}@"
 
 
-_URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]*")
+_URL = re.compile(r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]*")
 
 
 def _mask_query(match: re.Match) -> str:
