@@ -4,8 +4,9 @@ environment's site-packages behind the new one's own, so it holds exactly this e
     build(folder, requirements, constraints, what) -> seconds   # made in `folder`; GateInputError with pip's lines
 
 pip runs in a process group of its own, killed with everything it started when the build stops (an error, Ctrl-C,
-a timeout) and, on Linux, when the process that started it dies (kill -9 of the run, or of a CI job's process
-group, which pip's own group is not in): a pip left alone would go on downloading gigabytes into the cache.
+a timeout) and, on Linux, pip itself when the process that started it dies (kill -9 of the run, or of a CI job's
+process group, which pip's own group is not in): a pip left alone would go on downloading gigabytes into the cache.
+What pip has started by then (a build backend's compiler) is not signalled and may finish its own step.
 """
 from __future__ import annotations
 
@@ -37,7 +38,15 @@ def _parent_death_signal() -> object:
         prctl = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
     except (OSError, AttributeError):
         prctl = None
-    return None if prctl is None else (lambda: prctl(PR_SET_PDEATHSIG, signal.SIGKILL))
+    if prctl is None:
+        return None
+    parent = os.getpid()
+
+    def arm() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # it died before the call: no signal will come
+            os._exit(1)
+    return arm
 
 
 def _pip(cmd: list[str], what: str) -> None:
@@ -54,6 +63,8 @@ def _pip(cmd: list[str], what: str) -> None:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+    if proc.returncode < 0:  # killed (the kernel's OOM killer, another user): its last line would be a progress bar
+        raise GateInputError(f"environment {what!r}: pip was killed by {signal.Signals(-proc.returncode).name}")
     if proc.returncode != 0:
         lines = [line.rstrip() for line in (err or out or "").splitlines() if line.strip()]
         errors = [line for line in lines if line.startswith("ERROR")]

@@ -13,13 +13,13 @@ Its key is a hash of what decides pip's result (continuous.envkey). A requiremen
 VCS reference without a commit or hash: `pkg @ git+URL@main`) keeps no key: its environment is built for the run in
 `scratch` and removed with it.
 
-A build happens in a unique folder beside the cache's entries, pip in its own process group (killed with the
-build, or with the process that started it), and becomes an entry only by a rename once its marker is written: a build that failed or was killed is
-never trusted, and its folder is removed by the next prune. Each entry records its last use; entries unused for
-`MAX_AGE_DAYS` are removed when a comparison builds (and by `sdpa-bench envs --prune`), and so are the least
-recently used ones while the cache holds more than `$SDPA_BENCH_ENV_CACHE_MAX_GB` (a torch environment is about
-5 GB; one used in the last `RECENT_S` counts as in use and stays). The cache must belong to
-the user and be writable by no one else: it holds interpreters that run, so it is not shared with other jobs.
+A build happens in a unique folder beside the cache's entries, pip in its own process group (killed with the build,
+or with the process that started it), and becomes an entry only by a rename once its marker is written: a build that
+failed or was killed is never trusted, and its folder is removed by the next prune. Each entry records its last use;
+entries unused for `MAX_AGE_DAYS` are removed when a comparison builds (and by `sdpa-bench envs --prune`), and so
+are the least recently used ones while the cache holds more than `$SDPA_BENCH_ENV_CACHE_MAX_GB` (a torch environment
+is about 5 GB; one used in the last `RECENT_S` counts as in use and stays). The cache must belong to the user and be
+writable by no one else: it holds interpreters that run, so it is not shared with other jobs.
 """
 from __future__ import annotations
 
@@ -223,7 +223,8 @@ def prune(cache: Path, older_than_s: float, keep: Path | None = None, now: float
     """Remove the entries last used more than `older_than_s` ago and the remains of dead builds older than an hour
     (or any age, with `older_than_s` 0); then, while the cache holds more than `max_bytes`, the least recently used
     of the others, except `keep` and those used in the last `RECENT_S`. Each under its lock and skipped while another
-    run holds it (added to `busy`, where given); the removed, least recently used first."""
+    run holds it (added to `busy`, where given; one with a file this user may not remove stays as a dead build's
+    remains); the removed, least recently used first."""
     now = time.time() if now is None else now
     removed = []
     remaining = []
@@ -232,11 +233,11 @@ def prune(cache: Path, older_than_s: float, keep: Path | None = None, now: float
         limit = min(older_than_s, 3600.0) if dead_build else older_than_s
         if entry.folder == keep or now - entry.last_use < limit:
             remaining.append(entry)
-        elif _remove(cache, entry):
+        elif (done := _remove(cache, entry)):
             removed.append(entry)
         else:
             remaining.append(entry)
-            if busy is not None:
+            if busy is not None and done is False:
                 busy.append(entry)
     folders = {_key_of(e.folder.name) for e in remaining}
     for lock in cache.glob("*.lock") if cache.is_dir() else ():  # left by removed entries and failed builds
@@ -249,10 +250,11 @@ def prune(cache: Path, older_than_s: float, keep: Path | None = None, now: float
                 break
             if entry.folder == keep or now - entry.last_use < RECENT_S:
                 continue
-            if _remove(cache, entry):
+            done = _remove(cache, entry)
+            if done:
                 removed.append(entry)
                 held -= entry.size
-            elif busy is not None and entry not in busy:
+            elif busy is not None and done is False and entry not in busy:
                 busy.append(entry)
     return removed
 
@@ -261,19 +263,27 @@ def _key_of(name: str) -> str:
     return name.removeprefix(BUILDING).split("-")[0].removesuffix(".lock")
 
 
-def _remove(cache: Path, entry: Entry | None, key: str | None = None) -> bool:
+def _remove(cache: Path, entry: Entry | None, key: str | None = None) -> bool | None:
     """Remove one entry (or, with `entry` None, nothing but `key`'s lock file) under its key's lock, and the lock
     file too once no folder of that key is left; False while another run holds the lock (a build, or a run that
-    found it) or the lock cannot be opened."""
+    found it) or the lock cannot be opened; None where something in it could not be removed. An environment leaves
+    its key's name first: what is left of it is a dead build's remains (listed, pruned again), never an entry."""
     key = key or _key_of(entry.folder.name)
     fd = try_hold(cache / f"{key}.lock")
     if fd is None:
         return False
     try:
-        if entry is not None:
-            shutil.rmtree(entry.folder, ignore_errors=True)
+        doomed = None if entry is None else entry.folder
+        if doomed is not None and not doomed.name.startswith(BUILDING):
+            doomed = cache / f"{BUILDING}{key}-{uuid.uuid4().hex[:8]}"
+            try:
+                os.rename(entry.folder, doomed)
+            except OSError:
+                return None
+        if doomed is not None:
+            shutil.rmtree(doomed, ignore_errors=True)
         if not any(p.is_dir() and _key_of(p.name) == key for p in cache.iterdir()):
             (cache / f"{key}.lock").unlink(missing_ok=True)  # while held: see envlock
-        return entry is None or not entry.folder.exists()  # a file in it this user may not remove: not removed
+        return None if doomed is not None and doomed.exists() else True  # a file this user may not remove: None
     finally:
         os.close(fd)

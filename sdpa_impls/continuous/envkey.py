@@ -9,7 +9,8 @@ file: URL; a -r or -c file also by what it names in turn, with pip's ${VAR}s exp
 by its address), the constraints, this interpreter and its base executable, the platform, this environment's
 packages, and pip's configuration: its PIP_* variables and the contents of its configuration files (global, XDG,
 user, the environment's, PIP_CONFIG_FILE), with the files their constraint and requirement settings name (by
-contents) and their find-links folders (by file names, sizes and times). A requirement fetched afresh each time
+contents) and their find-links folders (by file names and sizes), also as -f on the SPEC or in a -r file; a URL's
+password or token is masked first (a CI job's token is new each job). A requirement fetched afresh each time
 (a URL or VCS reference without a full commit or a hash) makes the SPEC unpinned: no key can stand for it.
 """
 from __future__ import annotations
@@ -26,6 +27,8 @@ from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 
+from ..credentials import redact
+from ..errors import UsageError
 from .envs import EnvSpec, is_path, requirement_lines, user_path
 
 SKIP_TOP = {"build", "dist", ".tox", ".venv", ".eggs"}  # a local package's build outputs, at its top only
@@ -36,6 +39,7 @@ URL = re.compile(r"[A-Za-z][\w+.-]*://\S+")
 HASHES = ("#sha256=", "#sha384=", "#sha512=")
 FILE_OPTIONS = {"-r", "--requirement", "-c", "--constraint", "-e", "--editable"}  # their value is a local file or
 NESTED_OPTIONS = {"-r", "--requirement", "-c", "--constraint"}  # a requirements file, read with what it names
+LINK_OPTIONS = {"-f", "--find-links"}  # a folder of wheels pip chooses among
 INPUT_SETTINGS = {"constraint", "requirement", "find-links"}  # pip settings (PIP_*, pip.conf) naming local inputs
 ENV_VAR = re.compile(r"\$\{([A-Z0-9_]+)\}")  # what pip expands in a requirements file
 SOURCE_OPTIONS = {"-i", "--index-url", "--extra-index-url", "-f", "--find-links", "--trusted-host"}  # ... a source
@@ -113,13 +117,16 @@ def pinned(spec: EnvSpec) -> bool:
 def _local(word: str, base: Path | None = None) -> Path | None:
     """`word` as the local file or folder pip reads: a path (relative ones against `base`, else the working
     folder), or a file: URL (`file:///x`, `file://localhost/x`); None for anything else or a path that is not there."""
-    if word.startswith("file:"):
-        parsed = urllib.parse.urlsplit(word)
-        path = Path(urllib.parse.unquote(parsed.path)) if parsed.netloc in ("", "localhost") else None
-    else:
-        path = user_path(word)
-        path = base / path if base is not None and not path.is_absolute() else path
-    return path if path is not None and path.exists() else None
+    try:
+        if word.startswith("file:"):
+            parsed = urllib.parse.urlsplit(word)
+            path = Path(urllib.parse.unquote(parsed.path)) if parsed.netloc in ("", "localhost") else None
+        else:
+            path = user_path(word)
+            path = base / path if base is not None and not path.is_absolute() else path
+        return path if path is not None and path.exists() else None
+    except (UsageError, OSError):  # ~nosuchuser, a folder this user may not read: pip says what is wrong with it
+        return None
 
 
 def _requirements_file(path: Path, seen: set[Path]) -> list[str]:
@@ -134,8 +141,8 @@ def _requirements_file(path: Path, seen: set[Path]) -> list[str]:
     except (OSError, UnicodeDecodeError):
         return out  # pip will say what is wrong with it
     text = ENV_VAR.sub(lambda m: os.environ.get(m.group(1), m.group(0)), text)
-    lines = requirement_lines(text)
-    out.append(hashlib.sha256("\n".join(lines).encode()).hexdigest())
+    lines = requirement_lines(text)  # a token pip expands (${CI_JOB_TOKEN}) is masked: a new one each job
+    out.append(hashlib.sha256(redact("\n".join(lines)).encode()).hexdigest())
     for line in lines:
         out += _fingerprint(line.split(), path.parent, seen)
     return out
@@ -150,19 +157,28 @@ def _fingerprint(words: Sequence[str], base: Path | None = None, seen: set[Path]
         url = _url(value) if option in ("", "-e", "--editable") else None
         target = url if url and url.startswith("file:") else value  # `pkg @ file:///...`: the file, as `file:///...`
         local = option in FILE_OPTIONS or (option == "" and is_path(value)) or target.startswith("file:")
+        if option in LINK_OPTIONS:  # a folder of wheels (on the SPEC or in a -r file): by its files
+            path = (base is not None and _local(value, base)) or _local(value)
+            out.append(f"{option} {redact(value)}" + (f"={_listing(path)}" if path else ""))
+            continue
         path = _local(target, base if option in NESTED_OPTIONS else None) if local else None
         if path is not None and option in NESTED_OPTIONS:
             out += [f"{option} {value}", *_requirements_file(path, seen)]
         else:
-            out.append(f"{option} {value}={_fingerprint_path(path)}" if path is not None else f"{option} {value}")
+            out.append(f"{option} {value}={_fingerprint_path(path)}" if path is not None else
+                       f"{option} {redact(value)}")  # a token in a URL is masked: a new one each CI job
     return out
 
 
 def _listing(path: Path) -> str:
-    """A --find-links folder by its files' names, sizes and times (a wheelhouse can hold gigabytes)."""
-    if not path.is_dir():
-        return _fingerprint_path(path)
-    return json.dumps(sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in path.iterdir() if f.is_file()))
+    """A --find-links folder by its files' names and sizes (a wheelhouse can hold gigabytes, and a checkout gives
+    its files new times); a single file by its contents."""
+    try:
+        if not path.is_dir():
+            return _fingerprint_path(path)
+        return json.dumps(sorted((f.name, f.stat().st_size) for f in path.iterdir() if f.is_file()))
+    except OSError as exc:
+        return f"{path}: unreadable ({exc.strerror or exc})"
 
 
 def _setting_inputs(setting: str, value: str) -> list[str]:
@@ -172,8 +188,11 @@ def _setting_inputs(setting: str, value: str) -> list[str]:
     out: list[str] = []
     for word in value.split() if setting in INPUT_SETTINGS else ():
         path = _local(word)
-        if path is not None:
-            out += _requirements_file(path, set()) if setting != "find-links" else [f"{path}:{_listing(path)}"]
+        try:
+            if path is not None:
+                out += _requirements_file(path, set()) if setting != "find-links" else [f"{path}:{_listing(path)}"]
+        except OSError as exc:  # pip will say what is wrong with it
+            out.append(f"{path}: unreadable ({exc.strerror or exc})")
     return out
 
 
@@ -181,8 +200,8 @@ def _pip_configuration() -> dict[str, str]:
     """What configures pip besides its arguments: its PIP_* variables and its configuration files' contents, and
     the files and folders their constraint, requirement and find-links settings name, by their contents."""
     conf = {k: v for k, v in os.environ.items() if k.startswith("PIP_")}
-    for name, value in list(conf.items()):
-        conf[name] = json.dumps([value, *_setting_inputs(name, value)])
+    for name, value in list(conf.items()):  # a token in an index URL is masked: a new one each CI job
+        conf[name] = json.dumps([redact(value), *_setting_inputs(name, value)])
     dirs = os.environ.get("XDG_CONFIG_DIRS", "/etc/xdg").split(os.pathsep)
     user = os.environ.get("XDG_CONFIG_HOME") or "~/.config"
     files = [*(f"{d}/pip/pip.conf" for d in dirs), *PIP_CONFIG_FILES, f"{user}/pip/pip.conf",
