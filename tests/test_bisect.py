@@ -34,6 +34,7 @@ from test_continuous import command, commit, git
 # one case, two runs a side, no adaptive rounds: a three-times slower kernel needs no more
 FAST = ["--preset", "smoke", "-k", "L128-E64-fp32-fwd", "--max-time", "0.05", "--rounds", "2",
         "--adaptive-budget", "0"]
+STEADY = [*FAST[:-1], "60"]  # where nothing changed: more rounds for a row two runs a side could not decide
 
 
 def bisect(repo: Path, *args: str) -> tuple[int, str, str]:
@@ -215,13 +216,41 @@ def test_a_row_searched_by_memory_says_its_time_is_not_searched() -> None:
     assert memory_notes([]) == []
 
 
+def test_endpoints_where_one_side_measured_none_of_the_rows_name_that_side() -> None:
+    """Every judged row on one side only (the time reference on both): GOOD failed or skipped them (only BAD has
+    them), or BAD did (only GOOD has them); a row whose test raised at BAD names BAD with its error."""
+    from sdpa_impls.continuous.comparison import Comparison
+    from sdpa_impls.continuous.steps import endpoint_failures
+    from sdpa_impls.continuous.verdict import Row, SideBySide
+    from sdpa_impls.gate.points import Point
+
+    def point(impl: str) -> Point:
+        return Point(impl, "c", 1e-3, (1e-3,) * 5, 1000, 0.0, 1e-3, name=f"x::test_sdpa[{impl}-c]")
+
+    def failures(*rows: Row) -> tuple[str, list[str]]:
+        both = Row("torch_sdpa", "c", (point("torch_sdpa"),), (point("torch_sdpa"),))
+        report = SideBySide((both, *rows), (), (), (), 1.25, 0.05)
+        return endpoint_failures(Comparison(report, "b", "h", "", (), (), {}), "g1 good", "b2 bad", "torch_sdpa")
+
+    error, notes = failures(Row("mine", "c", (point("mine"),), ()))
+    assert error.endswith("BAD b2 bad: measured none of the 1 benchmark(s) GOOD measured (first, mine[c]): it "
+                          "failed or skipped them there") and notes[0].startswith("measured at GOOD only (1"), notes
+    error, _ = failures(Row("mine", "c", (), (point("mine"),)))
+    assert "GOOD g1 good: measured none of the 1 benchmark(s) BAD measured (first, mine[c])" in error, error
+    error, notes = failures(Row("mine", "c", (point("mine"),), (), head_failed="RuntimeError: kernel crashed"))
+    assert error.endswith("BAD b2 bad: mine[c]: RuntimeError: kernel crashed") and len(notes) == 1, (error, notes)
+    assert failures(Row("mine", "c", (point("mine"),), (point("mine"),))) == ("", [])
+
+
 def test_a_range_with_nothing_planted_is_no_regression(history: dict, tmp_path: Path) -> None:
+    """GOOD against a commit with no change to the kernel: two runs a side alone left the row undecided on a busy
+    machine (an honest answer, but not this test's), so its endpoints get the adaptive rounds a CI run has."""
     answer = tmp_path / "answer.json"
     readme = history["repo"] / "README.md"  # an uncommitted edit: searched by nobody, and said so
     text = readme.read_text()
     readme.write_text(text + "\nan edit not yet committed\n")
     try:
-        code, out, err = bisect(history["repo"], history["good"], history["fixed"], *FAST, "--json", str(answer))
+        code, out, err = bisect(history["repo"], history["good"], history["fixed"], *STEADY, "--json", str(answer))
     finally:
         readme.write_text(text)
     found = json.loads(answer.read_text())
@@ -231,7 +260,7 @@ def test_a_range_with_nothing_planted_is_no_regression(history: dict, tmp_path: 
     assert "warning: the working tree has uncommitted changes (README.md)" in err
     assert any("which bisect does not measure" in note for note in found["notes"]), found["notes"]
     again = answer.with_name("again.json")  # resumed with the edit gone: that run's warning is not this one's note
-    code, out, err = bisect(history["repo"], history["good"], history["fixed"], *FAST, "--json", str(again),
+    code, out, err = bisect(history["repo"], history["good"], history["fixed"], *STEADY, "--json", str(again),
                             "--resume", str(answer))
     resumed = json.loads(again.read_text())
     assert code == 0 and resumed["answer"] == "no regression" and "uncommitted" not in err, out + err

@@ -132,7 +132,7 @@ class _Searcher(Resumable):
             comparison = compare(request, plan, self.project, lambda text: self.progress(f"  {tag}: {text}"))
         labels = self.labels or tuple(r.label for r in comparison.report.rows if r.decision is not None)
         rows = row_steps(comparison, labels, self.memory)
-        broken = broken_at_head(comparison, labels) if kind == SEARCH else []
+        broken = broken_at_head(comparison, labels, raised=True) if kind == SEARCH else []
         if broken:  # its kernel raised or answered wrong on a row under test: it does not run, so it is skipped
             raise SideError("head", f"head {names[1]}: {broken[0]}")
         floor = self.floor if self.labels else comparison.report.factor  # 0: memory rows only, no time floor

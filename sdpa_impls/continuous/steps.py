@@ -113,12 +113,13 @@ def row_steps(comparison: Comparison, labels: tuple[str, ...], memory: frozenset
     return tuple(out)
 
 
-def broken_at_head(comparison: Comparison, labels: tuple[str, ...] | None = None) -> list[str]:
-    """`label: why` for each row (of `labels`, else every one) that head could not time: its test failed there (an
-    error, a wrong answer), or its answer failed the correctness check."""
+def broken_at_head(comparison: Comparison, labels: tuple[str, ...] | None = None, raised: bool = False) -> list[str]:
+    """`label: why` for each row (of `labels`, else every one) whose test failed in head (an error, a wrong answer:
+    no time), or, unless `raised`, whose timed answer failed the correctness check."""
     out = []
     for row in comparison.report.rows:
-        why = row.head_failed or next((c.message for c in row.checks if c.kind == "correctness" and c.failed), "")
+        checked = "" if raised else next((c.message for c in row.checks if c.kind == "correctness" and c.failed), "")
+        why = row.head_failed or checked
         if why and (labels is None or row.label in labels):
             out.append(f"{row.label}: {why.strip().splitlines()[0][:200]}")
     return out
@@ -126,16 +127,19 @@ def broken_at_head(comparison: Comparison, labels: tuple[str, ...] | None = None
 
 def endpoint_failures(comparison: Comparison, good: str, bad: str, reference: str) -> tuple[str, list[str]]:
     """What keeps GOOD against BAD from answering "no regression": (the error, "" where nothing does; notes on the rows
-    not compared). A row BAD could not time (broken_at_head), or no row but the reference's measured at GOOD (it
-    failed or skipped them): "no regression" would hide a kernel that raises or answers wrong. A row only BAD
-    measured beside others that compared (a case new there) is a note."""
+    not compared). A row that failed at BAD (broken_at_head), or no row but the reference's measured on both sides
+    (one side failed or skipped them): "no regression" would hide a kernel that raises or answers wrong. A row one
+    side alone measured, beside others that compared (a case new there), is a note."""
     broken = broken_at_head(comparison)
     judged = [r for r in comparison.report.rows if r.impl != reference]
-    only_bad = [r.label for r in judged if r.head and not r.base]
-    notes = [f"BAD {bad} could not time {len(broken)} benchmark(s), not searched: {'; '.join(broken[:3])}"
+    only = {"BAD": [r.label for r in judged if r.head and not r.base],
+            "GOOD": [r.label for r in judged if r.base and not r.head and not r.head_failed]}
+    notes = [f"BAD {bad} failed {len(broken)} benchmark(s) (an error or a wrong answer): {'; '.join(broken[:3])}"
              + ("; ..." if len(broken) > 3 else "")] if broken else []
-    notes += [f"measured at BAD only ({len(only_bad)}: failed or skipped at GOOD {good}, or new), not compared: "
-              f"{', '.join(only_bad[:3])}" + (", ..." if len(only_bad) > 3 else "")] if only_bad else []
+    for side, other in (("BAD", f"GOOD {good}"), ("GOOD", f"BAD {bad}")):
+        if only[side]:
+            notes.append(f"measured at {side} only ({len(only[side])}: failed or skipped at {other}, or new), not "
+                         f"compared: {', '.join(only[side][:3])}" + (", ..." if len(only[side]) > 3 else ""))
     if reference and comparison.report.rows and not judged:
         return (f"only {reference} was measured, the time reference that every other implementation is timed "
                 "against and that is not judged itself: no row could be slower, so nothing was searched; choose "
@@ -144,9 +148,11 @@ def endpoint_failures(comparison: Comparison, good: str, bad: str, reference: st
     if broken:
         more = f" (and {len(broken) - 1} more)" if len(broken) > 1 else ""
         return f"{unusable}BAD {bad}: {broken[0]}{more}", notes
-    if judged and not any(r.base and r.head for r in judged):
-        return (f"{unusable}GOOD {good}: measured none of the {len(only_bad)} benchmark(s) BAD measured (first, "
-                f"{only_bad[0]}): it failed or skipped them there"), notes
+    if judged and not any(r.base and r.head for r in judged):  # each judged row on one side only
+        side, name, other = ("GOOD", good, "BAD") if only["BAD"] else ("BAD", bad, "GOOD")
+        missing = only[other]
+        return (f"{unusable}{side} {name}: measured none of the {len(missing)} benchmark(s) {other} measured "
+                f"(first, {missing[0]}): it failed or skipped them there"), notes
     return "", notes
 
 
