@@ -213,15 +213,18 @@ SUITE_FILE = "sdpa_impls/suite/test_sdpa.py"
 
 class _Tally:
     """The suite's points measured and skipped in this session (in xdist's controller too, from its workers'
-    reports). Where every one of them was skipped and nothing failed, the session exits 5, pytest's "nothing ran",
-    as `sdpa-bench run` exits 2: a CI job (`--sdpa-impl mine` on a runner where mine runs nowhere) that measured
-    nothing is not green. Not under --benchmark-skip, which asks for the skips."""
+    reports). Where every one of them was skipped, nothing failed and no other test ran, the session exits 5,
+    pytest's "nothing ran", as `sdpa-bench run` exits 2: a CI job (`--sdpa-impl mine` on a runner where mine runs
+    nowhere) that measured nothing is not green. Not under --benchmark-skip, which asks for the skips."""
 
     def __init__(self, config: pytest.Config) -> None:
-        self.config, self.measured, self.skipped, self.nothing = config, 0, 0, False
+        self.config, self.measured, self.skipped, self.others, self.nothing = config, 0, 0, 0, False
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if not str(report.location[0]).replace(os.sep, "/").endswith(SUITE_FILE) or hasattr(report, "wasxfail"):
+        if not str(report.location[0]).replace(os.sep, "/").endswith(SUITE_FILE):
+            self.others += report.when == "call"  # a session of other tests too: theirs is the exit status
+            return
+        if hasattr(report, "wasxfail"):
             return
         if report.skipped:
             self.skipped += 1
@@ -229,7 +232,7 @@ class _Tally:
             self.measured += 1
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        if self.skipped and not self.measured and session.exitstatus == pytest.ExitCode.OK and \
+        if self.skipped and not self.measured and not self.others and session.exitstatus == pytest.ExitCode.OK and \
                 not self.config.getoption("benchmark_skip", False):
             session.exitstatus, self.nothing = pytest.ExitCode.NO_TESTS_COLLECTED, True
 

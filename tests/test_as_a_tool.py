@@ -204,6 +204,9 @@ def test_the_suite_that_skipped_every_point_exits_5_as_run_exits_2(tool: dict, t
     said = done.stdout + done.stderr
     assert done.returncode == 5 and "5 skipped" in said, said
     assert "sdpa-bench: nothing was measured: all 5 of the suite's points were skipped here" in said, said
+    (tmp_path / "test_own.py").write_text("def test_own():\n    pass\n")  # beside a test of one's own: its status
+    mixed = run(tool, *SUITE, "test_own.py", "--sdpa-preset", "smoke", "--sdpa-impl", "cudnn_frontend", cwd=tmp_path)
+    assert mixed.returncode == 0 and "1 passed, 5 skipped" in mixed.stdout, mixed.stdout + mixed.stderr
     asked = run(tool, *named, "--benchmark-skip", cwd=tmp_path)
     assert asked.returncode == 0 and "5 skipped" in asked.stdout and "nothing was measured" not in asked.stdout, \
         asked.stdout + asked.stderr
