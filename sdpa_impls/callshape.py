@@ -3,10 +3,10 @@ at the caller's shape.
 
 torch multiplies q, k and v as batched matrices: every dim in front of (L, E) broadcasts, and q, k, v may have any
 rank from 2 up (rank 2 is (L, E), rank 3 (H, L, E), rank 5 (B, X, H, L, E), ...); the output has the largest rank
-and the broadcast shape. Here the dims in front of the heads become one batch dim (views where the layout allows),
-a size-1 batch or head dim is broadcast (expanded, not copied), with enable_gqa key and value heads of two counts
-are repeated (copied) to one, and heads that do not broadcast are left for `protocol.validate` to name. The mask follows the same batch dims; one that would enlarge the output is left as it
-is, and validate refuses it, as torch does.
+and the broadcast shape. Here the dims in front of the heads become one batch dim (views where the layout allows), a
+size-1 batch or head dim is broadcast (expanded, not copied), with enable_gqa key and value heads of two counts are
+repeated (copied) to one, and heads that do not broadcast are left for `protocol.validate` to name. The mask follows
+the same batch dims; one that would enlarge the output is left as it is, and validate refuses it, as torch does.
 
     to_bhle(query, key, value, attn_mask, enable_gqa, cast) -> Call(query, key, value, attn_mask, restore, given, ...)
     call.checked(check)                  # check(); its ValueError names the caller's shapes, not the (B, H, L, E)

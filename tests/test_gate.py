@@ -144,6 +144,15 @@ def test_an_unusable_input_leaves_no_earlier_verdict_behind(tmp_path: Path) -> N
     code, out, err = gate(tmp_path, "--candidate", "missing.json", "--json", "v.json", "--markdown", "v.md")
     assert code == 2 and "missing.json: no such file" in err, err
     assert not (tmp_path / "v.json").exists() and not (tmp_path / "v.md").exists()
+    kept = tmp_path / "notes.md"  # --markdown through a link: the link goes, not the file it names
+    kept.write_text("mine\n")
+    (tmp_path / "l.md").symlink_to(kept)
+    code, out, err = gate(tmp_path, "--candidate", "missing.json", "--markdown", "l.md")
+    assert code == 2 and kept.read_text() == "mine\n" and not (tmp_path / "l.md").is_symlink(), err
+    for name in ("a.json", "b.json"):  # two empty files are two unreadable runs, not one run given twice
+        (tmp_path / name).write_text("")
+    code, out, err = gate(tmp_path, "--baseline", "a.json", "--candidate", "b.json")
+    assert code == 2 and "same bytes" not in err and "(the file is empty)" in err, err
 
 
 def test_a_run_against_itself_or_another_preset_is_no_verdict(session: dict[str, Path], tmp_path: Path) -> None:

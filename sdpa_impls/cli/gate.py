@@ -64,11 +64,13 @@ def _same_preset(args: argparse.Namespace, runs: list, bases: list, allow_missin
 
 
 def _run_of(path: str) -> str:
-    """What makes two files one run: their bytes (a copy is the same run: its times, its date), else the path."""
+    """What makes two files one run: their bytes (a copy is the same run: its times, its date), else the path (an
+    empty file is no run: loading it says so)."""
     try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        data = Path(path).read_bytes()
     except OSError:
-        return os.path.realpath(path)
+        data = b""
+    return hashlib.sha256(data).hexdigest() if data.strip() else os.path.realpath(path)
 
 
 def given_once(candidates: list[str], baselines: list[str]) -> None:

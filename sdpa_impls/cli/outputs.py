@@ -153,9 +153,9 @@ def writable(outputs: dict[str, str | Path | None], inputs: dict[str, str | Path
             target.unlink()
         except OSError as exc:
             raise GateInputError(f"{path}: cannot write ({exc.strerror or exc})") from None
-    for target in seen if stale else ():
+    for path in (p for p in outputs.values() if p and stale):  # a link itself, not the file it names
         with contextlib.suppress(FileNotFoundError):
-            target.unlink()
+            Path(path).unlink()
 
 
 def config_file(path: str | None) -> None:

@@ -30,9 +30,10 @@ KEYWORD = re.compile(r"[\w:+\-.\[\]\\/]+")  # what a pytest -k identifier may ho
 
 @dataclass(frozen=True)
 class Adaptive:
-    """What the extra rounds did: the budget, the time they took, how many benchmarks each measured, why they
-    stopped ("decided": nothing left undecided; "budget": the next round would not fit; "rounds": as many rounds as
-    allowed; "failed": the verdict fails whatever they find; "none": no budget), and where the budget came from (`budget_from`, a phrase; "" unsaid)."""
+    """What the extra rounds did: the budget, the time they took, how many benchmarks each measured, why they stopped
+    ("decided": nothing left undecided; "budget": the next round would not fit; "rounds": as many rounds as allowed;
+    "failed": the verdict fails whatever they find; "none": no budget), and where the budget came from
+    (`budget_from`, a phrase; "" unsaid)."""
 
     budget_s: float
     spent_s: float

@@ -107,7 +107,8 @@ class TimeRule:
         head = f"median {fmt(cand.median_s)}"
         limit = f"baseline {fmt(base.median_s)} × {self.factor:.2f}"
         if ratio <= self.factor:
-            return Check("time", label, PASS, f"{head} <= {limit} (×{ratio:.3f})")
+            return Check("time", label, PASS, f"{head} <= {limit} (×{ratio:.3f})" if ratio >= 0.0095 else
+                         f"{head} <= {limit} (×{ratio:.2g})")
         p, note = slower_p(cand.samples, base.samples, self.alpha)
         if p is None:
             return Check("time", label, FAIL, f"{head} > {limit} ({note})")
