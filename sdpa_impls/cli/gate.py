@@ -15,11 +15,9 @@ comparison in gate.compare, the rendering in gate.render, the file reading in ga
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import sys
-from pathlib import Path
 
 from ..bench.machine import machine_differences
 from ..errors import GateInputError
@@ -63,32 +61,18 @@ def _same_preset(args: argparse.Namespace, runs: list, bases: list, allow_missin
                              "allow_missing = true to judge the cases they share)")
 
 
-def _run_of(path: str) -> str:
-    """What makes two files one run: their bytes (a copy is the same run: its times, its date), else the path (an
-    empty file is no run: loading it says so)."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError:
-        data = b""
-    return hashlib.sha256(data).hexdigest() if data.strip() else os.path.realpath(path)
-
-
 def given_once(candidates: list[str], baselines: list[str]) -> None:
-    """GateInputError naming the first run given twice (one file by its real path, or a byte-for-byte copy of it),
-    under one flag or under both."""
-    seen: dict[str, tuple[str, str]] = {}  # a run: the flag and real path it was first given as
+    """GateInputError naming the first file (by its real path) given twice, under one flag or under both."""
+    seen: dict[str, str] = {}
     for flag, path in [*(("--candidate", c) for c in candidates), *(("--baseline", b) for b in baselines)]:
-        run, real = _run_of(path), os.path.realpath(path)
-        if run not in seen:
-            seen[run] = (flag, real)
-            continue
-        first_flag, first = seen[run]
-        copy = "" if first == real else f" (the same bytes as {first})"
-        if first_flag == flag:  # one process read twice is no second run: the every-pair rule would count it once
-            raise GateInputError(f"{flag} {path}: given twice{copy}; each {flag} is a run of its own process")
-        # a run against itself passes whatever it holds, and beside other runs it hides their regression
-        raise GateInputError(f"{path}: given as both --baseline and --candidate{copy}; a run compared with itself "
-                             "says nothing about the change")
+        real = os.path.realpath(path)
+        if real not in seen:
+            seen[real] = flag
+        elif seen[real] == flag:  # one process read twice is no second run: the every-pair rule would count it once
+            raise GateInputError(f"{flag} {path}: given twice; each {flag} is a run of its own process")
+        else:  # a run against itself passes whatever it holds, and beside other runs it hides their regression
+            raise GateInputError(f"{path}: given as both --baseline and --candidate; a run compared with itself "
+                                 "says nothing about the change")
 
 
 def run(args: argparse.Namespace) -> int:
