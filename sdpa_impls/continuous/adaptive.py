@@ -102,9 +102,8 @@ def keyword(terms: Sequence[str]) -> str:
 def _settled(report: SideBySide) -> bool:
     """Whether the verdict fails whatever more rounds find: a head test failed (an error, a wrong answer) or an
     answer failed its check. A time or memory failure is not settled: more rounds of other rows move every q."""
-    checks = [*report.suite, *(c for r in report.rows for c in r.checks)]
-    return any(r.head_failed for r in report.rows) or any(c.failed and c.kind in ("correctness", "suite")
-                                                          for c in checks)
+    return any(r.broken for r in report.rows) or any(c.failed and c.kind in ("correctness", "suite")
+                                                     for c in report.suite)
 
 
 def extend(base_runs: Sequence[Sequence[Point]], head_runs: Sequence[Sequence[Point]], failed: Sequence[str],

@@ -118,8 +118,7 @@ def broken_at_head(comparison: Comparison, labels: tuple[str, ...] | None = None
     no time), or, unless `raised`, whose timed answer failed the correctness check."""
     out = []
     for row in comparison.report.rows:
-        checked = "" if raised else next((c.message for c in row.checks if c.kind == "correctness" and c.failed), "")
-        why = row.head_failed or checked
+        why = row.head_failed if raised else row.broken
         if why and (labels is None or row.label in labels):
             out.append(f"{row.label}: {why.strip().splitlines()[0][:200]}")
     return out

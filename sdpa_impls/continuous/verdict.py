@@ -116,9 +116,13 @@ class Row:
         return f"{self.impl}[{self.case_id}]"
 
     @property
-    def verdict(self) -> str:
-        if self.head_failed or any(c.failed for c in self.checks):  # a failed head test is counted once, as
-            return FAIL  # head's suite check, and shown on its row too
+    def broken(self) -> str:  # why head is broken here: its test failed, or its timed answer failed the check
+        return self.head_failed or next((c.message for c in self.checks if c.kind == "correctness" and c.failed), "")
+
+    @property
+    def verdict(self) -> str:  # a failed head test is counted once, as head's suite check, and shown on its row too
+        if self.head_failed or any(c.failed for c in self.checks):
+            return FAIL
         if not self.head:
             return "base only"
         if not self.base:
@@ -138,8 +142,7 @@ class SideBySide:
 
     @property
     def failures(self) -> list[Check]:
-        return [c for r in self.rows for c in r.checks if c.failed] + [c for c in (*self.ratios, *self.suite)
-                                                                      if c.failed]
+        return [c for c in (*(c for r in self.rows for c in r.checks), *self.ratios, *self.suite) if c.failed]
 
     @property
     def undecided(self) -> list[Row]:
