@@ -7,7 +7,8 @@ search over commits or releases would ask again at each step. The command line o
 In order: the leftovers of killed runs swept (continuous.revisions), a work folder of its own; both sides assembled
 (continuous.assemble: checked out, given their environments, installed, imported); where the sides can share a
 process (continuous.pairs: the CPU, one interpreter), a first round of a process a side that checks, then
-`plan.rounds` rounds of one process timing both in turn; else `plan.rounds` interleaved processes a side
+`plan.rounds` rounds of one process timing both in turn (none where head failed a test or answered wrong in the
+first: the verdict fails whatever they find); else `plan.rounds` interleaved processes a side
 (continuous.sides; which side first drawn from the seed: continuous.schedule); extra rounds for the benchmarks still
 undecided, within the adaptive budget, measured the same way (continuous.adaptive), judged by the gate's rules
 (continuous.verdict); the work folder and its worktrees removed, whatever happened.
@@ -24,16 +25,16 @@ from pathlib import Path
 from ..bench.grid import default_device
 from ..errors import GateInputError, UsageError
 from ..fmt import fmt_duration
-from .adaptive import Outcome, extend, keyword
+from .adaptive import Outcome, extend, keyword, settled
 from .assemble import Prepared, Request, assemble
 from .project import Project
 from .render import as_dict, render
 from .outcomes import clear_runs
 from .revisions import new_workdir, remove_checkout, sweep_stale
-from .pairs import PairUnavailable, paired_round, unpairable
+from .pairs import Pairing, unpairable
 from .schedule import Schedule
 from .sides import Side, interleaved, run_pair
-from .verdict import SideBySide
+from .verdict import SideBySide, judge
 
 ROUNDS, MAX_TIME, MIN_ROUNDS = 4, 0.1, 8  # per side: 4 processes of the ci preset fit CI's 5 minutes on 2 cores
 # seconds of extra rounds for undecided benchmarks, after the planned rounds: 75 keeps the ci preset's comparison within
@@ -178,12 +179,15 @@ def _measure(plan: Plan, sides: Prepared, schedule: Schedule, work: Path, progre
         progress(f"--keep-runs {plan.keep_runs}: removed the {earlier} run files of an earlier comparison")
     start = time.monotonic()
     why_not = unpairable(base, head, cpu) if plan.paired else "--separate-processes"
-    pairing = Pairing(base, head, schedule, runs, plan, progress, why_not)
+    pairing = Pairing(base, head, schedule, runs, plan, progress, why_not, MIN_ROUNDS)
     base_runs, head_runs, failed = interleaved(base, head, 1 if pairing.on else plan.rounds, args, cpu, runs,
                                                schedule, progress, plan.round_timeout,
                                                last=1 + plan.rounds if pairing.on else None)
     timed_from = time.monotonic()
-    if pairing.on:
+    if pairing.on and settled(judge(base_runs, head_runs, config, failed, 1)):  # minutes of CI saved
+        pairing.stopped = "head failed a test or answered wrong there, so the timed rounds were not run"
+        progress(f"round 1: {pairing.stopped} (the verdict fails whatever they would find)")
+    elif pairing.on:
         for i in range(plan.rounds):
             b, h, f = pairing.round([], str(i + 2), args)
             if not pairing.on:  # the first paired process failed: separate processes, as many rounds as planned
@@ -199,7 +203,7 @@ def _measure(plan: Plan, sides: Prepared, schedule: Schedule, work: Path, progre
             head_runs.append(h)
             failed += [x for x in f if x not in failed]
     planned_s = time.monotonic() - start
-    per_round = (time.monotonic() - timed_from) / plan.rounds if pairing.used else planned_s / plan.rounds
+    per_round = (time.monotonic() - timed_from) / plan.rounds if pairing.used else planned_s / len(base_runs)
 
     def extra(terms: list[str], index: int) -> tuple[list, list, list[str]]:
         try:
@@ -218,48 +222,6 @@ def _measure(plan: Plan, sides: Prepared, schedule: Schedule, work: Path, progre
                      progress=progress, max_rounds=plan.adaptive_rounds, paired_from=1 if pairing.used else None,
                      budget_from=why)
     return dataclasses.replace(outcome, pairing=pairing.note()), planned_s, len(base_runs)
-
-
-class Pairing:
-    """The rounds after the first, each one process timing both sides in turn (continuous.pairs), while the sides
-    can share one; `why_not` says why they cannot from the start. A paired process that fails turns the pairing off
-    when it was the first (the comparison goes on in separate processes), else measures that round in separate
-    processes."""
-
-    def __init__(self, base: Side, head: Side, schedule: Schedule, runs: Path, plan: Plan,
-                 progress: Callable[[str], None], why_not: str | None) -> None:
-        self.base, self.head, self.schedule, self.runs, self.plan, self.progress = base, head, schedule, runs, plan, \
-            progress
-        self.why_not, self.used, self.fallbacks = why_not, 0, []
-
-    @property
-    def on(self) -> bool:
-        return self.why_not is None
-
-    def round(self, names: list[str], tag: str, args: list[str]) -> tuple[list, list, list[str]]:
-        first = self.schedule.first()
-        try:
-            b, h = paired_round(self.base, self.head, (self.runs / "base-1.json", self.runs / "head-1.json"), names,
-                                first, self.runs, tag, self.plan.max_time, MIN_ROUNDS, self.plan.round_timeout,
-                                self.schedule.padding())
-        except PairUnavailable as exc:
-            if not self.used:
-                self.why_not = str(exc)
-            self.fallbacks.append(f"round {tag}: {exc}")
-            self.progress(f"round {tag}: not paired ({exc}); separate processes")
-            return run_pair(self.base, self.head, self.schedule, args, True, self.runs, tag, self.plan.round_timeout,
-                            self.progress, first=first)  # the side this round drew: one draw per round
-        self.used += 1
-        of = "" if tag.startswith("a") else f"/{1 + self.plan.rounds}"  # an adaptive round's number is its own
-        self.progress(f"round {tag}{of}: one process, base and head in turn ({first} first), {len(b)} benchmarks")
-        return b, h, []
-
-    def note(self) -> str:
-        if not self.used:
-            return f"rounds: each side in processes of its own ({self.why_not})."
-        text = (f"rounds: the first in separate processes (checks, memory, kernels); {self.used} more each one "
-                f"process timing base and head in turn, their times the ones compared")
-        return text + (f"; measured apart: {'; '.join(self.fallbacks)}." if self.fallbacks else ".")
 
 
 def _timing(setup_s: float, planned_s: float, rounds: int, adaptive_s: float, total_s: float) -> tuple[dict, str]:

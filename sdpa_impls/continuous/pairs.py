@@ -16,12 +16,13 @@ import json
 import os
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..gate.points import Point, load_points
 from .outcomes import last_line
-from .sides import Side, side_env
+from .schedule import Schedule
+from .sides import Side, run_pair, side_env
 
 PAIR_SCRIPT = Path(__file__).with_name("pair_process.py")
 
@@ -79,3 +80,48 @@ def paired_round(base: Side, head: Side, templates: tuple[Path, Path], names: Se
     if not points[0] or not points[1]:
         raise PairUnavailable(f"no benchmark could be prepared on both sides: {last_line(done.stderr)}")
     return points[0], points[1]
+
+
+class Pairing:
+    """The rounds after the first, each one process timing both sides in turn (continuous.pairs), while the sides
+    can share one; `why_not` says why they cannot from the start. A paired process that fails turns the pairing off
+    when it was the first (the comparison goes on in separate processes), else measures that round in separate
+    processes. `plan` is the comparison's Plan (rounds, max_time, round_timeout); `stopped` says why the rounds after
+    the first were not run, where they were not."""
+
+    def __init__(self, base: Side, head: Side, schedule: Schedule, runs: Path, plan, progress: Callable[[str], None],
+                 why_not: str | None, min_rounds: int) -> None:
+        self.base, self.head, self.schedule, self.runs, self.plan, self.progress = base, head, schedule, runs, plan, \
+            progress
+        self.why_not, self.min_rounds, self.used, self.fallbacks, self.stopped = why_not, min_rounds, 0, [], ""
+
+    @property
+    def on(self) -> bool:
+        return self.why_not is None
+
+    def round(self, names: list[str], tag: str, args: list[str]) -> tuple[list, list, list[str]]:
+        first = self.schedule.first()
+        try:
+            b, h = paired_round(self.base, self.head, (self.runs / "base-1.json", self.runs / "head-1.json"), names,
+                                first, self.runs, tag, self.plan.max_time, self.min_rounds, self.plan.round_timeout,
+                                self.schedule.padding())
+        except PairUnavailable as exc:
+            if not self.used:
+                self.why_not = str(exc)
+            self.fallbacks.append(f"round {tag}: {exc}")
+            self.progress(f"round {tag}: not paired ({exc}); separate processes")
+            return run_pair(self.base, self.head, self.schedule, args, True, self.runs, tag, self.plan.round_timeout,
+                            self.progress, first=first)  # the side this round drew: one draw per round
+        self.used += 1
+        of = "" if tag.startswith("a") else f"/{1 + self.plan.rounds}"  # an adaptive round's number is its own
+        self.progress(f"round {tag}{of}: one process, base and head in turn ({first} first), {len(b)} benchmarks")
+        return b, h, []
+
+    def note(self) -> str:
+        if self.stopped:
+            return f"rounds: the first only, in separate processes (checks, memory, kernels): {self.stopped}."
+        if not self.used:
+            return f"rounds: each side in processes of its own ({self.why_not})."
+        text = (f"rounds: the first in separate processes (checks, memory, kernels); {self.used} more each one "
+                f"process timing base and head in turn, their times the ones compared")
+        return text + (f"; measured apart: {'; '.join(self.fallbacks)}." if self.fallbacks else ".")
