@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import shlex
 import signal
 import subprocess
@@ -295,6 +296,16 @@ def test_unusable_input_is_one_message_and_exit_2(history: dict, args: list[str]
     code, out, err = bisect(history["repo"], *filled, *fast)
     assert code == 2 and message in err and "Traceback" not in err, out + err
     assert len([line for line in err.splitlines() if "error:" in line]) == 1, err
+
+
+def test_a_json_path_that_is_no_file_is_refused_and_left_as_it_was(history: dict, tmp_path: Path) -> None:
+    """The search so far replaces --json after every step (a new file renamed over it): over /dev/stdout, a link to
+    a descriptor, that replaced the link (as root, the system's). Such a path is refused first, and kept."""
+    pipe = tmp_path / "answer"
+    os.mkfifo(pipe)
+    code, out, err = bisect(history["repo"], history["good"], history["fixed"], "--json", str(pipe), "--max-time",
+                            "-1")
+    assert code == 2 and f"--json {pipe}: not a file (the search so far replaces it" in err and pipe.is_fifo(), err
 
 
 def wheels(root: Path, slow_from: str, versions: list[str]) -> Path:

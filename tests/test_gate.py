@@ -149,6 +149,9 @@ def test_an_unusable_input_leaves_no_earlier_verdict_behind(tmp_path: Path) -> N
     (tmp_path / "l.md").symlink_to(kept)
     code, out, err = gate(tmp_path, "--candidate", "missing.json", "--markdown", "l.md")
     assert code == 2 and kept.read_text() == "mine\n" and not (tmp_path / "l.md").is_symlink(), err
+    (tmp_path / "out.md").symlink_to(os.devnull)  # as /dev/stdout is a link to a descriptor: where answers go, kept
+    code, out, err = gate(tmp_path, "--candidate", "missing.json", "--markdown", "out.md")
+    assert code == 2 and os.readlink(tmp_path / "out.md") == os.devnull and Path(os.devnull).is_char_device(), err
     for name in ("a.json", "b.json"):  # two empty files are two unreadable runs, not one run given twice
         (tmp_path / name).write_text("")
     code, out, err = gate(tmp_path, "--baseline", "a.json", "--candidate", "b.json")

@@ -100,6 +100,9 @@ def run(args: argparse.Namespace) -> int:
         # before a search of many minutes, not after; an earlier answer is removed, so that a run that gives none
         # leaves none for a CI step to read as this one's, except the --resume file, which --json may go on writing
         resumed = args.json and args.resume and os.path.realpath(args.json) == os.path.realpath(args.resume)
+        if args.json and os.path.exists(args.json) and not os.path.isfile(args.json):
+            raise UsageError(f"--json {args.json}: not a file (the search so far replaces it after every step): "
+                             "give a file's path")
         writable({"--markdown": args.markdown, "--json": None if resumed else args.json},
                  {"--from": args.from_verdict, "--config": args.config, "--resume": args.resume}, stale=True)
         config_file(args.config)  # here, not once a side has read it

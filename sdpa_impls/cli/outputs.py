@@ -123,8 +123,9 @@ def writable(outputs: dict[str, str | Path | None], inputs: dict[str, str | Path
     """GateInputError now, before any measuring, where an output (`{"--json": path}`; None: not asked for) could not
     be written at the end (a folder; a folder that cannot be made or written in; a file system that takes no new
     file, such as /proc), is one of the `inputs` it would overwrite, or is another output's file too. `stale`: an
-    existing output (an earlier run's verdict) is removed once all are checked, so that a run that ends with no
-    answer (exit 2) leaves none for a CI step to read as this run's."""
+    existing output that is a file (an earlier run's verdict; a link to one loses the link, not the file) is removed
+    once all are checked, so that a run that ends with no answer (exit 2) leaves none for a CI step to read as this
+    run's; anything else, /dev/stdout or a pipe, is where the answer goes, and stays."""
     seen: dict[Path, str] = {}
     sources = {_same(path): flag for flag, path in (inputs or {}).items() if path}
     for flag, path in ((f, p) for f, p in outputs.items() if p):
@@ -153,9 +154,10 @@ def writable(outputs: dict[str, str | Path | None], inputs: dict[str, str | Path
             target.unlink()
         except OSError as exc:
             raise GateInputError(f"{path}: cannot write ({exc.strerror or exc})") from None
-    for path in (p for p in outputs.values() if p and stale):  # a link itself, not the file it names
-        with contextlib.suppress(FileNotFoundError):
-            Path(path).unlink()
+    for path in (Path(p) for p in outputs.values() if p and stale):
+        if path.is_file():  # a link itself, not the file it names; never /dev/stdout, a link to a descriptor
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
 
 
 def config_file(path: str | None) -> None:
