@@ -209,16 +209,43 @@ def _check_cuda(device: str) -> None:
 
 
 SUITE_FILE = "sdpa_impls/suite/test_sdpa.py"
+FAILED_POINT = "sdpa_bench_failed"  # a report's user property: a suite point that failed, and how
+SECTION = "sdpa_bench"  # the key of what the session adds to pytest-benchmark's JSON (gate.points reads it)
 
 
 class _Tally:
     """The suite's points measured and skipped in this session (in xdist's controller too, from its workers'
     reports). Where every one of them was skipped, nothing failed and no other test ran, the session exits 5,
     pytest's "nothing ran", as `sdpa-bench run` exits 2: a CI job (`--sdpa-impl mine` on a runner where mine runs
-    nowhere) that measured nothing is not green. Not under --benchmark-skip, which asks for the skips."""
+    nowhere) that measured nothing is not green. Not under --benchmark-skip, which asks for the skips.
+
+    It also adds to pytest-benchmark's JSON what the file alone would not show (`SECTION`): the suite's points that
+    failed or answered wrong (a failed test saves no benchmark), and whether the session stopped before the end
+    (Ctrl-C, -x), so that `sdpa-bench gate` reading the file fails the one and refuses the other, whatever the job's
+    exit status."""
 
     def __init__(self, config: pytest.Config) -> None:
         self.config, self.measured, self.skipped, self.others, self.nothing = config, 0, 0, 0, False
+        self.session: pytest.Session | None = None
+        self.failed: dict[tuple[str, str], dict] = {}
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.session = session
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):  # in the process that ran it
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        excinfo = call.excinfo
+        if SUITE_FIXTURE in params and excinfo is not None and not excinfo.errisinstance(
+                (pytest.skip.Exception, KeyboardInterrupt)):
+            exc, (impl, case_id) = excinfo.value, params[SUITE_FIXTURE]
+            wrong = type(exc).__name__ == "WrongResult"  # bench.check's, named here without importing torch
+            item.user_properties.append((FAILED_POINT, {
+                "impl": impl, "case": case_id, "status": "wrong" if wrong else "failed",
+                "max_error": getattr(exc, "error", None) if wrong else None,
+                "error_tolerance": getattr(exc, "tolerance", None) if wrong else None,
+                "message": (f"{type(exc).__name__}: {exc}".strip().splitlines() or [""])[0][:300]}))
+        yield
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if not str(report.location[0]).replace(os.sep, "/").endswith(SUITE_FILE):
@@ -226,10 +253,22 @@ class _Tally:
             return
         if hasattr(report, "wasxfail"):
             return
+        failed = next((v for k, v in report.user_properties if k == FAILED_POINT), None) if report.failed else None
+        if failed:  # xdist's workers' reports carry it too
+            self.failed.setdefault((failed["impl"], failed["case"]), failed)
         if report.skipped:
             self.skipped += 1
         elif report.when == "call" and report.passed:
             self.measured += 1
+
+    @pytest.hookimpl(optionalhook=True)  # pytest-benchmark's, when it saves a file (in its sessionfinish)
+    def pytest_benchmark_update_json(self, config: pytest.Config, benchmarks: list, output_json: dict) -> None:
+        if not getattr(config, _SUITE_SELECTED, False):
+            return
+        session = self.session
+        stopped = ("interrupted" if session and session.exitstatus == pytest.ExitCode.INTERRUPTED else
+                   str(session.shouldstop or session.shouldfail or "") if session else "")  # -x, --maxfail
+        output_json[SECTION] = {"stopped": stopped, "failed": list(self.failed.values())}
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self.skipped and not self.measured and not self.others and session.exitstatus == pytest.ExitCode.OK and \

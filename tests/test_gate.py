@@ -136,6 +136,65 @@ def test_an_interrupted_session_is_no_verdict(session: dict[str, Path], tmp_path
                                     "it are missing; run the suite to the end"], err
 
 
+# two implementations for one session each, registered by a conftest.py beside it: one answers wrong on the causal
+# case, the other stops the session there (Ctrl-C while the point is checked: after benchmarks saved, before its own)
+FAILING_IMPLS = """
+import os, signal
+import sdpa_impls
+from sdpa_impls.impls.naive import Naive
+
+
+@sdpa_impls.register
+class Wrongy(Naive):
+    name = "wrongy"
+
+    def forward(self, inp):
+        out = super().forward(inp)
+        return out * 1.1 if inp.is_causal else out
+
+
+@sdpa_impls.register
+class Stopper(Naive):
+    name = "stopper"
+
+    def forward(self, inp):
+        if inp.is_causal:
+            os.kill(os.getpid(), signal.SIGINT)
+        return super().forward(inp)
+"""
+
+
+def test_a_point_that_failed_or_a_session_that_stopped_is_read_from_the_file(tmp_path: Path) -> None:
+    """A point that answers wrong saves no benchmark, and nothing in pytest-benchmark's file said that a session
+    stopped between two benchmarks (Ctrl-C while a point was checked, -x): the gate passed both. The suite's plug-in
+    records them in the file: a wrong point fails with its error, a session that stopped early is no verdict."""
+    (tmp_path / "conftest.py").write_text(FAILING_IMPLS)
+
+    def session(impl: str, *more: str) -> subprocess.CompletedProcess:
+        (tmp_path / "s.json").unlink(missing_ok=True)
+        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--pyargs",
+                               "sdpa_impls.suite.test_sdpa", "--benchmark-only", "--sdpa-preset", "smoke",
+                               "--sdpa-impl", impl, "--benchmark-max-time", "0.01", "--benchmark-json", "s.json",
+                               "--benchmark-save-data", *more], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=300)
+
+    done = session("wrongy")
+    assert done.returncode == 1 and "1 failed, 4 passed" in done.stdout, done.stdout + done.stderr
+    (tmp_path / "w.json").write_bytes((tmp_path / "s.json").read_bytes())
+    code, out, err = gate(tmp_path, "--candidate", "w.json", "--json", "v.json")
+    failures = json.loads((tmp_path / "v.json").read_text())["failures"]
+    assert code == 1 and [(f["kind"], f["subject"][:12]) for f in failures] == [("correctness", "wrongy[L128-")], out
+    assert "causal" in failures[0]["subject"] and "status 'wrong', not 'ok': WrongResult: wrongy: max |error| of " \
+        "out vs fp64 is" in failures[0]["message"], failures
+    for impl, more, why in (("stopper", (), "(interrupted)"), ("wrongy", ("-x",), "(stopping after 1 failures; "
+                                                                                 "wrongy[L128-E64-bf16-causal-fwd]")):
+        done = session(impl, *more)
+        assert done.returncode in (1, 2) and (tmp_path / "s.json").is_file(), done.stdout + done.stderr
+        for args in (("--candidate", "s.json"), ("--baseline", "s.json", "--candidate", "w.json")):
+            code, out, err = gate(tmp_path, *args)
+            assert code == 2 and f"s.json: the pytest session that wrote it stopped before its end {why}" in err, err
+
+
 def test_an_unusable_input_leaves_no_earlier_verdict_behind(tmp_path: Path) -> None:
     """Exit 2 is no verdict: a --json or --markdown file of an earlier run in a kept workspace was left as it was
     (still FAIL, or PASS), for a CI step to read as this run's answer."""
@@ -191,7 +250,13 @@ def test_a_run_against_itself_or_another_preset_is_no_verdict(session: dict[str,
     ci = edited(session["both"], tmp_path / "ci.json", other_preset)
     code, out, err = gate(tmp_path, "--baseline", ci, "--candidate", session["both"])
     assert code == 2 and not out, out + err
-    assert f"{ci} ran the preset ci and {session['both']} smoke: their cases differ" in err, err
+    assert f"{session['both']} ran the preset smoke and {ci} ci: their cases differ" in err, err
+    smoke = tmp_path / "smoke.json"  # a further run of either tree, or candidates alone, named by its own file
+    smoke.write_text(session["both"].read_text())
+    for args in (("--candidate", session["both"], "--candidate", ci),
+                 ("--baseline", smoke, "--candidate", session["both"], "--candidate", ci)):
+        code, out, err = gate(tmp_path, *args)
+        assert code == 2 and f"{session['both']} ran the preset smoke and {ci} ci: their" in err, err
     code, out, err = gate(tmp_path, "--baseline", ci, "--candidate", session["both"], config="allow_missing = true\n")
     assert code == 0 and "PASS" in out, out + err
 

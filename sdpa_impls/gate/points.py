@@ -24,6 +24,7 @@ from ..bench.result import STATUSES
 from ..errors import GateInputError
 
 # what a ratio rule's `when` may test: the case's fields, and the device it ran on (cpu, cuda)
+SECTION = "sdpa_bench"  # what the suite's pytest plug-in adds to the file of the session (sdpa_bench_pytest)
 CASE_FIELDS = ("lq", "lk", "e", "ev", "dtype", "causal", "mode", "mask", "batch", "heads_q", "heads_kv", "device")
 
 
@@ -50,6 +51,7 @@ class Point:
     probe_s: tuple[float, ...] = field(default=(), compare=False)
     probe_work: str = field(default="", compare=False)  # what the probe timed (bench.probe.WORK)
     preset: str = field(default="", compare=False)  # the suite's preset that ran it ("" where not recorded)
+    reason: str = field(default="", compare=False)  # why a point that failed or answered wrong did (its error)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -185,14 +187,16 @@ def ceiling_fraction(tflops: object, gemm: object, ceilings: object) -> float | 
     return float(tflops) * 1e12 / float(ceilings[gemm])
 
 
-def load_points(path: str | Path, others: list[str] | None = None) -> tuple[dict, list[Point]]:
+def load_points(path: str | Path, others: list[str] | None = None, session: bool = False) -> tuple[dict, list[Point]]:
     """(machine, points) of a pytest-benchmark JSON file written by the sdpa-bench suite.
 
     With a list `others`, the file may also hold the benchmarks of other tests run in the same session: they are
     left out, and their names appended to it. Raises GateInputError when the file is missing, unreadable, not JSON
     (corrupt or truncated), not a pytest-benchmark file, was saved by a session stopped inside one of the suite's
     benchmarks, holds the same implementation × case twice, or (without `others`) holds a benchmark the suite did
-    not write.
+    not write. With `session`, also what the suite's plug-in recorded of the session (sdpa_bench_pytest, in files
+    of sdpa-bench since it did): a session stopped before its end (Ctrl-C, -x) is GateInputError too, and its
+    points that failed or answered wrong, which saved no benchmark, are points with that status.
     """
     path = Path(path)
     try:
@@ -226,6 +230,9 @@ def load_points(path: str | Path, others: list[str] | None = None) -> tuple[dict
         others += [_benchmark_name(b, i) for i, b in benchmarks if _is_other(b)]
         benchmarks = [(i, b) for i, b in benchmarks if not _is_other(b)]
     points = [_point_from_benchmark(b, i, str(path)) for i, b in benchmarks]
+    if session:  # a point that failed after pytest-benchmark kept its timing is the failure, not the time
+        failures = _session_failures(doc.get(SECTION), path)
+        points = [p for p in points if p.key not in {f.key for f in failures}] + failures
     seen: dict[tuple[str, str], str] = {}
     for p in points:
         if p.key in seen:
@@ -233,6 +240,30 @@ def load_points(path: str | Path, others: list[str] | None = None) -> tuple[dict
                                  "save one run per file")
         seen[p.key] = p.name
     return machine, points
+
+
+def _session_failures(section: object, path: Path) -> list[Point]:
+    """The points the session's record (sdpa_bench_pytest.SECTION) names as failed or wrong; GateInputError where
+    it says the session stopped early, or is not the record's shape. A file without one (older, or written
+    otherwise) has none."""
+    if section is None:
+        return []
+    failed = section.get("failed") if isinstance(section, dict) else None
+    if not isinstance(failed, list) or not all(isinstance(f, dict) and isinstance(f.get("impl"), str) and
+                                               isinstance(f.get("case"), str) and f.get("status") in ("wrong", "failed")
+                                               for f in failed):
+        raise GateInputError(f"{path}: {SECTION} should be an object with a list 'failed' of points (impl, case, "
+                             f"status 'wrong' or 'failed'), got {reprlib.repr(section)}")
+    if section.get("stopped"):
+        first = f"; {failed[0]['impl']}[{failed[0]['case']}] failed first" if failed else ""
+        raise GateInputError(f"{path}: the pytest session that wrote it stopped before its end "
+                             f"({reprlib.repr(section['stopped'])[1:-1]}{first}), so the benchmarks after it are "
+                             "missing; run the suite to the end")
+    where = f"{path}: {SECTION}.failed"
+    return [Point(impl=f["impl"], case_id=f["case"], median_s=None, status=f["status"],
+                  max_error=_not_negative(f.get("max_error"), "max_error", where),
+                  error_tolerance=_not_negative(f.get("error_tolerance"), "error_tolerance", where),
+                  name=f"test_sdpa[{f['impl']}-{f['case']}]", reason=str(f.get("message") or "")) for f in failed]
 
 
 def points_from_results(results: Iterable, ceilings: dict | None = None) -> list[Point]:

@@ -145,7 +145,8 @@ class MemoryRule:
 def correctness_check(point: Point) -> Check:
     """A wrong benchmark fails whatever its speed: status must be ok and max_error <= error_tolerance."""
     if point.status != "ok":
-        return Check("correctness", point.label, FAIL, f"status {point.status!r}, not 'ok'")
+        return Check("correctness", point.label, FAIL, f"status {point.status!r}, not 'ok'"
+                     + (f": {point.reason}" if point.reason else ""))
     if point.max_error is None or point.error_tolerance is None:
         return Check("correctness", point.label, NA, "no error vs fp64 recorded")
     if point.max_error <= point.error_tolerance:
