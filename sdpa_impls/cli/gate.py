@@ -50,14 +50,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _same_preset(args: argparse.Namespace, runs: list, bases: list, allow_missing: bool) -> None:
-    """GateInputError where the baseline and the candidate ran different presets of the suite (their cases differ,
-    and each case of one alone would read as a missing benchmark), unless allow_missing judges the shared ones."""
-    def presets(group: list) -> set[str]:
-        return {p.preset for _, points in group for p in points if p.preset}
-    base, cand = presets(bases), presets(runs)
-    if base and cand and base != cand and not allow_missing:
-        raise GateInputError(f"{args.baseline[0]} ran the preset {', '.join(sorted(base))} and {args.candidate[0]} "
-                             f"{', '.join(sorted(cand))}: their cases differ; compare runs of one preset (or set "
+    """GateInputError naming the first two files given (candidates first) that ran different presets of the suite
+    (their cases differ, and each case of one alone would read as a missing benchmark, or go unjudged in a further
+    run of the same tree), unless allow_missing judges the shared ones."""
+    files = [(path, {p.preset for p in points if p.preset})
+             for path, (_, points) in zip([*args.candidate, *(args.baseline or ())], [*runs, *bases])]
+    files = [(path, presets) for path, presets in files if presets]
+    other = next(((path, presets) for path, presets in files[1:] if presets != files[0][1]), None)
+    if other is not None and not allow_missing:
+        (first, theirs), (path, presets) = files[0], other
+        raise GateInputError(f"{first} ran the preset {', '.join(sorted(theirs))} and {path} "
+                             f"{', '.join(sorted(presets))}: their cases differ; compare runs of one preset (or set "
                              "allow_missing = true to judge the cases they share)")
 
 
@@ -87,9 +90,9 @@ def run(args: argparse.Namespace) -> int:
         if missing:  # every one named at once, not one a try
             raise GateInputError(f"{', '.join(missing)}: no such file{'s' if len(missing) > 1 else ''}")
         others: dict[str, list[str]] = {str(path): [] for path in [*args.candidate, *(args.baseline or ())]}
-        runs = [load_points(path, others[str(path)]) for path in args.candidate]
+        runs = [load_points(path, others[str(path)], session=True) for path in args.candidate]
         cand_machine, candidate = runs[0]
-        bases = [load_points(path, others[str(path)]) for path in args.baseline or ()]
+        bases = [load_points(path, others[str(path)], session=True) for path in args.baseline or ()]
         for path, (_, points) in zip(args.candidate + (args.baseline or []), runs + bases):
             if not points and others[str(path)]:
                 raise GateInputError(f"{path}: nothing comparable, none of its {len(others[str(path)])} benchmarks "
