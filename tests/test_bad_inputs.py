@@ -6,6 +6,7 @@ import contextlib
 import io
 import json
 import os
+import math
 import re
 import shutil
 import subprocess
@@ -96,7 +97,9 @@ def test_a_results_file_with_a_wrong_type_is_named_as_corrupt(sweep, tmp_path, m
              ("case", "L99", "results[0] should be an object"),
              ("status", "weird", "results[0].status should be one of ok, skipped"),
              ("median_s", -1.0, "results[0].median_s should be finite and >= 0, got -1.0"),
-             ("samples", [1e-3, -2.0], "results[0].samples should be finite and >= 0"))
+             ("samples", [1e-3, -2.0], "results[0].samples should be finite and >= 0"),
+             ("max_error", -1.0, "results[0].max_error should be >= 0"),  # each read as a pass by `compare`
+             ("error_tolerance", math.inf, "results[0].error_tolerance should be finite and >= 0"))
     for n, (field, value, named) in enumerate(edits):
         bad = tmp_path / f"{field}-{n}"
         shutil.copytree(sweep, bad)
@@ -154,6 +157,20 @@ def test_a_resume_of_hand_edited_timing_options_is_refused_as_corrupt(sweep, edi
     code, err = said(["run", "--resume", "--out", str(bad), "--no-plots"], tmp_path, monkeypatch)
     assert code == 2 and f"{bad / 'results.json'} has a malformed entry" in err and named in err, err
     assert len(err.strip().splitlines()) == 1 and (bad / "results.json").read_bytes() == before, err
+
+
+def test_a_sweep_whose_meta_names_no_shard_resumes(sweep, tmp_path, monkeypatch) -> None:
+    """meta.shard is not required of a results file (report, compare and merge read one without it): a resume of
+    one failed on it, "KeyError: 'shard'", as an error nobody foresaw."""
+    old = tmp_path / "old"
+    shutil.copytree(sweep, old)
+    doc = json.loads((old / "results.json").read_text())
+    assert doc["meta"].pop("shard", "absent") is None and doc["meta"].pop("finished")
+    doc["results"] = doc["results"][:-1]  # the last point to measure again
+    (old / "results.json").write_text(json.dumps(doc))
+    code, err = said(["run", "--resume", "--out", str(old), "--no-plots"], tmp_path, monkeypatch)
+    whole = json.loads((sweep / "results.json").read_text())["results"]
+    assert code == 0 and len(json.loads((old / "results.json").read_text())["results"]) == len(whole), err
 
 
 def test_a_table_may_not_set_an_option_twice_leave_it_empty_or_decide_overwrite(tmp_path, monkeypatch) -> None:

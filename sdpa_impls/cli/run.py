@@ -245,7 +245,7 @@ def _sweep(args: argparse.Namespace, device: str, preset: str, impls: list[str] 
     if said:
         progress.note(said)
     before = len(sweep.results)  # the points of earlier sessions: the closing line counts this session's
-    progress.note(f"sweep: preset {meta['preset']}{' shard ' + meta['shard'] if meta['shard'] else ''}, "
+    progress.note(f"sweep: preset {meta['preset']}{' shard ' + str(meta['shard']) if meta.get('shard') else ''}, "
                   f"{len(meta['case_ids'])} cases × {len(meta['impls'])} implementations on "
                   f"{meta['machine']['device_name']}; saving to {out / store.RESULTS_FILE}"
                   + (f" (the sweep it replaces is kept in {aside} until this one measures a point and finishes)"

@@ -36,6 +36,9 @@ def result_from(d: object, i: int) -> Result:
         values = d.get(name) if isinstance(d.get(name), list) else [d.get(name)]
         if not all(v is None or 0 <= v < math.inf for v in values):
             raise ValueError(f"results[{i}].{name} should be finite and >= 0, got {d[name]!r}")
+    error = d.get("max_error")  # NaN or inf where the answer held them (a wrong point), never below 0
+    if _number(error) and error < 0:
+        raise ValueError(f"results[{i}].max_error should be >= 0 (NaN where the answer held NaN), got {error!r}")
     if d.get("status") not in STATUSES:
         raise ValueError(f"results[{i}].status should be one of {', '.join(STATUSES)}, got {d.get('status')!r}")
     return Result.from_dict({k: v for k, v in d.items() if k in RESULT_FIELDS})
@@ -46,7 +49,7 @@ def _number(v: object) -> bool:
 
 
 MEASURES = ("median_s", "iqr_s", "samples", "tflops", "gbps", "peak_memory_bytes", "device_time_s", "device_iqr_s",
-            "device_samples")
+            "device_samples", "error_tolerance")
 
 
 def _session(x: object) -> bool:
