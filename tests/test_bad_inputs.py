@@ -58,6 +58,9 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (["merge", "", "a", "b"], "an empty argument ('')"),
     (["envs", "--env-cache", ""], "--env-cache: an empty value"),
     (["quickstart", "--dest", "", "--name", "x"], "--dest: an empty value"),
+    (["quickstart", "--name", "torch"], "a package named 'torch' is installed here already ("),  # pip would replace
+    (["quickstart", "--name", "sdpa-bench"], "a package named 'sdpa-bench' is installed here already ("),
+    (["quickstart", "--name", "json"], "'json' is a module Python imports already ("),  # one would shadow the other
     (["run", "--seed", "-1"], "--seed: should be from 0 to 2**63 - 1, got -1"),
     (["continuous", "HEAD~1", "--env-cache", "/etc/passwd"], "--env-cache /etc/passwd: is a file, not a folder"),
     (["bisect", "HEAD~1", "--env-cache", "/etc/passwd"], "--env-cache /etc/passwd: is a file, not a folder"),

@@ -10,6 +10,7 @@ template file ends in `.tmpl`, so no tool takes the template for a part of sdpa-
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import keyword
 import re
@@ -46,7 +47,8 @@ TEMPLATE_NAMES = Names("my-attention", "my_attention", "MyAttention")
 
 def names_for(text: str) -> Names:
     """The names of a plug-in called `text` ("Flash Mine" -> flash-mine, flash_mine, FlashMine); UsageError for a
-    name that is no Python identifier once normalized, or that a built-in implementation has."""
+    name that is no Python identifier once normalized, that an implementation has, or that an installed package or
+    an importable module has (its install would replace the one, its import shadow the other)."""
     from ..registry import names
 
     ident = re.sub(r"\W+", "_", text.strip().lower()).strip("_")
@@ -55,7 +57,22 @@ def names_for(text: str) -> Names:
                          "not start with a digit")
     if ident in names():
         raise UsageError(f"an implementation named {ident!r} exists already (sdpa-bench list): give --name another")
-    return Names(ident.replace("_", "-"), ident, "".join(part.capitalize() for part in ident.split("_")))
+    dist = ident.replace("_", "-")
+    try:  # its next step, `pip install -e .`, would replace that package (a library the kernel wraps, torch)
+        installed = metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        installed = None
+    if installed is not None:
+        raise UsageError(f"a package named {dist!r} is installed here already ({installed}): installing the plug-in "
+                         "would replace it; give --name another")
+    try:
+        spec = importlib.util.find_spec(ident)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None:  # a module of Python's, or one on the path: one of the two would shadow the other
+        raise UsageError(f"{ident!r} is a module Python imports already ({spec.origin or 'a namespace package'}): "
+                         "a plug-in package of that name would shadow it or be shadowed; give --name another")
+    return Names(dist, ident, "".join(part.capitalize() for part in ident.split("_")))
 
 
 def _without_credentials(url: str) -> str:
