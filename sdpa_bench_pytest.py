@@ -107,12 +107,25 @@ def selected_impls(config: pytest.Config) -> list[str]:
     from sdpa_impls.bench.result import SPEED_BASELINE
     from sdpa_impls.registry import loaded
 
-    named = [n.strip() for given in config.getoption("sdpa_impl") or () for n in given.split(",") if n.strip()]
+    named = [n.strip() for given in _impls_given(config) for n in given.split(",") if n.strip()]
     wanted = named or sdpa_impls.names()
     for name in named or ():  # an unknown name fails the run with the list of known ones, and so does a plug-in
         loaded(name)  # named on purpose that does not load (unnamed, its points skip, saying why)
     # the speed baseline runs first in each case, so the others can report a speedup against it
     return sorted(dict.fromkeys(wanted), key=lambda n: n != SPEED_BASELINE)
+
+
+def _impls_given(config: pytest.Config) -> list[str]:
+    """--sdpa-impl's values: the command line's where it names any, else those of addopts (the ini file's, then
+    $PYTEST_ADDOPTS), which pytest puts before it: a default set there is replaced, as `run --impl` replaces
+    [tool.sdpa_bench.run]'s, not added to."""
+    args, typed = [str(a) for a in config.invocation_params.args], []
+    for i, arg in enumerate(args):
+        if arg.startswith("--sdpa-impl="):
+            typed.append(arg.partition("=")[2])
+        elif arg == "--sdpa-impl" and i + 1 < len(args):
+            typed.append(args[i + 1])
+    return typed or list(config.getoption("sdpa_impl") or ())
 
 
 def _cuda_events(config: pytest.Config, device: str) -> bool:

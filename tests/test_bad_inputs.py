@@ -300,6 +300,25 @@ class WritesUnseen(sdpa_impls.Implementation):
 """
 
 
+def test_the_pytest_suites_implementations_on_the_command_line_replace_those_of_addopts(tmp_path) -> None:
+    """--sdpa-impl in addopts is a default (docs/reference/configuration.md): the command line's replaced nothing and
+    was added to it, so no session could narrow it."""
+    (tmp_path / "pyproject.toml").write_text('[tool.pytest.ini_options]\naddopts = "--sdpa-preset smoke '
+                                             '--sdpa-impl naive"\n')
+
+    def collected(*args: str, addopts: str = "") -> set[str]:
+        done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                               "--pyargs", "sdpa_impls.suite.test_sdpa", *args], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=120, env=os.environ | {"PYTEST_ADDOPTS": addopts})
+        assert done.returncode == 0, done.stdout + done.stderr
+        return {line.split("[")[1].split("-")[0] for line in done.stdout.splitlines() if "test_sdpa[" in line}
+
+    assert collected("--sdpa-impl", "fused") == {"fused"}
+    assert collected("--sdpa-impl=chunked", "--sdpa-impl", "fused", addopts="--sdpa-impl torch_sdpa") == \
+        {"chunked", "fused"}
+    assert collected(addopts="--sdpa-impl torch_sdpa") == {"naive", "torch_sdpa"}  # defaults both, as given
+
+
 def test_the_pytest_suite_fails_the_point_that_writes_its_inputs_not_the_next(tmp_path) -> None:
     """The suite's case inputs are shared by the case's implementations: one that wrote into them unseen passed, and
     naive after it failed as wrong. Now its own test fails, naming what it did, and naive's passes."""
