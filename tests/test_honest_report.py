@@ -140,6 +140,10 @@ def test_compare_says_which_rows_had_their_time_judged(tmp_path) -> None:
     assert rows[f"naive[{ctx.case.id}]"].rstrip().endswith(" pass")
     other = render_verdict(compare_points(points, points, config, here, {**here, "cpu": "another CPU"}))
     assert other.count("pass, time not compared") == 2 and "absolute time rules refused" in other
+    untimed = [replace(p, median_s=None, samples=()) if p.impl == "naive" else p for p in points]
+    rows = {line.split()[0]: line for line in render_verdict(compare_points(points, untimed, config, here, here))
+            .splitlines() if "[L64-E32-fp32-fwd]" in line}  # naive's time is missing: not called the reference
+    assert rows[f"naive[{ctx.case.id}]"].rstrip().endswith("pass, time not compared"), rows
 
 
 PLUGIN_CODE = '''

@@ -42,7 +42,9 @@ def _verdict_cell(row: Comparison) -> str:
     time = next((c for c in row.checks if c.kind == "time"), None)
     if row.verdict != PASS or time is None or time.status not in (REFUSED, NA):
         return row.verdict
-    return "pass, time not compared" if time.status == REFUSED else "pass, time is the reference"
+    if time.status == REFUSED or not time.message.startswith("the time reference"):
+        return "pass, time not compared"  # other machines, or no median time recorded on a side
+    return "pass, time is the reference"
 
 
 def rules_and_failures(ratios: Sequence[Check], failures: Sequence[Check], markdown: bool,
