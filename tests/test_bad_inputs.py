@@ -162,6 +162,18 @@ def test_a_resume_of_hand_edited_timing_options_is_refused_as_corrupt(sweep, edi
     assert len(err.strip().splitlines()) == 1 and (bad / "results.json").read_bytes() == before, err
 
 
+def test_a_file_nested_deeper_than_python_reads_is_named(tmp_path, monkeypatch) -> None:
+    """json.loads raises RecursionError, not a JSONDecodeError, on a document nested 100000 deep: it was an error
+    nobody foresaw, naming no file."""
+    (tmp_path / "deep").mkdir()
+    for path in (tmp_path / "deep.json", tmp_path / "deep" / "results.json"):
+        path.write_text("[" * 100000 + "]" * 100000)
+    code, err = said(["gate", "--candidate", "deep.json"], tmp_path, monkeypatch)
+    assert code == 2 and "deep.json: not a pytest-benchmark JSON file (nested deeper than" in err, err
+    code, err = said(["report", "deep"], tmp_path, monkeypatch)
+    assert code == 2 and "results.json is not valid JSON (nested deeper than Python reads)" in err, err
+
+
 def test_a_sweep_whose_meta_names_no_shard_resumes(sweep, tmp_path, monkeypatch) -> None:
     """meta.shard is not required of a results file (report, compare and merge read one without it): a resume of
     one failed on it, "KeyError: 'shard'", as an error nobody foresaw."""

@@ -210,6 +210,8 @@ def load_points(path: str | Path, others: list[str] | None = None, session: bool
     except json.JSONDecodeError as exc:
         hint = "the file is empty" if not text.strip() else f"{exc.msg} at line {exc.lineno} column {exc.colno}"
         raise GateInputError(f"{path}: not valid JSON, truncated or corrupt ({hint})") from None
+    except RecursionError:
+        raise GateInputError(f"{path}: not a pytest-benchmark JSON file (nested deeper than Python reads)") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("benchmarks"), list):
         hint = ("; it is a `run`'s results: compare two of those with `sdpa-bench compare DIR_A DIR_B`"
                 if isinstance(doc, dict) and doc.get("format") == "sdpa-bench-results" else "")

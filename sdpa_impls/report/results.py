@@ -98,9 +98,10 @@ def load(directory: Path) -> Sweep:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"cannot read {path}: {exc}") from None
-    except ValueError as exc:
-        raise UsageError(f"{path} is not valid JSON ({exc}); it is corrupt: move it away (for `run`, or choose "
-                         "another --out)")
+    except (ValueError, RecursionError) as exc:
+        why = exc if isinstance(exc, ValueError) else "nested deeper than Python reads"
+        raise UsageError(f"{path} is not valid JSON ({why}); it is corrupt: move it away (for `run`, or choose "
+                         "another --out)") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise UsageError(f"{path} is not an sdpa-bench results file (no \"format\": \"{FORMAT}\")")
     if doc.get("version") != VERSION:
