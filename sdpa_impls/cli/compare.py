@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from ..bench.machine import sweep_machine
@@ -13,6 +14,8 @@ from ..gate.config import load_config
 from ..gate.points import Point, points_from_results
 from ..gate.render import render_verdict
 from ..report import results as store
+from ..report.tables import SweepTable
+from ..report.writer_lock import writer
 from .outputs import check_time_reference, writable
 
 
@@ -28,10 +31,46 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def measured_points(sweep: store.Sweep) -> tuple[dict, list[Point]]:
-    """(machine, gate points) of a saved sweep; skipped points are not measurements and are left out. A sweep
-    merged from shards of several machines has a machine unlike any one (`sweep_machine`)."""
-    return sweep_machine(sweep.meta)[0], points_from_results((r for r in sweep.results if r.status != "skipped"),
-                                                             sweep.meta.get("ceilings"))
+    """(machine, gate points) of a saved sweep; skipped points are not measurements and are left out. Each keeps its
+    reason (what a failed point raised, how wrong a wrong one was), which the checks then say. A sweep merged from
+    shards of several machines has a machine unlike any one (`sweep_machine`)."""
+    measured = [r for r in sweep.results if r.status != "skipped"]
+    points = points_from_results(measured, sweep.meta.get("ceilings"))  # one point per result, in order
+    return sweep_machine(sweep.meta)[0], [replace(p, reason=r.reason) for p, r in zip(points, measured)]
+
+
+def shared_cases(dir_a: Path, dir_b: Path, sweep_a: store.Sweep, sweep_b: store.Sweep) -> tuple[set[str] | None, str]:
+    """(the case ids both sweeps planned, a note naming both presets) where they ran different presets, whose cases
+    one alone has are no missing points; (None, "") for sweeps of one preset. UsageError where they share no case."""
+    presets = [s.meta.get("preset") for s in (sweep_a, sweep_b)]
+    if None in presets or presets[0] == presets[1]:
+        return None, ""
+    ids_a, ids_b = ({*(s.meta.get("case_ids") or ()), *(r.case.id for r in s.results)} for s in (sweep_a, sweep_b))
+    shared = ids_a & ids_b
+    if not shared:
+        raise UsageError(f"{dir_a} vs {dir_b}: nothing comparable: they ran different presets ({presets[0]} and "
+                         f"{presets[1]}) and share no case")
+    alone = [f"{len(ids - shared)} of {preset}'s" for ids, preset in ((ids_a, presets[0]), (ids_b, presets[1]))
+             if ids - shared]
+    return shared, (f"A and B ran different presets (A, {dir_a}: {presets[0]}; B, {dir_b}: {presets[1]}): only the "
+                    f"{len(shared)} case(s) they share are compared" + (
+                        f"; the case(s) one alone has ({' and '.join(alone)}) are left out, not missing" if alone
+                        else "") + ".")
+
+
+def busy_note(sides: dict[str, tuple[store.Sweep, list[Point]]]) -> str:
+    """A note where points compared were measured while other processes kept busy CPUs that torch's threads needed,
+    by the report's own mark (`busy` in report.md's tables: `SweepTable.busy`); "" where none was."""
+    counts = []
+    for side, (sweep, points) in sides.items():
+        layout, keys = SweepTable(sweep), {p.key for p in points}
+        timed = [r for r in layout.results if r.status == "ok" and (r.impl, r.case.id) in keys]
+        counts.append((side, sum(layout.busy(r) for r in timed), len(timed)))
+    if not any(busy for _, busy, _ in counts):
+        return ""
+    return ("busy CPUs: " + ", ".join(f"{side} {busy} of {timed}" for side, busy, timed in counts) + " timed points "
+            "were measured while other processes kept busy CPUs that torch's threads needed (marked `busy` in each "
+            "sweep's report): their times are slowed and scattered, so read a time verdict on them with care.")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -39,21 +78,30 @@ def run(args: argparse.Namespace) -> int:
 
     `compare` informs; `sdpa-bench gate` is the command that fails a change.
     """
-    writable({"--markdown": args.markdown},  # before the table is printed, not after
-             {"DIR_A's results": args.dir_a / store.RESULTS_FILE, "DIR_B's results": args.dir_b / store.RESULTS_FILE,
-              "--config": args.config})
+    writable({"--markdown": args.markdown},  # before the table is printed, not after; an earlier one goes now, so
+             {"DIR_A's results": args.dir_a / store.RESULTS_FILE,  # that an exit 2 leaves none to read as this one's
+              "DIR_B's results": args.dir_b / store.RESULTS_FILE, "--config": args.config}, stale=True)
     if os.path.realpath(args.dir_a) == os.path.realpath(args.dir_b):  # a sweep against itself: every row the same, a pass
         raise UsageError(f"{args.dir_a} and {args.dir_b} are one sweep: compare it with another")
     sweeps = {directory: store.load(directory) for directory in (args.dir_a, args.dir_b)}
     machine_a, a = measured_points(sweeps[args.dir_a])
     machine_b, b = measured_points(sweeps[args.dir_b])
     for directory, sweep in sweeps.items():
-        if not sweep.complete:  # its points not yet measured read as missing below, not as a change
+        if sweep.complete:
+            continue
+        if who := writer(directory):  # a `run` writing it now: the rest comes without a resume
+            print(f"sdpa-bench compare: note: {directory} ({who}): still being written by `run` "
+                  f"({len(sweep.done())} of {sweep.planned} points so far): the points it lacks are not measured yet; "
+                  "compare again once it has finished", file=sys.stderr)
+        else:  # its points not yet measured read as missing below, not as a change
             print(f"sdpa-bench compare: note: {directory} is unfinished ({len(sweep.done())} of {sweep.planned} "
                   "points): the points it lacks are not measured yet; resume it (`sdpa-bench run --out DIR "
                   "--resume`, or its shards) and compare again", file=sys.stderr)
     if not b:
         raise UsageError(f"{args.dir_b} holds no measured point to compare")
+    shared, presets = shared_cases(args.dir_a, args.dir_b, sweeps[args.dir_a], sweeps[args.dir_b])
+    if shared is not None:
+        a, b = ([p for p in side if p.case_id in shared] for side in (a, b))
     try:
         config = load_config(args.config)
         check_time_reference(config, {p.impl for p in a + b})
@@ -63,6 +111,8 @@ def run(args: argparse.Namespace) -> int:
         report = compare_points(a, b, config, machine_a, machine_b, args.allow_different_machines)
     except GateInputError as exc:
         raise UsageError(f"{args.dir_a} vs {args.dir_b}: {exc}") from None
+    busy = busy_note({"A": (sweeps[args.dir_a], a), "B": (sweeps[args.dir_b], b)})
+    report = replace(report, notes=(*filter(None, [presets]), *report.notes, *filter(None, [busy])))
     print(f"A (baseline): {args.dir_a}\nB (candidate): {args.dir_b}\n")
     print(render_verdict(report, command="compare"), end="")
     if args.markdown:

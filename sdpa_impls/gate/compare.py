@@ -8,6 +8,9 @@ refused (status "refused", not a failure) when the machines differ, unless allow
 `repeats` / `baseline_repeats` (further runs of either tree) confirm time regressions: one must show in every
 pair of baseline and candidate runs.
 Verdict.exit_code is 1 when any check failed, else 0; GateInputError means nothing was comparable.
+A point that failed (status 'failed': it raised, e.g. out of memory) on both sides is no change: its row is
+"failed in both", judged by no rule (a wrong answer, 'wrong', is judged on every side; a failure in the candidate
+alone fails).
 """
 from __future__ import annotations
 
@@ -35,6 +38,9 @@ class Comparison:
     def verdict(self) -> str:
         if any(c.failed for c in self.checks):
             return FAIL
+        if any(c.kind == "correctness" and c.status == NA and c.message.startswith(FAILED_BOTH_SAID)
+               for c in self.checks):
+            return FAILED_BOTH
         if self.candidate is None or any(c.kind == "missing" for c in self.checks):  # from any candidate run
             return "missing"
         return "new" if any(c.kind == "new" for c in self.checks) else PASS
@@ -67,6 +73,10 @@ def confirmed(check: Check, rechecks: Sequence[tuple[str, Check]]) -> Check:
     return replace(check, status=PASS, message=f"{check.message} in the first runs, but not in {label}: {c.message}")
 
 
+FAILED_BOTH = "failed in both"  # a row's verdict where a point failed on both sides
+FAILED_BOTH_SAID = "status 'failed' in both the baseline and the candidate"  # how its one check begins
+
+
 def _missing(base: Point, allowed: bool, where: str) -> Check:
     why = "allowed by allow_missing" if allowed else ("a point that failed or was skipped leaves none, and the "
                                                       "candidate's own output says why; allow_missing = true is for "
@@ -82,6 +92,9 @@ def _row_checks(base: Point | None, cand: Point | None, config: GateConfig, time
     th = config.thresholds(ref.impl, ref.case_id)
     if cand is None:
         return (_missing(base, th.allow_missing, "the candidate"),)
+    if base is not None and base.status == cand.status == "failed":  # 'wrong' is judged
+        return (Check("correctness", cand.label, NA, f"{FAILED_BOTH_SAID}, no change and nothing measured to "
+                                                     "compare" + (f": {cand.reason}" if cand.reason else "")),)
     checks = [correctness_check(cand)] if th.correctness else []
     if base is None:
         if with_baseline:

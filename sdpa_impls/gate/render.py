@@ -48,9 +48,10 @@ def _verdict_cell(row: Comparison) -> str:
 
 
 def rules_and_failures(ratios: Sequence[Check], failures: Sequence[Check], markdown: bool,
-                       title: str = "in-run rule") -> list[str]:
+                       title: str = "in-run rule", with_json: bool = True) -> list[str]:
     """The in-run rules' table and the list of failed checks, as both verdicts print them. Rules that applied to no
-    case that ran (a plug-in's run has none of sdpa-bench's own implementations) are one line, not a row each."""
+    case that ran (a plug-in's run has none of sdpa-bench's own implementations) are one line, not a row each, which
+    points to --json where the command has one (`with_json`)."""
     out: list[str] = []
     idle = [c for c in ratios if c.status == NA and c.message.startswith(NO_CASE)]
     shown = [c for c in ratios if c not in idle]
@@ -61,7 +62,8 @@ def rules_and_failures(ratios: Sequence[Check], failures: Sequence[Check], markd
     if idle:
         names = sorted({n for c in idle for pair in re.findall(r"(\w+) / (\w+)", c.subject) for n in pair} - {GEMM})
         out += ["", f"{len(idle)} in-run rule(s) n/a, applying to no case that ran (on "
-                    f"{', '.join(code(n) if markdown else n for n in names)}); each is in --json."]
+                    f"{', '.join(code(n) if markdown else n for n in names)})"
+                    + ("; each is in --json." if with_json else ".")]
     bullet = "- " if markdown else "  "
     if failures:  # in Markdown a subject (an implementation's name: a plug-in's) is a code span
         out += ["", "Failures:"] + [f"{bullet}{c.kind} {code(c.subject) if markdown else c.subject}: {c.message}"
@@ -80,7 +82,7 @@ def render_verdict(report: Verdict, markdown: bool = False, command: str = "gate
     out += table(["benchmark", "median time, as measured", "peak memory", "error / tol", "verdict"],
                  [[(cell if markdown else str)(r.candidate.label if r.candidate else r.baseline.label), _time_cell(r),
                    _memory_cell(r), _error_cell(r), _verdict_cell(r)] for r in report.rows], markdown).splitlines()
-    out += rules_and_failures(report.ratios, report.failures, markdown)
+    out += rules_and_failures(report.ratios, report.failures, markdown, with_json=command != "compare")
     bullet = "- " if markdown else "  "
     skipped = [c for r in report.rows for c in r.checks if c.status == NA]  # refusals are one note
     if skipped:
