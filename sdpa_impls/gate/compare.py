@@ -74,6 +74,7 @@ def confirmed(check: Check, rechecks: Sequence[tuple[str, Check]]) -> Check:
 
 
 FAILED_BOTH = "failed in both"  # a row's verdict where a point failed on both sides
+THE_REFERENCE = "the time reference of the other rows, not judged itself"  # the time check of the reference's row
 FAILED_BOTH_SAID = "status 'failed' in both the baseline and the candidate"  # how its one check begins
 
 
@@ -106,7 +107,7 @@ def _row_checks(base: Point | None, cand: Point | None, config: GateConfig, time
     if th.time is not None and not times_ok:
         checks.append(Check("time", cand.label, REFUSED, "not compared: different machines"))
     elif th.time is not None and cand.impl == config.time_reference:
-        checks.append(Check("time", cand.label, NA, "the time reference of the other rows, not judged itself"))
+        checks.append(Check("time", cand.label, NA, THE_REFERENCE))
     elif th.time is not None:
         ref_key = (config.time_reference, cand.case_id)
         timed = [(label, th.time.check(b[base.key], c[base.key], b.get(ref_key), c.get(ref_key)))

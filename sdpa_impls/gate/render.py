@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 
 from ..fmt import cell, code, fmt_bytes, fmt_seconds, table
-from .compare import Comparison, Verdict
+from .compare import THE_REFERENCE, Comparison, Verdict
 from .points import Point
 from .rules import GEMM, NA, NO_CASE, PASS, REFUSED, Check
 
@@ -42,7 +42,7 @@ def _verdict_cell(row: Comparison) -> str:
     time = next((c for c in row.checks if c.kind == "time"), None)
     if row.verdict != PASS or time is None or time.status not in (REFUSED, NA):
         return row.verdict
-    if time.status == REFUSED or not time.message.startswith("the time reference"):
+    if time.status == REFUSED or time.message != THE_REFERENCE:
         return "pass, time not compared"  # other machines, or no median time recorded on a side
     return "pass, time is the reference"
 
