@@ -106,6 +106,9 @@ def test_a_point_that_failed_in_both_sweeps_is_no_change_and_one_ok_before_still
     assert gate.exit_code == 0 and [r.verdict for r in gate.rows if r.case_id == case] == ["failed in both"]
     alone = compare_points(None, points[1], load_config(None))  # no baseline: the candidate's failure fails
     assert alone.exit_code == 1 and {(c.kind, c.subject) for c in alone.failures} == {("correctness", f"naive[{case}]")}
+    ok = points_from_results(store.load(sweep).results)  # ... and so does one in a further run of the candidate
+    later = compare_points(ok, ok, load_config(None), repeats=[points[1]])
+    assert later.exit_code == 1 and {(c.kind, c.subject) for c in later.failures} == {("correctness", f"naive[{case}]")}
 
 
 def _ci(doc: dict) -> None:

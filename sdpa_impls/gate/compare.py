@@ -87,16 +87,19 @@ def _missing(base: Point, allowed: bool, where: str) -> Check:
 
 def _row_checks(base: Point | None, cand: Point | None, config: GateConfig, times_ok: bool,
                 with_baseline: bool, pairs: Sequence[tuple[str, dict, dict]], threads: str = "",
-                absent_from: Sequence[int] = ()) -> tuple[Check, ...]:
-    """The checks of one benchmark; `absent_from`: the numbers of the further candidate runs that lack it."""
+                absent_from: Sequence[int] = (), further: Sequence[Point] = ()) -> tuple[Check, ...]:
+    """The checks of one benchmark; `absent_from`: the numbers of the further candidate runs that lack it;
+    `further`: its points in the further candidate runs that have it (a failure in any of them counts)."""
     ref = cand or base
     th = config.thresholds(ref.impl, ref.case_id)
     if cand is None:
         return (_missing(base, th.allow_missing, "the candidate"),)
-    if base is not None and base.status == cand.status == "failed":  # 'wrong' is judged
+    every = [cand, *further]
+    if base is not None and base.status == "failed" and all(p.status == "failed" for p in every):  # 'wrong' is judged
         return (Check("correctness", cand.label, NA, f"{FAILED_BOTH_SAID}, no change and nothing measured to "
                                                      "compare" + (f": {cand.reason}" if cand.reason else "")),)
-    checks = [correctness_check(cand)] if th.correctness else []
+    judged = [correctness_check(p) for p in every]
+    checks = [next((c for c in judged if c.failed), judged[0])] if th.correctness else []
     if base is None:
         if with_baseline:
             checks.append(Check("new", cand.label, INFO, "new benchmark, not in the baseline"))
@@ -111,8 +114,10 @@ def _row_checks(base: Point | None, cand: Point | None, config: GateConfig, time
     elif th.time is not None:
         ref_key = (config.time_reference, cand.case_id)
         timed = [(label, th.time.check(b[base.key], c[base.key], b.get(ref_key), c.get(ref_key)))
-                 for label, b, c in pairs if base.key in b and base.key in c]
-        checks.append(confirmed(timed[0][1], timed[1:]))
+                 for label, b, c in pairs if all(base.key in run and run[base.key].median_s is not None
+                                                 for run in (b, c))]  # a failed point's run refutes nothing
+        checks.append(confirmed(timed[0][1], timed[1:]) if timed else
+                      Check("time", cand.label, NA, "no median time recorded"))
     if th.memory is not None and threads and not str(cand.case.get("device", "cpu")).startswith("cuda"):
         checks.append(Check("memory", cand.label, NA, f"not compared: torch's CPU kernels keep a buffer per thread, "
                                                       f"and the runs had {threads} threads"))
@@ -166,7 +171,8 @@ def compare_points(baseline: Sequence[Point] | None, candidate: Sequence[Point],
              for j, c in enumerate(c_runs)]  # the first pair first
     rows = tuple(Comparison(k[0], k[1], base.get(k), cand.get(k),
                      _row_checks(base.get(k), cand.get(k), config, times_ok, baseline is not None, pairs, threads,
-                                 [j for j, run in enumerate(c_runs[1:], 2) if k not in run]))
+                                 [j for j, run in enumerate(c_runs[1:], 2) if k not in run],
+                                 [run[k] for run in c_runs[1:] if k in run]))
                  for k in keys)
     referenced = False  # times in units of the reference's, run by run: a process's own speed divides out
     if config.time_reference and baseline is not None and times_ok:
