@@ -241,9 +241,17 @@ class _Tally:
         self.config, self.measured, self.skipped, self.others, self.nothing = config, 0, 0, 0, False
         self.session: pytest.Session | None = None
         self.failed: dict[tuple[str, str], dict] = {}
+        self.cut = ""  # why tests were left unrun (-x, --maxfail): a stop after the last one leaves nothing out
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self.session = session
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None):
+        yield
+        session = item.session
+        if nextitem is not None and (session.shouldstop or session.shouldfail):
+            self.cut = str(session.shouldstop or session.shouldfail)
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):  # in the process that ran it
@@ -279,8 +287,7 @@ class _Tally:
         if not getattr(config, _SUITE_SELECTED, False):
             return
         session = self.session
-        stopped = ("interrupted" if session and session.exitstatus == pytest.ExitCode.INTERRUPTED else
-                   str(session.shouldstop or session.shouldfail or "") if session else "")  # -x, --maxfail
+        stopped = "interrupted" if session and session.exitstatus == pytest.ExitCode.INTERRUPTED else self.cut
         output_json[SECTION] = {"stopped": stopped, "failed": list(self.failed.values())}
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:

@@ -193,6 +193,10 @@ def test_a_point_that_failed_or_a_session_that_stopped_is_read_from_the_file(tmp
         for args in (("--candidate", "s.json"), ("--baseline", "s.json", "--candidate", "w.json")):
             code, out, err = gate(tmp_path, *args)
             assert code == 2 and f"s.json: the pytest session that wrote it stopped before its end {why}" in err, err
+    done = session("wrongy", "-x", "-k", "L128-E64-fp32-fwd or causal")  # -x on the last point: none left unrun
+    assert done.returncode == 1 and "1 failed, 1 passed" in done.stdout, done.stdout + done.stderr
+    code, out, err = gate(tmp_path, "--candidate", "s.json")
+    assert code == 1 and "status 'wrong', not 'ok'" in out, out + err
 
 
 def test_an_unusable_input_leaves_no_earlier_verdict_behind(tmp_path: Path) -> None:
