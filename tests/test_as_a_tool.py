@@ -283,15 +283,14 @@ def test_continuous_in_the_plugin_repository(tool: dict) -> None:
 
 def test_a_wrong_answer_is_named_wrong_with_its_error(tool: dict) -> None:
     """A head whose kernel answers wrongly fails as wrong, naming the point, its error and the tolerance, not as a
-    benchmark missing from head; the timed rounds after the first are not run (the verdict fails whatever they
-    find)."""
+    benchmark missing from head."""
     kernel = tool["plugin"] / "src" / PLUGIN / "__init__.py"
     text = kernel.read_text()
     last = "        return (p @ v.float()).to(q.dtype)"
     assert text.count(last) == 1
     kernel.write_text(text.replace(last, "        return (1.1 * (p @ v.float())).to(q.dtype)"))
     try:
-        code, wrong, said = verdict(tool, tool["docs"], cwd=tool["plugin"])
+        code, wrong, said = verdict(tool, tool["docs"], cwd=tool["plugin"], rounds=1)
     finally:
         kernel.write_text(text)
     failed = {(f["kind"], f["subject"].split("[")[0]) for f in wrong.get("failures", [])}
@@ -299,8 +298,6 @@ def test_a_wrong_answer_is_named_wrong_with_its_error(tool: dict) -> None:
     messages = [f["message"] for f in wrong["failures"] if f["kind"] == "correctness"]
     assert all(m.startswith("wrong, so not timed: ") and "> tolerance" in m for m in messages), messages
     assert len(messages) == 5 and "wrong, so not timed" in said, said  # every smoke point, in the printed verdict
-    assert wrong["run"]["planned_rounds"] == 1 and wrong["run"]["pairing"].startswith("rounds: the first only"), said
-    assert "round 1: head failed a test or answered wrong there" in said
 
 
 def test_a_head_that_drops_its_entry_point_fails_as_missing_and_measures_nothing_else(tool: dict) -> None:

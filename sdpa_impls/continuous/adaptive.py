@@ -99,7 +99,7 @@ def keyword(terms: Sequence[str]) -> str:
     return " or ".join(terms)
 
 
-def settled(report: SideBySide) -> bool:
+def _settled(report: SideBySide) -> bool:
     """Whether the verdict fails whatever more rounds find: a head test failed (an error, a wrong answer) or an
     answer failed its check. A time or memory failure is not settled: more rounds of other rows move every q."""
     return any(r.broken for r in report.rows) or any(c.failed and c.kind in ("correctness", "suite")
@@ -127,7 +127,7 @@ def extend(base_runs: Sequence[Sequence[Point]], head_runs: Sequence[Sequence[Po
     spent, estimate, selected = 0.0, first_estimate_s, []
     stopped = "none" if budget_s == 0 else "decided"
     while report.undecided and budget_s > 0:
-        if settled(report):
+        if _settled(report):
             stopped = "failed"
             break
         if len(selected) == max_rounds:

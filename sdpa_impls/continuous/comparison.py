@@ -7,8 +7,7 @@ search over commits or releases would ask again at each step. The command line o
 In order: the leftovers of killed runs swept (continuous.revisions), a work folder of its own; both sides assembled
 (continuous.assemble: checked out, given their environments, installed, imported); where the sides can share a
 process (continuous.pairs: the CPU, one interpreter), a first round of a process a side that checks, then
-`plan.rounds` rounds of one process timing both in turn (none where head failed a test or answered wrong in the
-first: the verdict fails whatever they find); else `plan.rounds` interleaved processes a side
+`plan.rounds` rounds of one process timing both in turn; else `plan.rounds` interleaved processes a side
 (continuous.sides; which side first drawn from the seed: continuous.schedule); extra rounds for the benchmarks still
 undecided, within the adaptive budget, measured the same way (continuous.adaptive), judged by the gate's rules
 (continuous.verdict); the work folder and its worktrees removed, whatever happened.
@@ -25,7 +24,7 @@ from pathlib import Path
 from ..bench.grid import default_device
 from ..errors import GateInputError, UsageError
 from ..fmt import fmt_duration
-from .adaptive import Outcome, extend, keyword, settled
+from .adaptive import Outcome, extend, keyword
 from .assemble import Prepared, Request, assemble
 from .project import Project
 from .render import as_dict, render
@@ -34,7 +33,7 @@ from .revisions import new_workdir, remove_checkout, sweep_stale
 from .pairs import Pairing, unpairable
 from .schedule import Schedule
 from .sides import Side, interleaved, run_pair
-from .verdict import SideBySide, judge
+from .verdict import SideBySide
 
 ROUNDS, MAX_TIME, MIN_ROUNDS = 4, 0.1, 8  # per side: 4 processes of the ci preset fit CI's 5 minutes on 2 cores
 # seconds of extra rounds for undecided benchmarks, after the planned rounds: 75 keeps the ci preset's comparison within
@@ -184,10 +183,7 @@ def _measure(plan: Plan, sides: Prepared, schedule: Schedule, work: Path, progre
                                                schedule, progress, plan.round_timeout,
                                                last=1 + plan.rounds if pairing.on else None)
     timed_from = time.monotonic()
-    if pairing.on and settled(judge(base_runs, head_runs, config, failed, 1)):  # minutes of CI saved
-        pairing.stopped = "head failed a test or answered wrong there, so the timed rounds were not run"
-        progress(f"round 1: {pairing.stopped} (the verdict fails whatever they would find)")
-    elif pairing.on:
+    if pairing.on:
         for i in range(plan.rounds):
             b, h, f = pairing.round([], str(i + 2), args)
             if not pairing.on:  # the first paired process failed: separate processes, as many rounds as planned
@@ -203,7 +199,7 @@ def _measure(plan: Plan, sides: Prepared, schedule: Schedule, work: Path, progre
             head_runs.append(h)
             failed += [x for x in f if x not in failed]
     planned_s = time.monotonic() - start
-    per_round = (time.monotonic() - timed_from) / plan.rounds if pairing.used else planned_s / len(base_runs)
+    per_round = (time.monotonic() - timed_from) / plan.rounds if pairing.used else planned_s / plan.rounds
 
     def extra(terms: list[str], index: int) -> tuple[list, list, list[str]]:
         try:

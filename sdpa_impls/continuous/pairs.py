@@ -18,11 +18,20 @@ import subprocess
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Protocol
 
 from ..gate.points import Point, load_points
 from .outcomes import last_line
 from .schedule import Schedule
 from .sides import Side, run_pair, side_env
+
+class RoundPlan(Protocol):
+    """What the paired rounds read of the comparison's plan (continuous.comparison.Plan)."""
+
+    rounds: int
+    max_time: float
+    round_timeout: float
+
 
 PAIR_SCRIPT = Path(__file__).with_name("pair_process.py")
 
@@ -86,14 +95,13 @@ class Pairing:
     """The rounds after the first, each one process timing both sides in turn (continuous.pairs), while the sides
     can share one; `why_not` says why they cannot from the start. A paired process that fails turns the pairing off
     when it was the first (the comparison goes on in separate processes), else measures that round in separate
-    processes. `plan` is the comparison's Plan (rounds, max_time, round_timeout); `stopped` says why the rounds after
-    the first were not run, where they were not."""
+    processes. `plan` is the comparison's Plan (rounds, max_time, round_timeout)."""
 
-    def __init__(self, base: Side, head: Side, schedule: Schedule, runs: Path, plan, progress: Callable[[str], None],
-                 why_not: str | None, min_rounds: int) -> None:
+    def __init__(self, base: Side, head: Side, schedule: Schedule, runs: Path, plan: RoundPlan,
+                 progress: Callable[[str], None], why_not: str | None, min_rounds: int) -> None:
         self.base, self.head, self.schedule, self.runs, self.plan, self.progress = base, head, schedule, runs, plan, \
             progress
-        self.why_not, self.min_rounds, self.used, self.fallbacks, self.stopped = why_not, min_rounds, 0, [], ""
+        self.why_not, self.min_rounds, self.used, self.fallbacks = why_not, min_rounds, 0, []
 
     @property
     def on(self) -> bool:
@@ -118,8 +126,6 @@ class Pairing:
         return b, h, []
 
     def note(self) -> str:
-        if self.stopped:
-            return f"rounds: the first only, in separate processes (checks, memory, kernels): {self.stopped}."
         if not self.used:
             return f"rounds: each side in processes of its own ({self.why_not})."
         text = (f"rounds: the first in separate processes (checks, memory, kernels); {self.used} more each one "
