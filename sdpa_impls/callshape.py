@@ -106,6 +106,16 @@ def qkv_text(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> str
     return f"query {shape_text(query)}, key {shape_text(key)}, value {shape_text(value)}"
 
 
+class QKVText:
+    """qkv_text(query, key, value), made when formatted (into an error's message), not when made."""
+
+    def __init__(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> None:
+        self.tensors = (query, key, value)
+
+    def __format__(self, spec: str) -> str:
+        return qkv_text(*self.tensors)
+
+
 def _heads(hq: int, hk: int, hv: int, gqa: bool) -> tuple[int, int, int]:
     """The heads q, k and v are expanded to: broadcast where a size-1 side allows (with enable_gqa, only between k
     and v); as they are otherwise, for validate to name. With enable_gqa, key and value heads of two counts that
@@ -190,7 +200,10 @@ def to_bhle(query: object, key: object, value: object, attn_mask: object, enable
 def plain_number(x: Any) -> Any:
     """`dropout_p` or `scale` as a Python float where torch takes it as one: a NumPy scalar (np.float32, np.int64) or
     a 0-d tensor of a real dtype that does not require grad, and a Python int (2**70 past int64, as torch reads it
-    too). Anything else is returned as it is, for `validate` to refuse (a bool or float is kept: torch takes those)."""
+    too), and a bool (torch reads True as 1.0; flex's generated code took True as a name). Anything else is returned
+    as it is, for `validate` to refuse."""
+    if isinstance(x, bool):
+        return float(x)
     if isinstance(x, torch.Tensor):
         if x.dim() == 0 and not x.is_complex() and not x.requires_grad:
             return float(x)

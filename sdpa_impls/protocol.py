@@ -8,7 +8,7 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-from .callshape import plain_number, qkv_text, shape_text, to_bhle
+from .callshape import QKVText, plain_number, shape_text, to_bhle
 from .dtypes import short_name
 from .masks import Structure
 
@@ -130,7 +130,7 @@ def validate(inp: SDPAInputs) -> None:
         raise ValueError(f"sdpa: query, key and value must share one dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
     if not (q.device == k.device == v.device):
         raise ValueError(f"sdpa: query, key and value must be on one device; got {q.device}, {k.device}, {v.device}")
-    shapes = qkv_text(q, k, v)
+    shapes = QKVText(q, k, v)  # text only in an error raised: torch.compile traces no str() of a size
     if not (q.shape[0] == k.shape[0] == v.shape[0]):
         raise ValueError(f"sdpa: batch sizes differ: {shapes}")
     if k.shape[1] != v.shape[1]:  # with enable_gqa, two counts that each divide Hq arrive here repeated to one

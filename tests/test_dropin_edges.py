@@ -402,3 +402,22 @@ def test_a_caller_compiled_with_torch_compile_gets_the_answer(impl) -> None:
     torch._dynamo.reset()
     got = torch.compile(lambda a, b, c: impl(a, b, c, is_causal=True) * 2)(q, k, v)
     torch.testing.assert_close(got, 2 * torch_math({"query": q, "key": k, "value": v, "is_causal": True})[0])
+
+
+def test_naive_traces_whole_under_torch_compile_with_sizes_that_change() -> None:
+    """Checking a call built its error text first: str() of a symbolic size, which torch.compile's fullgraph
+    cannot trace, where torch's own call traces (the text is made now only when an error is raised)."""
+    naive = sdpa_impls.get("naive")
+    k, v = torch.randn(1, 2, 10, 16), torch.randn(1, 2, 10, 16)
+    call = torch.compile(lambda q: naive(q, k, v), fullgraph=True, dynamic=True, backend="eager")
+    for lq in (8, 9):
+        q = torch.randn(1, 2, lq, 16)
+        torch.testing.assert_close(call(q), F.scaled_dot_product_attention(q, k, v))
+
+
+def test_a_bool_scale_is_the_number_torch_reads_it_as() -> None:
+    """torch reads scale=True as 1.0; flex passed the bool into the code inductor generates, which did not compile."""
+    for flag in (True, False):
+        inputs = sdpa_impls.SDPAInputs(*(torch.randn(1, 2, 8, 16),) * 3, scale=flag, dropout_p=flag)
+        assert [type(x) for x in (inputs.scale, inputs.dropout_p, inputs.softmax_scale)] == [float] * 3
+        assert inputs.scale == float(flag) and inputs.softmax_scale == float(flag)
