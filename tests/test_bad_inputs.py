@@ -198,6 +198,15 @@ def test_a_table_may_not_set_an_option_twice_leave_it_empty_or_decide_overwrite(
         assert code == 2 and named in err, err
 
 
+def test_quickstart_takes_a_name_a_folder_beside_it_has(tmp_path, monkeypatch) -> None:
+    """`python -m sdpa_impls` puts the folder it runs in first on the path, where any folder reads as a namespace
+    package: a name a folder there has is no module Python imports, and was refused."""
+    (tmp_path / "myk").mkdir()
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, err = said(["quickstart", "--name", "myk", "--dest", "plugin"], tmp_path, monkeypatch)
+    assert code == 0 and (tmp_path / "plugin" / "src" / "myk" / "__init__.py").is_file(), err
+
+
 def test_quickstart_into_a_file_says_so(tmp_path, monkeypatch) -> None:
     (tmp_path / "afile").write_text("mine\n")
     for dest in ("afile", "afile/x"):

@@ -10,13 +10,15 @@ template file ends in `.tmpl`, so no tool takes the template for a part of sdpa-
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import keyword
+import os
 import re
 import shlex
+import sys
 from dataclasses import dataclass
 from importlib import metadata
+from importlib.machinery import PathFinder
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -65,13 +67,13 @@ def names_for(text: str) -> Names:
     if installed is not None:
         raise UsageError(f"a package named {dist!r} is installed here already ({installed}): installing the plug-in "
                          "would replace it; give --name another")
-    try:
-        spec = importlib.util.find_spec(ident)
-    except (ImportError, ValueError):
-        spec = None
-    if spec is not None:  # a module of Python's, or one on the path: one of the two would shadow the other
-        raise UsageError(f"{ident!r} is a module Python imports already ({spec.origin or 'a namespace package'}): "
-                         "a plug-in package of that name would shadow it or be shadowed; give --name another")
+    here = os.path.realpath(os.getcwd())  # `python -m` puts the folder it runs in first: a folder there is no module
+    path = [p for p in sys.path if p and os.path.realpath(p) != here]
+    spec = None if ident in sys.builtin_module_names else PathFinder.find_spec(ident, path)
+    if spec is not None or ident in sys.builtin_module_names:  # one of the two would shadow the other
+        where = "built in" if spec is None else spec.origin or "a namespace package"
+        raise UsageError(f"{ident!r} is a module Python imports already ({where}): a plug-in package of that name "
+                         "would shadow it or be shadowed; give --name another")
     return Names(dist, ident, "".join(part.capitalize() for part in ident.split("_")))
 
 
