@@ -233,7 +233,7 @@ class SDPAImplementation(Protocol):
     name: str
 
     def __call__(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                 attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0, is_causal: bool = False, *,
+                 attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0, is_causal: bool = False,
                  scale: float | None = None, enable_gqa: bool = False) -> torch.Tensor: ...
 
     def unsupported_reasons(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -305,7 +305,7 @@ class Implementation:
             return call.wrap(self.prepare_inputs(inp))  # the caller's shape back, the library's `op` kept
 
     def __call__(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                 attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0, is_causal: bool = False, *,
+                 attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0, is_causal: bool = False,
                  scale: float | None = None, enable_gqa: bool = False) -> torch.Tensor:
         call = lambda: self.prepare(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)()  # noqa
         # only while dynamo traces: torch.compiler.disable imports dynamo, 1.4 s of every process's start

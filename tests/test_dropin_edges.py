@@ -421,14 +421,3 @@ def test_a_bool_scale_is_the_number_torch_reads_it_as() -> None:
         inputs = sdpa_impls.SDPAInputs(*(torch.randn(1, 2, 8, 16),) * 3, scale=flag, dropout_p=flag)
         assert [type(x) for x in (inputs.scale, inputs.dropout_p, inputs.softmax_scale)] == [float] * 3
         assert inputs.scale == float(flag) and inputs.softmax_scale == float(flag)
-
-
-def test_scale_and_enable_gqa_are_keywords_only_as_in_torch() -> None:
-    q = torch.randn(1, 2, 8, 16)
-    with pytest.raises(TypeError):
-        F.scaled_dot_product_attention(q, q, q, None, 0.0, False, 0.5)
-    for name in EAGER_CPU:
-        with pytest.raises(TypeError):
-            sdpa_impls.get(name)(q, q, q, None, 0.0, False, 0.5)
-        torch.testing.assert_close(sdpa_impls.get(name)(q, q, q, None, 0.0, False, scale=0.5),
-                                   F.scaled_dot_product_attention(q, q, q, scale=0.5))
