@@ -23,8 +23,8 @@ from pathlib import Path
 from ..bench.result import STATUSES
 from ..errors import GateInputError
 
-# what a ratio rule's `when` may test: the case's fields, and the device it ran on (cpu, cuda)
 SECTION = "sdpa_bench"  # what the suite's pytest plug-in adds to the file of the session (sdpa_bench_pytest)
+# what a ratio rule's `when` may test: the case's fields, and the device it ran on (cpu, cuda)
 CASE_FIELDS = ("lq", "lk", "e", "ev", "dtype", "causal", "mode", "mask", "batch", "heads_q", "heads_kv", "device")
 
 
