@@ -35,8 +35,7 @@ def measured_points(sweep: store.Sweep) -> tuple[dict, list[Point]]:
     reason (what a failed point raised, how wrong a wrong one was), which the checks then say. A sweep merged from
     shards of several machines has a machine unlike any one (`sweep_machine`)."""
     measured = [r for r in sweep.results if r.status != "skipped"]
-    points = points_from_results(measured, sweep.meta.get("ceilings"))  # one point per result, in order
-    return sweep_machine(sweep.meta)[0], [replace(p, reason=r.reason) for p, r in zip(points, measured)]
+    return sweep_machine(sweep.meta)[0], points_from_results(measured, sweep.meta.get("ceilings"))
 
 
 def shared_cases(dir_a: Path, dir_b: Path, sweep_a: store.Sweep, sweep_b: store.Sweep) -> tuple[set[str] | None, str]:

@@ -54,7 +54,7 @@ from ..gate.compare import compare_points
 from ..gate.config import GateConfig
 from ..gate.fdr import bh_adjusted
 from ..gate.points import Point
-from ..gate.rules import FAIL, INFO, NA, PASS, Check, MemoryRule, correctness_check
+from ..gate.rules import FAIL, INFO, NA, PASS, REFERENCE, Check, MemoryRule, correctness_check
 from .host import host_check, host_judged
 from .outcomes import SKIPPED, by_label, labelled
 from .timestats import paired_rounds, time_stats, without_one
@@ -273,8 +273,8 @@ def judge(base_runs: Sequence[Sequence[Point]], head_runs: Sequence[Sequence[Poi
         rows[i] = replace(row, checks=row.checks + (_time_check(row, factor, fdr, len(judged)),))
     for i, r in enumerate(rows):
         if r.impl == reference and r.p is not None:
-            rows[i] = replace(r, checks=r.checks + (
-                Check("time", r.label, NA, f"the time reference, not judged (head/base {r.ratio:.3f})"),))
+            said = f"the time reference, not judged (head/base {r.ratio:.3f})"
+            rows[i] = replace(r, checks=r.checks + (Check("time", r.label, NA, said, mark=REFERENCE),))
     if paired_from is not None:
         notes.append(f"{len(base_runs)} rounds: the first {paired_from} in separate processes (checks, memory, "
                      f"kernels), each later one a process timing base and head in turn; the times compared are the "

@@ -21,7 +21,7 @@ from ..bench.machine import machine_differences
 from ..errors import GateInputError
 from .config import GateConfig
 from .points import Point
-from .rules import FAIL, INFO, NA, PASS, REFUSED, Check, correctness_check
+from .rules import FAIL, FAILED_BOTH, INFO, NA, PASS, REFERENCE, REFUSED, Check, correctness_check
 
 
 @dataclass(frozen=True)
@@ -38,8 +38,7 @@ class Comparison:
     def verdict(self) -> str:
         if any(c.failed for c in self.checks):
             return FAIL
-        if any(c.kind == "correctness" and c.status == NA and c.message.startswith(FAILED_BOTH_SAID)
-               for c in self.checks):
+        if any(c.mark == FAILED_BOTH for c in self.checks):
             return FAILED_BOTH
         if self.candidate is None or any(c.kind == "missing" for c in self.checks):  # from any candidate run
             return "missing"
@@ -73,11 +72,6 @@ def confirmed(check: Check, rechecks: Sequence[tuple[str, Check]]) -> Check:
     return replace(check, status=PASS, message=f"{check.message} in the first runs, but not in {label}: {c.message}")
 
 
-FAILED_BOTH = "failed in both"  # a row's verdict where a point failed on both sides
-THE_REFERENCE = "the time reference of the other rows, not judged itself"  # the time check of the reference's row
-FAILED_BOTH_SAID = "status 'failed' in both the baseline and the candidate"  # how its one check begins
-
-
 def _missing(base: Point, allowed: bool, where: str) -> Check:
     why = "allowed by allow_missing" if allowed else ("a point that failed or was skipped leaves none, and the "
                                                       "candidate's own output says why; allow_missing = true is for "
@@ -96,8 +90,9 @@ def _row_checks(base: Point | None, cand: Point | None, config: GateConfig, time
         return (_missing(base, th.allow_missing, "the candidate"),)
     every = [cand, *further]
     if base is not None and base.status == "failed" and all(p.status == "failed" for p in every):  # 'wrong' is judged
-        return (Check("correctness", cand.label, NA, f"{FAILED_BOTH_SAID}, no change and nothing measured to "
-                                                     "compare" + (f": {cand.reason}" if cand.reason else "")),)
+        return (Check("correctness", cand.label, NA, "status 'failed' in both the baseline and the candidate, no "
+                      "change and nothing measured to compare" + (f": {cand.reason}" if cand.reason else ""),
+                      mark=FAILED_BOTH),)
     judged = [correctness_check(p) for p in every]
     checks = [next((c for c in judged if c.failed), judged[0])] if th.correctness else []
     if base is None:
@@ -110,7 +105,8 @@ def _row_checks(base: Point | None, cand: Point | None, config: GateConfig, time
     if th.time is not None and not times_ok:
         checks.append(Check("time", cand.label, REFUSED, "not compared: different machines"))
     elif th.time is not None and cand.impl == config.time_reference:
-        checks.append(Check("time", cand.label, NA, THE_REFERENCE))
+        checks.append(Check("time", cand.label, NA, "the time reference of the other rows, not judged itself",
+                            mark=REFERENCE))
     elif th.time is not None:
         ref_key = (config.time_reference, cand.case_id)
         timed = [(label, th.time.check(b[base.key], c[base.key], b.get(ref_key), c.get(ref_key)))

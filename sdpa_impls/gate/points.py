@@ -281,5 +281,5 @@ def points_from_results(results: Iterable, ceilings: dict | None = None) -> list
             error_tolerance=d.get("error_tolerance"), status=d.get("status", "ok"),
             case={k: case[k] for k in CASE_FIELDS if k in case}, name=f"{d['impl']}[{case['id']}]",
             ceiling_fraction=ceiling_fraction(d.get("tflops"), d.get("roofline_gemm"), ceilings),
-            host_overhead_s=d.get("host_overhead_s")))
+            host_overhead_s=d.get("host_overhead_s"), reason=d.get("reason") or ""))
     return out

@@ -6,9 +6,9 @@ from collections.abc import Sequence
 from dataclasses import asdict
 
 from ..fmt import cell, code, fmt_bytes, fmt_seconds, table
-from .compare import THE_REFERENCE, Comparison, Verdict
+from .compare import Comparison, Verdict
 from .points import Point
-from .rules import GEMM, NA, NO_CASE, PASS, REFUSED, Check
+from .rules import GEMM, IDLE, NA, PASS, REFERENCE, REFUSED, Check
 
 
 def _time_cell(row: Comparison) -> str:
@@ -42,7 +42,7 @@ def _verdict_cell(row: Comparison) -> str:
     time = next((c for c in row.checks if c.kind == "time"), None)
     if row.verdict != PASS or time is None or time.status not in (REFUSED, NA):
         return row.verdict
-    if time.status == REFUSED or time.message != THE_REFERENCE:
+    if time.mark != REFERENCE:
         return "pass, time not compared"  # other machines, or no median time recorded on a side
     return "pass, time is the reference"
 
@@ -53,7 +53,7 @@ def rules_and_failures(ratios: Sequence[Check], failures: Sequence[Check], markd
     case that ran (a plug-in's run has none of sdpa-bench's own implementations) are one line, not a row each, which
     points to --json where the command has one (`with_json`)."""
     out: list[str] = []
-    idle = [c for c in ratios if c.status == NA and c.message.startswith(NO_CASE)]
+    idle = [c for c in ratios if c.mark == IDLE]
     shown = [c for c in ratios if c not in idle]
     if shown:
         out += [""] + table([title, "verdict", "numbers"],

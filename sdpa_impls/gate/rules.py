@@ -26,6 +26,8 @@ from .ranktest import mann_whitney_u
 
 PASS, FAIL, NA, REFUSED, INFO = "pass", "FAIL", "n/a", "refused", "info"
 NO_CASE = "no case where"  # how an in-run rule that applied to no case that ran begins its message
+# a check's `mark`: what a check that judged nothing stands for, for code to tell without reading its prose
+IDLE, REFERENCE, FAILED_BOTH = "idle rule", "time reference", "failed in both"
 OPS = {"<=": operator.le, "<": operator.lt, ">=": operator.ge, ">": operator.gt,
        "==": operator.eq, "!=": operator.ne}
 METRICS = {"time": "median_s", "peak_memory": "peak_memory_bytes", "ceiling": "ceiling_fraction"}
@@ -45,6 +47,7 @@ class Check:
     subject: str
     status: str  # pass | FAIL | n/a | refused | info
     message: str
+    mark: str = ""  # "" | IDLE (a ratio rule no case ran for) | REFERENCE (the time reference's row) | FAILED_BOTH
 
     @property
     def failed(self) -> bool:
@@ -241,7 +244,7 @@ class RatioRule:
             why = (f"{NO_CASE} both {self.numerator} and {self.denominator} ran"
                    + (" and " + " and ".join(f"{c.field} {c.op} {c.value}" for c in self.conditions)
                       if self.conditions else ""))
-            checks.append(Check("ratio", self.text, NA, why))
+            checks.append(Check("ratio", self.text, NA, why, mark=IDLE))
         return checks
 
     def _check_case(self, num: Point, den: Point, alpha: float) -> Check:
