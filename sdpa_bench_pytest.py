@@ -9,6 +9,7 @@ nothing for it.
 from __future__ import annotations
 
 import os
+import shlex
 import warnings
 from collections.abc import Callable
 
@@ -116,16 +117,14 @@ def selected_impls(config: pytest.Config) -> list[str]:
 
 
 def _impls_given(config: pytest.Config) -> list[str]:
-    """--sdpa-impl's values: the command line's where it names any, else those of addopts (the ini file's, then
-    $PYTEST_ADDOPTS), which pytest puts before it: a default set there is replaced, as `run --impl` replaces
-    [tool.sdpa_bench.run]'s, not added to."""
-    args, typed = [str(a) for a in config.invocation_params.args], []
-    for i, arg in enumerate(args):
-        if arg.startswith("--sdpa-impl="):
-            typed.append(arg.partition("=")[2])
-        elif arg == "--sdpa-impl" and i + 1 < len(args):
-            typed.append(args[i + 1])
-    return typed or list(config.getoption("sdpa_impl") or ())
+    """--sdpa-impl's values: the command line's (an @file's included) where it names any, else those of addopts (the
+    ini file's, then $PYTEST_ADDOPTS), which pytest puts before it: a default set there is replaced, as `run --impl`
+    replaces [tool.sdpa_bench.run]'s, not added to."""
+    every = [str(v) for v in config.getoption("sdpa_impl") or ()]
+    defaults = [*map(str, config.getini("addopts")), *shlex.split(os.environ.get("PYTEST_ADDOPTS", ""))]
+    set_there = sum(a.startswith("--sdpa-impl=") or (a == "--sdpa-impl" and i + 1 < len(defaults))
+                    for i, a in enumerate(defaults))
+    return every[set_there:] or every
 
 
 def _cuda_events(config: pytest.Config, device: str) -> bool:

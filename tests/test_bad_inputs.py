@@ -323,7 +323,7 @@ class WritesUnseen(sdpa_impls.Implementation):
 
 def test_the_pytest_suites_implementations_on_the_command_line_replace_those_of_addopts(tmp_path) -> None:
     """--sdpa-impl in addopts is a default (docs/reference/configuration.md): the command line's replaced nothing and
-    was added to it, so no session could narrow it."""
+    was added to it, so no session could narrow it; and one in an @file of arguments was added to it still."""
     (tmp_path / "pyproject.toml").write_text('[tool.pytest.ini_options]\naddopts = "--sdpa-preset smoke '
                                              '--sdpa-impl naive"\n')
 
@@ -338,6 +338,8 @@ def test_the_pytest_suites_implementations_on_the_command_line_replace_those_of_
     assert collected("--sdpa-impl=chunked", "--sdpa-impl", "fused", addopts="--sdpa-impl torch_sdpa") == \
         {"chunked", "fused"}
     assert collected(addopts="--sdpa-impl torch_sdpa") == {"naive", "torch_sdpa"}  # defaults both, as given
+    (tmp_path / "args.txt").write_text("--sdpa-impl\nchunked\n")
+    assert collected("@args.txt") == {"chunked"}
 
 
 def test_the_pytest_suite_fails_the_point_that_writes_its_inputs_not_the_next(tmp_path) -> None:
