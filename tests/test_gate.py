@@ -221,6 +221,18 @@ def test_an_unusable_input_leaves_no_earlier_verdict_behind(tmp_path: Path) -> N
     assert code == 2 and "same bytes" not in err and "(the file is empty)" in err, err
 
 
+def test_an_output_through_a_link_to_a_file_not_yet_made_is_written_there(session: dict[str, Path],
+                                                                          tmp_path: Path) -> None:
+    """A link to a file a run is to make (where a CI step reads the answer) was refused as "File exists"."""
+    (tmp_path / "v.md").symlink_to(tmp_path / "answers" / "v.md")
+    code, out, err = gate(tmp_path, "--candidate", session["both"], "--markdown", "v.md")
+    made = Path(os.path.realpath(tmp_path)) / "answers" / "v.md"
+    assert code == 2 and f"v.md: cannot write, a link to {made} (No such file" in err, err
+    (tmp_path / "answers").mkdir()
+    code, out, err = gate(tmp_path, "--candidate", session["both"], "--markdown", "v.md")
+    assert code == 0 and "naive" in (tmp_path / "answers" / "v.md").read_text(), out + err
+
+
 def test_a_run_against_itself_or_another_preset_is_no_verdict(session: dict[str, Path], tmp_path: Path) -> None:
     """The same file as baseline and candidate passed whatever it held, and beside a slower candidate run hid its
     regression; runs of two presets failed on every case of one alone, as "missing". Both are exit 2, naming why

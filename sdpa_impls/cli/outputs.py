@@ -149,11 +149,13 @@ def writable(outputs: dict[str, str | Path | None], inputs: dict[str, str | Path
             if not os.access(target, os.W_OK):
                 raise GateInputError(f"{path}: cannot write (permission denied)")
             continue
+        made = Path(os.path.realpath(target))  # a link to no file yet: the answer's write makes the file it names
         try:  # a new file, made and removed: what the answer's write will do (os.access says yes to /proc)
-            os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
-            target.unlink()
+            os.close(os.open(made, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+            made.unlink()
         except OSError as exc:
-            raise GateInputError(f"{path}: cannot write ({exc.strerror or exc})") from None
+            link = f", a link to {made}" if target.is_symlink() else ""
+            raise GateInputError(f"{path}: cannot write{link} ({exc.strerror or exc})") from None
     for path in (Path(p) for p in outputs.values() if p and stale):
         if path.is_file():  # a link itself, not the file it names; never /dev/stdout, a link to a descriptor
             with contextlib.suppress(FileNotFoundError):
