@@ -14,6 +14,7 @@ the same batch dims; one that would enlarge the output is left as it is, and val
     call.wrap(fn)                        # a prepared closure at the caller's shape (and with autocast off)
     shape_text(tensor) -> "(2, 3, 8, 16)"       # how every shape error writes a shape
     qkv_text(q, k, v) -> "query (...), key (...), value (...)"   # how every shape error ends
+    in_func_transform() -> bool          # whether torch.func's vmap, grad or jvp transforms this call
 """
 from __future__ import annotations
 
@@ -214,3 +215,9 @@ def plain_number(x: Any) -> Any:
         except OverflowError:  # past any float: `validate` says it is not finite
             return math.inf if x > 0 else -math.inf
     return x
+
+
+def in_func_transform() -> bool:
+    """Whether torch.func (vmap, grad, jvp, ...) transforms this call: its tensors are wrappers without storage."""
+    peek = getattr(torch._C._functorch, "peek_interpreter_stack", None)
+    return peek is not None and peek() is not None

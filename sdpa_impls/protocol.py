@@ -8,7 +8,7 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-from .callshape import QKVText, plain_number, shape_text, to_bhle
+from .callshape import QKVText, in_func_transform, plain_number, shape_text, to_bhle
 from .dtypes import short_name
 from .masks import Structure
 
@@ -200,6 +200,7 @@ class Support:
     dropout: bool = False
     backward: bool = True
     mask_grad: bool = False  # a float attn_mask that requires grad (a learned bias) gets its gradient
+    func_transforms: bool = True  # runs under torch.func's vmap, grad and jvp (whose tensors have no storage)
 
     def reasons(self, inp: SDPAInputs) -> list[str]:
         out: list[str] = []
@@ -223,6 +224,8 @@ class Support:
             out.append("backward (inputs require grad; this implementation is forward-only)")
         if inp.mask_needs_grad and not self.mask_grad:
             out.append("attn_mask requires grad (a learned bias; this implementation computes no gradient for it)")
+        if not self.func_transforms and in_func_transform():
+            out.append("inside torch.func's vmap, grad or jvp (this implementation runs only outside them)")
         return out
 
 

@@ -421,3 +421,33 @@ def test_a_bool_scale_is_the_number_torch_reads_it_as() -> None:
         inputs = sdpa_impls.SDPAInputs(*(torch.randn(1, 2, 8, 16),) * 3, scale=flag, dropout_p=flag)
         assert [type(x) for x in (inputs.scale, inputs.dropout_p, inputs.softmax_scale)] == [float] * 3
         assert inputs.scale == float(flag) and inputs.softmax_scale == float(flag)
+
+
+def _transformed(how: str, fn) -> tuple[torch.Tensor, ...]:
+    q, k, v = (t.double() for t in qkv(3, 2, 4, 6, 8))
+    call = lambda q, k, v: fn(q, k, v, is_causal=True)  # noqa: E731
+    if how == "vmap":  # over a leading dim, as per-sample gradients vmap a model
+        return (torch.func.vmap(call)(q, k, v),)
+    if how == "grad":
+        return torch.func.grad(lambda q, k, v: call(q, k, v).square().sum(), argnums=(0, 1, 2))(q, k, v)
+    return torch.func.jvp(lambda q: call(q, k, v), (q,), (torch.ones_like(q),))
+
+
+@pytest.mark.parametrize("how", ["vmap", "grad", "jvp"])
+def test_torch_func_transforms_get_torchs_answer_or_one_clear_refusal(how: str) -> None:
+    """Under torch.func's vmap, grad and jvp, torch's pinned backends died in their support probe (a wrapped tensor has
+    no data pointer, and the probe's own backward is not allowed there), chunked and fused deep inside their tiles."""
+    want = _transformed(how, F.scaled_dot_product_attention)
+    for name in EAGER_CPU:
+        if name in ("chunked", "fused"):  # their tile loops write out= buffers: refused, saying where
+            with pytest.raises(Unsupported, match=r"cannot run this case: inside torch\.func's vmap, grad or jvp"):
+                _transformed(how, sdpa_impls.get(name))
+            continue
+        if how == "jvp" and name == "torch_sdpa_flash":  # torch's flash kernel has no forward AD: its own error
+            with pytest.raises(NotImplementedError, match="forward AD"):
+                _transformed(how, sdpa_impls.get(name))
+            continue
+        got = _transformed(how, sdpa_impls.get(name))
+        for a, b in zip(got, want, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9, msg=lambda m: f"{name}: {m}")
+    assert sdpa_impls.get("fused")(*qkv(1, 2, 4, 8)).shape == (1, 2, 4, 8)  # outside a transform it runs

@@ -41,7 +41,7 @@ def narrowest_useful(tiles: MaskTiles, k_tile: int, q_tile: int) -> int:
 class Chunked(Implementation):
     name = "chunked"
     description = "online softmax over query×key tiles; custom backward recomputes tiles from the log-sum-exp"
-    support = Support(dtypes=WITH_FP64, mask_grad=True)
+    support = Support(dtypes=WITH_FP64, mask_grad=True, func_transforms=False)  # tiles written out=
     eager = True  # torch.compile of a caller: a graph break here (its tile loop with out= ops is not traceable)
 
     def forward(self, inp: SDPAInputs) -> torch.Tensor:

@@ -228,7 +228,7 @@ def _scores_into(sd: torch.Tensor, c: int, qt: torch.Tensor, kt: torch.Tensor, s
 class Fused(Implementation):
     name = "fused"
     description = "query-tiled GEMMs with scale folded in, in-place torch.softmax on cache-sized tiles, causal skip"
-    support = Support(dtypes=WITH_FP64, mask_grad=True)
+    support = Support(dtypes=WITH_FP64, mask_grad=True, func_transforms=False)  # tiles written out=
     eager = True  # torch.compile of a caller: a graph break here (its tile loop with out= ops is not traceable)
 
     def forward(self, inp: SDPAInputs) -> torch.Tensor:

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from ..callshape import in_func_transform
 from ..protocol import WITH_FP64, Implementation, SDPAInputs, Support
 from ..registry import register
 from ..torchver import needs_torch
@@ -131,6 +132,8 @@ class TorchSDPA(Implementation):
                 return too_old
         if inp.query.device.type == "cuda" and self.backend in _CUDA_CHECKS:
             return _cuda_reasons(self.backend, inp)
+        if in_func_transform():  # no probe there (no storage to class, no backward of its own): torch's call answers
+            return []
         return _probe_reasons(self.backend, inp)
 
     def prepare_inputs(self, inp: SDPAInputs) -> Callable[[], torch.Tensor]:
