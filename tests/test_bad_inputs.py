@@ -396,6 +396,7 @@ def test_more_mistakes_are_named_for_what_they_are(sweep, tmp_path, monkeypatch)
         (["merge", "stopped", str(sweep)], "(a merge stopped before its report? `sdpa-bench report stopped` writes"),
         (["gate", "--candidate", "cand.json", "--candidate", "./cand.json"], "--candidate ./cand.json: given twice"),
         (["run", *FAST, "--out", "afile/x"], "afile is a file, not a folder"),
+        (["run", *FAST, "--budget", "2", "--point-timeout", "1"], "--point-timeout 1 would stop points that are still"),
         (["merge", "m", str(sweep), str(sweep)], "is no shard (run without --shard)"),
         (["gate", "--candidate", str(sweep / "results.json")], "compare two of those with `sdpa-bench compare"),
         (["envs", "--env-cache", "afile"], "--env-cache afile: is a file, not a folder"),

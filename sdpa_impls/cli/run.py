@@ -175,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
     try:  # read by the tiled implementations' calls: checked once, here (as set, nothing is measured)
         check_settings()
         if args.point_timeout is not None:
-            watch.checked(args.point_timeout)
+            watch.checked(args.point_timeout, opts.budget_s)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if device != "cuda" and (opts.flush_l2 or opts.cuda_graph):

@@ -44,16 +44,22 @@ TIMED_OUT_EXIT = 124  # as timeout(1): where exec fails
 def add_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--point-timeout", type=float, metavar="SECONDS", default=None,
                    help=f"a point still running after this long is stopped and recorded as failed, and the sweep "
-                        f"goes on in a new process (default {DEFAULT_S:g}; 0: no limit); kept with the sweep, so "
+                        f"goes on in a new process (default {DEFAULT_S:g}; 0: no limit; more than --budget); kept with the "
+                        f"sweep, so "
                         f"that --resume goes on with it unless given again")
 
 
-def checked(seconds: float) -> float | None:
-    """--point-timeout's seconds, None for no limit; ValueError for a negative, non-finite or over-a-week value."""
+def checked(seconds: float, budget_s: float = 0.0) -> float | None:
+    """--point-timeout's seconds, None for no limit; ValueError for a negative, non-finite or over-a-week value, or
+    one that `budget_s` (--budget, the time a point measures for before its check and memory) reaches."""
     if not 0 <= seconds < float("inf"):
         raise ValueError(f"--point-timeout must be >= 0 seconds and finite (0: no limit); got {seconds}")
     if seconds > LONGEST_S:
         raise ValueError(f"--point-timeout must be at most {LONGEST_S:g} seconds, a week (0: no limit); got {seconds:g}")
+    if 0 < seconds <= budget_s:
+        raise ValueError(f"--point-timeout {seconds:g} would stop points that are still measuring: each measures for "
+                         f"up to --budget {budget_s:g} s, then its memory; it is for a point that never returns, so "
+                         f"give it several times the budget (0: no limit)")
     return seconds or None
 
 
