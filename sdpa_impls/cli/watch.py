@@ -44,9 +44,8 @@ TIMED_OUT_EXIT = 124  # as timeout(1): where exec fails
 def add_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--point-timeout", type=float, metavar="SECONDS", default=None,
                    help=f"a point still running after this long is stopped and recorded as failed, and the sweep "
-                        f"goes on in a new process (default {DEFAULT_S:g}; 0: no limit; more than --budget); kept with the "
-                        f"sweep, so "
-                        f"that --resume goes on with it unless given again")
+                        f"goes on in a new process (default {DEFAULT_S:g}; 0: no limit; more than --budget); kept "
+                        f"with the sweep, so that --resume goes on with it unless given again")
 
 
 def checked(seconds: float, budget_s: float = 0.0) -> float | None:
