@@ -1,6 +1,9 @@
 """The grid: exact FLOP counts, readable unique ids, clear errors, seeded non-zero inputs, shards."""
 from __future__ import annotations
 
+import re
+
+import numpy as np
 import pytest
 import torch
 
@@ -40,6 +43,22 @@ def test_unknown_preset_and_bad_case_are_clear_errors(monkeypatch: pytest.Monkey
         default_preset_name("cpu")
     monkeypatch.delenv("SDPA_BENCH_PRESET")
     assert default_preset_name("cpu") == "cpu" and default_preset_name("cuda") == "gpu"
+
+
+@pytest.mark.parametrize("field,value,said", [
+    ("heads_kv", 0, "heads_kv=0 is not a whole number of at least 1"),  # was ZeroDivisionError
+    ("lq", 0, "lq=0 is not"), ("batch", 0, "batch=0 is not"),  # were timed as "ok" at 0 FLOP/s
+    ("e", -1, "e=-1 is not"), ("lq", 128.0, "lq=128.0 is not"), ("lq", "128", "lq='128' is not"),
+    ("lk", True, "lk=True is not"), ("ev", -1, "ev=-1 is not a whole number of at least 0"),
+    ("causal", "yes", "causal='yes' is not True or False"), ("mask", None, "mask=None is not a name"),
+])
+def test_a_case_of_sizes_that_are_no_sizes_is_one_clear_error(field: str, value: object, said: str) -> None:
+    """A custom case's nonsense was a traceback (ZeroDivisionError, AttributeError), an id such as L128.0, points
+    that all failed in torch, or a timed result of an empty computation."""
+    with pytest.raises(ValueError, match="^Case " + re.escape(said)):
+        Case(**{"lq": 128, "lk": 128, "e": 64} | {field: value})
+    case = Case(lq=np.int64(128), lk=128, e=64)  # a NumPy integer is a size, kept as an int
+    assert type(case.lq) is int and case.id == "L128-E64-fp32-fwd"
 
 
 def test_inputs_are_seeded_random_never_zero() -> None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import numbers
 import os
 from dataclasses import asdict, dataclass
 
@@ -14,6 +15,7 @@ from ..dtypes import DTYPES
 MODES = ("fwd", "bwd", "fwd+bwd")
 MASKS = ("none", "bool", "float")  # no mask, a random bool mask, a random float bias; or a structure (masks.py)
 PRESET_ENV = "SDPA_BENCH_PRESET"
+SIZES = ("lq", "lk", "e", "batch", "heads_q", "heads_kv", "ev")
 
 
 @dataclass(frozen=True, order=True)
@@ -37,6 +39,16 @@ class Case:
     ev: int = 0  # 0 means "same as e"
 
     def __post_init__(self) -> None:
+        for name in SIZES:  # a whole number of at least 1 (ev: 0 is "same as e"); a NumPy integer becomes an int
+            value, least = getattr(self, name), 0 if name == "ev" else 1
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+                raise ValueError(f"Case {name}={value!r} is not a whole number of at least {least}")
+            object.__setattr__(self, name, int(value))
+        if not isinstance(self.causal, bool):
+            raise ValueError(f"Case causal={self.causal!r} is not True or False")
+        for name in ("dtype", "mode", "mask"):
+            if not isinstance(getattr(self, name), str):
+                raise ValueError(f"Case {name}={getattr(self, name)!r} is not a name")
         if self.dtype not in DTYPES:
             raise ValueError(f"Case dtype {self.dtype!r} is not one of {sorted(DTYPES)}")
         if self.mode not in MODES:
