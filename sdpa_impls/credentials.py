@@ -15,9 +15,11 @@ import re
 
 MASK = "****"
 # scheme://[user][:password]@ — the user part of a URL, up to the last @ before the host's first /; a password
-# may hold a space (shell-escaped, or quoted, as pip takes it) where an @ follows in the same word
+# may hold a space (shell-escaped, or quoted, as pip takes it) where an @ follows in the same word. Where no @ comes
+# before the first /, a password typed with an unencoded / (no valid URL, but printed before pip refuses it) runs
+# to the first @, unless it starts as a port does (host:8443/repo.git@v1 names a revision, not a password)
 _USERINFO = re.compile(r"(?P<scheme>(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^\s/:]*)"
-                       r"(?::(?P<password>(?:\\.|[^\s/\\]|[ \t](?=[^\s/]*@))*))?@")
+                       r"(?::(?P<password>(?:\\.|[^\s/\\]|[ \t](?=[^\s/]*@))*|(?!\d+/)[^\s@]*/[^\s@]*))?@")
 
 
 def _mask(match: re.Match) -> str:

@@ -676,8 +676,13 @@ def test_what_people_wrote_is_text_in_the_comment() -> None:
         assert redact(typed).replace('"', "") == "--index-url https://u:****@h/simple", typed  # a space in it, as pip
     for quote in ("'", '"'):  # a quote is a password's character too
         assert redact(f"https://u:pa{quote}{SECRET}@h/simple") == "https://u:****@h/simple"
-    for text in ("see http://localhost:8080 (ask admin@corp.com)", "https://a.org:443 and git@github.com:org/repo"):
-        assert redact(text) == text  # a port, then an address later in the line: no password
+    for slashed in (f"{SECRET}/x", f"a/{SECRET}/b"):  # typed unencoded: pip refuses the URL after it is printed
+        assert redact(f"--extra-index-url=https://u:{slashed}@h:9/simple x") == \
+            "--extra-index-url=https://u:****@h:9/simple x"
+    assert redact(f"https://u:{SECRET}@h/simple/p@1.0") == "https://u:****@h/simple/p@1.0"  # the first @ ends it
+    for text in ("see http://localhost:8080 (ask admin@corp.com)", "https://a.org:443 and git@github.com:org/repo",
+                 "git+https://h:8443/r.git@v1.2"):
+        assert redact(text) == text  # a port, then an address later in the line or a revision: no password
 
 
 def test_a_sigterm_stops_a_run_with_one_line_and_leaves_nothing(plugin_repo: Path) -> None:
