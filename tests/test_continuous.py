@@ -135,7 +135,8 @@ def test_unchanged_code_passes_and_undecided_benchmarks_get_rounds_of_their_own(
     before = readme.read_text()
     readme.write_text(before + "\nAn edit that changes no code.\n")
     config = tmp_path / "gate.toml"
-    config.write_text('time_reference = "torch_sdpa"\ncontinuous_time = "median:0%"\nalpha = 1e-300\n')
+    config.write_text('time_reference = "torch_sdpa"\ncontinuous_time = "median:0%"\nalpha = 1e-300\n'
+                      'memory = "peak:50%"\n')  # the gate's: continuous judges any growth, and says so
     kept = tmp_path / "runs"  # given relative to the folder the command runs in, as a user types it
     kept.mkdir()  # an earlier, longer comparison's runs there, and a file of the user's
     for name in ("base-9.json", "head-a4.junit.xml", "notes.txt"):
@@ -157,6 +158,8 @@ def test_unchanged_code_passes_and_undecided_benchmarks_get_rounds_of_their_own(
                               "uncommitted changes to 1 file)" and not verdict["failures"], verdict["head"]
     assert "both revisions declare the same dependencies, both sides run with this interpreter" in err
     assert "Environments:" not in out  # one environment: nothing built, nothing to name
+    assert f"Config: {config}, over sdpa-bench's defaults. Time:" in out, out  # in the CI log, not only Markdown
+    assert 'not applied here, the gate\'s alone: memory = "peak:50%". continuous reports' in out, out
     run = verdict["run"]  # the seed, and what was drawn from it, is recorded and printed
     assert run["seed"] == 7 and run["folders"] == list(Schedule(7).folders()) and "seed 7:" in err
     adaptive = run["adaptive"]
@@ -338,6 +341,16 @@ def _run(speed: float, naive: float, memory: int = 100, with_chunked: bool = Tru
     rows = [("torch_sdpa", 1.0), ("naive", naive)] + ([("chunked", 2.0)] if with_chunked else [])
     return [Point(impl, "L8-E8-fp32-fwd", t * speed, tuple(t * speed * (1 + k / 1000) for k in range(30)),
                   memory, 0.0, 1e-3) for impl, t in rows]
+
+
+def test_the_gates_own_sizes_are_the_ones_continuous_names_as_not_applied() -> None:
+    """continuous judges every row by continuous_time and any growth of peak memory: a `time` or `memory` size, or an
+    override's `alpha`, was dropped without a word, the config reading as if it applied."""
+    config = config_from_dict({"memory": "peak:50%", "time": "off", "override": [
+        {"impl": "mk", "time": "median:100%", "alpha": 0.2}, {"impl": "x*", "memory": "off"}]}, "mine.toml")
+    assert config.gate_only() == ['memory = "peak:50%"', "time = 'median:100%' (override impl 'mk', case '*')",
+                                  "alpha = 0.2 (override impl 'mk', case '*')"]
+    assert config_from_dict({"time": "median:15%", "continuous_time": "median:9%"}, "x").gate_only() == []
 
 
 def test_one_run_a_side_never_decides_slower() -> None:

@@ -248,6 +248,10 @@ def _compare(request: Request, plan: Plan, project: Project, work: Path, progres
     run_notes = (f"seed {schedule.seed}: first side of each round {', '.join(schedule.orders)}; side folders "
                  f"{folders[0]} (base) and {folders[1]} (head); each process's environment padded to a random size.",
                  outcome.pairing, outcome.adaptive.note(), timing_note)
+    unused = sides.config.gate_only()  # said, not silently dropped: the config reads as if it applied
+    run_notes += (f"not applied here, the gate's alone: {'; '.join(unused)}. continuous reports a slowdown past "
+                  f"continuous_time ({sides.config.continuous_time}) and any growth of peak memory; \"off\" turns "
+                  "either off for the rows it names.",) if unused else ()
     base, head = sides.base, sides.head
     run = {"seed": schedule.seed, "first_side": list(schedule.orders), "folders": list(folders),
            "planned_rounds": planned, "select": plan.select,

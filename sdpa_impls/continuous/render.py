@@ -52,10 +52,10 @@ def render(report: SideBySide, base: str, head: str, markdown: bool = False, run
         out += [f"Compared: {shown(about)}", ""]
     if header:
         out += ["Environments:"] + [f"{bullet}{shown(line)}" for line in header] + [""]
-    if markdown:
-        out += [f"Config: {code(report.config_source or 'built-in defaults')}. Time: head/base ratio of medians, "
-                f"a regression above ×{report.factor:.2f} at false discovery rate {report.fdr:g} "
-                "(Benjamini–Hochberg over the preset).", ""]
+    # in the CI log too: which thresholds judged (a --config, or a pull request that changed them)
+    out += [f"Config: {shown(report.config_source or 'built-in defaults')}. Time: head/base ratio of medians, "
+            f"a regression above ×{report.factor:.2f} at false discovery rate {report.fdr:g} "
+            "(Benjamini–Hochberg over the preset).", ""]
     out += table(["benchmark", "head/base", "95% CI", "q (BH)", "runs", "peak memory", "verdict"],
                  [[cell(r.label) if markdown else r.label, *_time_cells(r), "+".join(map(str, _runs(r))),
                    _memory_cell(r), r.verdict]

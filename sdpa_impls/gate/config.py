@@ -92,6 +92,17 @@ class GateConfig:
     def alpha(self) -> float:
         return float(self.settings["alpha"])
 
+    def gate_only(self) -> list[str]:
+        """The sizes set here that `continuous` does not apply: `time`, `memory` (beside "off") and an override's
+        `alpha` are the gate's; continuous judges every row by `continuous_time` at the one false discovery rate
+        `alpha`, and any growth of peak memory."""
+        out = [f'{k} = "{self.settings[k]}"' for k in ("time", "memory")
+               if self.settings[k] not in ("off", DEFAULTS[k])]
+        for o in self.overrides:
+            out += [f"{k} = {v!r} (override impl {o.impl!r}, case {o.case!r})" for k, v in o.values.items()
+                    if k in ("time", "memory", "alpha") and v != "off"]
+        return out
+
 
 def _thresholds(s: dict) -> Thresholds:
     time = None if s["time"] == "off" else TimeRule.parse(s["time"], float(s["alpha"]))
