@@ -203,7 +203,7 @@ def test_declared_dependencies_and_what_this_environment_lacks(tmp_path: Path) -
         declared(tree, cpu=True)
 
 
-def test_a_failed_build_is_named_by_its_own_last_line() -> None:
+def test_a_failed_build_is_named_by_its_own_last_line(tmp_path: Path) -> None:
     """pip ends a build backend's failure with its notes and a hint ("See above for details"): the reason given is
     the build step's own last line, above pip's "[end of output]"."""
     from sdpa_impls.continuous.outcomes import last_line
@@ -224,6 +224,22 @@ hint: See above for details.
         "ERROR: No matching distribution found for x"
     assert last_line("ModuleNotFoundError: No module named 'setuptools'\n") == \
         "ModuleNotFoundError: No module named 'setuptools'"
+    cloned = """  Running command git clone --filter=blob:none --quiet 'https://****@127.0.0.1:9/o/r.git' /tmp/pip-req-build-x
+  fatal: unable to access 'https://127.0.0.1:9/o/r.git/': Failed to connect to 127.0.0.1 port 9
+  error: subprocess-exited-with-error
+
+  × git clone --filter=blob:none --quiet 'https://****@127.0.0.1:9/o/r.git' /tmp/pip-req-build-x did not run successfully.
+  │ exit code: 128
+  ╰─> See above for output.
+
+  note: This error originates from a subprocess, and is likely not a problem with pip.
+"""  # as pip 24 says it: what git said is the reason, not pip's pointer to it
+    assert last_line(cloned).startswith("fatal: unable to access 'https://127.0.0.1:9/o/r.git/'")
+
+    from sdpa_impls.continuous.envbuild import build  # pip's own words, cloning from a port no one listens on
+    with pytest.raises(GateInputError, match=r"pip could not install it \(exit 1\): .*fatal: unable to access "
+                                             r"'https://127\.0\.0\.1:9/o/r\.git/'"):
+        build(tmp_path / "env", ["--no-deps", "git+https://token@127.0.0.1:9/o/r.git"], what="a git URL")
 
 
 def test_pips_usage_error_is_one_line_without_its_usage_text(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -24,7 +24,7 @@ from pathlib import Path
 from ..errors import GateInputError
 from .envkey import underlay_dirs
 from .envs import is_path, python_of, user_path
-from .outcomes import last_line
+from .outcomes import last_line, step_said
 
 LINK_FILE = "_sdpa_bench_underlay.pth"
 PIP_TIMEOUT_S = 3600.0  # a CUDA build of torch is several GB
@@ -70,6 +70,8 @@ def _pip(cmd: list[str], what: str) -> None:
         errors = [line for line in lines if line.startswith("ERROR")]
         if any(line.startswith("Traceback") for line in lines) or not errors:  # "ERROR: Exception:": what it was;
             errors.append(last_line(err or out or "") if lines else "(pip printed nothing)")  # no ERROR: no usage
+        elif step_said(err) and step_said(err) not in errors:  # "ERROR: Failed to build": what the step said, why
+            errors.append(step_said(err))
         raise GateInputError(f"environment {what!r}: pip could not install it (exit {proc.returncode}): "
                              + "; ".join(errors[-6:]))  # one line, as every unusable input is said
 

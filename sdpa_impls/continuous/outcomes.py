@@ -25,6 +25,7 @@ from pathlib import Path
 
 SKIPPED = "SKIPPED "
 PIP_TRAILERS = ("note:", "hint:")  # what pip ends a failure with after the error itself ("hint: See above ...")
+PIP_STEPS = ("Running command", "Cloning", "Preparing", "Installing", "Getting", "Building")  # pip's, not a cause
 RUN_FILE = re.compile(r"(base|head)-a?\d+\.(json|junit\.xml)")  # each run of a side, in the runs folder (a: extra)
 
 
@@ -80,12 +81,26 @@ def by_label(lines: Sequence[str]) -> tuple[dict[str, str], dict[str, str]]:
 
 
 def last_line(text: str) -> str:
-    """The line that says what failed: the last one; where pip reports a build step's failure, the step's own last
-    line (before pip's "[end of output]"), not pip's notes and hints after it ("hint: See above for details.")."""
+    """The line that says what failed: the last one, or the failed step's own (`step_said`); not pip's notes and
+    hints after it ("hint: See above for details.")."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    own = step_said(text)
+    if own:
+        return own
+    while len(lines) > 1 and lines[-1].lower().startswith(PIP_TRAILERS):
+        lines.pop()
+    return lines[-1] if lines else "(no output)"
+
+
+def step_said(text: str) -> str | None:
+    """What the step pip ran said last where pip reports its failure: a build backend's last line (before pip's
+    "[end of output]"), or the error a command (git clone) printed before pip's "error: subprocess-exited-with-error";
+    None where pip reports no such step."""
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     ends = [i for i, line in enumerate(lines) if line == "[end of output]"]
     if ends and ends[-1] > 0 and not lines[ends[-1] - 1].startswith("╰─>"):
         return lines[ends[-1] - 1]
-    while len(lines) > 1 and lines[-1].lower().startswith(PIP_TRAILERS):
-        lines.pop()
-    return lines[-1] if lines else "(no output)"
+    streamed = [i for i, line in enumerate(lines) if line == "error: subprocess-exited-with-error"]
+    if streamed and streamed[-1] > 0 and not lines[streamed[-1] - 1].startswith(PIP_STEPS):
+        return lines[streamed[-1] - 1]
+    return None
