@@ -82,7 +82,7 @@ def test_busy_points_are_marked_in_the_tables_and_said_at_the_top(tmp_path) -> N
     assert "busy" not in write_markdown(tmp_path / "r2.md", roomy, SweepTable(roomy), []).read_text()
 
 
-def test_the_summary_says_over_how_many_cases_and_counts_no_win_within_the_spread() -> None:
+def test_the_summary_says_over_how_many_cases_and_counts_no_win_within_the_spread_or_alone() -> None:
     ctx = CaseContext(Case(lq=64, lk=64, e=32), "cpu")
     base = run_point("torch_sdpa", ctx, FAST)
     other = replace(base, impl="naive")
@@ -92,9 +92,11 @@ def test_the_summary_says_over_how_many_cases_and_counts_no_win_within_the_sprea
     text = summary(SweepTable(_sweep(rows)))
     line = {row.split()[0]: row for row in text.splitlines()[3:]}
     assert "1.00× (2)" in line["torch_sdpa"] and "1.03× (1)" in line["naive"]
-    assert "0 of 2 cases" in line["naive"] and "1 of 2 cases" in line["torch_sdpa"]  # its one case alone
+    assert "0 of 1 cases" in line["naive"] and "0 of 1 cases" in line["torch_sdpa"]  # a case run alone: no win
     apart = [rows[0], replace(rows[1], median_s=0.5, iqr_s=0.01), rows[2]]
-    assert "1 of 2 cases" in {r.split()[0]: r for r in summary(SweepTable(_sweep(apart))).splitlines()[3:]}["naive"]
+    assert "1 of 1 cases" in {r.split()[0]: r for r in summary(SweepTable(_sweep(apart))).splitlines()[3:]}["naive"]
+    alone = {r.split()[0]: r for r in summary(SweepTable(_sweep(rows[2:]))).splitlines()[3:]}["torch_sdpa"]
+    assert alone.endswith("- (ran beside none)"), alone  # every other implementation skipped: nothing won
 
 
 def test_a_wrong_point_keeps_its_error_and_the_limit_it_broke_and_is_named_once(tmp_path) -> None:

@@ -137,12 +137,18 @@ class SweepTable:
 def summary(layout: SweepTable, markdown: bool = False) -> str:
     """One row per implementation that ran: points by status, geometric-mean speed-up over the cases it has one
     for (how many: implementations differ), cases where it was fastest by more than the spread of the times (the
-    interquartile ranges of it and the next do not overlap; a closer case is a tie and counts for none)."""
+    interquartile ranges of it and the next do not overlap; a closer case is a tie and counts for none) of those it
+    ran beside another (a case it ran alone is no race, and no win)."""
     fastest: dict[str, int] = {}
+    raced: dict[str, int] = {}
     for c in layout.cases:
         ok = sorted((r for i in layout.columns if (r := layout.cell.get((c, i))) and r.status == "ok" and r.median_s),
                     key=lambda r: r.median_s)
-        if ok and (len(ok) == 1 or ok[0].median_s + (ok[0].iqr_s or 0) / 2 < ok[1].median_s - (ok[1].iqr_s or 0) / 2):
+        if len(ok) < 2:
+            continue
+        for r in ok:
+            raced[r.impl] = raced.get(r.impl, 0) + 1
+        if ok[0].median_s + (ok[0].iqr_s or 0) / 2 < ok[1].median_s - (ok[1].iqr_s or 0) / 2:
             fastest[ok[0].impl] = fastest.get(ok[0].impl, 0) + 1
     header = ["implementation", "ok", "skipped", "failed", "wrong", "speed-up vs torch_sdpa (geo-mean, cases)",
               "fastest in (IQRs apart)"]
@@ -152,7 +158,8 @@ def summary(layout: SweepTable, markdown: bool = False) -> str:
         n = {s: sum(r.status == s for r in rs) for s in ("ok", "skipped", "failed", "wrong")}
         ups = [math.log(r.speedup_vs_torch_sdpa) for r in rs if r.speedup_vs_torch_sdpa]
         geo = f"{math.exp(sum(ups) / len(ups)):.2f}× ({len(ups)})" if ups else "-"
-        rows.append([impl, *(str(n[s]) for s in n), geo, f"{fastest.get(impl, 0)} of {len(layout.cases)} cases"])
+        wins = f"{fastest.get(impl, 0)} of {raced[impl]} cases" if raced.get(impl) else "- (ran beside none)"
+        rows.append([impl, *(str(n[s]) for s in n), geo, wins])
     title = "summary per implementation"
     if markdown:
         return f"### {title[0].upper()}{title[1:]}\n\n{table(header, rows, True, numeric=True)}\n"
