@@ -426,12 +426,12 @@ def test_shards_are_disjoint_and_merge_into_the_whole_preset(tmp_path):
     proc = cli("merge", str(partial), str(dirs[0]), str(cut), "--no-plots")
     assert proc.returncode == 0 and "resume the unfinished shards" in proc.stderr, proc.stderr
     said = (partial / "report.md").read_text()
-    assert f"resume the unfinished shards of {dirs[0]}, {cut}, then merge them again" in said and "--resume`" \
-        not in said, said[:2000]
+    assert f"resume the unfinished shards, {cut}, then merge them again" in said and "--resume`" \
+        not in said, said[:2000]  # the finished shard is not named as one to resume
     proc = cli("run", "--out", str(partial), "--resume", *FAST)
     assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1].endswith(
-        f"{partial} was merged from shards ({dirs[0]}, {cut}): resume the unfinished shards, then merge them again "
-        "into a new --out"), proc.stderr
+        f"{partial} was merged from shards ({dirs[0]}, {cut}): resume the unfinished shards ({cut}), then merge them "
+        "again into a new --out"), proc.stderr
     other = tmp_path / "other-seed"  # shard 2 again, measured otherwise: not a part of the same sweep
     proc = cli("run", "--preset", "smoke", "--impl", "naive", "--shard", "2/2", "--out", str(other), *FAST,
                "--no-memory", "--no-plots", "--seed", "7")

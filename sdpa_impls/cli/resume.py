@@ -38,8 +38,10 @@ def saved(out: Path, args: argparse.Namespace, impls: list[str] | None, given: d
     sweep = store.load(out)
     meta = sweep.meta
     if meta.get("merged_from"):  # its missing points are its shards', each measured on its own machine
-        raise UsageError(f"{out} was merged from shards ({store.shard_dirs(meta)}): resume the unfinished shards, "
-                         "then merge them again into a new --out")
+        left = store.shard_dirs(meta, unfinished=True)
+        raise UsageError(f"{out} was merged from shards ({store.shard_dirs(meta)}): " + (
+            f"resume the unfinished shards ({left}), then merge them again into a new --out" if left else
+            "each was finished, so nothing is left to measure"))
     _conflict("--preset", args.preset, meta.get("preset"), out)
     if impls is not None and set(impls) != set(meta.get("impls", ())):
         _conflict("--impl", ",".join(impls), ",".join(meta.get("impls", ())), out)

@@ -154,7 +154,8 @@ def write_markdown(path: Path, sweep: Sweep, layout: SweepTable, images: list[tu
                      "marked `busy` in the tables). Their times are slowed and scattered, and so are the ratios "
                      "that involve them.\n")
     if not sweep.complete:
-        how = (f"resume the unfinished shards of {shard_dirs(sweep.meta)}, then merge them again into a new folder"
+        how = (f"resume the unfinished shards, {shard_dirs(sweep.meta, unfinished=True)}, then merge them again "
+               "into a new folder"
                if sweep.meta.get("merged_from") else
                f"continue with `sdpa-bench run --out {shlex.quote(str(path.parent))} --resume`")
         parts.append(f"**Incomplete**: {len(sweep.done())} of {sweep.planned} points finished ({how}).\n")

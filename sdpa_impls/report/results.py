@@ -46,9 +46,11 @@ class Sweep:
         return len(self.done()) >= self.planned
 
 
-def shard_dirs(meta: dict) -> str:
-    """The folders a merged sweep came from, as its report and `run --resume` name them ("" for a sweep of one run)."""
-    return ", ".join(str(s.get("dir")) for s in meta.get("merged_from") or () if isinstance(s, dict))
+def shard_dirs(meta: dict, unfinished: bool = False) -> str:
+    """The folders a merged sweep came from, as its report and `run --resume` name them ("" for a sweep of one run);
+    `unfinished`: those whose shard was not finished when merged (all, for a merge that did not record it)."""
+    return ", ".join(str(s.get("dir")) for s in meta.get("merged_from") or ()
+                     if isinstance(s, dict) and not (unfinished and s.get("complete")))
 
 
 
@@ -290,7 +292,7 @@ def merge(sweeps: list[tuple[Path, Sweep]], all_case_ids: list[str] | None = Non
              "merged_from": [{"dir": str(d), "shard": s.meta.get("shard"), "machine": s.meta.get("machine"),
                               "ceilings": s.meta.get("ceilings"),  # each shard's results are judged against its own
                               "ceiling_spread": s.meta.get("ceiling_spread"),
-                              "sessions": s.meta.get("sessions")}
+                              "sessions": s.meta.get("sessions"), "complete": s.complete}
                              for d, s in sweeps]}
     return Sweep(meta, results)
 
