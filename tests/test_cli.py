@@ -165,6 +165,8 @@ def test_killed_run_resumes_without_repeating_finished_points(tmp_path):
     assert 3 <= len(before) < total, "the run finished before it could be killed"
     saved = load(out)["results"]  # what the killed process left behind
     assert len(saved) >= len(before) and saved[:len(before)] == before
+    killed_s = load(out)["meta"]["wall_s"]  # its measuring time until its last point, which a total counts
+    assert killed_s > 0, killed_s
 
     resumed = cli("run", "--out", str(out), "--resume", env={"SDPA_BENCH_CPU_BF16": "fp32"})
     assert resumed.returncode == 0, resumed.stderr[-3000:]
@@ -179,6 +181,7 @@ def test_killed_run_resumes_without_repeating_finished_points(tmp_path):
     assert [{k: v for k, v in r.items() if k != "roofline_pct"} for r in final[:len(saved)]] == [
         {k: v for k, v in r.items() if k != "roofline_pct"} for r in saved]
     meta = load(out)["meta"]
+    assert meta["wall_s"] > killed_s
     assert meta["ceiling_spread"]["gemm_flops_fp32"]["n"] >= 3  # the killed run's first sample, the resumed run's two
     assert (out / "report.md").exists() and (out / "results.csv").exists()
     # which code measured which points: the start and the resume, each with this checkout's source

@@ -141,6 +141,7 @@ def run_pending(sweep: store.Sweep, watched: watch.PointWatch, progress: Progres
         for result in run_case(case, impls, meta["device"], opts, meta.get("seed", 0)):
             with watched.lock:  # a point timing out meanwhile is recorded by the watcher, which then holds it
                 sweep.results.append(result.on_roofline(ceilings.values()))
+                watched.clock()
                 store.save(watched.out, sweep)
                 pending.pop(0)
                 progress.finish(result, pending)
@@ -265,7 +266,7 @@ def _sweep(args: argparse.Namespace, device: str, preset: str, impls: list[str] 
         if not closed:
             progress.close()
             closed.append(progress.wall_s)
-            meta["wall_s"] = meta.get("wall_s", 0.0) + closed[0]
+            watched.clock(closed[0])
     with terminate_as_interrupt():  # from the first Ctrl-C or SIGTERM, the ending below runs whole
         try:
             store.save(out, sweep)  # before the ceilings: a process killed there leaves a sweep --resume knows

@@ -86,6 +86,7 @@ class PointWatch:
     def __init__(self, out: Path, sweep: store.Sweep, progress: Progress, seconds: float | None,
                  own: bool) -> None:
         self.out, self.sweep, self.progress, self.seconds = out.absolute(), sweep, progress, seconds if own else None
+        self.wall_before = float(sweep.meta.get("wall_s") or 0.0)  # the earlier sessions' measuring time
         self.cwd = os.getcwd()  # where the command line's paths mean what they meant, whatever a plug-in did since
         self._term_ignored = signal.getsignal(signal.SIGTERM) is signal.SIG_IGN  # as the process started
         self.lock = threading.RLock()
@@ -99,6 +100,12 @@ class PointWatch:
                 self._alarm = True
         if self.seconds:
             threading.Thread(target=self._watch, name="sdpa-bench point timeout", daemon=True).start()
+
+    def clock(self, session_s: float | None = None) -> None:
+        """The sweep's measuring time, this session's so far (or `session_s`) included, set before each save: a
+        session killed (SIGKILL, the machine lost) keeps what it measured until its last point."""
+        now = self.progress.wall_s if session_s is None else session_s
+        self.sweep.meta["wall_s"] = self.wall_before + now
 
     def point(self, case: Case | None, impl: str = "") -> None:
         with self.lock:
@@ -127,7 +134,7 @@ class PointWatch:
         meta = self.sweep.meta
         self.sweep.results.append(Result(impl=impl, case=case, device=meta["device"], status="failed", reason=(
             f"still running after {self.seconds:g} s (--point-timeout): stopped, not measured again")))
-        meta["wall_s"] = meta.get("wall_s", 0.0) + self.progress.wall_s
+        self.clock()
         try:
             store.save(self.out, self.sweep)
         except UsageError as exc:  # a full disk: said as the sweep's thread says it, and no crash is noted
