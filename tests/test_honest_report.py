@@ -20,7 +20,7 @@ from sdpa_impls.bench.measure import Options, failed, run_point
 from sdpa_impls.protocol import Implementation, SDPAInputs
 from sdpa_impls.report.markdown import write_markdown
 from sdpa_impls.report.results import Sweep
-from sdpa_impls.report.tables import SweepTable, summary
+from sdpa_impls.report.tables import SweepTable, summary, tables
 
 FAST = Options(budget_s=0.01, min_reps=3, max_reps=5, warmup=1, memory=False)
 
@@ -97,6 +97,8 @@ def test_the_summary_says_over_how_many_cases_and_counts_no_win_within_the_sprea
     assert "1 of 1 cases" in {r.split()[0]: r for r in summary(SweepTable(_sweep(apart))).splitlines()[3:]}["naive"]
     alone = {r.split()[0]: r for r in summary(SweepTable(_sweep(rows[2:]))).splitlines()[3:]}["torch_sdpa"]
     assert alone.endswith("- (ran beside none)"), alone  # every other implementation skipped: nothing won
+    assert "speed-up vs torch_sdpa (higher" in tables(SweepTable(_sweep(rows)), metrics=99)
+    assert "speed-up vs torch_sdpa (higher" not in tables(SweepTable(_sweep([rows[1]])), metrics=99)  # all "-"
 
 
 def test_a_wrong_point_keeps_its_error_and_the_limit_it_broke_and_is_named_once(tmp_path) -> None:

@@ -176,6 +176,8 @@ def tables(layout: SweepTable, markdown: bool = False, metrics: int = 4, with_su
         chosen = [*chosen, *DEVICE_METRICS]
     if metrics >= len(METRICS) and any(r.compile_s is not None for r in layout.results):
         chosen = [*chosen, COMPILE_METRIC]
+    if not any(r.speedup_vs_torch_sdpa for r in layout.results):  # no torch_sdpa beside them: a table of "-"
+        chosen = [(t, m) for t, m in chosen if not t.startswith("speed-up")]
     for title, metric in chosen:
         header = ["case"] + layout.columns
         rows = layout.rows(metric, timed=not title.startswith(UNTIMED))
