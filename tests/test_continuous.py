@@ -26,6 +26,8 @@ from sdpa_impls.continuous.revisions import ci_base, describe, resolve, snapshot
 from sdpa_impls.errors import UsageError
 from sdpa_impls.continuous.schedule import Schedule
 from sdpa_impls.continuous.verdict import judge
+from sdpa_impls.continuous.comparison import Comparison
+from sdpa_impls.continuous.steps import UNKNOWN, row_steps
 
 ROOT = Path(__file__).resolve().parents[1]
 # Tiny and quick: the smoke preset, naive against the time reference, two processes per side. These tests check
@@ -341,6 +343,21 @@ def _run(speed: float, naive: float, memory: int = 100, with_chunked: bool = Tru
     rows = [("torch_sdpa", 1.0), ("naive", naive)] + ([("chunked", 2.0)] if with_chunked else [])
     return [Point(impl, "L8-E8-fp32-fwd", t * speed, tuple(t * speed * (1 + k / 1000) for k in range(30)),
                   memory, 0.0, 1e-3) for impl, t in rows]
+
+
+def test_a_bisect_step_says_what_kept_a_measured_row_unknown() -> None:
+    """A step read UNKNOWN beside an interval wholly above its floor, and nothing said why (its significance, or a
+    run left out, which continuous's own verdict names)."""
+    config = config_from_dict({"time_reference": "torch_sdpa", "continuous_time": "median:5%"}, "test")
+    label = "naive[L8-E8-fp32-fwd]"
+    one = judge([_run(1.0, 3.0)], [_run(1.0, 3.6)], config)  # 1.2x, one run a side: nothing to leave out
+    (row,) = row_steps(Comparison(one, "b", "h", "", (), (), {}), (label,))
+    assert row.verdict == UNKNOWN and row.interval[0] > 1.05
+    assert row.text().endswith("UNKNOWN (one run a side: no run to leave out)"), row.text()
+    strict = config_from_dict({"time_reference": "torch_sdpa", "continuous_time": "median:5%", "alpha": 1e-300}, "t")
+    two = judge([_run(1.0, 3.0), _run(1.01, 3.0)], [_run(1.0, 3.6), _run(1.01, 3.6)], strict)
+    (row,) = row_steps(Comparison(two, "b", "h", "", (), (), {}), (label,))
+    assert row.verdict == UNKNOWN and ", not significant: q " in row.why and "≥ 1e-300" in row.why, row.why
 
 
 def test_the_gates_own_sizes_are_the_ones_continuous_names_as_not_applied() -> None:

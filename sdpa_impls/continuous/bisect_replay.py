@@ -45,7 +45,7 @@ class Replay:
 
 def step_of(d: dict) -> Step:
     rows = tuple(RowStep(r["label"], r.get("ratio"), tuple(r["interval"]) if r.get("interval") else None,
-                         r["verdict"], r.get("memory") or "") for r in d.get("rows") or ())
+                         r["verdict"], r.get("memory") or "", str(r.get("why") or "")) for r in d.get("rows") or ())
     return Step(d["kind"], d["base"], d["head"], d["verdict"], d["floor"], rows, d.get("seconds") or 0.0,
                 tuple(d.get("notes") or ()))
 

@@ -35,13 +35,28 @@ class RowStep:
     interval: tuple[float, float] | None
     verdict: str
     memory: str = ""  # a memory row: its peaks, base → head (the row's time is not what is searched)
+    why: str = ""  # what kept a measured row UNKNOWN: its interval, its significance, or a run left out
 
     def text(self) -> str:
         if self.memory:
             return f"{self.label}: peak memory {self.memory} {self.verdict}"
         if self.ratio is None or self.interval is None:
             return f"{self.label}: not measured ({self.verdict})"
-        return f"{self.label}: ×{self.ratio:.3f} ({self.interval[0]:.3f}–{self.interval[1]:.3f}) {self.verdict}"
+        return (f"{self.label}: ×{self.ratio:.3f} ({self.interval[0]:.3f}–{self.interval[1]:.3f}) {self.verdict}"
+                + (f" ({self.why})" if self.why else ""))
+
+
+def _undecided_why(row: Row, factor: float, fdr: float) -> str:
+    """Why a measured row is neither slower nor not (verdict.decide), in the step's words."""
+    if row.interval is None or row.q is None:
+        return ""
+    if row.interval[0] <= factor:
+        return f"interval not clear of ×{factor:.3f}"
+    if row.q >= fdr:
+        return f"above ×{factor:.3f}, not significant: q {row.q:.2g} ≥ {fdr:g}"
+    if row.without_one is None:
+        return "one run a side: no run to leave out"
+    return f"low end {row.without_one:.3f} with one run left out, not above ×{factor:.3f}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,7 +124,9 @@ def row_steps(comparison: Comparison, labels: tuple[str, ...], memory: frozenset
         elif label in memory:
             out.append(_memory_step(row))
         else:
-            out.append(RowStep(label, row.ratio, row.interval, _decision(row.decision)))
+            verdict = _decision(row.decision)
+            why = _undecided_why(row, comparison.report.factor, comparison.report.fdr) if verdict == UNKNOWN else ""
+            out.append(RowStep(label, row.ratio, row.interval, verdict, why=why))
     return tuple(out)
 
 
