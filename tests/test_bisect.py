@@ -112,8 +112,9 @@ def test_an_interrupted_search_keeps_its_steps_and_resumes_from_them(history: di
     assert stopped["answer"] == "interrupted" and stopped["exit_code"] is None, stopped["answer"]
     done = [s["kind"] for s in stopped["steps"]]
     assert done[:2] == ["endpoints", "skip"] and "confirm" not in done, done
-    command = shlex.join(["sdpa-bench", "bisect", history["good"], "HEAD", *FAST, "--json", str(saved), "--resume",
-                          str(saved)])  # the command as given, with --resume: to copy and run
+    head = git(history["repo"], "rev-parse", "HEAD")  # HEAD as the search read it: a CI job run again on a later
+    command = shlex.join(["sdpa-bench", "bisect", history["good"], head, *FAST, "--json", str(saved), "--resume",
+                          str(saved)])  # push, or a pull, moves HEAD, and the steps would be refused
     assert err.strip().splitlines()[-1].endswith(f"continue with: {command}"), err[-1000:]
     resumed = tmp_path / "resumed.json"
     code, out, err = bisect(history["repo"], history["good"], "HEAD", *FAST, "--json", str(resumed), "--resume",

@@ -168,14 +168,31 @@ def _without_resume(argv: Sequence[str]) -> list[str]:
     return out
 
 
+def _pinned(argv: list[str], args: argparse.Namespace, partial: Search) -> list[str]:
+    """`argv` with GOOD and BAD as the search resolved them (full hashes, BAD added where it was left to default):
+    HEAD~6 or a branch names other commits once the branch moves on, and --resume then refuses the steps. As given
+    where either cannot be told apart from another argument of the same text."""
+    good, bad = partial.ids.get(partial.good), partial.ids.get(partial.bad)
+    out = list(argv)
+    if not good or not bad or out.count(args.good) != 1 or (args.bad is not None and out.count(args.bad) != 1):
+        return out
+    at = out.index(args.good)
+    if args.bad is None:
+        out.insert(at + 1, bad)
+    else:
+        out[out.index(args.bad)] = bad
+    out[at] = good
+    return out
+
+
 def _interrupted(args: argparse.Namespace, partial: Search | None, terminated: bool) -> int:
     """Ctrl-C or SIGTERM: the finished steps saved (--json) or printed, and how to go on as the last line."""
     how = "terminated (SIGTERM)" if terminated else "interrupted"
     steps = len(partial.steps) if partial else 0
     if partial is not None and args.json:
         _save(args.json, partial, INTERRUPTED)
-        said = (f"{steps} finished step(s) are saved in {args.json}; continue with: "
-                f"{shlex.join(['sdpa-bench', *_without_resume(args.argv), '--resume', args.json])}")
+        again = ["sdpa-bench", *_pinned(_without_resume(args.argv), args, partial), "--resume", args.json]
+        said = f"{steps} finished step(s) are saved in {args.json}; continue with: {shlex.join(again)}"
     elif partial is not None and steps:
         sys.stdout.write(redact(render(partial, unfinished=INTERRUPTED)))  # not lost; without --json, not resumable
         said = f"{steps} finished step(s) are printed above; with --json FILE they are saved for --resume"
