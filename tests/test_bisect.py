@@ -5,6 +5,7 @@ Every step is a real `continuous` comparison (real git, pip, pytest-benchmark an
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 import os
@@ -24,8 +25,8 @@ from sdpa_impls.continuous.bisect_render import as_dict, render
 from sdpa_impls.continuous.bisect_replay import Replay
 from sdpa_impls.continuous.comparison import Plan
 from sdpa_impls.continuous.project import NONE, Project
-from sdpa_impls.continuous.lines import between
-from sdpa_impls.continuous.revisions import first_parents
+from sdpa_impls.continuous.lines import between, commits
+from sdpa_impls.continuous.revisions import describe, first_parents
 from sdpa_impls.continuous.steps import (DIFFERENT, SAME, UNKNOWN, RowStep, Step, rows_from_verdict, selection_of,
                                          unexplained)
 from sdpa_impls.errors import UsageError
@@ -434,6 +435,16 @@ def test_a_good_merged_in_from_a_side_branch_starts_the_line_at_its_merge(tmp_pa
     assert first_parents(repo, a, c) == [git(repo, "rev-parse", "main~2"), merge, c]  # on the line: as before
     with pytest.raises(UsageError, match="they are on diverged branches; name as GOOD a commit both descend from"):
         first_parents(repo, b, good)  # swapping them would not help
+    # a search that ends at the merge names the branch inside it to search next: from where it began to its tip
+    line = commits(Project("plugin", repo), a, c, None)
+    at = {describe(repo, x): x for x in (merge, c)}
+    ended = Search(describe(repo, a), describe(repo, c), list(at), culprit=describe(repo, merge), ids=at)
+    assert line.ended_at(ended) == [f"{describe(repo, merge)} is a merge: the commits of the branch it brought in were "
+                                    f"one step of this search; to search among them: sdpa-bench bisect {a[:12]} "
+                                    f"{good[:12]}"]
+    left = dataclasses.replace(ended, culprit=None, among=[describe(repo, merge)])  # INCONCLUSIVE at it: the same
+    assert line.ended_at(left) == line.ended_at(ended)
+    assert line.ended_at(dataclasses.replace(ended, culprit=describe(repo, c))) == []  # one parent: nothing inside
 
 
 def test_a_culprit_whose_parent_does_not_install_is_left_unconfirmed(history: dict, tmp_path: Path) -> None:

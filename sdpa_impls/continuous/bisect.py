@@ -107,8 +107,7 @@ class _Searcher(Resumable):
             self.result.notes.append(warning)
         self.labels: tuple[str, ...] = ()
         self.memory: frozenset[str] = frozenset()
-        self.floor = 0.0
-        self.select: str | None = None
+        self.floor, self.select = 0.0, None  # the steps' time floor; the -k of the rows under test
 
     def _compare(self, kind: str, base: str, head: str) -> tuple[Comparison | None, Step]:
         """One comparison of base against head, its step appended; (None, step) where an earlier search's step
@@ -235,6 +234,7 @@ class _Searcher(Resumable):
                 self.result.answer = UNDECIDED if self.result.undecided else NO_REGRESSION
                 return self.result
             self._search()
+            self.result.notes += self.line.ended_at(self.result)  # at a merge: how to search inside it
         finally:
             self.result.seconds = time.monotonic() - start
             if self.reused:

@@ -22,10 +22,14 @@ from typing import TYPE_CHECKING
 from ..errors import UsageError
 from .assemble import Request
 from .project import Project
-from .revisions import changed_files, describe, first_parents, parent, resolve
+from .revisions import changed_files, describe, first_parents, merged_branch, parent, resolve
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from packaging.version import Version
+
+    from .bisect_answer import Search
 
 PACKAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
@@ -43,6 +47,13 @@ class Line:
     differences: Callable[[str, str], list[str]]
     unit: str
     project: Project
+    inside: Callable[[str], str] = lambda point: ""  # a point that is a merge: how to search among its branch's
+
+    def ended_at(self, search: Search) -> list[str]:
+        """A note where the search ended at one point (the culprit, or the one left) that is a merge."""
+        names = [search.culprit] if search.culprit else search.among
+        said = self.inside(search.ids[names[0]]) if len(names) == 1 and names[0] in search.ids else ""
+        return [said] if said else []
 
 
 def commits(project: Project, good: str, bad: str, template: Request) -> Line:
@@ -55,7 +66,16 @@ def commits(project: Project, good: str, bad: str, template: Request) -> Line:
     points = (first, *first_parents(root, first, last))
     return Line(points, lambda c: describe(root, c),
                 lambda b, h: dataclasses.replace(template, base=b, head=h),
-                lambda c: parent(root, c), lambda a, b: changed_files(root, a, b), "commit", project)
+                lambda c: parent(root, c), lambda a, b: changed_files(root, a, b), "commit", project,
+                lambda c: _inside(root, c))
+
+
+def _inside(root: Path, commit: str) -> str:
+    branch = merged_branch(root, commit)
+    if branch is None:
+        return ""
+    return (f"{describe(root, commit)} is a merge: the commits of the branch it brought in were one step of this "
+            f"search; to search among them: sdpa-bench bisect {branch[0][:12]} {branch[1][:12]}")
 
 
 def _key(version: str) -> "Version":

@@ -85,6 +85,15 @@ def first_parents(root: Path, good: str, bad: str) -> list[str]:
     return [c for c in line if c in after_good]
 
 
+def merged_branch(root: Path, commit: str) -> tuple[str, str] | None:
+    """(where the branch a merge commit brought in began, that branch's last commit), or None for a commit of one
+    parent: what a search inside the branch is between."""
+    parents = _git(root, "rev-parse", f"{commit}^@").stdout.split()
+    if len(parents) < 2:
+        return None
+    return _git(root, "merge-base", parents[0], parents[1]).stdout.strip(), parents[1]
+
+
 def parent(root: Path, commit: str) -> str:
     """The first parent of `commit`; UsageError for a root commit."""
     return resolve(root, f"{commit}^1")
