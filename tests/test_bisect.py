@@ -27,8 +27,8 @@ from sdpa_impls.continuous.comparison import Plan
 from sdpa_impls.continuous.project import NONE, Project
 from sdpa_impls.continuous.lines import between, commits
 from sdpa_impls.continuous.revisions import describe, first_parents
-from sdpa_impls.continuous.steps import (DIFFERENT, SAME, UNKNOWN, RowStep, Step, rows_from_verdict, selection_of,
-                                         unexplained)
+from sdpa_impls.continuous.steps import (DIFFERENT, SAME, SKIPPED, UNKNOWN, RowStep, Step, rows_from_verdict,
+                                         selection_of, unexplained)
 from sdpa_impls.errors import UsageError
 from test_as_a_tool import PLUGIN, SLOWER
 from test_continuous import command, commit, git
@@ -152,6 +152,9 @@ def test_an_answer_that_could_not_tell_is_undecided_not_no_regression() -> None:
     text = render(search)
     assert text.startswith("sdpa-bench bisect: UNDECIDED: GOOD and BAD could not be told apart on 1 row(s)"), text
     assert "NO REGRESSION" not in text and "4: undecided" in text
+    search.steps = [Step(ENDPOINTS, "aaaaaaa good", "bbbbbbb bad", UNKNOWN, 1.1),
+                    Step("skip", "", "ccccccc x", SKIPPED, 1.1, seconds=29.0)]  # measured, then answered wrong
+    assert "1 commit(s), 1 comparison(s) and 1 of skipped commits, " in render(search)  # it ran: counted, apart
 
 
 def test_a_single_candidate_left_unconfirmed_is_named_plainly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
