@@ -26,10 +26,10 @@ adaptive rounds), read as a three-way verdict. No statistics of its own: a step'
    slower, or makes slower by clearly less than GOOD → BAD did (its interval below the endpoints'), are
    reported as changed elsewhere in the range.
 
-At most `comparison_budget(N)` = 2·⌈log₂ N⌉ + 3 comparisons for N commits, besides those of skipped commits, which
-decide nothing; a search that would need more stops UNKNOWN. The search is a function of its steps' verdicts: given the steps of an earlier search of the same line with
-the same settings (`Replay`, read from its JSON, finished or interrupted), it takes each step that asks the same
-question from there, measured then, and measures only from the first step it does not have.
+At most `comparison_budget(N)` = 2·⌈log₂ N⌉ + 3 comparisons for N commits, besides skipped commits' (they decide
+nothing); a search that would need more stops UNKNOWN. It is a function of its steps' verdicts: given the steps of
+an earlier search of the same line and settings (`Replay`, from its JSON, finished or interrupted), it takes each
+step that asks the same question as measured then, and measures only from the first step it does not have.
 
 Exit status: 0 no regression, 1 culprit found and confirmed, 3 a regression between GOOD and BAD whose culprit was
 not pinned down (the commits left are named), 4 undecided (no row slower at the endpoints, but some row neither
