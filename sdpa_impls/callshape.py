@@ -218,6 +218,7 @@ def plain_number(x: Any) -> Any:
 
 
 def in_func_transform() -> bool:
-    """Whether torch.func (vmap, grad, jvp, ...) transforms this call: its tensors are wrappers without storage."""
+    """Whether torch.func (vmap, grad, jvp, ...) transforms this call: its tensors are wrappers without storage.
+    Never while torch.compile traces a call (dynamo reads the stack as not empty there, in a plain compiled call)."""
     peek = getattr(torch._C._functorch, "peek_interpreter_stack", None)
-    return peek is not None and peek() is not None
+    return peek is not None and not torch.compiler.is_compiling() and peek() is not None

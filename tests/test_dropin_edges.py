@@ -15,6 +15,7 @@ import torch.nn.functional as F
 import sdpa_impls
 from sdpa_impls.impls import torch_sdpa
 from sdpa_impls.impls.torch_sdpa import mask4
+from sdpa_impls.callshape import in_func_transform
 from sdpa_impls.protocol import Support, Unsupported
 from sdpa_impls.reference import reference
 from test_parity_torch import OURS, torch_math
@@ -451,3 +452,6 @@ def test_torch_func_transforms_get_torchs_answer_or_one_clear_refusal(how: str) 
         for a, b in zip(got, want, strict=True):
             torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9, msg=lambda m: f"{name}: {m}")
     assert sdpa_impls.get("fused")(*qkv(1, 2, 4, 8)).shape == (1, 2, 4, 8)  # outside a transform it runs
+    # torch.compile's tracing of a plain call is no transform (dynamo reads torch.func's stack as not empty there)
+    traced = torch.compile(lambda x: x + 1 if in_func_transform() else x - 1, backend="eager", fullgraph=True)
+    assert traced(torch.zeros(2)).tolist() == [-1.0, -1.0]
