@@ -16,7 +16,7 @@ from pathlib import Path
 
 from sdpa_impls import registry
 from sdpa_impls.bench.grid import preset
-from sdpa_impls.cli import main
+from sdpa_impls.cli import main, watch
 from sdpa_impls.report import results as store
 from sdpa_impls.report.writer_lock import only_writer
 from sdpa_impls.impls.naive import Naive
@@ -72,6 +72,16 @@ def test_a_resume_keeps_the_point_timeout_and_counts_its_own_points(tmp_path, ca
         assert main(argv) == 2  # hand-edited: the file and the field named, exit 2
         err = capsys.readouterr().err
         assert f"{out / 'results.json'} has a malformed entry" in err and "meta.point_timeout should be" in err, err
+    doc["meta"]["point_timeout"], doc["meta"]["options"]["budget_s"] = 4.0, 5.0  # measured with --budget 5
+    (out / "results.json").write_text(json.dumps(doc))
+    for given in ([], ["--point-timeout", "2"]):  # the saved 4 s, or 2 s given: either stops points still measuring
+        assert main([*SMOKE, "--impl", "naive", "--out", str(out), "--resume", *given]) == 2
+        err = capsys.readouterr().err
+        assert f"--point-timeout {(given or ['', '4'])[1]} would stop points that are still measuring: each measures " \
+               "for up to --budget 5 s" in err, err
+    assert len(load(out)["results"]) == n - 1  # nothing measured
+    meta: dict = {}  # where nothing was given or kept: the default, or 4 budgets where those are longer
+    assert watch.kept(None, meta, 1.0) == watch.DEFAULT_S and watch.kept(None, {}, 3600.0) == 4 * 3600.0
 
 
 def test_a_shard_is_checked_against_its_own_preset_on_resume(tmp_path, capsys) -> None:
@@ -136,7 +146,7 @@ def test_sigterm_after_ctrl_c_does_not_cut_the_ending_short(tmp_path):
 HELD = """
 import signal, sys, time
 from pathlib import Path
-from sdpa_impls.cli import main
+from sdpa_impls.cli import main, watch
 from sdpa_impls.impls.naive import Naive
 from sdpa_impls.registry import register
 
@@ -209,7 +219,7 @@ def test_a_plugin_that_no_longer_loads_stops_the_resume(tmp_path, monkeypatch, c
 WRAPPER = """
 import sys, time
 import sdpa_impls
-from sdpa_impls.cli import main
+from sdpa_impls.cli import main, watch
 from sdpa_impls.impls.naive import Naive
 from sdpa_impls.registry import register
 

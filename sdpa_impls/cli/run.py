@@ -257,8 +257,8 @@ def _sweep(args: argparse.Namespace, device: str, preset: str, impls: list[str] 
         progress.note(f"warning: {busy[1]}")
     dtypes = sorted({c.dtype for c in grid.preset(meta["preset"]) if c.id in set(meta["case_ids"])})
     run_ceilings = RunCeilings(device, needed_ceilings(dtypes, device), meta.get("ceiling_samples"))
-    watched = watch.PointWatch(out, sweep, progress, watch.kept(args.point_timeout, meta),
-                               getattr(args, "own_process", False))
+    timeout = watch.kept(args.point_timeout, meta, saved_options(meta).budget_s)  # a resume: the saved budget's
+    watched = watch.PointWatch(out, sweep, progress, timeout, getattr(args, "own_process", False))
 
     closed: list[float] = []
 

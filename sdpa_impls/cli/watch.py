@@ -44,8 +44,9 @@ TIMED_OUT_EXIT = 124  # as timeout(1): where exec fails
 def add_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--point-timeout", type=float, metavar="SECONDS", default=None,
                    help=f"a point still running after this long is stopped and recorded as failed, and the sweep "
-                        f"goes on in a new process (default {DEFAULT_S:g}; 0: no limit; more than --budget); kept "
-                        f"with the sweep, so that --resume goes on with it unless given again")
+                        f"goes on in a new process (default {DEFAULT_S:g}, or 4 × --budget where longer; 0: no "
+                        f"limit; more than --budget); kept with the sweep, so that --resume goes on with it unless "
+                        f"given again")
 
 
 def checked(seconds: float, budget_s: float = 0.0) -> float | None:
@@ -62,12 +63,17 @@ def checked(seconds: float, budget_s: float = 0.0) -> float | None:
     return seconds or None
 
 
-def kept(given: float | None, meta: dict) -> float | None:
+def kept(given: float | None, meta: dict, budget_s: float) -> float | None:
     """The sweep's point timeout, kept in its `meta`: `given` (--point-timeout), else the one it was started or last
-    resumed with (report.contents checks the file's), else DEFAULT_S; as `checked` returns it (None: no limit)."""
-    seconds = float(given if given is not None else meta.get("point_timeout", DEFAULT_S))  # checked when read
+    resumed with (report.contents checks the file's), else DEFAULT_S or 4 × `budget_s` (the sweep's --budget) where
+    that is longer; as `checked` returns it (None: no limit); UsageError where the budget reaches it."""
+    saved = meta.get("point_timeout")
+    seconds = float(given if given is not None else saved if saved is not None else max(DEFAULT_S, 4 * budget_s))
     meta["point_timeout"] = seconds
-    return checked(min(seconds, LONGEST_S))
+    try:
+        return checked(min(seconds, LONGEST_S), budget_s)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def continuing(out: Path) -> bool:
