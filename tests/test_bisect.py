@@ -448,6 +448,14 @@ def test_a_good_merged_in_from_a_side_branch_starts_the_line_at_its_merge(tmp_pa
     left = dataclasses.replace(ended, culprit=None, among=[describe(repo, merge)])  # INCONCLUSIVE at it: the same
     assert line.ended_at(left) == line.ended_at(ended)
     assert line.ended_at(dataclasses.replace(ended, culprit=describe(repo, c))) == []  # one parent: nothing inside
+    git(repo, "checkout", "-q", "--orphan", "other")  # a history of its own, merged in: no branch point to name
+    (repo / "o").write_text("o")
+    commit(repo, "unrelated")
+    git(repo, "checkout", "-q", "main")
+    git(repo, "merge", "-q", "--no-ff", "--allow-unrelated-histories", "-m", "merge other", "other")
+    joined = git(repo, "rev-parse", "HEAD")
+    assert line.ended_at(dataclasses.replace(ended, culprit=describe(repo, joined), ids={describe(repo, joined): joined})
+                         ) == []  # the answer stands; nothing to add
 
 
 def test_a_culprit_whose_parent_does_not_install_is_left_unconfirmed(history: dict, tmp_path: Path) -> None:

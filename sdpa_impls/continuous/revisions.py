@@ -87,11 +87,13 @@ def first_parents(root: Path, good: str, bad: str) -> list[str]:
 
 def merged_branch(root: Path, commit: str) -> tuple[str, str] | None:
     """(where the branch a merge commit brought in began, that branch's last commit), or None for a commit of one
-    parent: what a search inside the branch is between."""
-    parents = _git(root, "rev-parse", f"{commit}^@").stdout.split()
-    if len(parents) < 2:
+    parent, or where git cannot tell (unrelated histories, a shallow clone): what a search inside the branch is
+    between."""
+    parents = _git(root, "rev-parse", f"{commit}^@", check=False).stdout.split()
+    base = _git(root, "merge-base", *parents[:2], check=False) if len(parents) > 1 else None
+    if base is None or base.returncode != 0 or not base.stdout.strip():
         return None
-    return _git(root, "merge-base", parents[0], parents[1]).stdout.strip(), parents[1]
+    return base.stdout.strip(), parents[1]
 
 
 def parent(root: Path, commit: str) -> str:
