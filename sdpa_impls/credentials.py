@@ -17,14 +17,17 @@ MASK = "****"
 # scheme://[user][:password]@ — the user part of a URL, up to the last @ before the host's first /; a password
 # may hold a space (shell-escaped, or quoted, as pip takes it) where an @ follows in the same word. Where no @ comes
 # before the first /, a password typed with an unencoded / (no valid URL, but printed before pip refuses it) runs
-# to the first @, unless it starts as a port does (host:8443/repo.git@v1 names a revision, not a password)
-_USERINFO = re.compile(r"(?P<scheme>(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^\s/:]*)"
-                       r"(?::(?P<password>(?:\\.|[^\s/\\]|[ \t](?=[^\s/]*@))*|(?!\d+/)[^\s@]*/[^\s@]*))?@")
+# to the first @ (user2, password2), unless the user part holds a [ or an @ (an IPv6 host, ssh's git@host) or the
+# password starts as a port does (host:8443/repo.git@v1 and host:/r.git@v1 name a revision, not a password)
+_USERINFO = re.compile(r"(?P<scheme>(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://)(?:"
+                       r"(?P<user>[^\s/:]*)(?::(?P<password>(?:\\.|[^\s/\\]|[ \t](?=[^\s/]*@))*))?"
+                       r"|(?P<user2>[^\s/:@\[]*):(?P<password2>(?!\d*(?:[/?#]|$))[^\s@]*/[^\s@]*))@")
 
 
 def _mask(match: re.Match) -> str:
-    if match.group("password") is not None:
-        return f"{match.group('scheme')}{match.group('user')}:{MASK}@"
+    user = match.group("user") if match.group("user2") is None else match.group("user2")
+    if match.group("password") is not None or match.group("password2") is not None:
+        return f"{match.group('scheme')}{user}:{MASK}@"
     return f"{match.group('scheme')}{MASK}@"
 
 

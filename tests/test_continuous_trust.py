@@ -681,8 +681,10 @@ def test_what_people_wrote_is_text_in_the_comment() -> None:
             "--extra-index-url=https://u:****@h:9/simple x"
     assert redact(f"https://u:{SECRET}@h/simple/p@1.0") == "https://u:****@h/simple/p@1.0"  # the first @ ends it
     for text in ("see http://localhost:8080 (ask admin@corp.com)", "https://a.org:443 and git@github.com:org/repo",
-                 "git+https://h:8443/r.git@v1.2"):
-        assert redact(text) == text  # a port, then an address later in the line or a revision: no password
+                 "git+https://h:8443/r.git@v1.2", "p @ git+https://[fd00::1]:3000/r.git@v1", "git+https://h:/r.git@v1",
+                 "git+https://[::1]/r.git@v1", "file://C:/Users/me/x.whl@x"):
+        assert redact(text) == text  # a port, an IPv6 host or a drive, then a revision or an address: no password
+    assert redact("git+ssh://git@github.com:org/r.git@v1") == "git+ssh://****@github.com:org/r.git@v1"  # as before
 
 
 def test_a_sigterm_stops_a_run_with_one_line_and_leaves_nothing(plugin_repo: Path) -> None:
