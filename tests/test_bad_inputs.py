@@ -340,6 +340,8 @@ def test_the_pytest_suites_implementations_on_the_command_line_replace_those_of_
     assert collected(addopts="--sdpa-impl torch_sdpa") == {"naive", "torch_sdpa"}  # defaults both, as given
     (tmp_path / "args.txt").write_text("--sdpa-impl\nchunked\n")
     assert collected("@args.txt") == {"chunked"}
+    (tmp_path / "defaults.txt").write_text("--sdpa-impl\ntorch_sdpa\n")  # an @file among the defaults: counted
+    assert collected("--sdpa-impl", "fused", addopts="@defaults.txt") == {"fused"}
 
 
 def test_the_pytest_suite_fails_the_point_that_writes_its_inputs_not_the_next(tmp_path) -> None:
