@@ -231,6 +231,12 @@ def test_an_output_through_a_link_to_a_file_not_yet_made_is_written_there(sessio
     (tmp_path / "answers").mkdir()
     code, out, err = gate(tmp_path, "--candidate", session["both"], "--markdown", "v.md")
     assert code == 0 and "naive" in (tmp_path / "answers" / "v.md").read_text(), out + err
+    (tmp_path / "loop.md").symlink_to("loop2.md")
+    (tmp_path / "loop2.md").symlink_to("loop.md")
+    (tmp_path / "dir.md").symlink_to("newdir/")  # a folder's name: the write would find no file to make
+    for name, why in (("loop.md", "a loop of links"), ("dir.md", "a folder")):
+        code, out, err = gate(tmp_path, "--candidate", session["both"], "--markdown", name)
+        assert code == 2 and err.rstrip().endswith(f"({why})"), err
 
 
 def test_a_run_against_itself_or_another_preset_is_no_verdict(session: dict[str, Path], tmp_path: Path) -> None:

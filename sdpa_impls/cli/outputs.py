@@ -150,11 +150,14 @@ def writable(outputs: dict[str, str | Path | None], inputs: dict[str, str | Path
                 raise GateInputError(f"{path}: cannot write (permission denied)")
             continue
         made = Path(os.path.realpath(target))  # a link to no file yet: the answer's write makes the file it names
+        link = f", a link to {made}" if target.is_symlink() else ""
+        if link and (made.is_symlink() or os.readlink(target).endswith("/")):  # resolved to a link: a loop
+            why = "a loop of links" if made.is_symlink() else "a folder"
+            raise GateInputError(f"{path}: cannot write{link} ({why})")
         try:  # a new file, made and removed: what the answer's write will do (os.access says yes to /proc)
             os.close(os.open(made, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
             made.unlink()
         except OSError as exc:
-            link = f", a link to {made}" if target.is_symlink() else ""
             raise GateInputError(f"{path}: cannot write{link} ({exc.strerror or exc})") from None
     for path in (Path(p) for p in outputs.values() if p and stale):
         if path.is_file():  # a link itself, not the file it names; never /dev/stdout, a link to a descriptor
