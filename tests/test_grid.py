@@ -59,6 +59,7 @@ def test_a_case_of_sizes_that_are_no_sizes_is_one_clear_error(field: str, value:
         Case(**{"lq": 128, "lk": 128, "e": 64} | {field: value})
     case = Case(lq=np.int64(128), lk=128, e=64)  # a NumPy integer is a size, kept as an int
     assert type(case.lq) is int and case.id == "L128-E64-fp32-fwd"
+    assert Case(lq=8, lk=8, e=8, causal=np.bool_(True)).causal is True
 
 
 def test_inputs_are_seeded_random_never_zero() -> None:

@@ -7,6 +7,7 @@ import numbers
 import os
 from dataclasses import asdict, dataclass
 
+import numpy as np
 import torch
 
 from .. import masks
@@ -44,8 +45,9 @@ class Case:
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
                 raise ValueError(f"Case {name}={value!r} is not a whole number of at least {least}")
             object.__setattr__(self, name, int(value))
-        if not isinstance(self.causal, bool):
+        if not isinstance(self.causal, (bool, np.bool_)):
             raise ValueError(f"Case causal={self.causal!r} is not True or False")
+        object.__setattr__(self, "causal", bool(self.causal))  # a NumPy bool too
         for name in ("dtype", "mode", "mask"):
             if not isinstance(getattr(self, name), str):
                 raise ValueError(f"Case {name}={getattr(self, name)!r} is not a name")

@@ -56,7 +56,7 @@ def _undecided_why(row: Row, factor: float, fdr: float) -> str:
         return f"above ×{factor:.3f}, not significant: q {row.q:.2g} ≥ {fdr:g}"
     if row.without_one is None:
         return "one run a side: no run to leave out"
-    return f"low end {row.without_one:.3f} with one run left out, not above ×{factor:.3f}"
+    return f"low end {row.without_one:.4f} with one run left out, not above ×{factor:.4f}"
 
 
 @dataclasses.dataclass(frozen=True)
