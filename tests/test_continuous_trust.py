@@ -236,6 +236,21 @@ def test_the_cache_key_follows_the_files_pips_settings_and_requirements_files_na
     wheel.write_bytes(b"one build")
     spec = parse_spec(f"pkg @ file://localhost{wheel}")
     assert changes(lambda: wheel.write_bytes(b"another build"))
+    spec = EnvSpec("a", requirements=(f"-r{outer}",))  # an option's value written against it, as pip takes it too
+    assert changes(lambda: inner.write_text(f"{pkg}\nscipy\nnumpy\n"))
+    spec = EnvSpec("a", requirements=(f"-c{pins}", "torch"))
+    assert changes(lambda: pins.write_text("torch==2.15.0\n"))
+    spec = EnvSpec("f", requirements=(f"-f{wheels}", "torch"))
+    assert changes(lambda: (wheels / "torch-2.16.0-cp311-none-any.whl").write_bytes(b"a wheel"))
+    shared = tmp_path / "shared" / "src"  # a local package whose source folder is a link: read through it
+    shared.mkdir(parents=True)
+    (shared / "k.py").write_text("V = 2\n")
+    (tmp_path / "linked").mkdir()
+    (tmp_path / "linked" / "setup.py").write_text("")
+    (tmp_path / "linked" / "src").symlink_to(shared)
+    (shared / "loop").symlink_to(shared)  # a link back up: walked once
+    spec = EnvSpec("e", requirements=("-e", str(tmp_path / "linked")))
+    assert changes(lambda: (shared / "k.py").write_text("V = 3\n"))
 
 
 def test_an_unpinned_url_or_vcs_requirement_is_built_for_the_run_only(plugin_repo: Path, offline: Path,

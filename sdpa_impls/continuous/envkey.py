@@ -52,13 +52,26 @@ def _hash_file(path: Path, digest: hashlib._Hash) -> None:
             digest.update(block)
 
 
+def _files(top: Path) -> list[Path]:
+    """The files under `top`, through linked folders as a build reads them (each real folder once: no loop)."""
+    seen, out = set(), []
+    for folder, dirs, files in os.walk(top, followlinks=True):
+        real = os.path.realpath(folder)
+        if real in seen:
+            dirs[:] = []
+            continue
+        seen.add(real)
+        out += [Path(folder, f) for f in files if os.path.isfile(os.path.join(folder, f))]
+    return out
+
+
 def _fingerprint_path(path: Path) -> str:
     """A local file or folder by its contents (read in blocks), a folder without its build outputs and caches."""
     digest = hashlib.sha256()
     if path.is_file():
         _hash_file(path, digest)
     else:
-        for f in sorted(p for p in path.rglob("*") if p.is_file()):
+        for f in sorted(_files(path)):
             rel = f.relative_to(path).parts
             if rel[0] in SKIP_TOP or rel[0].endswith(".egg-info") or SKIP_ANY & set(rel):
                 continue
@@ -89,6 +102,8 @@ def _parsed(words: Sequence[str]) -> list[tuple[str, str]]:
         word = words[i]
         if not word.startswith("-"):
             out.append(("", word))
+        elif word[:2] in FILE_OPTIONS | SOURCE_OPTIONS and len(word) > 2:  # -rFILE, -cFILE, -fDIR: pip's too
+            out.append((word[:2], word[2:].removeprefix("=")))
         else:
             name, eq, value = word.partition("=")
             if not eq and name in FILE_OPTIONS | SOURCE_OPTIONS and i + 1 < len(words):
