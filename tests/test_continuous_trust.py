@@ -8,6 +8,7 @@ Real git, real pip (no index), real virtual environments layered on the test env
 from __future__ import annotations
 
 import contextlib
+import functools
 import fcntl
 import io
 import json
@@ -148,6 +149,35 @@ def test_a_password_in_a_spec_is_in_no_byte_written(offline: Path, tmp_path: Pat
     assert (tmp_path / "v.md").is_file() and list(offline.glob("*/" + envcache.READY)) and list(runs.iterdir())
     leaks = [str(p) for p in written if SECRET.encode() in p.read_bytes()]
     assert SECRET not in out + err and not leaks, leaks
+
+
+def test_a_token_in_a_requirements_url_is_not_kept_in_the_environment(tmp_path: Path) -> None:
+    """pip records a URL requirement's address, its query included (?token=...), in the installed package's
+    direct_url.json: a CI job's token stayed in the cache for as long as the environment."""
+    import http.server
+    import zipfile
+
+    from sdpa_impls.continuous.envbuild import build
+
+    wheel = tmp_path / "site" / "tokpkg-1.0-py3-none-any.whl"
+    wheel.parent.mkdir()
+    with zipfile.ZipFile(wheel, "w") as z:  # the least wheel pip installs
+        z.writestr("tokpkg.py", "")
+        z.writestr("tokpkg-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: tokpkg\nVersion: 1.0\n")
+        z.writestr("tokpkg-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: t\nRoot-Is-Purelib: true\n"
+                                                 "Tag: py3-none-any\n")
+        z.writestr("tokpkg-1.0.dist-info/RECORD", "")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(wheel.parent))
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        url = f"http://127.0.0.1:{server.server_port}/{wheel.name}?token={SECRET}"
+        try:
+            build(tmp_path / "env", ["--no-deps", f"tokpkg @ {url}"], what="a URL with a token")
+        finally:
+            server.shutdown()
+    records = list((tmp_path / "env").rglob("tokpkg-1.0.dist-info/direct_url.json"))
+    assert len(records) == 1 and "token=****" in records[0].read_text()  # kept, masked
+    assert not [p for p in (tmp_path / "env").rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
 
 
 def test_the_cache_key_follows_what_decides_pips_result(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

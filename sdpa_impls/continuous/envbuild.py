@@ -21,6 +21,7 @@ import venv
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..credentials import redact
 from ..errors import GateInputError
 from .envkey import underlay_dirs
 from .envs import is_path, python_of, user_path
@@ -99,4 +100,8 @@ def build(folder: Path, requirements: Sequence[str], constraints: str = "", what
         _pip(cmd, what or " ".join(requirements))
     finally:
         pins.unlink(missing_ok=True)  # what a revision pins may name private addresses: not kept
+    for record in purelib.glob("*.dist-info/direct_url.json"):  # pip keeps a URL's query (?token=...) there
+        said = record.read_text(encoding="utf-8")
+        if redact(said) != said:
+            record.write_text(redact(said), encoding="utf-8")
     return time.monotonic() - start
