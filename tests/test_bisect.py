@@ -154,7 +154,7 @@ def test_an_answer_that_could_not_tell_is_undecided_not_no_regression() -> None:
     assert "NO REGRESSION" not in text and "4: undecided" in text
     search.steps = [Step(ENDPOINTS, "aaaaaaa good", "bbbbbbb bad", UNKNOWN, 1.1),
                     Step("skip", "", "ccccccc x", SKIPPED, 1.1, seconds=29.0)]  # measured, then answered wrong
-    assert "1 commit(s), 1 comparison(s) and 1 of skipped commits, " in render(search)  # it ran: counted, apart
+    assert "1 commit(s), 1 comparison(s) and 1 for skipped commit(s), " in render(search)  # it ran: counted, apart
 
 
 def test_a_single_candidate_left_unconfirmed_is_named_plainly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -56,7 +56,7 @@ def render(search: Search, markdown: bool = False, unfinished: str | None = None
     out = [f"{'## ' if markdown else ''}sdpa-bench bisect: {_headline(search, shown, unfinished)} — GOOD "
            f"{shown(search.good)}, "
            f"BAD {shown(search.bad)}, {len(search.commits)} {search.unit}(s), {search.comparisons} comparison(s)"
-           + (f" and {skips} of skipped {search.unit}s" if (skips := len(search.steps) - search.comparisons) else "")
+           + (f" and {skips} for skipped {search.unit}(s)" if (skips := len(search.steps) - search.comparisons) else "")
            + f", {fmt_duration(search.seconds)}", ""]
     if search.rows:
         out += ["Slower or bigger at BAD than at GOOD (the rows under test):"]
