@@ -22,6 +22,11 @@ class GateInputError(UsageError):
     """An input the gate cannot use (missing, corrupt or truncated file, bad config); the message says which."""
 
 
+class MachineError(GateInputError):
+    """What this machine lacks (a full disk), not either side's fault: a search over revisions stops on it rather
+    than skip a revision that would install elsewhere."""
+
+
 class SideError(GateInputError):
     """One side of a comparison does not install, import or run; `role` says which ("base" or "head"), so a search
     over revisions can skip that revision instead of giving up."""

@@ -242,6 +242,27 @@ hint: See above for details.
         build(tmp_path / "env", ["--no-deps", "git+https://token@127.0.0.1:9/o/r.git"], what="a git URL")
 
 
+def test_a_full_disk_is_the_machines_error_not_the_sides() -> None:
+    """pip's "No space left on device" made a search over revisions skip the revision as one that does not install
+    (exit 3, and a --resume kept the skip after the disk was freed): it is the machine's error, which no side takes.
+    (A process that ends as pip does on a full disk stands in for filling this machine's disk.)"""
+    from sdpa_impls.continuous.assemble import _as_side
+    from sdpa_impls.continuous.envbuild import _pip
+    from sdpa_impls.continuous.sides import Side
+    from sdpa_impls.errors import MachineError, SideError
+
+    head = Side("head", "HEAD", None, Path("."), sys.executable)
+
+    said = "ERROR: Could not install packages due to an OSError: [Errno 28] No space left on device"
+    with pytest.raises(MachineError, match=r"No space left on device \(a full disk is this machine's, not the "):
+        with _as_side(head):
+            _pip([sys.executable, "-c", f"import sys; sys.exit(print({said!r}, file=sys.stderr) or 1)"], "x")
+    with pytest.raises(SideError):  # any other failure is still the side's
+        with _as_side(head):
+            _pip([sys.executable, "-c", "import sys; sys.exit(print('ERROR: no such package', file=sys.stderr) or 1)"],
+                 "x")
+
+
 def test_pips_usage_error_is_one_line_without_its_usage_text(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An interpreter's flag typed into a SPEC of requirements reaches pip as an option it lacks: pip prints its
     usage text above the reason; the error is the reason alone."""

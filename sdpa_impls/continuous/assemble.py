@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..bench.grid import default_device
-from ..errors import SideError, UsageError
+from ..errors import MachineError, SideError, UsageError
 from ..gate.config import GateConfig, load_config
 from .envcache import open_cache, prepare, size_cap
 from .envkey import pinned
@@ -48,7 +48,7 @@ def _as_side(side: Side) -> Iterator[None]:
     which a search over revisions skips, like a side that does not install."""
     try:
         yield
-    except SideError:
+    except (SideError, MachineError):
         raise
     except UsageError as exc:
         text = str(exc).replace(f"{side.tree}{os.sep}", "") if side.tree is not None else str(exc)

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..credentials import redact
-from ..errors import GateInputError
+from ..errors import GateInputError, MachineError
 from .envkey import underlay_dirs
 from .envs import is_path, python_of, user_path
 from .outcomes import last_line, step_said
@@ -73,8 +73,11 @@ def _pip(cmd: list[str], what: str) -> None:
             errors.append(last_line(err or out or "") if lines else "(pip printed nothing)")  # no ERROR: no usage
         elif step_said(err) and step_said(err) not in errors:  # "ERROR: Failed to build": what the step said, why
             errors.append(step_said(err))
-        raise GateInputError(f"environment {what!r}: pip could not install it (exit {proc.returncode}): "
-                             + "; ".join(errors[-6:]))  # one line, as every unusable input is said
+        full = any("No space left on device" in line for line in lines)  # the machine's, not the revision's
+        raise (MachineError if full else GateInputError)(
+            f"environment {what!r}: pip could not install it (exit {proc.returncode}): " + "; ".join(errors[-6:])
+            + (" (a full disk is this machine's, not the revision's: free some, or give --env-cache a folder on "
+               "another disk)" if full else ""))  # one line, as every unusable input is said
 
 
 def build(folder: Path, requirements: Sequence[str], constraints: str = "", what: str = "") -> float:
