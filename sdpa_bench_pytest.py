@@ -123,9 +123,12 @@ def _impls_given(config: pytest.Config) -> list[str]:
     replaces [tool.sdpa_bench.run]'s, not added to."""
     every = [str(v) for v in config.getoption("sdpa_impl") or ()]
     defaults = [*map(str, config.getini("addopts")), *shlex.split(os.environ.get("PYTEST_ADDOPTS", ""))]
-    for at in [a for a in defaults if a.startswith("@")]:  # an @file there: its lines are arguments, as pytest reads it
-        with contextlib.suppress(OSError, UnicodeDecodeError):
-            defaults += (config.invocation_params.dir / at[1:]).read_text().splitlines()
+    read: set[str] = set()
+    for at in (a for a in defaults if a.startswith("@")):  # an @file there (one inside it too): its lines are
+        if at not in read:  # arguments, as pytest reads it
+            read.add(at)
+            with contextlib.suppress(OSError, UnicodeDecodeError):
+                defaults += (config.invocation_params.dir / at[1:]).read_text().splitlines()
     set_there = sum(a.startswith("--sdpa-impl=") or (a == "--sdpa-impl" and i + 1 < len(defaults))
                     for i, a in enumerate(defaults))
     return every[set_there:] or every

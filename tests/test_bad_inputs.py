@@ -340,7 +340,8 @@ def test_the_pytest_suites_implementations_on_the_command_line_replace_those_of_
     assert collected(addopts="--sdpa-impl torch_sdpa") == {"naive", "torch_sdpa"}  # defaults both, as given
     (tmp_path / "args.txt").write_text("--sdpa-impl\nchunked\n")
     assert collected("@args.txt") == {"chunked"}
-    (tmp_path / "defaults.txt").write_text("--sdpa-impl\ntorch_sdpa\n")  # an @file among the defaults: counted
+    (tmp_path / "defaults.txt").write_text("--sdpa-preset\nsmoke\n@inner.txt\n")  # an @file among the defaults
+    (tmp_path / "inner.txt").write_text("--sdpa-impl\ntorch_sdpa\n")  # and one inside it: counted
     assert collected("--sdpa-impl", "fused", addopts="@defaults.txt") == {"fused"}
 
 
