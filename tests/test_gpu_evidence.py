@@ -190,3 +190,62 @@ def test_the_scenario_with_the_fewest_real_trials_runs_next() -> None:
                {"scenario": "dev2", "kind": "resampled"}]  # a resampled trial is not a real one
     assert ev.next_scenario(order, earlier) == "dev5"
     assert ev.next_scenario(["host20", "dev5"], earlier) == "host20"  # --scenarios sets the order
+
+
+def test_the_scratch_repository_builds_where_git_has_no_identity(tmp_path: Path, monkeypatch) -> None:
+    """A bare GPU image has no user.name or user.email: the scenario branches still commit."""
+    (tmp_path / "gitconfig").write_text("")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "gitconfig"))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for name in ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL", "EMAIL"):
+        monkeypatch.delenv(name, raising=False)
+    repo = ev.build_repo(tmp_path / "out")
+    branches = subprocess.run(["git", "-C", str(repo), "branch", "--format=%(refname:short)"], capture_output=True,
+                              text=True, check=True).stdout.split()
+    assert sorted(branches) == ["aa", "base", "dev2", "dev5", "host20"]
+
+
+def test_a_trial_is_not_started_that_the_budget_cannot_hold() -> None:
+    """Before any real trial has run, the next is taken to last FIRST_TRIAL_S (the shortest seen on an H200), so a
+    small --budget starts none instead of one its step's timeout kills unfinished; after one, the longest seen."""
+    assert ev.trial_s([]) == ev.FIRST_TRIAL_S >= 120
+    assert ev.trial_s([{"wall_s": 150.0}, {"wall_s": 210.5}]) == 210.5
+
+
+@pytest.mark.parametrize("steps, warned, files", [
+    ("peers,gate,variants,llm,asv,plugin", True, 12),  # the gate's 98 s share holds no trial
+    ("variants:150,gate", False, 0),  # 6 files: all come back
+])
+def test_the_dry_run_says_what_a_call_would_waste_or_not_bring_back(tmp_path: Path, steps: str, warned: bool,
+                                                                     files: int) -> None:
+    env = os.environ | {"PYTHON": sys.executable, "GPU_CHECKS_STEPS": steps, "GPU_CHECKS_DRY_RUN": "1"}
+    done = subprocess.run(["bash", str(ROOT / "tools" / "gpu_checks.sh"), str(tmp_path / "out"), "590"],
+                          capture_output=True, text=True, cwd=ROOT, env=env, check=True)
+    assert ("its --budget is under one real trial" in done.stdout) == warned, done.stdout
+    assert (f"  {files} files in OUTDIR, more than the 8" in done.stdout) == bool(files), done.stdout
+
+
+def test_more_than_eight_result_files_come_back_as_env_txt_and_one_archive(tmp_path: Path) -> None:
+    """The device tool brings back at most 8 files from a call: gpu_bundle.sh puts all but env.txt into one gzip
+    archive, byte for byte, where there are more; 8 or fewer are left as they are."""
+    import tarfile
+
+    out = tmp_path / "out"
+    (out / "sub").mkdir(parents=True)
+    written = {f"{name}": os.urandom(64) for name in ["env.txt", "a.log", "b.tar", "c.json", *"defghi"]}
+    for name, data in written.items():
+        (out / name).write_bytes(data)
+    done = subprocess.run(["bash", str(ROOT / "tools" / "gpu_bundle.sh"), str(out)], capture_output=True, text=True,
+                          check=True)
+    assert "10 files" in done.stdout
+    assert sorted(p.name for p in out.iterdir()) == ["checks.tar.gz", "env.txt", "sub"]
+    with tarfile.open(out / "checks.tar.gz") as tar:
+        inside = {m.name.removeprefix("./"): tar.extractfile(m).read() for m in tar.getmembers()}
+    assert inside == {k: v for k, v in written.items() if k != "env.txt"}
+    few = tmp_path / "few"
+    few.mkdir()
+    for name in "abcdefgh":
+        (few / name).write_text(name)
+    subprocess.run(["bash", str(ROOT / "tools" / "gpu_bundle.sh"), str(few)], check=True)
+    assert sorted(p.name for p in few.iterdir()) == list("abcdefgh")

@@ -64,8 +64,14 @@ SIXTEENTHS = {"fused5": 2, "fused10": 4, "fused25": 10}  # of each query tile's 
 TABLE = "aa=40,fused5=10,fused10=10,chunkedmem=10"
 
 
+# the scratch repositories' commits need a name on a machine with no git identity configured (a bare GPU image)
+IDENTITY = {"GIT_AUTHOR_NAME": "evidence", "GIT_AUTHOR_EMAIL": "evidence@localhost",
+            "GIT_COMMITTER_NAME": "evidence", "GIT_COMMITTER_EMAIL": "evidence@localhost"}
+
+
 def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout.strip()
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
+                          env=os.environ | IDENTITY).stdout.strip()
 
 
 def branch(repo: Path, name: str, path: str, old: str, new: str) -> None:

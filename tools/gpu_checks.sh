@@ -8,7 +8,8 @@
 # OUTDIR receives: env.txt (GPU, driver, versions), test_gpu.log and test_gpu.xml, and serve.tar / masks.tar (each
 # sweep's folder: results.json, report.md, CSV). SECONDS (a whole number, default 540; may be left out before
 # --impl) goes 40 % to the tests, then half of what is left to serve, the rest to masks. --impl (repeatable) narrows
-# the masks sweep; the serve sweep and the tests run every implementation.
+# the masks sweep; the serve sweep and the tests run every implementation. Where the steps wrote more than the 8 files
+# a device call brings back, all but env.txt end in OUTDIR/checks.tar.gz (tools/gpu_bundle.sh).
 #
 # GPU_CHECKS_STEPS picks other steps, in order (default tests,serve,masks). A step written NAME:S gets S seconds
 # (at most what is left); the others share the rest, each an equal share of what is left when it starts (the
@@ -21,14 +22,15 @@
 #          GPU_CHECKS_IMPLS (comma-separated) replaces both steps' implementations, e.g. fused,compiled,torch_sdpa
 #   asv    this tree installed into the interpreter (pip, no dependencies), the asv suite on the llm preset (fused,
 #          torch_sdpa) through it as an existing environment, then `sdpa-bench run` of the same points, each timed
-#          (asv.log); needs asv installed and a git checkout
+#          (asv.log); needs a git checkout, and asv installed or carried as a wheel (else skipped, saying so)
 #          GPU_CHECKS_ASV_PRESET and GPU_CHECKS_ASV_IMPLS replace the preset and implementations, e.g. gpu-history
 #          and torch_sdpa: 44 points
 #   gate   tools/gpu_gate_evidence.py within the step's share (gate.log, gate-results.jsonl); its trials are kept in
 #          $GPU_CHECKS_WORK/gate, so a second call on the same machine adds to them. GPU_CHECKS_GATE_ARGS replaces
 #          the evidence script's --continuous-args (default "--adaptive-budget 30", so name an --adaptive-budget
 #          too), e.g. "--rounds 3 --adaptive-budget 0": shorter trials; give a second call the same
-#          GPU_CHECKS_GATE_SCENARIOS (e.g. "aa") picks the scenarios, in order, as the script's --scenarios
+#          GPU_CHECKS_GATE_SCENARIOS (e.g. "aa") picks the scenarios, in order, as the script's --scenarios. A share
+#          under a minute plus one trial (about 130 s before one has run here) starts none and passes its time on
 #   variants  tools/fused_variants.py, bf16 then fp16: the elementwise passes of fused's and chunked's CUDA plan
 #          against their alternatives, then whole calls with CAST_FIRST (and in fp16 SOFTMAX_FROM_HALF) off and on
 #          (variants.log, variants-*.json)
@@ -75,6 +77,8 @@ for step in "${todo[@]}"; do  # a misspelt step stops here, before any GPU time 
 done
 
 simulated=0  # the dry run's seconds of steps it did not run
+# a real gate trial's seconds before one has run (tools/gpu_gate_evidence.py): a gate step given less starts none
+FIRST_TRIAL_S=$(sed -n 's/^FIRST_TRIAL_S = \([0-9]*\).*/\1/p' "$(dirname "$0")/gpu_gate_evidence.py")
 left() { echo $(( total - (SECONDS - start) - simulated )); }
 stamp() { echo "[$(date -u +%H:%M:%S) +$((SECONDS - start))s] $*"; }
 
@@ -105,12 +109,22 @@ sweep() {  # name seconds [run args...]
 asv_step() {  # seconds: half to asv, half to sdpa-bench run of the same points, each with its wall time
   local impls=${GPU_CHECKS_ASV_IMPLS:-fused,torch_sdpa} preset=${GPU_CHECKS_ASV_PRESET:-llm} t0
   stamp "asv on the $preset preset ($impls), then sdpa-bench run of the same points (${1}s)"
+  if ! "$py" -c "import asv" 2>/dev/null; then  # not in the GPU image: from the carried wheels, where they are
+    local links=(); for d in "$wheels"/joined "$wheels"/call-*; do [ -d "$d" ] && links+=(--find-links "$d"); done
+    [ ${#links[@]} -gt 0 ] && PIP_BREAK_SYSTEM_PACKAGES=${PIP_BREAK_SYSTEM_PACKAGES:-1} "$py" -m pip install \
+      --no-index --quiet "${links[@]}" asv >"$out/asv.log" 2>&1
+    if ! "$py" -c "import asv" 2>/dev/null; then
+      echo "asv step skipped: asv is not installed for $py, and no wheel of it is carried in $wheels" \
+        "(python tools/gpu_wheels.py download asv)" | tee -a "$out/asv.log"
+      return
+    fi
+  fi
   "$py" -m asv machine --yes >/dev/null 2>&1
   t0=$SECONDS
   # an existing environment measures the sdpa-bench installed in it, and asv's benchmark processes drop PYTHONPATH:
   # this tree is installed there first (a copy, no dependencies), as the asv guide asks of GPU users
   PIP_BREAK_SYSTEM_PACKAGES=${PIP_BREAK_SYSTEM_PACKAGES:-1} "$py" -m pip install --quiet --no-deps --no-index \
-    --no-build-isolation "$PWD" >"$out/asv.log" 2>&1
+    --no-build-isolation "$PWD" >>"$out/asv.log" 2>&1
   echo "pip install of this tree: exit $? in $(( SECONDS - t0 )) s" >>"$out/asv.log"
   t0=$SECONDS
   SDPA_BENCH_PRESET=$preset SDPA_BENCH_IMPLS=$impls timeout -k 10 $(( $1 / 2 )) "$py" -m asv run --show-stderr \
@@ -178,7 +192,7 @@ peers() {  # seconds: install the carried wheels, then a fifth to the peer tests
 }
 
 plugin() {  # seconds: a third to the quickstart plug-in's own test (CPU and CUDA), the rest to a gpu-ci sweep with it
-  local t0=$SECONDS dir=$work/plugin site=$work/plugin-site repo=$PWD secs
+  local t0=$SECONDS dir=$work/plugin-src site=$work/plugin-site repo=$PWD secs
   stamp "plugin: quickstart's plug-in, its test on CPU and CUDA, then gpu-ci with torch_sdpa (${1}s)"
   rm -rf "$dir" "$site"
   "$py" -m sdpa_impls quickstart --name gpu_plugin --dest "$dir" >"$out/plugin.log" 2>&1
@@ -220,9 +234,18 @@ if [ "${GPU_CHECKS_DRY_RUN:-0}" = 1 ]; then
   for i in "${!names[@]}"; do
     share=$(share_of "$i"); [ "$share" -lt 1 ] && share=0
     echo "${names[$i]} ${share}s"
-    if [ "${names[$i]}" = gate ]; then gate_args "$share"; echo "  $(printf '%q ' "${gate_cmd[@]}")"; fi
+    if [ "${names[$i]}" = gate ]; then
+      gate_args "$share"; echo "  $(printf '%q ' "${gate_cmd[@]}")"
+      [ $(( share - 60 )) -lt "$FIRST_TRIAL_S" ] && echo "  its --budget is under one real trial" \
+        "(about ${FIRST_TRIAL_S} s before one has run): it would start none and pass its time on"
+    fi
     simulated=$(( simulated + share ))
   done
+  files=1  # env.txt, and what each step writes to OUTDIR
+  for n in "${names[@]}"; do case $n in variants) files=$(( files + 3 )) ;; tests | gate | peers | plugin)
+    files=$(( files + 2 )) ;; *) files=$(( files + 1 )) ;; esac; done
+  [ "$files" -gt 8 ] && echo "  $files files in OUTDIR, more than the 8 a call brings back: all but env.txt" \
+    "would come back in checks.tar.gz (tools/gpu_bundle.sh)"
   "$py" tools/gpu_wheels.py sizes --dest "$wheels" | sed 's/^/  /'  # what each call carries: tree + one folder
   exit 0
 fi
@@ -262,4 +285,5 @@ for i in "${!names[@]}"; do
     plugin) plugin "$share" ;;
   esac
 done
+bash "$(dirname "$0")/gpu_bundle.sh" "$out"  # at most 8 files come back from a call
 stamp "done"

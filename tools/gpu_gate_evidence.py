@@ -109,6 +109,17 @@ def host_regression(fraction: float) -> str:
         "        return with_op(slower, computes)\n")
 
 
+# one real trial's seconds before any has run here: the shortest seen on an H200 (3 rounds a side, no extra rounds)
+# took 135-140 s, so a budget under this starts none rather than one that its step's timeout kills unfinished
+FIRST_TRIAL_S = 130.0
+
+
+def trial_s(trials: list[dict]) -> float:
+    """How long the next real trial may take: the longest of `trials` (this call's, else those kept from an earlier
+    call on this machine), else FIRST_TRIAL_S."""
+    return max((float(r["wall_s"]) for r in trials), default=FIRST_TRIAL_S)
+
+
 def build_repo(out: Path) -> Path:
     """The scratch repository: `base` (this working tree) and one branch per scenario."""
     repo = out / "repo"
@@ -264,7 +275,7 @@ def main() -> int:
         done: list[dict] = []
         while True:
             scenario = next_scenario(chosen, kept + done)
-            took = max((r["wall_s"] for r in done), default=0.0)
+            took = trial_s(done or kept)
             if time.perf_counter() + took > deadline:
                 break  # the next one would not finish within the budget
             r = real_trial(repo, scenario, args.out, args.continuous_args.split())
@@ -275,8 +286,8 @@ def main() -> int:
                   + (f"\n{r['stderr_tail']}" if r["stderr_tail"] else ""), flush=True)
         missing = [s for s in chosen if not any(r["scenario"] == s for r in kept + done)]
         if missing:
-            print(f"no real trial of {', '.join(missing)} within --budget {args.budget:.0f} s (one took up to "
-                  f"{max((r['wall_s'] for r in done), default=0):.0f} s): run again with the same --out and "
+            print(f"no real trial of {', '.join(missing)} within --budget {args.budget:.0f} s (one takes about "
+                  f"{trial_s(done or kept):.0f} s): run again with the same --out and "
                   f"--scenarios {','.join(missing)}, a longer --budget, or fewer rounds in --continuous-args",
                   flush=True)
     results = [json.loads(line) for line in log.read_text().splitlines()] if log.is_file() else []

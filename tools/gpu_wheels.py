@@ -150,7 +150,7 @@ def download(requirements: list[str], into: Path, pip_args: list[str] = ()) -> t
 
 def tree_bytes(root: Path = ROOT) -> int | None:
     """Bytes of what a call carries of the working tree: tracked files and untracked ones git does not ignore; None
-    where this is no git checkout (a copy of the tree without .git, as on the GPU machine)."""
+    where this is no git checkout (a copy of the tree without its .git folder)."""
     try:
         listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=root,
                                 capture_output=True, check=True).stdout.decode().split("\0")
