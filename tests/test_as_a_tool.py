@@ -300,6 +300,21 @@ def test_a_wrong_answer_is_named_wrong_with_its_error(tool: dict) -> None:
     assert len(messages) == 5 and "wrong, so not timed" in said, said  # every smoke point, in the printed verdict
 
 
+def test_a_plugin_that_requires_another_sdpa_bench_is_refused_not_installed_from_an_index(tool: dict) -> None:
+    """Both sides run over the sdpa-bench that runs `continuous`: a head declaring a version it is not is one line,
+    exit 2, and pip is never asked for a package of that name (anyone may register it on an index)."""
+    meta = tool["plugin"] / "pyproject.toml"
+    text = meta.read_text()
+    assert text.count('"sdpa-bench>=0.1"') == 1
+    meta.write_text(text.replace('"sdpa-bench>=0.1"', '"sdpa-bench>=99"'))
+    try:
+        code, _, said = verdict(tool, tool["docs"], cwd=tool["plugin"], rounds=1)
+    finally:
+        meta.write_text(text)
+    assert code == 2 and "declares sdpa-bench>=99, but both sides run over the sdpa-bench running this" in said, said
+    assert "building" not in said and "pip" not in said, said
+
+
 def test_a_head_that_drops_its_entry_point_fails_as_missing_and_measures_nothing_else(tool: dict) -> None:
     """A head whose package no longer declares the plug-in's implementation fails with its benchmarks missing, and
     measures the time reference alone: not every implementation installed beside it (another's plug-in included,

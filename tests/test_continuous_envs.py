@@ -196,6 +196,10 @@ def test_declared_dependencies_and_what_this_environment_lacks(tmp_path: Path) -
 
     assert unmet(dec) == [f"torch==1.0.0 (this environment has {torch.__version__})"]  # an unused pin is no need
     assert unmet(Declared(("sdpa-not-installed>=1",), ())) == ["sdpa-not-installed>=1 (not installed)"]
+    assert unmet(Declared(("sdpa-bench>=0.1", "SDPA_Bench[test]>=0"), ())) == []  # sdpa-bench: the one running
+    with pytest.raises(GateInputError, match=r"declares sdpa-bench>=99, but both sides run over the sdpa-bench"):
+        unmet(Declared(("sdpa-bench>=99",), ()))
+    assert Declared(("sdpa.bench[test]>=0.1", "torch>=2.5"), ()).installable() == ("torch>=2.5",)  # never pip's
     with pytest.raises(GateInputError, match="not a requirement"):
         unmet(Declared(("torch===",), ()))
     (tree / "pyproject.toml").write_text('[project]\nname = "x"\ndependencies = "torch"\n')  # not a list

@@ -91,9 +91,10 @@ def _environments(request: Request, sides: dict[str, Side], progress, scratch: P
                      f"{', '.join(sorted(every['base'] - every['head'])) or '-'}; head only: "
                      f"{', '.join(sorted(every['head'] - every['base'])) or '-'}).")
         for role, d in dec.items():
-            missing = unmet(d)
+            with _as_side(sides[role]):
+                missing = unmet(d)
             if missing:
-                specs[role] = EnvSpec(f"what {role} declares, for {'; '.join(missing)}", requirements=d.requirements,
+                specs[role] = EnvSpec(f"what {role} declares, for {'; '.join(missing)}", requirements=d.installable(),
                                       constraints="".join(f"{c}\n" for c in d.constraints))
             else:
                 notes.append(f"{role}: this environment satisfies its declared dependencies and runs it.")

@@ -9,7 +9,8 @@ name (an interpreter, or requirements to build an environment from: continuous.e
 What a revision declares (`declared`): `[project].dependencies` and the `test` extra of its pyproject.toml (the
 suite runs its benchmarks with pytest-benchmark), every other extra whose package this environment has installed,
 and, on a machine without a GPU, the pins of its constraints-cpu.txt (the CPU environments of tox and CI install
-with them). GPU users keep their own torch, so on CUDA the CPU pins are not a declaration.
+with them). GPU users keep their own torch, so on CUDA the CPU pins are not a declaration. sdpa-bench itself is
+never installed for a side (`unmet`, `Declared.installable`).
 
 A SPEC is read as tox, nox and uv read an environment: one word that is an executable file, a virtual
 environment's folder or a Python on PATH (`python3.12`) is an interpreter; anything else is pip's arguments, where,
@@ -31,6 +32,7 @@ from pathlib import Path
 from ..errors import GateInputError, UsageError
 
 CONSTRAINTS = "constraints-cpu.txt"
+SUITE = "sdpa-bench"  # both sides run over the one running the command: never one pip would fetch by that name
 INTERPRETER_NAME = re.compile(r"(python|pypy)(\d+(\.\d+)*t?)?")  # `python3.12`: looked up on PATH, as tox and uv do
 COMMENT = re.compile(r"(^|\s+)#.*$")  # pip's rule: `#` starts a comment at a line's start or after whitespace
 
@@ -44,6 +46,14 @@ class Declared:
 
     def summary(self) -> str:
         return ", ".join(self.requirements + tuple(f"{c} (constraint)" for c in self.constraints)) or "nothing"
+
+    def installable(self) -> tuple[str, ...]:
+        """The requirements pip may install for the side: all but sdpa-bench's own (see `unmet`)."""
+        return tuple(r for r in self.requirements if not _is_suite(_requirement(r).name))
+
+
+def _is_suite(name: str) -> bool:
+    return re.sub(r"[-_.]+", "-", name).lower() == SUITE
 
 
 @dataclass(frozen=True)
@@ -127,13 +137,21 @@ def _text(path: Path) -> str:
 
 
 def unmet(dec: Declared) -> list[str]:
-    """The declared requirements and constraints this interpreter does not satisfy, each with what it has."""
+    """The declared requirements and constraints this interpreter does not satisfy, each with what it has.
+    sdpa-bench itself is never one: a plug-in's requirement of it that the running sdpa-bench does not satisfy is a
+    GateInputError, since both sides run over this one and a bare name is one anyone may register on an index."""
     out = []
     for text in dec.requirements + dec.constraints:
         req = _requirement(text)
         if req.marker is not None and not req.marker.evaluate():
             continue
         have = _installed(req.name)
+        if _is_suite(req.name):
+            if have is not None and not req.specifier.contains(have, prereleases=True):
+                raise GateInputError(f"declares {text}, but both sides run over the sdpa-bench running this command "
+                                     f"({have}), which continuous never replaces with one an index serves: install "
+                                     "a version that satisfies it from where you got this one, then run again")
+            continue
         if have is None:
             if text in dec.requirements:
                 out.append(f"{text} (not installed)")
