@@ -299,6 +299,12 @@ def test_main_in_a_repository_on_master_names_its_branch(tmp_path: Path) -> None
         resolve(tmp_path, "main")
     with pytest.raises(UsageError, match=r"'trunk' is not a revision of [^;]*$"):
         resolve(tmp_path, "trunk")
+    clone = tmp_path / "ci"  # as actions/checkout leaves a pull request: detached, the remote's branches only
+    subprocess.run(["git", "clone", "-q", str(tmp_path), str(clone)], check=True)
+    git(clone, "checkout", "-q", "--detach")
+    git(clone, "branch", "-q", "-D", "master")
+    with pytest.raises(UsageError, match=r"'master' is not a revision .*; the remote's branch is 'origin/master'"):
+        resolve(clone, "master")
 
 
 def test_ci_base_says_when_there_is_nothing_before_head(tmp_path: Path) -> None:

@@ -58,6 +58,10 @@ def resolve(root: Path, rev: str) -> str:
         other = {"main": "master", "master": "main"}.get(rev)  # `git init` names its branch either, by its version
         if not hint and other and _git(root, "rev-parse", "--verify", "--quiet", other, check=False).returncode == 0:
             hint = f"; this repository's branch is {other!r}"
+        remote = next((r for r in _git(root, "for-each-ref", "--format=%(refname:short)", "refs/remotes",
+                                       check=False).stdout.split() if r.split("/", 1)[-1] == rev), None)
+        if not hint and remote:  # a CI checkout (actions/checkout) has the remote's branches, not local ones
+            hint = f"; the remote's branch is {remote!r} (a CI checkout has no local {rev!r}): name that"
         raise UsageError(f"{rev!r} is not a revision of {root} (git rev-parse found no commit){hint}")
     return done.stdout.strip()
 
