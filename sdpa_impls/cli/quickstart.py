@@ -41,7 +41,8 @@ def run(args: argparse.Namespace) -> int:
     if outer is not None:  # a git init here would nest a repository in it
         print(f"note: {dest} is inside the git repository {outer}: asv.conf.json measures it there (repo_subdir "
               f"{place[1]}), but `sdpa-bench continuous` and `bisect` compare revisions of a repository whose root "
-              "holds the package, so move it to a repository of its own (or to the root) to use them", file=sys.stderr)
+              "holds the package, and GitHub runs workflows only from the root's .github/workflows, so move it to a "
+              "repository of its own (or to the root) to use them", file=sys.stderr)
     start = ("git add -A ." if outer else "git add -A" if own_branch  # `.`: none of the outer repository's changes
              else f"git init -q -b {asv.TEMPLATE_BRANCH} && git add -A")
     print(f"""
@@ -51,5 +52,5 @@ next, in {dest}:
   python -m pytest                       # {names.package} against float64 on the smoke cases
   {start} && git commit -qm "{names.package}"{"" if outer else "   # then: sdpa-bench continuous HEAD, after a change"}
   MACHINE="$(python -m sdpa_impls.suite.asv_machine)"   # this machine's asv entry, named with its GPU
-  SDPA_BENCH_PRESET=quick asv run --machine "$MACHINE"  # the tip of the branch; a range (HEAD~5..HEAD): its history""")
+  SDPA_BENCH_PRESET=quick asv run --machine "$MACHINE"  # the tip of the branch; a range (HEAD~5..HEAD, from 6 commits on): its history""")
     return 0
