@@ -160,7 +160,7 @@ def test_points_measured_on_busy_cpus_are_counted_per_side_as_the_report_marks_t
 def test_an_exit_2_leaves_no_earlier_comparison_behind(sweep, in_tmp) -> None:
     verdict = in_tmp / "v.md"
     for other in (in_tmp / "nowhere", sweep):  # no sweep there; a sweep against itself
-        verdict.write_text("an earlier comparison\n")
+        verdict.write_text("## sdpa-bench compare: the gate's rules would FAIL (an earlier comparison)\n")
         code, _, err = compare(sweep, other, "--markdown", verdict)
         assert code == 2 and not verdict.exists(), err
     code, _, _ = compare(sweep, edited(sweep, in_tmp / "b", lambda doc: None), "--markdown", verdict)

@@ -243,7 +243,7 @@ def test_a_time_reference_no_side_has_is_named_as_such_before_measuring(repo: di
 
 
 def test_an_unknown_revision_is_unusable(repo: dict, tmp_path: Path) -> None:
-    (tmp_path / "v.json").write_text('{"an earlier run": "FAIL"}')  # no verdict this time: none left to read
+    (tmp_path / "v.json").write_text('{"verdict": "FAIL", "exit_code": 1}')  # no verdict this time: none left
     code, _, err = continuous(repo["path"], "no-such-branch", *FAST, "--json", str(tmp_path / "v.json"))
     assert code == 2 and "'no-such-branch' is not a revision" in err and "shallow" not in err
     assert not (tmp_path / "v.json").exists()

@@ -202,8 +202,13 @@ def test_a_point_that_failed_or_a_session_that_stopped_is_read_from_the_file(tmp
 def test_an_unusable_input_leaves_no_earlier_verdict_behind(tmp_path: Path) -> None:
     """Exit 2 is no verdict: a --json or --markdown file of an earlier run in a kept workspace was left as it was
     (still FAIL, or PASS), for a CI step to read as this run's answer."""
-    for name in ("v.json", "v.md"):
-        (tmp_path / name).write_text("an earlier run's verdict")
+    (tmp_path / "v.json").write_text('{"verdict": "FAIL", "exit_code": 1, "rows": []}\n')
+    (tmp_path / "v.md").write_text("## sdpa-bench gate: FAIL (1 failed check(s); config: defaults)\n")
+    mine = tmp_path / "README.md"  # a file that is no answer, named by mistake: refused before anything, kept
+    mine.write_text("# my project\n")
+    code, out, err = gate(tmp_path, "--candidate", "missing.json", "--json", "v.json", "--markdown", "README.md")
+    assert code == 2 and "--markdown README.md: a file that holds no earlier answer of sdpa-bench" in err, err
+    assert mine.read_text() == "# my project\n" and (tmp_path / "v.json").is_file()
     code, out, err = gate(tmp_path, "--candidate", "missing.json", "--json", "v.json", "--markdown", "v.md")
     assert code == 2 and "missing.json: no such file" in err, err
     assert not (tmp_path / "v.json").exists() and not (tmp_path / "v.md").exists()

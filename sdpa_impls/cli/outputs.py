@@ -17,8 +17,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import json
 import math
 import os
+import re
 import signal
 import sys
 import time
@@ -123,8 +125,8 @@ def writable(outputs: dict[str, str | Path | None], inputs: dict[str, str | Path
     """GateInputError now, before any measuring, where an output (`{"--json": path}`; None: not asked for) could not
     be written at the end (a folder; a folder that cannot be made or written in; a file system that takes no new
     file, such as /proc), is one of the `inputs` it would overwrite, or is another output's file too. `stale`: an
-    existing output that is a file (an earlier run's verdict; a link to one loses the link, not the file) is removed
-    once all are checked, so that a run that ends with no answer (exit 2) leaves none for a CI step to read as this
+    existing output that is a file (an earlier run's answer, or empty: any other file is refused, untouched; a link
+    to a file loses the link, not the file) is removed once all are checked, so that a run that ends with no answer (exit 2) leaves none for a CI step to read as this
     run's; anything else, /dev/stdout or a pipe, is where the answer goes, and stays."""
     seen: dict[Path, str] = {}
     sources = {_same(path): flag for flag, path in (inputs or {}).items() if path}
@@ -148,6 +150,10 @@ def writable(outputs: dict[str, str | Path | None], inputs: dict[str, str | Path
         if target.exists():
             if not os.access(target, os.W_OK):
                 raise GateInputError(f"{path}: cannot write (permission denied)")
+            # a link is removed, not the file it names; a file of the user's, named by mistake, is not removed
+            if stale and target.is_file() and not target.is_symlink() and not _an_answer(target):
+                raise GateInputError(f"{flag} {path}: a file that holds no earlier answer of sdpa-bench, which this "
+                                     "run would replace: name another file, or remove it first")
             continue
         made = Path(os.path.realpath(target))  # a link to no file yet: the answer's write makes the file it names
         link = f", a link to {made}" if target.is_symlink() else ""
@@ -163,6 +169,22 @@ def writable(outputs: dict[str, str | Path | None], inputs: dict[str, str | Path
         if path.is_file():  # a link itself, not the file it names; never /dev/stdout, a link to a descriptor
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
+
+
+ANSWER_HEAD = re.compile(r"(## )?sdpa-bench [a-z]+: ")  # how every verdict, comparison and search starts as text
+
+
+def _an_answer(path: Path) -> bool:
+    """Whether an existing --json / --markdown file may be replaced: empty, or an answer sdpa-bench wrote (text that
+    starts as its verdicts do, or a JSON object with an `exit_code`); never a file the user named by mistake."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(1 << 12).decode("utf-8", "replace").lstrip()
+        if not head or ANSWER_HEAD.match(head):
+            return True
+        return head.startswith("{") and "exit_code" in json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # unreadable, not UTF-8, not JSON
+        return False
 
 
 def config_file(path: str | None) -> None:
