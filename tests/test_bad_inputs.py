@@ -68,12 +68,47 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (["run", "--preset", "smoke", "--point-timeout", "inf"], "--point-timeout must be >= 0 seconds and finite"),
     (["run", "--seed", "100000000000000000000000"], "should be from 0 to 2**63 - 1"),
     (["run", "--preset", "smoke", "--out", "new", "--resume", "--overwrite"], "--overwrite replaces it: choose one"),
-    (["envs", "--prune", "--max-gb", "inf"], "--max-gb should be a finite number of GB, at least 0 (leave it out"),
+    (["envs", "--prune", "--max-gb", "inf"], "--max-gb should be a number of GB from 0 to 1e+09 (leave it out"),
+    (["envs", "--prune", "--max-gb", "1e308"], "--max-gb should be a number of GB from 0 to 1e+09"),  # overflowed
+    (["continuous", "HEAD~1", "--round-timeout", "1e308"], "--round-timeout should be more than 0 seconds and at "
+                                                           "most 604800 (a week), got 1e+308"),  # after both installs
+    (["continuous", "HEAD~1", "--max-time", "1e308"], "--max-time should be more than 0 seconds and at most 604800"),
+    (["continuous", "HEAD~1", "--rounds", "99999999999"], "--rounds should be from 1 to 1000, got 99999999999"),
+    (["bisect", "HEAD~1", "--adaptive-budget", "1e308"], "--adaptive-budget should be from 0 to 604800 seconds"),
 ])
 def test_an_empty_or_out_of_range_value_is_refused_before_any_work(argv, named, tmp_path, monkeypatch) -> None:
     code, err = said(argv, tmp_path, monkeypatch)
     assert code == 2 and named in err and len(err.strip().splitlines()) == 1, err
     assert list(tmp_path.iterdir()) == []  # nothing written into the working folder
+
+
+def test_a_budget_no_point_timeout_can_hold_is_named_before_the_folder_is_made(tmp_path) -> None:
+    """The default point timeout, 4 x --budget, stops at a week: past it the run stopped, naming a --point-timeout
+    no one gave, once its folder was made. (Called in-process a run has no point timeout, so this runs the CLI.)"""
+    done = subprocess.run([sys.executable, "-m", "sdpa_impls", "run", "--preset", "smoke", "--impl", "naive",
+                           "--budget", "700000", "--out", "o1"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        "sdpa-bench run: error: --budget must be under 604800 seconds (a week, the longest --point-timeout); got "
+        "700000"], done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_quickstart_refuses_the_name_of_sdpa_benchs_own_package_in_an_editable_install(tmp_path) -> None:
+    """An editable install serves sdpa_impls through its own import finder, which a search of sys.path missed: the
+    plug-in was written, and its package shadowed sdpa-bench's. Run as a user runs it, outside the clone."""
+    done = subprocess.run([str(Path(sys.executable).parent / "sdpa-bench"), "quickstart", "--name", "sdpa_impls",
+                           "--dest", "q"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "'sdpa_impls' is a module Python imports already (" in done.stderr, done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_keep_runs_folder_nothing_can_be_made_in_is_refused_before_any_work(tmp_path, monkeypatch) -> None:
+    """It failed once both revisions were installed, as the head's error ("its benchmark suite did not run")."""
+    (tmp_path / "notes").write_text("a file\n")
+    code, err = said(["continuous", "HEAD~1", "--keep-runs", "notes/runs"], tmp_path, monkeypatch)
+    assert code == 2 and f"--keep-runs notes/runs: cannot write in {tmp_path / 'notes'} (Not a directory)" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes"]
 
 
 def test_an_output_that_is_an_input_or_another_output_is_refused_and_the_input_kept(sweep, tmp_path,

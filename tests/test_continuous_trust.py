@@ -529,7 +529,7 @@ def test_a_size_cap_removes_the_least_recently_used_and_never_one_in_use(offline
     said = err.getvalue().splitlines()
     assert [s.split(": error: ")[0] for s in said] == [f"sdpa-bench {c}" for c in ("envs", "envs", "continuous",
                                                                                     "bisect")], said
-    assert all(s.endswith("$SDPA_BENCH_ENV_CACHE_MAX_GB should be a positive number of GB, got 'lots'")
+    assert all(s.endswith("$SDPA_BENCH_ENV_CACHE_MAX_GB should be a positive number of GB, at most 1e+09, got 'lots'")
                for s in said) and not out.getvalue(), said
     with pytest.raises(UsageError, match="SDPA_BENCH_ENV_CACHE_MAX_GB"):  # before a build, not after it
         envcache.prepare(EnvSpec("torch", requirements=("torch",)), None)

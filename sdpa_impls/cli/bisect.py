@@ -125,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
                       args.package, versions, args.pre)
         plan = Plan(args.preset, args.rounds, args.max_time, args.adaptive_budget, args.adaptive_rounds,
                     args.round_timeout, args.seed, paired=not args.separate_processes)
+        plan.check()  # a typo named before a resumed search is read or any revision looked at
         replay = load_replay(args.resume, query, plan) if args.resume else None
         so_far: list[Search] = []
 

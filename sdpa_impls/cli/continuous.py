@@ -87,13 +87,14 @@ def run(args: argparse.Namespace) -> int:
         writable({"--markdown": args.markdown, "--json": args.json}, {"--config": args.config}, stale=True)
         config_file(args.config)  # here, not once a side has read it
         named, cache = cache_source(args.env_cache)  # the option, or $SDPA_BENCH_ENV_CACHE, or the default
-        folders({"--keep-runs": args.keep_runs, named: cache})
+        folders({"--keep-runs": args.keep_runs, named: cache}, written=("--keep-runs",))
         size_cap()  # a bad $SDPA_BENCH_ENV_CACHE_MAX_GB, before any work, not at the first build (or never)
         request = Request(args.base, args.head, args.base_env, args.head_env, args.env_cache, impl_names(args.impl),
                           args.config)
         plan = Plan(args.preset, args.rounds, args.max_time, args.adaptive_budget, args.adaptive_rounds,
                     args.round_timeout, args.seed, args.keep_runs,
                     paired=not args.separate_processes)
+        plan.check()  # before the folder is looked at: a typo is named wherever the command runs
         with in_use():  # each cached environment it runs in stays locked, shared: no prune removes it meanwhile
             comparison = compare(request, plan, find(Path.cwd(), compares_revisions(request)), progress)
         sys.stdout.write(redact(comparison.text()))

@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 
 from .. import settings
-from ..continuous.envcache import (MAX_AGE_DAYS, MAX_SIZE_ENV, RECENT_S, cache_source, entries, open_cache, prune,
-                                   size_cap)
+from ..continuous.envcache import (LARGEST_GB, MAX_AGE_DAYS, MAX_SIZE_ENV, RECENT_S, cache_source, entries,
+                                   open_cache, prune, size_cap)
 from ..errors import UsageError
 from ..fmt import fmt_bytes, fmt_duration, table
 
@@ -34,8 +34,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.older_than is not None and not 0 <= args.older_than:  # inf: no age limit, the size cap alone
         raise UsageError("--older-than should be a number of days, at least 0")
-    if args.max_gb is not None and not 0 <= args.max_gb < float("inf"):  # inf is no cap: leave --max-gb out
-        raise UsageError(f"--max-gb should be a finite number of GB, at least 0 (leave it out for no cap); "
+    if args.max_gb is not None and not 0 <= args.max_gb <= LARGEST_GB:  # inf is no cap: leave --max-gb out
+        raise UsageError(f"--max-gb should be a number of GB from 0 to {LARGEST_GB:g} (leave it out for no cap); "
                          f"got {args.max_gb:g}")
     for dest in ("older_than", "max_gb"):  # typed without --prune: it would remove nothing; a table's is its default
         if getattr(args, dest) is not None and not args.prune and not settings.from_table(args, dest):

@@ -23,6 +23,7 @@ import os
 import re
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -111,13 +112,20 @@ def timed_progress() -> Callable[[str], None]:
     return progress
 
 
-def folders(named: dict[str, object]) -> None:
-    """GateInputError for a folder option (--keep-runs, --env-cache) whose path is a file: refused before any work,
-    not once (or whether) the run reaches it."""
+def folders(named: dict[str, object], written: tuple[str, ...] = ()) -> None:
+    """GateInputError for a folder option (--keep-runs, --env-cache) whose path is a file, or, for the flags in
+    `written`, where nothing can be made in it (or in the folder above that it would be made in): refused before any
+    work, not once (or whether) the run reaches it, where it would read as a revision's error."""
     for flag, path in named.items():
         folder = Path(str(path)).expanduser() if path else None
         if folder is not None and (folder.exists() or folder.is_symlink()) and not folder.is_dir():
             raise GateInputError(f"{flag} {path}: is a file, not a folder")
+        if folder is not None and flag in written:
+            there = next(p for p in (folder.absolute(), *folder.absolute().parents) if p.exists())
+            try:  # made and removed: what the run's files will need (os.access says yes to root, and to /proc)
+                os.rmdir(tempfile.mkdtemp(prefix=".sdpa-bench-probe-", dir=there))
+            except OSError as exc:
+                raise GateInputError(f"{flag} {path}: cannot write in {there} ({exc.strerror or exc})") from None
 
 
 def writable(outputs: dict[str, str | Path | None], inputs: dict[str, str | Path | None] | None = None,

@@ -68,10 +68,13 @@ def kept(given: float | None, meta: dict, budget_s: float) -> float | None:
     resumed with (report.contents checks the file's), else DEFAULT_S or 4 × `budget_s` (the sweep's --budget) where
     that is longer; as `checked` returns it (None: no limit); UsageError where the budget reaches it."""
     saved = meta.get("point_timeout")
+    if given is None and saved is None and budget_s >= LONGEST_S:  # no default could let such a point finish
+        raise UsageError(f"--budget must be under {LONGEST_S:g} seconds (a week, the longest --point-timeout); "
+                         f"got {budget_s:g}")
     seconds = float(given if given is not None else saved if saved is not None else max(DEFAULT_S, 4 * budget_s))
     meta["point_timeout"] = seconds
     try:
-        return checked(min(seconds, LONGEST_S), budget_s)
+        return checked(seconds if given is not None else min(seconds, LONGEST_S), budget_s)  # typed: as typed
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 

@@ -39,6 +39,7 @@ ROUNDS, MAX_TIME, MIN_ROUNDS = 4, 0.1, 8  # per side: 4 processes of the ci pres
 # seconds of extra rounds for undecided benchmarks, after the planned rounds: 75 keeps the ci preset's comparison within
 # about 5 minutes on a 2-core CPU, one or two extra rounds (docs/records/2026-11-24-epyc-continuous-trials.md)
 ADAPTIVE_BUDGET = 75.0
+LONGEST_S, MOST_ROUNDS = 7 * 24 * 3600, 1000  # past these a value is a typo, and would overflow the timers it sets
 # where the sides run in different environments, the extra rounds may take this many times the planned rounds' time
 # (at least ADAPTIVE_BUDGET): no process can time both sides there, so each benchmark's interval narrows only with
 # more processes; with torch 2.13.0 against 2.14.1 on a 2-core Xeon, 4 rounds decided 13 of 24 rows and 14 rounds 22
@@ -75,16 +76,19 @@ class Plan:
         """UsageError naming the first value no comparison can use."""
         if self.time_floor is not None and not self.time_floor > 1.0:
             raise UsageError(f"the time floor should be a factor above 1, got {self.time_floor!r}")
-        if self.rounds < 1:
-            raise UsageError("--rounds should be at least 1")
-        if self.adaptive_budget is not None and not 0 <= self.adaptive_budget < math.inf:
-            raise UsageError(f"--adaptive-budget should be at least 0 seconds and finite, got {self.adaptive_budget!r}")
-        if not 0 < self.round_timeout < math.inf:
-            raise UsageError(f"--round-timeout should be more than 0 seconds and finite, got {self.round_timeout!r}")
-        if not 0 < self.max_time < math.inf:
-            raise UsageError(f"--max-time should be more than 0 seconds and finite, got {self.max_time!r}")
-        if self.adaptive_rounds is not None and self.adaptive_rounds < 1:
-            raise UsageError("--adaptive-rounds should be at least 1")
+        if not 1 <= self.rounds <= MOST_ROUNDS:
+            raise UsageError(f"--rounds should be from 1 to {MOST_ROUNDS}, got {self.rounds}")
+        if self.adaptive_budget is not None and not 0 <= self.adaptive_budget <= LONGEST_S:
+            raise UsageError(f"--adaptive-budget should be from 0 to {LONGEST_S} seconds (a week), got "
+                             f"{self.adaptive_budget!r}")
+        if not 0 < self.round_timeout <= LONGEST_S:
+            raise UsageError(f"--round-timeout should be more than 0 seconds and at most {LONGEST_S} (a week), got "
+                             f"{self.round_timeout!r}")
+        if not 0 < self.max_time <= LONGEST_S:
+            raise UsageError(f"--max-time should be more than 0 seconds and at most {LONGEST_S} (a week), got "
+                             f"{self.max_time!r}")
+        if self.adaptive_rounds is not None and not 1 <= self.adaptive_rounds <= MOST_ROUNDS:
+            raise UsageError(f"--adaptive-rounds should be from 1 to {MOST_ROUNDS}, got {self.adaptive_rounds}")
         check_keyword(self.select)
 
 

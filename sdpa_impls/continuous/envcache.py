@@ -48,6 +48,7 @@ BUILDING = ".building-"  # a build in progress, or the remains of one that died
 LOCK_WAIT_S = PIP_TIMEOUT_S + 300.0  # another run's build of the same environment
 MAX_AGE_DAYS = 30.0
 MAX_SIZE_ENV = "SDPA_BENCH_ENV_CACHE_MAX_GB"
+LARGEST_GB = 1e9  # an exabyte: a cap past it is a typo (and overflowed the byte count)
 RECENT_S = 600.0  # an entry used this recently may be a side of the comparison running now: never evicted for size
 
 
@@ -72,8 +73,8 @@ def size_cap() -> int | None:
         gb = float(text)
     except ValueError:
         gb = float("nan")
-    if not gb > 0 or gb == float("inf"):
-        raise UsageError(f"${MAX_SIZE_ENV} should be a positive number of GB, got {text!r}")
+    if not 0 < gb <= LARGEST_GB:
+        raise UsageError(f"${MAX_SIZE_ENV} should be a positive number of GB, at most {LARGEST_GB:g}, got {text!r}")
     return int(gb * 1e9)
 
 

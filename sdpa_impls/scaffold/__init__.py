@@ -69,12 +69,26 @@ def names_for(text: str) -> Names:
                          "would replace it; give --name another")
     here = os.path.realpath(os.getcwd())  # `python -m` puts the folder it runs in first: a folder there is no module
     path = [p for p in sys.path if p and os.path.realpath(p) != here]
-    spec = None if ident in sys.builtin_module_names else PathFinder.find_spec(ident, path)
+    spec = None if ident in sys.builtin_module_names else PathFinder.find_spec(ident, path) or next(
+        (found for found in map(_found_by(ident), sys.meta_path) if found is not None), None)  # an editable install's
     if spec is not None or ident in sys.builtin_module_names:  # one of the two would shadow the other
         where = "built in" if spec is None else spec.origin or "a namespace package"
         raise UsageError(f"{ident!r} is a module Python imports already ({where}): a plug-in package of that name "
                          "would shadow it or be shadowed; give --name another")
     return Names(dist, ident, "".join(part.capitalize() for part in ident.split("_")))
+
+
+def _found_by(ident: str):
+    """A module spec of `ident` from one of sys.meta_path's other finders (an editable install's, which serves
+    sdpa_impls itself in a development install), or None."""
+    def find(finder) -> object:
+        if finder is PathFinder or not hasattr(finder, "find_spec"):
+            return None
+        try:
+            return finder.find_spec(ident, None)
+        except Exception:  # noqa: BLE001 - a third-party finder's error is no answer
+            return None
+    return find
 
 
 def _without_credentials(url: str) -> str:
