@@ -75,6 +75,8 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (["continuous", "HEAD~1", "--max-time", "1e308"], "--max-time should be more than 0 seconds and at most 604800"),
     (["continuous", "HEAD~1", "--rounds", "99999999999"], "--rounds should be from 1 to 1000, got 99999999999"),
     (["bisect", "HEAD~1", "--adaptive-budget", "1e308"], "--adaptive-budget should be from 0 to 604800 seconds"),
+    (["quickstart", "--name", "a" * 300], "is 300 characters long: give a name of at most 100"),  # 3 files written
+    (["targets", "--overwrite"], "--overwrite replaces the sweep in --out: give --out too"),  # ran, keeping nothing
 ])
 def test_an_empty_or_out_of_range_value_is_refused_before_any_work(argv, named, tmp_path, monkeypatch) -> None:
     code, err = said(argv, tmp_path, monkeypatch)

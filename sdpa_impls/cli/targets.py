@@ -73,6 +73,8 @@ def ceiling_lines(ceilings: RunCeilings) -> str:
 
 def run(args: argparse.Namespace) -> int:
     if args.out is None:
+        if args.overwrite:  # a 20-minute run that keeps nothing, where a folder was meant
+            raise UsageError("--overwrite replaces the sweep in --out: give --out too")
         return _targets(args)
     store.prepare_dir(args.out)  # before a 20-minute run, not after it
     with only_writer(args.out):  # no `run` or other `targets` writes it meanwhile

@@ -32,6 +32,7 @@ SUFFIX = ".tmpl"
 PLACEHOLDER = "sdpa-bench[test] @ git+https://HOST/OWNER/sdpa-bench@COMMIT"
 TEMPLATE_REQUIREMENT = f'"{PLACEHOLDER}"'
 DIST = "sdpa-bench"
+MAX_NAME = 100  # characters of --name: the test module adds "test_" and ".py" to a file name of at most 255 bytes
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,8 @@ def names_for(text: str) -> Names:
     if not ident or not ident.isidentifier() or keyword.iskeyword(ident) or not ident.isascii():
         raise UsageError(f"{text!r} makes no package name: give --name a name of letters, digits and _ that does "
                          "not start with a digit")
+    if len(ident) > MAX_NAME:  # a file name of the package's folder and module: refused before any is written
+        raise UsageError(f"--name {text[:20]!r}... is {len(ident)} characters long: give a name of at most {MAX_NAME}")
     if ident in names():
         raise UsageError(f"an implementation named {ident!r} exists already (sdpa-bench list): give --name another")
     dist = ident.replace("_", "-")
