@@ -254,12 +254,12 @@ def test_an_unknown_revision_is_unusable(repo: dict, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("flag, value, message", [("--seed", "-1", "--seed: should be from 0 to 2**63 - 1, got -1"),
-                                                  ("--adaptive-budget", "-5", "--adaptive-budget should be at least"),
+                                                  ("--adaptive-budget", "-5", "--adaptive-budget should be from 0 to"),
                                                   ("--round-timeout", "0", "--round-timeout should be more than 0"),
                                                   ("--round-timeout", "nan", "--round-timeout should be more than 0"),
                                                   ("--max-time", "-1", "--max-time should be more than 0"),
                                                   ("--max-time", "inf", "--max-time should be more than 0"),
-                                                  ("--adaptive-rounds", "0", "--adaptive-rounds should be at least 1")])
+                                                  ("--adaptive-rounds", "0", "--adaptive-rounds should be from 1 to")])
 def test_a_bad_seed_or_budget_is_one_message(repo: dict, flag: str, value: str, message: str) -> None:
     code, out, err = continuous(repo["path"], repo["good"], *FAST, flag, value)
     assert code == 2 and out == "" and err.count("\n") == 1 and message in err

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
-import json
 import math
 import os
 import re
@@ -179,20 +178,19 @@ def writable(outputs: dict[str, str | Path | None], inputs: dict[str, str | Path
                 path.unlink()
 
 
-ANSWER_HEAD = re.compile(r"(## )?sdpa-bench [a-z]+: ")  # how every verdict, comparison and search starts as text
+# how the answers of these commands start: as text (a verdict, a comparison, a search), and as JSON
+ANSWER_HEAD = re.compile(r'(## )?sdpa-bench (gate|continuous|compare|bisect): |\{\s*"(verdict|answer)": ')
 
 
 def _an_answer(path: Path) -> bool:
-    """Whether an existing --json / --markdown file may be replaced: empty, or an answer sdpa-bench wrote (text that
-    starts as its verdicts do, or a JSON object with an `exit_code`); never a file the user named by mistake."""
+    """Whether an existing --json / --markdown file may be replaced: empty, or an answer sdpa-bench wrote, by how it
+    starts (one cut short by a killed run too); never a file the user named by mistake."""
     try:
         with path.open("rb") as fh:
-            head = fh.read(1 << 12).decode("utf-8", "replace").lstrip()
-        if not head or ANSWER_HEAD.match(head):
-            return True
-        return head.startswith("{") and "exit_code" in json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):  # unreadable, not UTF-8, not JSON
+            head = fh.read(256).decode("utf-8", "replace").lstrip("\ufeff \t\r\n")
+    except OSError:
         return False
+    return not head or ANSWER_HEAD.match(head) is not None
 
 
 def config_file(path: str | None) -> None:

@@ -175,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
     given, opts = _options(args)
     try:  # read by the tiled implementations' calls: checked once, here (as set, nothing is measured)
         check_settings()
-        watch.kept(args.point_timeout, {}, opts.budget_s)  # a resume's saved ones are checked again when read
+        watch.kept(args.point_timeout, {}, 0.0 if args.resume else opts.budget_s)  # a resume: against its saved one
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if device != "cuda" and (opts.flush_l2 or opts.cuda_graph):

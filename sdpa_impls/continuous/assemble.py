@@ -79,10 +79,12 @@ def _environments(request: Request, sides: dict[str, Side], progress, scratch: P
     if not specs:
         cpu = default_device() == "cpu"
         dec = {}
+        missing = {}
         for role, side in sides.items():
             if side.tree is not None:
-                with _as_side(side):
+                with _as_side(side):  # unmet: a side that requires another sdpa-bench is refused, whatever the other
                     dec[role] = declared(side.tree, cpu)
+                    missing[role] = unmet(dec[role])
         if len(dec) < 2 or dec["base"] == dec["head"]:
             progress("environment: both revisions declare the same dependencies, both sides run with this interpreter")
             return {"base": here, "head": here}, []
@@ -91,10 +93,9 @@ def _environments(request: Request, sides: dict[str, Side], progress, scratch: P
                      f"{', '.join(sorted(every['base'] - every['head'])) or '-'}; head only: "
                      f"{', '.join(sorted(every['head'] - every['base'])) or '-'}).")
         for role, d in dec.items():
-            with _as_side(sides[role]):
-                missing = unmet(d)
-            if missing:
-                specs[role] = EnvSpec(f"what {role} declares, for {'; '.join(missing)}", requirements=d.installable(),
+            if missing[role]:
+                specs[role] = EnvSpec(f"what {role} declares, for {'; '.join(missing[role])}",
+                                      requirements=d.installable(),
                                       constraints="".join(f"{c}\n" for c in d.constraints))
             else:
                 notes.append(f"{role}: this environment satisfies its declared dependencies and runs it.")
