@@ -105,6 +105,14 @@ def test_quickstart_refuses_the_name_of_sdpa_benchs_own_package_in_an_editable_i
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_resumes_point_timeout_is_judged_against_the_sweeps_own_budget(sweep, tmp_path, monkeypatch) -> None:
+    """The sweep measured with --budget 0.01: a --point-timeout of 0.5 on its resume is more than that, and was
+    refused against the 1 s default --budget of the command line, a --budget no one typed."""
+    shutil.copytree(sweep, tmp_path / "a")
+    code, err = said(["run", "--out", "a", "--resume", "--point-timeout", "0.5", "--no-plots"], tmp_path, monkeypatch)
+    assert code == 0 and "would stop points" not in err, err
+
+
 def test_a_keep_runs_folder_nothing_can_be_made_in_is_refused_before_any_work(tmp_path, monkeypatch) -> None:
     """It failed once both revisions were installed, as the head's error ("its benchmark suite did not run")."""
     (tmp_path / "notes").write_text("a file\n")
