@@ -133,8 +133,9 @@ def writable(outputs: dict[str, str | Path | None], inputs: dict[str, str | Path
     be written at the end (a folder; a folder that cannot be made or written in; a file system that takes no new
     file, such as /proc), is one of the `inputs` it would overwrite, or is another output's file too. `stale`: an
     existing output that is a file (an earlier run's answer, or empty: any other file is refused, untouched; a link
-    to a file loses the link, not the file) is removed once all are checked, so that a run that ends with no answer (exit 2) leaves none for a CI step to read as this
-    run's; anything else, /dev/stdout or a pipe, is where the answer goes, and stays."""
+    to a file loses the link, not the file) is removed once all are checked, so that a run that ends with no answer
+    (exit 2) leaves none for a CI step to read as this run's; anything else, /dev/stdout or a pipe, is where the
+    answer goes, and stays."""
     seen: dict[Path, str] = {}
     sources = {_same(path): flag for flag, path in (inputs or {}).items() if path}
     for flag, path in ((f, p) for f, p in outputs.items() if p):
