@@ -106,11 +106,16 @@ sweep() {  # name seconds [run args...]
   [ -d "$work/$name" ] && tar -C "$work" -cf "$out/$name.tar" "$name"
 }
 
+wheel_links() {  # -> links (the caller's): pip's --find-links for each folder of carried wheels, joined and call-N
+  links=(); local d
+  for d in "$wheels"/joined "$wheels"/call-*; do [ -d "$d" ] && links+=(--find-links "$d"); done
+}
+
 asv_step() {  # seconds: half to asv, half to sdpa-bench run of the same points, each with its wall time
   local impls=${GPU_CHECKS_ASV_IMPLS:-fused,torch_sdpa} preset=${GPU_CHECKS_ASV_PRESET:-llm} t0
   stamp "asv on the $preset preset ($impls), then sdpa-bench run of the same points (${1}s)"
   if ! "$py" -c "import asv" 2>/dev/null; then  # not in the GPU image: from the carried wheels, where they are
-    local links=(); for d in "$wheels"/joined "$wheels"/call-*; do [ -d "$d" ] && links+=(--find-links "$d"); done
+    local links; wheel_links
     [ ${#links[@]} -gt 0 ] && PIP_BREAK_SYSTEM_PACKAGES=${PIP_BREAK_SYSTEM_PACKAGES:-1} "$py" -m pip install \
       --no-index --quiet "${links[@]}" asv >"$out/asv.log" 2>&1
     if ! "$py" -c "import asv" 2>/dev/null; then
@@ -169,7 +174,7 @@ peers() {  # seconds: install the carried wheels, then a fifth to the peer tests
   stamp "peers: wheels carried in $wheels, the peer tests, the llm preset with the peers (${1}s)"
   "$py" tools/gpu_wheels.py join --dest "$wheels" >"$out/peers.log" 2>&1
   echo "join: exit $?" >>"$out/peers.log"
-  for d in "$wheels"/joined "$wheels"/call-*; do [ -d "$d" ] && links+=(--find-links "$d"); done
+  wheel_links
   # one requirement at a time: a wheel still missing a part stops its own set, not the others. PIP_BREAK_SYSTEM_PACKAGES
   # (default 1; 0 refuses) lets pip install into a system Python that its distribution manages (PEP 668)
   while IFS= read -r r; do
