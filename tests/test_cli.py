@@ -361,8 +361,8 @@ def test_sigterm_stops_a_run_the_way_ctrl_c_does(tmp_path):
     that can be pasted, for a folder with a space). Meanwhile no other `run` may write the same folder."""
     out = tmp_path / "terminated run"
     cmd = [sys.executable, "-m", "sdpa_impls", "run", "--preset", "smoke", "--impl", "naive", "--out", str(out),
-           *CPU, "--budget", "2", "--min-reps", "2", "--max-reps", "10000", "--warmup", "1", "--no-memory",
-           "--no-plots"]  # each point two whole seconds: the run outlasts the second command, also on a busy machine
+           *CPU, "--budget", "4", "--min-reps", "2", "--max-reps", "10000", "--warmup", "1", "--no-memory",
+           "--no-plots"]  # each point four whole seconds: the run outlasts the second command, also on a busy machine
     proc = slow_run(cmd, out)
     second = cli("run", "--preset", "smoke", "--impl", "naive", "--out", str(out), "--resume", *CPU)
     assert second.returncode == 2 and "is being written by another `sdpa-bench run` (process " in second.stderr, \

@@ -116,7 +116,7 @@ def test_a_save_that_fails_keeps_the_saved_points_and_blames_no_point(tmp_path):
     assert proc.returncode == 2 and last.startswith(f"sdpa-bench run: error: cannot save {out / 'results.json'}: "), \
         proc.stderr[-2000:]
     assert "it holds what was saved before" in last and "Traceback" not in proc.stderr
-    assert sorted(p.name for p in out.iterdir()) == [".sdpa-bench-run.lock", "results.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["results.json"]
     kept = len(load(out)["results"])
     assert kept < len(preset("smoke"))
     proc = subprocess.run([*cmd, "--resume"], capture_output=True, text=True, timeout=150)
@@ -348,3 +348,45 @@ def test_a_merge_names_the_shard_a_run_is_still_writing(tmp_path, capsys) -> Non
     err = capsys.readouterr().err
     assert f"({shards[1]} (process {os.getpid()}): still being written by `run`; then merge them again" in err, err
     assert "resume" not in err
+
+
+def test_a_refused_command_leaves_the_folder_as_it_was_and_a_run_no_lock_file(tmp_path, capsys) -> None:
+    """The lock file goes when its holder ends: a `run` or `targets` refused (another tool's results.json, which
+    `targets` named as a sweep to --overwrite) leaves the user's folder as it was, a finished run leaves its outputs
+    only, and a link planted where the lock goes is refused, its target untouched."""
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "results.json").write_text('{"accuracy": 0.91}')
+    for command in ([*SMOKE, "--impl", "naive", *FAST], ["targets"]):
+        assert main([*command, "--out", str(other)]) == 2
+        assert "is not an sdpa-bench results file" in capsys.readouterr().err
+        assert sorted(p.name for p in other.iterdir()) == ["results.json"]
+    done = tmp_path / "done"
+    assert main([*SMOKE, "--impl", "naive", "--out", str(done), *FAST]) == 0
+    assert not (done / ".sdpa-bench-run.lock").exists() and (done / "results.json").exists()
+    (tmp_path / "theirs").write_text("keep")
+    (done / ".sdpa-bench-run.lock").symlink_to(tmp_path / "theirs")
+    capsys.readouterr()
+    assert main([*SMOKE, "--impl", "naive", "--out", str(done), "--resume"]) == 2
+    assert ".sdpa-bench-run.lock is a link" in capsys.readouterr().err
+    assert (tmp_path / "theirs").read_text() == "keep"
+
+
+def test_a_run_that_opened_the_lock_file_as_its_holder_removed_it_locks_the_new_one(tmp_path, monkeypatch) -> None:
+    """Between a second run's open of the lock file and its lock, the first may end and remove the file: the second
+    must then lock the file at the path (a third run would create it and lock it too: two writers), not the removed
+    one."""
+    from sdpa_impls.report import writer_lock
+
+    opened = os.fdopen
+    removed: list[str] = []
+
+    def open_then_lose_it(fd, *args, **kwargs):  # the holder ends right after this open
+        handle = opened(fd, *args, **kwargs)
+        if not removed:
+            removed.append("once")
+            os.unlink(tmp_path / writer_lock.LOCK_FILE)
+        return handle
+    monkeypatch.setattr(writer_lock.os, "fdopen", open_then_lose_it)
+    with only_writer(tmp_path):
+        assert removed and writer_lock.writer(tmp_path) == f"process {os.getpid()}"

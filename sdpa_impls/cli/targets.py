@@ -78,12 +78,12 @@ def run(args: argparse.Namespace) -> int:
         return _targets(args)
     store.prepare_dir(args.out)  # before a 20-minute run, not after it
     with only_writer(args.out):  # no `run` or other `targets` writes it meanwhile
-        if (args.out / store.RESULTS_FILE).exists() and not args.overwrite:
-            raise UsageError(f"{args.out} already holds a sweep ({args.out / store.RESULTS_FILE}): replace it with "
-                             "--overwrite, or choose another --out")
         foreign = store.not_a_sweep(args.out) if (args.out / store.RESULTS_FILE).exists() else None
         if foreign:  # --overwrite replaces a sweep, not another tool's file, nor a folder the save would fail on
             raise UsageError(f"{foreign}: move it away, or choose another --out")
+        if (args.out / store.RESULTS_FILE).exists() and not args.overwrite:
+            raise UsageError(f"{args.out} already holds a sweep ({args.out / store.RESULTS_FILE}): replace it with "
+                             "--overwrite, or choose another --out")
         try:
             with terminate_as_interrupt():
                 return _targets(args)

@@ -23,7 +23,8 @@ _held: dict[str, int] = {}  # folder -> the descriptor of its lock, while only_w
 def only_writer(directory: Path):
     """While it is held, no other `run` may write DIR: a second one, started before the first saved anything or
     resuming it meanwhile, would measure the same points on the same CPUs and replace the first one's file. An
-    advisory lock (flock) on DIR/.sdpa-bench-run.lock, released when the process ends however it ends; UsageError
+    advisory lock (flock) on DIR/.sdpa-bench-run.lock, which is removed as it ends (a process killed leaves the file,
+    unlocked: the next one takes it), released when the process ends however it ends; UsageError
     naming the holder where another process has it. Where the system or the file system has no flock (some network
     file systems answer ENOLCK), nothing is locked: the sweep runs as it did before there was a lock."""
     try:
@@ -32,17 +33,31 @@ def only_writer(directory: Path):
         yield
         return
     path = Path(directory) / LOCK_FILE
-    with _inherited(path) or open(path, "a+", encoding="utf-8") as handle:
+    handle = _inherited(path)
+    while handle is None:
+        try:  # not through a link: the file is truncated, then removed
+            handle = os.fdopen(os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644), "a+",
+                               encoding="utf-8")
+        except OSError as exc:
+            if not path.is_symlink():
+                raise
+            raise UsageError(f"{path} is a link: sdpa-bench writes its lock there; remove the link") from exc
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)  # an inherited lock is this description's already
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             handle.seek(0)
             holder = handle.read().strip() or "another process"
+            handle.close()
             raise UsageError(f"{directory} is being written by another `sdpa-bench run` ({holder}): wait for it to "
                              "finish, or choose another --out") from None
         except OSError:  # no locks on this file system
+            handle.close()
             yield
             return
+        if not _still_there(path, handle):  # its holder removed it as it finished: lock the one at the path now
+            handle.close()
+            handle = None
+    with handle:
         handle.seek(0)
         handle.truncate()
         handle.write(f"process {os.getpid()}\n")
@@ -53,7 +68,18 @@ def only_writer(directory: Path):
             yield
         finally:
             _held.pop(str(path.resolve()), None)
+            with contextlib.suppress(OSError):  # the folder is left as the sweep made it (or as it was, if refused)
+                path.unlink()
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _still_there(path: Path, handle) -> bool:
+    """Whether the file just locked is still the one at `path`: a holder removes it (unlocked after) as it ends, and
+    a process that opened it before then must lock the path's new file, or two would hold "the" lock at once."""
+    try:
+        return os.path.samestat(os.fstat(handle.fileno()), os.stat(path))
+    except OSError:
+        return False
 
 
 def writer(directory: Path) -> str | None:
