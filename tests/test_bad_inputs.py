@@ -233,6 +233,20 @@ def test_a_sweep_whose_meta_names_no_shard_resumes(sweep, tmp_path, monkeypatch)
     assert code == 0 and len(json.loads((old / "results.json").read_text())["results"]) == len(whole), err
 
 
+@pytest.mark.parametrize("shard", ["2/x", "3/2", "0/2", 2, "1/2/3"])
+def test_a_hand_edited_shard_is_refused_as_corrupt_before_merge_counts_by_it(sweep, shard, tmp_path,
+                                                                              monkeypatch) -> None:
+    """merge counts a sweep's shards by meta.shard's N and reports name it: one no `run --shard` writes ("3/2", a
+    number) was read, and merge's count and names came from it."""
+    bad = tmp_path / "bad"
+    shutil.copytree(sweep, bad)
+    doc = json.loads((bad / "results.json").read_text())
+    doc["meta"]["shard"] = shard
+    (bad / "results.json").write_text(json.dumps(doc))
+    code, err = said(["report", str(bad)], tmp_path, monkeypatch)
+    assert code == 2 and f"meta.shard should be I/N with 1 <= I <= N (run --shard), or null; got {shard!r}" in err, err
+
+
 def test_a_table_may_not_set_an_option_twice_leave_it_empty_or_decide_overwrite(tmp_path, monkeypatch) -> None:
     for body, named in (('overwrite = true', "'overwrite' decides what one run does"),
                         ('out = ""', "out: is empty"), ("impl = []", "impl: is empty"),

@@ -66,6 +66,7 @@ _META_ENTRIES = {"ceilings": lambda x: _number(x) and x >= 0, "ceiling_spread": 
                  "ceiling_samples": lambda x: isinstance(x, list) and all(map(_number, x)),
                  "sessions": _session, "merged_from": _shard}
 DEVICE = re.compile(r"cpu|cuda(:\d+)?")  # what `run --device` records
+SHARD = re.compile(r"[1-9]\d{0,8}/[1-9]\d{0,8}")  # what `run --shard I/N` records
 
 
 def _check_meta_values(meta: dict) -> None:
@@ -84,6 +85,10 @@ def _check_meta_values(meta: dict) -> None:
     timeout = meta.get("point_timeout")  # run --point-timeout, kept for the resumes
     if not (timeout is None or (_number(timeout) and 0 <= timeout < math.inf)):
         raise TypeError(f"meta.point_timeout should be a number of seconds (0: no limit), got {timeout!r}")
+    shard = meta.get("shard")  # "I/N" (run --shard): merge counts the shards by its N
+    if not (shard is None or isinstance(shard, str) and SHARD.fullmatch(shard)
+            and 1 <= int(shard.split("/")[0]) <= int(shard.split("/")[1])):
+        raise ValueError(f"meta.shard should be I/N with 1 <= I <= N (run --shard), or null; got {shard!r}")
     if not DEVICE.fullmatch(meta["device"]):
         raise ValueError(f"meta.device should be cpu or cuda (cuda:N), got {meta['device']!r}")
 
