@@ -249,3 +249,25 @@ def test_more_than_eight_result_files_come_back_as_env_txt_and_one_archive(tmp_p
         (few / name).write_text(name)
     subprocess.run(["bash", str(ROOT / "tools" / "gpu_bundle.sh"), str(few)], check=True)
     assert sorted(p.name for p in few.iterdir()) == list("abcdefgh")
+
+
+def test_a_file_over_the_size_a_call_brings_back_is_bundled_in_pieces_under_it(tmp_path: Path) -> None:
+    """A call brings back no file over 16 MiB: two files, one of 17 MiB that does not compress, are bundled and
+    the archive cut into pieces of at most 15 MiB, which joined give every file byte for byte."""
+    import io
+    import tarfile
+
+    out = tmp_path / "big"
+    out.mkdir()
+    written = {"env.txt": b"H200", "results.json": os.urandom(17 << 20), "log.txt": b"done"}
+    for name, data in written.items():
+        (out / name).write_bytes(data)
+    done = subprocess.run(["bash", str(ROOT / "tools" / "gpu_bundle.sh"), str(out)], capture_output=True, text=True,
+                          check=True)
+    assert "(1 over 15 MiB)" in done.stdout and "cut in 2 pieces" in done.stdout, done.stdout
+    assert sorted(p.name for p in out.iterdir()) == ["checks.tar.gz.0", "checks.tar.gz.1", "env.txt"]
+    assert all((out / f"checks.tar.gz.{i}").stat().st_size <= 15 << 20 for i in (0, 1))
+    joined = b"".join((out / f"checks.tar.gz.{i}").read_bytes() for i in (0, 1))
+    with tarfile.open(fileobj=io.BytesIO(joined)) as tar:
+        inside = {m.name.removeprefix("./"): tar.extractfile(m).read() for m in tar.getmembers()}
+    assert inside == {k: v for k, v in written.items() if k != "env.txt"}

@@ -9,7 +9,8 @@
 # sweep's folder: results.json, report.md, CSV). SECONDS (a whole number, default 540; may be left out before
 # --impl) goes 40 % to the tests, then half of what is left to serve, the rest to masks. --impl (repeatable) narrows
 # the masks sweep; the serve sweep and the tests run every implementation. Where the steps wrote more than the 8 files
-# a device call brings back, all but env.txt end in OUTDIR/checks.tar.gz (tools/gpu_bundle.sh).
+# a device call brings back, or one over 15 MiB (it brings back 16 at most), all but env.txt end in
+# OUTDIR/checks.tar.gz, cut in pieces of 15 MiB where it is larger (tools/gpu_bundle.sh).
 #
 # GPU_CHECKS_STEPS picks other steps, in order (default tests,serve,masks). A step written NAME:S gets S seconds
 # (at most what is left); the others share the rest, each an equal share of what is left when it starts (the
