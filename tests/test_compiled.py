@@ -84,6 +84,11 @@ def test_bad_and_empty_inputs_answer_like_every_implementation(impl) -> None:
     assert out.shape == (1, 2, 4, 8) and (out == 0).all()
     with pytest.raises(ValueError, match="dropout_p"):
         impl(q, q, q, dropout_p=1.5)
+    q, k, v = torch.randn(1, 2, 4, 0), torch.randn(1, 2, 6, 0), torch.randn(1, 2, 6, 8)  # E = 0: scores all 0
+    window = torch.rand(4, 6, generator=torch.Generator().manual_seed(0)) < 0.5
+    for kwargs in ({}, {"is_causal": True}, {"attn_mask": window}, {"attn_mask": torch.randn(4, 6)}):
+        torch.testing.assert_close(impl(q, k, v, **kwargs), F.scaled_dot_product_attention(q, k, v, **kwargs),
+                                   equal_nan=True)  # flex refused it: its kernels take E >= 1
 
 
 @pytest.mark.parametrize("impl", [pytest.param(n, marks=NEEDS[n]) for n in ("flex", "compiled")])

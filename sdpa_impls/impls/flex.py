@@ -149,19 +149,19 @@ class Flex(Implementation):
     compiles = True  # its prepared closures compile on their first call (bench.compilation)
 
     def library_reasons(self, inp: SDPAInputs) -> list[str]:
-        if inp.is_empty:
-            return []  # answered without flex, as torch answers it
+        if inp.is_empty or inp.query.shape[-1] == 0:
+            return []  # answered without flex (its kernels take E >= 1), as torch answers it
         too_old = needs_torch(FLEX, "flex_attention compiled for this suite") or compiler_reasons(inp.query.device)
         if too_old:
             return too_old
-        out = torch_reasons(inp)
-        if inp.query.shape[-1] == 0:
-            out.append("E=0 (flex_attention's kernels take a head dim of at least 1)")
-        return out
+        return torch_reasons(inp)
 
     def prepare_inputs(self, inp: SDPAInputs) -> Callable[[], torch.Tensor]:
         if inp.is_empty:
             return lambda: empty_attention(inp)
+        if inp.query.shape[-1] == 0:  # every score is 0, each row averages the values it sees: naive's answer
+            from .naive import Naive
+            return lambda: Naive().forward(inp)
         flex = compiled_flex()  # its kernels read a last dim of stride other than 1 (an input expanded from
         q, k, v = (t if t.stride(-1) == 1 or t.shape[-1] <= 1 else t.contiguous()  # (…, L, 1)) wrongly: made dense
                    for t in (inp.query, inp.key, inp.value))
