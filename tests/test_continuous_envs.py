@@ -335,3 +335,39 @@ def test_an_environment_without_the_test_extra_is_named_with_the_cure(tmp_path: 
     assert code == 2 and out == "" and "Traceback" not in err and len(message) == 1, err
     assert "base sdpa-bench " in message[0] and f"its environment ({python}) lacks pytest and pytest-benchmark" \
         in message[0] and "pip install 'sdpa-bench[test]'" in message[0], message
+
+
+def test_a_build_stopped_by_ctrl_c_lets_pip_remove_its_temporary_folders(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C (or SIGTERM, which a command turns into the same) while pip builds a side's environment: pip, in a
+    session of its own, was killed at once and left its pip-* folders in the temporary folder at every stop; it is
+    now given Ctrl-C first, which it answers by removing them."""
+    import signal
+    import threading
+    import time
+
+    from sdpa_impls.continuous.envbuild import _pip
+
+    package, temp = tmp_path / "slowbuild", tmp_path / "tmp"
+    package.mkdir()
+    temp.mkdir()
+    (package / "pyproject.toml").write_text('[project]\nname = "slowbuild"\nversion = "1.0"\n[build-system]\n'
+                                            'requires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n')
+    (package / "backend.py").write_text(  # a build that takes long: the stop lands while pip waits on it
+        "import pathlib, time\n"
+        f"def build_wheel(*args, **kwargs):\n    pathlib.Path({str(tmp_path / 'building')!r}).touch()\n"
+        "    time.sleep(60)\n")
+    monkeypatch.setenv("TMPDIR", str(temp))
+
+    def ctrl_c_once_building() -> None:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "building").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)
+    threading.Thread(target=ctrl_c_once_building, daemon=True).start()
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        _pip([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--no-build-isolation",
+              "--disable-pip-version-check", "--target", str(tmp_path / "site"), str(package)], "slowbuild")
+    assert (tmp_path / "building").exists() and time.monotonic() - start < 50
+    assert sorted(p.name for p in temp.iterdir() if p.name.startswith("pip-")) == []

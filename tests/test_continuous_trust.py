@@ -701,6 +701,36 @@ def test_a_killed_runs_worktree_is_swept(plugin_repo: Path) -> None:
         mine.rmdir()
 
 
+def test_a_signal_as_a_runs_checkouts_are_removed_waits_for_the_removal(plugin_repo: Path, monkeypatch) -> None:
+    """SIGTERM (a CI's cancel) or Ctrl-C as a run removes its checkouts: the removal runs whole (one stopped part
+    way left a worktree of git's and a folder without its owner.pid, kept a day), then the signal is handed back to
+    the command's own handling of it, the handler as it was."""
+    from sdpa_impls.cli.outputs import Terminated
+    from sdpa_impls.continuous import revisions
+
+    work = new_workdir()
+    for side in ("base", "head"):
+        revisions.checkout(plugin_repo, "HEAD", work / side / "tree")
+    removing = revisions.remove_checkout
+
+    def removed_then_signalled(root: Path, tree: Path) -> None:  # the signal lands between the two removals
+        removing(root, tree)
+        os.kill(os.getpid(), signal.SIGTERM)
+    monkeypatch.setattr(revisions, "remove_checkout", removed_then_signalled)
+
+    def stop(signum, frame):  # noqa: ANN001, ANN202 (as terminate_as_interrupt's)
+        raise Terminated()
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        held = revisions.remove_workdir(plugin_repo, work)
+    except KeyboardInterrupt:  # Terminated is one: pytest would end the session
+        held = "raised part way"
+    finally:
+        now = signal.signal(signal.SIGTERM, previous)
+    assert held == signal.SIGTERM and now is stop
+    assert not work.exists() and git(plugin_repo, "worktree", "list").count("\n") == 0  # the repository alone
+
+
 def test_what_people_wrote_is_text_in_the_comment() -> None:
     def run(impl: str) -> list[Point]:
         return [Point(name, "L8-E8-fp32-fwd", 1.0, (1.0,) * 10, 100, 0.0, 1e-3) for name in ("torch_sdpa", impl)]
@@ -732,17 +762,21 @@ def test_what_people_wrote_is_text_in_the_comment() -> None:
     assert redact("git+ssh://git@github.com:org/r.git@v1") == "git+ssh://****@github.com:org/r.git@v1"  # as before
 
 
-def test_a_sigterm_stops_a_run_with_one_line_and_leaves_nothing(plugin_repo: Path) -> None:
+def test_a_sigterm_stops_a_run_with_one_line_and_leaves_nothing(plugin_repo: Path, tmp_path: Path) -> None:
     """SIGTERM (a CI's time limit, a cancelled job) once the base is checked out: exit 143, one line saying so, and
-    the run's work folder and git worktrees are gone (no later run needed to sweep them)."""
+    the run's work folder and git worktrees are gone (no later run needed to sweep them); a worktree of the user's
+    whose folder is away meanwhile (an unmounted disk) is still git's (it was pruned with the run's own)."""
     before = set(Path(tempfile.gettempdir()).glob("sdpa-continuous-*"))
+    users, away = tmp_path / "wt-user", tmp_path / "wt-away"
+    git(plugin_repo, "worktree", "add", "--detach", str(users), "HEAD")
+    users.rename(away)
     run = subprocess.Popen([sys.executable, "-m", "sdpa_impls", "continuous", "HEAD~1", "HEAD", *QUICK],
                            cwd=plugin_repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
-        while git(plugin_repo, "worktree", "list").count("\n") < 1 and time.monotonic() < deadline:
+        while git(plugin_repo, "worktree", "list").count("\n") < 3 and time.monotonic() < deadline:  # + the user's
             time.sleep(0.1)
-        assert git(plugin_repo, "worktree", "list").count("\n") >= 1, "the run never checked its base out"
+        assert git(plugin_repo, "worktree", "list").count("\n") >= 3, "the run never checked its base out"
         run.send_signal(signal.SIGTERM)
         out, err = run.communicate(timeout=60)
     finally:
@@ -752,5 +786,8 @@ def test_a_sigterm_stops_a_run_with_one_line_and_leaves_nothing(plugin_repo: Pat
     said = [line for line in err.splitlines() if not line.startswith("[")]  # progress lines start with [
     assert said == ["sdpa-bench continuous: terminated (SIGTERM): nothing was judged; its temporary checkouts are "
                     "removed"], err[-2000:]
-    assert git(plugin_repo, "worktree", "list").count("\n") == 0
+    listed = git(plugin_repo, "worktree", "list", "--porcelain")
+    assert listed.count("worktree ") == 2 and f"worktree {users}\n" in listed, listed
+    away.rename(users)
+    git(plugin_repo, "worktree", "remove", "--force", str(users))
     assert set(Path(tempfile.gettempdir()).glob("sdpa-continuous-*")) <= before

@@ -97,6 +97,9 @@ def run(args: argparse.Namespace) -> int:
         plan.check()  # before the folder is looked at: a typo is named wherever the command runs
         with in_use():  # each cached environment it runs in stays locked, shared: no prune removes it meanwhile
             comparison = compare(request, plan, find(Path.cwd(), compares_revisions(request)), progress)
+        return said(comparison)
+
+    def said(comparison) -> int:  # noqa: ANN001 (a Comparison)
         sys.stdout.write(redact(comparison.text()))
         if args.markdown:
             write(args.markdown, comparison.text(markdown=True))
@@ -110,6 +113,10 @@ def run(args: argparse.Namespace) -> int:
             return guarded("continuous", body, settings.source_of(args))
     except KeyboardInterrupt as exc:
         how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
-        print(f"sdpa-bench continuous: {how}: nothing was judged; its temporary checkouts are removed",
-              file=sys.stderr)
+        judged = getattr(exc, "comparison", None)  # the signal came as its checkouts were removed
+        if judged is not None:
+            said(judged)
+        print(f"sdpa-bench continuous: {how}: " + ("as its checkouts were removed, after judging: the verdict above "
+                                                    "stands" if judged else "nothing was judged") +
+              "; its temporary checkouts are removed", file=sys.stderr)
         return 128 + signal.SIGTERM if isinstance(exc, Terminated) else 130

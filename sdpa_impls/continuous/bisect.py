@@ -38,6 +38,7 @@ BAD that cannot be measured).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import time
@@ -55,8 +56,7 @@ from .lines import commits, releases
 from .project import NONE, Project
 from .bisect_answer import (AGAINST_BAD, CONFIRM, CULPRIT, ENDPOINTS, INCONCLUSIVE, NO_REGRESSION, SEARCH, UNDECIDED,
                             Query, Search, comparison_budget)
-from .bisect_replay import DIRTY_TREE, Replay, Resumable, settings_of
-from .revisions import uncommitted
+from .bisect_replay import Replay, Resumable, dirty_tree, settings_of
 from .steps import (DIFFERENT, SAME, SKIPPED, UNKNOWN, Step, broken_at_head, endpoint_failures, memory_failed,
                     memory_notes, row_steps, selection_of, step_notes, unexplained, verdict_of)
 from .verdict import SLOWER
@@ -83,11 +83,8 @@ class _Searcher(Resumable):
                                  "repository or at the root of a plug-in's (or give --package to search a package's "
                                  "releases)")
             self.line = commits(project, query.good, query.bad, template)
-            changed = uncommitted(self.line.project.root) if self.line.project.root else []
-            if changed:  # `continuous` compares the working tree; a search over commits cannot see these edits
-                shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
-                warning = (f"{DIRTY_TREE} ({shown}), which bisect does not measure: "
-                           "it searches commits, up to BAD. Commit them to have them searched.")
+            warning = dirty_tree(self.line.project.root)
+            if warning:
                 progress(f"warning: {warning}")
         self.project = self.line.project
         self.good, self.bad = self.line.points[0], self.line.points[-1]
@@ -98,11 +95,8 @@ class _Searcher(Resumable):
                              ids={self.line.name(p): p for p in self.line.points}, settings=settings_of(query, plan))
         self.on_step = on_step or (lambda search: None)
         self.replay, self.reused, self.source = replay, 0, replay.source if replay else ""
-        if replay is not None and (replay.good_id, replay.bad_id, replay.commit_ids) != (
-                self.good, self.bad, list(self.commits)):
-            raise UsageError(f"--resume {replay.source}: that search was over {replay.good_id[:12]}.."
-                             f"{replay.bad_id[:12]} ({len(replay.commit_ids)} {self.line.unit}s), this one over "
-                             f"{self.good[:12]}..{self.bad[:12]} ({len(self.commits)}): give the same GOOD and BAD")
+        if replay is not None:
+            replay.check_line(self.good, self.bad, list(self.commits), self.line.unit)
         if warning:
             self.result.notes.append(warning)
         self.labels: tuple[str, ...] = ()
@@ -127,8 +121,17 @@ class _Searcher(Resumable):
         plan = dataclasses.replace(self.plan, seed=seed, select=self.select, time_floor=self.floor or None)
         request = self.line.request(base, head)
         start = time.monotonic()
-        with in_use():  # its environments held while it runs, then free for the size cap to evict
-            comparison = compare(request, plan, self.project, lambda text: self.progress(f"  {tag}: {text}"))
+        try:
+            with in_use():  # its environments held while it runs, then free for the size cap to evict
+                comparison = compare(request, plan, self.project, lambda text: self.progress(f"  {tag}: {text}"))
+        except KeyboardInterrupt as exc:  # one that came as the checkouts were removed: the step, judged, is kept
+            if getattr(exc, "comparison", None) is not None:
+                with contextlib.suppress(SideError):  # a head that does not run: a skip, measured again on resume
+                    self._step(kind, names, exc.comparison, tag, start)  # type: ignore[attr-defined]
+            raise
+        return comparison, self._step(kind, names, comparison, tag, start)
+
+    def _step(self, kind: str, names: tuple[str, str], comparison: Comparison, tag: str, start: float) -> Step:
         labels = self.labels or tuple(r.label for r in comparison.report.rows if r.decision is not None)
         rows = row_steps(comparison, labels, self.memory)
         broken = broken_at_head(comparison, labels, raised=True) if kind == SEARCH else []
@@ -140,7 +143,7 @@ class _Searcher(Resumable):
         self.result.steps.append(step)
         self.progress(f"{tag}: {step.verdict} ({fmt_duration(step.seconds)})")
         self.on_step(self.result)
-        return comparison, step
+        return step
 
     def _endpoints(self) -> bool:
         """GOOD against BAD at the gate's floor; the rows under test and the steps' floor and selection. False when
@@ -216,7 +219,6 @@ class _Searcher(Resumable):
         except SideError as exc:
             if exc.role != role:  # GOOD or BAD, which ran at the endpoints
                 raise
-            described = self.line.name(commit)
             reason = str(exc).removeprefix(f"{exc.role} {described}: ")
             self.result.skipped[described] = reason
             self.result.steps.append(Step("skip", "", described, SKIPPED, self.floor,
@@ -268,8 +270,7 @@ class _Searcher(Resumable):
         self._confirm(hi)
 
     def _inconclusive(self, lo: int, hi: int, why: str) -> None:
-        self.result.answer = INCONCLUSIVE
-        self.result.among = self.result.commits[lo + 1:hi + 1]
+        self.result.answer, self.result.among = INCONCLUSIVE, self.result.commits[lo + 1:hi + 1]
         left = (f"the first slower {self.line.unit} is one of the {len(self.result.among)} named"
                 if len(self.result.among) > 1 else f"{self.result.among[0]} is the only {self.line.unit} left, "
                                                    "not confirmed against its parent")
@@ -291,8 +292,7 @@ class _Searcher(Resumable):
             return
         self.result.files = self.line.differences(before, culprit)
         if step.verdict != DIFFERENT:
-            self.result.answer = INCONCLUSIVE
-            self.result.among = [self.result.commits[hi]]
+            self.result.answer, self.result.among = INCONCLUSIVE, [self.result.commits[hi]]
             # where the search measured this very pair (the parent is GOOD, or the culprit is BAD and its parent was
             # asked against BAD), the re-test is the independent second reading that keeps one wrong step from
             # naming a commit: both readings are said

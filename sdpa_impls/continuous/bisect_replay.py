@@ -15,10 +15,22 @@ from ..errors import UsageError
 from ..fmt import fmt_duration
 from .bisect_answer import ENDPOINTS, Query, Search
 from .comparison import Plan
+from .revisions import uncommitted
 from .steps import RowStep, Step
 
 IN_PROGRESS, INTERRUPTED = "in progress", "interrupted"  # what a --json written before the answer says
 DIRTY_TREE = "the working tree has uncommitted changes"  # a note about the run's own tree: not carried to a resume
+
+
+def dirty_tree(root: Path | None) -> str:
+    """The note for a search in a working tree with uncommitted changes, which it does not measure (`continuous`
+    compares the working tree; a search over commits cannot see them), or ""."""
+    changed = uncommitted(root) if root else []
+    if not changed:
+        return ""
+    shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+    return f"{DIRTY_TREE} ({shown}), which bisect does not measure: it searches commits, up to BAD. Commit them to " \
+           "have them searched."
 REPLAY_FORMAT = 1
 
 
@@ -41,6 +53,13 @@ class Replay:
     good_id: str
     bad_id: str
     commit_ids: list[str]
+
+    def check_line(self, good: str, bad: str, commits: list[str], unit: str) -> None:
+        """UsageError where the search resumed was over another line than this one (GOOD, BAD, what is between)."""
+        if (self.good_id, self.bad_id, self.commit_ids) != (good, bad, commits):
+            raise UsageError(f"--resume {self.source}: that search was over {self.good_id[:12]}..{self.bad_id[:12]} "
+                             f"({len(self.commit_ids)} {unit}s), this one over {good[:12]}..{bad[:12]} "
+                             f"({len(commits)}): give the same GOOD and BAD")
 
 
 def step_of(d: dict) -> Step:

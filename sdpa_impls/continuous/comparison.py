@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import shutil
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -29,7 +29,7 @@ from .assemble import Prepared, Request, assemble
 from .project import Project
 from .render import as_dict, render
 from .outcomes import clear_runs
-from .revisions import new_workdir, remove_checkout, sweep_stale
+from .revisions import new_workdir, remove_workdir, sweep_stale
 from .pairs import Pairing, unpairable
 from .schedule import Schedule
 from .sides import Side, interleaved, run_pair
@@ -276,10 +276,15 @@ def compare(request: Request, plan: Plan, project: Project, progress: Callable[[
     for left in sweep_stale(project.root):
         progress(f"removed {left}, left by a run that was stopped")
     work = new_workdir()
+    comparison = None
     try:
-        return _compare(request, plan, project, work, progress)
+        comparison = _compare(request, plan, project, work, progress)
     finally:
-        for tree in work.glob("*/tree"):
-            if project.root is not None and (tree / ".git").is_file():  # a git worktree, not a copy
-                remove_checkout(project.root, tree)
-        shutil.rmtree(work, ignore_errors=True)
+        stopped = remove_workdir(project.root, work)  # whole, a signal held meanwhile
+    if stopped is not None:  # it came as the checkouts were removed, with the comparison judged
+        try:
+            signal.raise_signal(stopped)  # the command's own handling of it (Terminated, KeyboardInterrupt)
+        except KeyboardInterrupt as exc:
+            exc.comparison = comparison  # type: ignore[attr-defined]  # judged: the caller may keep it
+            raise
+    return comparison

@@ -10,6 +10,7 @@ What pip has started by then (a build backend's compiler) is not signalled and m
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -29,6 +30,7 @@ from .outcomes import last_line, step_said
 
 LINK_FILE = "_sdpa_bench_underlay.pth"
 PIP_TIMEOUT_S = 3600.0  # a CUDA build of torch is several GB
+PIP_STOP_S = 3.0  # a stopped build: what pip is given to remove its temporary folders, within a CI's grace period
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
@@ -61,8 +63,15 @@ def _pip(cmd: list[str], what: str) -> None:
     except subprocess.TimeoutExpired:
         raise GateInputError(f"environment {what!r}: pip took more than {PIP_TIMEOUT_S:.0f} s") from None
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+        if proc.poll() is None:  # Ctrl-C first, which pip answers by removing its temporary folders; then a kill
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(timeout=PIP_STOP_S)
+            except subprocess.TimeoutExpired:
+                pass
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)  # and whatever it started (a build backend)
             proc.wait()
     if proc.returncode < 0:  # killed (the kernel's OOM killer, another user): its last line would be a progress bar
         raise GateInputError(f"environment {what!r}: pip was killed by {signal.Signals(-proc.returncode).name}")

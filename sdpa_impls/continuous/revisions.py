@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -117,10 +118,12 @@ def checkout(root: Path, commit: str, dest: Path) -> None:
 
 
 def remove_checkout(root: Path, dest: Path) -> None:
-    """Remove a worktree made by `checkout`, files and git's record of it; never raises."""
-    _git(root, "worktree", "remove", "--force", str(dest), check=False)
+    """Remove a worktree made by `checkout`, files and git's record of it; never raises. Only its own record: not
+    `git worktree prune`, which forgets the user's worktrees too where their folder is away (an unmounted disk)."""
+    if _git(root, "worktree", "remove", "--force", str(dest), check=False).returncode != 0:
+        shutil.rmtree(dest, ignore_errors=True)  # git could not (a file it cannot delete): the record goes once
+        _git(root, "worktree", "remove", "--force", str(dest), check=False)  # the folder is gone
     shutil.rmtree(dest, ignore_errors=True)
-    _git(root, "worktree", "prune", check=False)
 
 
 def uncommitted(root: Path, untracked: bool = False) -> list[str]:
@@ -174,6 +177,33 @@ def new_workdir() -> Path:
     work = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX))
     (work / OWNER).write_text(str(os.getpid()), encoding="utf-8")
     return work
+
+
+def remove_workdir(root: Path | None, work: Path) -> int | None:
+    """Remove a run's folder from `new_workdir` and its git worktrees, whole: a SIGINT or SIGTERM meanwhile is held
+    until it is done, and returned (else None) for the caller to act on. Its owner.pid goes last, so that a kill
+    part way leaves a folder the next run sees is stale, not one naming no process (kept a day)."""
+    held: list[int] = []
+    previous = {}
+    try:
+        for s in (signal.SIGINT, signal.SIGTERM):
+            if signal.getsignal(s) is not signal.SIG_IGN:
+                previous[s] = signal.signal(s, lambda signum, frame: held.append(signum))
+    except ValueError:  # not the main thread: its signals are not this thread's to hold
+        pass
+    try:
+        for tree in work.glob("*/tree"):
+            if root is not None and (tree / ".git").is_file():  # a git worktree, not a copy
+                remove_checkout(root, tree)
+        for child in work.iterdir() if work.is_dir() else ():
+            if child.name != OWNER:
+                shutil.rmtree(child, ignore_errors=True) if child.is_dir() and not child.is_symlink() else \
+                    child.unlink(missing_ok=True)
+        shutil.rmtree(work, ignore_errors=True)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return held[0] if held else None
 
 
 def sweep_stale(root: Path | None, now: float | None = None) -> list[Path]:
