@@ -356,6 +356,21 @@ def test_a_signal_after_the_answer_leaves_the_exit_code_of_a_finished_run(sig, t
     assert proc.wait(60) == 0 and len(load(out)["results"]) == len(preset("smoke"))
 
 
+def test_sigterm_ends_any_command_with_one_line_and_143() -> None:
+    """A command with no ending of its own (`list`, `report`, `merge`) ended by SIGTERM (a CI's cancel) exited 143
+    saying nothing, where Ctrl-C says "interrupted": it says "terminated (SIGTERM)"."""
+    script = ("import os, signal, sys, threading, time\n"
+              "from sdpa_impls.cli import main\n"
+              "def once_running():  # the command's handler is in place: it runs\n"
+              "    while signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:\n"
+              "        time.sleep(0.001)\n"
+              "    os.kill(os.getpid(), signal.SIGTERM)\n"
+              "threading.Thread(target=once_running, daemon=True).start()\n"
+              "sys.exit(main(['list', '--device', 'cpu']))\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM and proc.stderr == "sdpa-bench: terminated (SIGTERM)\n", proc
+
+
 def test_sigterm_stops_a_run_the_way_ctrl_c_does(tmp_path):
     """A batch scheduler's time limit sends SIGTERM: the finished points, a report and the resume command stay (one
     that can be pasted, for a folder with a space). Meanwhile no other `run` may write the same folder."""

@@ -146,15 +146,18 @@ def main(argv: list[str] | None = None) -> int:
         # started with (a script that sets sys.argv and calls main() would be run again whole, setup and all)
         args.own_process = argv == sys.argv[1:] == sys.orig_argv[len(sys.orig_argv) - len(argv):]
         args.argv = tuple(argv)  # as given: a command that stops early names the command that goes on
-        code = int(module.run(args))
+        from .outputs import terminate_as_interrupt
+        with terminate_as_interrupt():  # SIGTERM (a CI's cancel) ends any command as Ctrl-C does, saying so
+            code = int(module.run(args))
         sys.stdout.flush()  # a reader that went away shows here, in the handler below, not at the interpreter's exit
         return code
     except UsageError as exc:
         print(redact(f"{prefix}: error: {exc}{settings.note(source)}"), file=sys.stderr)
         return USAGE_EXIT
-    except KeyboardInterrupt:
-        print("sdpa-bench: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        terminated = type(exc).__name__ == "Terminated"  # outputs.Terminated, raised by SIGTERM
+        print("sdpa-bench: " + ("terminated (SIGTERM)" if terminated else "interrupted"), file=sys.stderr)
+        return 128 + signal.SIGTERM if terminated else 130
     except BrokenPipeError:  # the reader of stdout went away (`sdpa-bench list | head -1`): no error of ours
         with contextlib.suppress(OSError):  # nothing more reaches the closed pipe, not even at exit
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
