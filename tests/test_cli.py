@@ -356,6 +356,23 @@ def test_a_signal_after_the_answer_leaves_the_exit_code_of_a_finished_run(sig, t
     assert proc.wait(60) == 0 and len(load(out)["results"]) == len(preset("smoke"))
 
 
+def test_after_a_stop_both_signals_stay_ignored_also_past_an_enclosing_handler() -> None:
+    """Every command runs inside main's terminate_as_interrupt, `run` and the others inside their own too: the first
+    signal's ending must not be cut short by a second one once the command's returns (main's put Python's default
+    handlers back, and a second SIGTERM ended a saving run with 143 unsaid)."""
+    from sdpa_impls.cli.outputs import Terminated, terminate_as_interrupt
+
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with terminate_as_interrupt():  # main's
+            with pytest.raises(Terminated), terminate_as_interrupt():  # the command's
+                os.kill(os.getpid(), signal.SIGTERM)
+        assert {s: signal.getsignal(s) for s in before} == {s: signal.SIG_IGN for s in before}
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+
+
 def test_sigterm_ends_any_command_with_one_line_and_143() -> None:
     """A command with no ending of its own (`list`, `report`, `merge`) ended by SIGTERM (a CI's cancel) exited 143
     saying nothing, where Ctrl-C says "interrupted": it says "terminated (SIGTERM)"."""

@@ -731,6 +731,33 @@ def test_a_signal_as_a_runs_checkouts_are_removed_waits_for_the_removal(plugin_r
     assert not work.exists() and git(plugin_repo, "worktree", "list").count("\n") == 0  # the repository alone
 
 
+KILLED_AS_REMOVED = """
+import os, signal, sys
+from sdpa_impls.continuous import revisions
+from sdpa_impls.cli import main
+removing = revisions.remove_checkout
+def removed_then_signalled(root, tree):  # a CI's cancel, as the first checkout is removed
+    removing(root, tree)
+    os.kill(os.getpid(), signal.SIGTERM)
+revisions.remove_checkout = removed_then_signalled
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_signal_as_the_checkouts_are_removed_keeps_the_judged_verdict(plugin_repo: Path, tmp_path: Path) -> None:
+    """The comparison was judged when the signal came: its verdict is printed and written, the exit code is the
+    signal's, and nothing is left (it said "nothing was judged", and the removal stopped part way)."""
+    answer = tmp_path / "verdict.json"
+    proc = subprocess.run([sys.executable, "-c", KILLED_AS_REMOVED, "continuous", "HEAD~1", "HEAD", *QUICK, "--json",
+                           str(answer)], cwd=plugin_repo, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 128 + signal.SIGTERM and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "sdpa-bench continuous: terminated (SIGTERM): after judging, as its temporary checkouts were removed (now "
+        "gone): the verdict above stands"), proc.stderr[-2000:]
+    assert proc.stdout.startswith("sdpa-bench continuous: ") and json.loads(answer.read_text())["rows"]
+    assert git(plugin_repo, "worktree", "list").count("\n") == 0
+
+
 def test_what_people_wrote_is_text_in_the_comment() -> None:
     def run(impl: str) -> list[Point]:
         return [Point(name, "L8-E8-fp32-fwd", 1.0, (1.0,) * 10, 100, 0.0, 1e-3) for name in ("torch_sdpa", impl)]

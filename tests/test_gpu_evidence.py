@@ -264,10 +264,10 @@ def test_a_file_over_the_size_a_call_brings_back_is_bundled_in_pieces_under_it(t
         (out / name).write_bytes(data)
     done = subprocess.run(["bash", str(ROOT / "tools" / "gpu_bundle.sh"), str(out)], capture_output=True, text=True,
                           check=True)
-    assert "(1 over 15 MiB)" in done.stdout and "cut in 2 pieces" in done.stdout, done.stdout
-    assert sorted(p.name for p in out.iterdir()) == ["checks.tar.gz.0", "checks.tar.gz.1", "env.txt"]
-    assert all((out / f"checks.tar.gz.{i}").stat().st_size <= 15 << 20 for i in (0, 1))
-    joined = b"".join((out / f"checks.tar.gz.{i}").read_bytes() for i in (0, 1))
+    assert "1 of them over 15 MiB" in done.stdout and "cut in 2 pieces" in done.stdout, done.stdout
+    assert sorted(p.name for p in out.iterdir()) == ["checks.tar.gz.00", "checks.tar.gz.01", "env.txt"]
+    assert all((out / f"checks.tar.gz.0{i}").stat().st_size <= 15 << 20 for i in (0, 1))
+    joined = b"".join((out / f"checks.tar.gz.0{i}").read_bytes() for i in (0, 1))
     with tarfile.open(fileobj=io.BytesIO(joined)) as tar:
         inside = {m.name.removeprefix("./"): tar.extractfile(m).read() for m in tar.getmembers()}
     assert inside == {k: v for k, v in written.items() if k != "env.txt"}

@@ -390,3 +390,13 @@ def test_a_run_that_opened_the_lock_file_as_its_holder_removed_it_locks_the_new_
     monkeypatch.setattr(writer_lock.os, "fdopen", open_then_lose_it)
     with only_writer(tmp_path):
         assert removed and writer_lock.writer(tmp_path) == f"process {os.getpid()}"
+
+
+def test_a_lock_file_put_in_place_of_a_runs_own_is_left_to_its_owner(tmp_path) -> None:
+    """A run's lock file removed meanwhile (by hand, a sync tool) and a later run's in its place: the first run, as it
+    ends, removes only its own, or a third run could then write beside the second."""
+    lock = tmp_path / ".sdpa-bench-run.lock"
+    with only_writer(tmp_path):
+        lock.unlink()
+        lock.write_text("process 1\n")
+    assert lock.read_text() == "process 1\n"

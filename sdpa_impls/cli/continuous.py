@@ -43,6 +43,7 @@ from ..continuous.envcache import cache_source, size_cap
 from ..continuous.envlock import in_use
 from ..continuous.project import find
 from ..credentials import redact
+from ..errors import UsageError
 from .outputs import (Terminated, add_measuring, config_file, folders, guarded, impl_names, seed,
                       terminate_as_interrupt, timed_progress, writable, write)
 
@@ -99,13 +100,14 @@ def run(args: argparse.Namespace) -> int:
             comparison = compare(request, plan, find(Path.cwd(), compares_revisions(request)), progress)
         return said(comparison)
 
-    def said(comparison) -> int:  # noqa: ANN001 (a Comparison)
+    def said(comparison, done: bool = True) -> int:  # noqa: ANN001 (a Comparison)
         sys.stdout.write(redact(comparison.text()))
         if args.markdown:
             write(args.markdown, comparison.text(markdown=True))
         if args.json:
             write(args.json, json.dumps(comparison.as_json(), indent=1) + "\n")
-        progress(f"done: exit {comparison.exit_code}")
+        if done:
+            progress(f"done: exit {comparison.exit_code}")
         return comparison.exit_code
 
     try:  # SIGTERM (a CI's time limit, a cancelled job) stops it as Ctrl-C does: its checkouts removed on the way out
@@ -114,9 +116,13 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt as exc:
         how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
         judged = getattr(exc, "comparison", None)  # the signal came as its checkouts were removed
-        if judged is not None:
-            said(judged)
-        print(f"sdpa-bench continuous: {how}: " + ("as its checkouts were removed, after judging: the verdict above "
-                                                    "stands" if judged else "nothing was judged") +
-              "; its temporary checkouts are removed", file=sys.stderr)
+        try:
+            if judged is not None:
+                said(judged, done=False)
+        except (UsageError, OSError) as error:  # --json or --markdown not written: said; the signal's code stands
+            print(redact(f"sdpa-bench continuous: error: {error}"), file=sys.stderr)
+        print(f"sdpa-bench continuous: {how}: " + ("after judging, as its temporary checkouts were removed (now "
+                                                    "gone): the verdict above stands" if judged else
+                                                    "nothing was judged; its temporary checkouts are removed"),
+              file=sys.stderr)
         return 128 + signal.SIGTERM if isinstance(exc, Terminated) else 130

@@ -267,7 +267,8 @@ def terminate_as_interrupt():
     changes."""
     def stop(signum, frame):
         ignore_stops(previous)
-        previous.clear()  # the command is ending: nothing to give back
+        for held in _ACTIVE:  # the command is ending: nothing to give back, here nor in an enclosing one (main's)
+            held.clear()
         raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
     previous: dict[int, object] = {}
     try:
@@ -277,11 +278,16 @@ def terminate_as_interrupt():
     except ValueError:  # signal handlers belong to the main thread
         yield
         return
+    _ACTIVE.append(previous)
     try:
         yield
     finally:
+        _ACTIVE[:] = [held for held in _ACTIVE if held is not previous]  # by identity: cleared ones are all {}
         for s, handler in previous.items():
             signal.signal(s, handler)
+
+
+_ACTIVE: list[dict] = []  # the handlers each terminate_as_interrupt now open would give back, innermost last
 
 
 def check_time_reference(config: GateConfig, impls: set[str]) -> None:

@@ -281,10 +281,10 @@ def compare(request: Request, plan: Plan, project: Project, progress: Callable[[
         comparison = _compare(request, plan, project, work, progress)
     finally:
         stopped = remove_workdir(project.root, work)  # whole, a signal held meanwhile
-    if stopped is not None:  # it came as the checkouts were removed, with the comparison judged
-        try:
-            signal.raise_signal(stopped)  # the command's own handling of it (Terminated, KeyboardInterrupt)
-        except KeyboardInterrupt as exc:
-            exc.comparison = comparison  # type: ignore[attr-defined]  # judged: the caller may keep it
-            raise
+        if stopped is not None:  # it came as the checkouts were removed: handled now, as the command handles it
+            try:  # (Terminated, KeyboardInterrupt), also over an error of the comparison's (a skipped commit)
+                signal.raise_signal(stopped)
+            except KeyboardInterrupt as exc:
+                exc.comparison = comparison  # type: ignore[attr-defined]  # judged (or None): the caller may keep it
+                raise
     return comparison

@@ -3,8 +3,8 @@ environment's site-packages behind the new one's own, so it holds exactly this e
 
     build(folder, requirements, constraints, what) -> seconds   # made in `folder`; GateInputError with pip's lines
 
-pip runs in a process group of its own, killed with everything it started when the build stops (an error, Ctrl-C,
-a timeout) and, on Linux, pip itself when the process that started it dies (kill -9 of the run, or of a CI job's
+pip runs in a process group of its own, stopped with everything it started when the build stops (an error, Ctrl-C,
+a timeout: given Ctrl-C, which it answers by removing its temporary folders, then killed) and, on Linux, pip itself when the process that started it dies (kill -9 of the run, or of a CI job's
 process group, which pip's own group is not in): a pip left alone would go on downloading gigabytes into the cache.
 What pip has started by then (a build backend's compiler) is not signalled and may finish its own step.
 """
@@ -35,27 +35,30 @@ PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def _parent_death_signal() -> object:
-    """In pip's process, before it runs: SIGKILL once the thread that started it is gone (Linux's prctl); None
-    where there is no such call. libc is looked up here, in the parent: the child only calls it."""
+    """In pip's process, before it runs: Ctrl-C as Python takes it by default (a command started with SIGINT
+    ignored, `cmd &` in a script, passes that on: pip could not be stopped with its clean-up), and SIGKILL once
+    the thread that started it is gone (Linux's prctl). libc is looked up here, in the parent: the child only
+    calls it."""
     try:
         prctl = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
     except (OSError, AttributeError):
         prctl = None
-    if prctl is None:
-        return None
     parent = os.getpid()
 
     def arm() -> None:
-        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent:  # it died before the call: no signal will come
-            os._exit(1)
+        with contextlib.suppress(ValueError):  # started off the main thread: its disposition stays
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+            if os.getppid() != parent:  # it died before the call: no signal will come
+                os._exit(1)
     return arm
 
 
 def _pip(cmd: list[str], what: str) -> None:
-    """Run pip in its own process group, killed with everything it started when the build is stopped (an error,
-    Ctrl-C, a timeout) or this process dies (module docstring); GateInputError with pip's own error lines when it
-    fails."""
+    """Run pip in its own process group, stopped with everything it started when the build is stopped (an error,
+    Ctrl-C, a timeout: Ctrl-C first, then killed) or this process dies (module docstring); GateInputError with
+    pip's own error lines when it fails."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                             preexec_fn=_parent_death_signal())
     try:
@@ -64,15 +67,16 @@ def _pip(cmd: list[str], what: str) -> None:
         raise GateInputError(f"environment {what!r}: pip took more than {PIP_TIMEOUT_S:.0f} s") from None
     finally:
         if proc.poll() is None:  # Ctrl-C first, which pip answers by removing its temporary folders; then a kill
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGINT)
             try:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGINT)
                 proc.wait(timeout=PIP_STOP_S)
             except subprocess.TimeoutExpired:
                 pass
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)  # and whatever it started (a build backend)
-            proc.wait()
+            finally:  # also where a second Ctrl-C stops the wait
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)  # and whatever it started (a build backend)
+                proc.wait()
     if proc.returncode < 0:  # killed (the kernel's OOM killer, another user): its last line would be a progress bar
         raise GateInputError(f"environment {what!r}: pip was killed by {signal.Signals(-proc.returncode).name}")
     if proc.returncode != 0:

@@ -33,8 +33,10 @@ def only_writer(directory: Path):
         yield
         return
     path = Path(directory) / LOCK_FILE
-    handle = _inherited(path)
+    handle, tries = _inherited(path), 0
     while handle is None:
+        tries += 1
+        existed = path.exists()
         try:  # not through a link: the file is truncated, then removed
             handle = os.fdopen(os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644), "a+",
                                encoding="utf-8")
@@ -50,12 +52,14 @@ def only_writer(directory: Path):
             handle.close()
             raise UsageError(f"{directory} is being written by another `sdpa-bench run` ({holder}): wait for it to "
                              "finish, or choose another --out") from None
-        except OSError:  # no locks on this file system
+        except OSError:  # no locks on this file system: nothing locked, nothing left
             handle.close()
+            if not existed:
+                path.unlink(missing_ok=True)
             yield
             return
-        if not _still_there(path, handle):  # its holder removed it as it finished: lock the one at the path now
-            handle.close()
+        if not _still_there(path, handle) and tries < 100:  # its holder removed it as it ended: lock the new one
+            handle.close()  # (a file system whose inode numbers never agree is given up on: it is locked as is)
             handle = None
     with handle:
         handle.seek(0)
@@ -68,8 +72,9 @@ def only_writer(directory: Path):
             yield
         finally:
             _held.pop(str(path.resolve()), None)
-            with contextlib.suppress(OSError):  # the folder is left as the sweep made it (or as it was, if refused)
-                path.unlink()
+            if _still_there(path, handle):  # the folder is left as the sweep made it (or as it was, if refused);
+                with contextlib.suppress(OSError):  # a file put in its place meanwhile is another run's lock
+                    path.unlink()
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
