@@ -4,8 +4,9 @@ environment's site-packages behind the new one's own, so it holds exactly this e
     build(folder, requirements, constraints, what) -> seconds   # made in `folder`; GateInputError with pip's lines
 
 pip runs in a process group of its own, stopped with everything it started when the build stops (an error, Ctrl-C,
-a timeout: given Ctrl-C, which it answers by removing its temporary folders, then killed) and, on Linux, pip itself when the process that started it dies (kill -9 of the run, or of a CI job's
-process group, which pip's own group is not in): a pip left alone would go on downloading gigabytes into the cache.
+a timeout: given Ctrl-C, which it answers by removing its temporary folders, then killed) and, on Linux, pip itself
+when the process that started it dies (kill -9 of the run, or of a CI job's process group, which pip's own group is
+not in): a pip left alone would go on downloading gigabytes into the cache.
 What pip has started by then (a build backend's compiler) is not signalled and may finish its own step.
 """
 from __future__ import annotations
@@ -34,7 +35,7 @@ PIP_STOP_S = 3.0  # a stopped build: what pip is given to remove its temporary f
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
-def _parent_death_signal() -> object:
+def _in_pips_process() -> object:
     """In pip's process, before it runs: Ctrl-C as Python takes it by default (a command started with SIGINT
     ignored, `cmd &` in a script, passes that on: pip could not be stopped with its clean-up), and SIGKILL once
     the thread that started it is gone (Linux's prctl). libc is looked up here, in the parent: the child only
@@ -60,7 +61,7 @@ def _pip(cmd: list[str], what: str) -> None:
     Ctrl-C, a timeout: Ctrl-C first, then killed) or this process dies (module docstring); GateInputError with
     pip's own error lines when it fails."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            preexec_fn=_parent_death_signal())
+                            preexec_fn=_in_pips_process())
     try:
         out, err = proc.communicate(timeout=PIP_TIMEOUT_S)
     except subprocess.TimeoutExpired:

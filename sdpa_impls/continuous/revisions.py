@@ -192,18 +192,23 @@ def remove_workdir(root: Path | None, work: Path) -> int | None:
     except ValueError:  # not the main thread: its signals are not this thread's to hold
         pass
     try:
-        for tree in work.glob("*/tree"):
-            if root is not None and (tree / ".git").is_file():  # a git worktree, not a copy
-                remove_checkout(root, tree)
-        for child in work.iterdir() if work.is_dir() else ():
-            if child.name != OWNER:
-                shutil.rmtree(child, ignore_errors=True) if child.is_dir() and not child.is_symlink() else \
-                    child.unlink(missing_ok=True)
-        shutil.rmtree(work, ignore_errors=True)
+        _remove(root, work)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
     return held[0] if held else None
+
+
+def _remove(root: Path | None, work: Path) -> None:
+    """A run's folder, its git worktrees first (in `root`'s repository), its owner.pid last."""
+    for tree in work.glob("*/tree"):
+        if root is not None and (tree / ".git").is_file():  # a git worktree, not a copy
+            remove_checkout(root, tree)
+    for child in work.iterdir() if work.is_dir() else ():
+        if child.name != OWNER:
+            shutil.rmtree(child, ignore_errors=True) if child.is_dir() and not child.is_symlink() else \
+                child.unlink(missing_ok=True)
+    shutil.rmtree(work, ignore_errors=True)
 
 
 def sweep_stale(root: Path | None, now: float | None = None) -> list[Path]:
@@ -221,10 +226,7 @@ def sweep_stale(root: Path | None, now: float | None = None) -> list[Path]:
             continue
         if (pid is not None and _alive(pid)) or (pid is None and now - work.stat().st_mtime < STALE_WITHOUT_OWNER_S):
             continue
-        for tree in work.glob("*/tree"):
-            if (tree / ".git").is_file() and root is not None:
-                remove_checkout(root, tree)
-        shutil.rmtree(work, ignore_errors=True)
+        _remove(root, work)
         removed.append(work)
     if root is not None:
         _forget_gone_checkouts(root)
