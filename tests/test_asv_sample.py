@@ -4,6 +4,7 @@ their versions, and importing the suite leaves CUDA alone."""
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import subprocess
 import sys
@@ -101,3 +102,49 @@ def test_importing_the_suite_does_not_initialize_cuda() -> None:
                           timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split()[-1] == "False"
+
+
+CRASHES = """
+import ctypes
+import torch
+import sdpa_impls
+from sdpa_impls.protocol import Implementation
+from sdpa_impls.registry import register
+
+
+@register
+class Crashes(Implementation):
+    name = "crashes"
+
+    def forward(self, inp):
+        if inp.query.dtype == torch.bfloat16:  # the smoke preset's second case
+            ctypes.string_at(0)  # a segfault, as a broken compiled kernel gives
+        return sdpa_impls.get("naive").forward(inp)
+"""
+
+DRIVE = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import crashmod
+from sdpa_impls.bench.batch import measure_isolated
+from sdpa_impls.bench.grid import preset
+from sdpa_impls.bench.measure import Options
+cases = [c for c in preset("smoke") if c.mode == "fwd"][:3]
+batch = measure_isolated(cases, ["crashes", "naive"], "cpu", Options(budget_s=0.05, min_reps=5, max_reps=20))
+print(json.dumps({f"{i} {c}": [r.status, r.reason] for (i, c), r in batch.items()}))
+"""
+
+
+def test_a_point_that_crashes_fails_alone_and_the_batch_goes_on(tmp_path: Path) -> None:
+    """asv's setup_cache measures a mode's batch in a child interpreter: a segfault inside one point fails that point
+    with how the child ended and where (its innermost Python frames); a new child measures every point after it."""
+    (tmp_path / "crashmod.py").write_text(CRASHES)
+    (tmp_path / "drive.py").write_text(DRIVE)
+    proc = subprocess.run([sys.executable, str(tmp_path / "drive.py"), str(tmp_path)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    points = json.loads(proc.stdout)
+    crashed = points.pop("crashes L128-E64-bf16-causal-fwd")
+    assert crashed[0] == "failed" and "ended inside this point (killed by SIGSEGV)" in crashed[1]
+    assert 'crashmod.py", line 15 in forward' in crashed[1], crashed[1]  # where, which asv shows for the cell
+    assert len(points) == 5 and all(status == "ok" for status, _ in points.values()), points

@@ -35,18 +35,21 @@ except ImportError:  # asv runs this suite against older commits too, whose modu
     from sdpa_impls.grid import Case, default_device, default_preset_name, preset
     from sdpa_impls.measure import WrongResult, run_case
 
-try:
-    from sdpa_impls.bench.batch import measure_batch
-except ImportError:  # commits from before the batch module: the same loop over their run_case
-    def measure_batch(cases: Iterable[Case], impl_names: list[str], device: str,
-                      on_result: Callable[[object], object] | None = None) -> dict:
-        batch = {}
-        for case in cases:
-            for result in run_case(case, impl_names, device):
-                batch[(result.impl, case.id)] = result
-                if on_result is not None:
-                    on_result(result)
-        return batch
+try:  # a point's crash fails that point, not its mode: a child interpreter measures the batch (again after a crash)
+    from sdpa_impls.bench.batch import measure_isolated as measure_batch
+except ImportError:  # commits from before it: in setup_cache's own process; before the batch module, the same loop
+    try:
+        from sdpa_impls.bench.batch import measure_batch
+    except ImportError:
+        def measure_batch(cases: Iterable[Case], impl_names: list[str], device: str,
+                          on_result: Callable[[object], object] | None = None) -> dict:
+            batch = {}
+            for case in cases:
+                for result in run_case(case, impl_names, device):
+                    batch[(result.impl, case.id)] = result
+                    if on_result is not None:
+                        on_result(result)
+            return batch
 
 try:  # a plug-in named on purpose that does not load fails, as in pytest and `run` (older commits: skipped)
     from sdpa_impls.registry import loaded
