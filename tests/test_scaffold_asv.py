@@ -33,7 +33,16 @@ def test_the_branch_is_the_plugin_repositorys_own_or_none(tmp_path: Path) -> Non
     assert asv.branch(tmp_path) is None  # no repository
     git(repo, "-c", "user.name=t", "-c", "user.email=t@localhost", "commit", "-q", "--allow-empty", "-m", "one")
     git(repo, "checkout", "-q", "--detach")
-    assert asv.branch(repo) is None  # detached: nothing for asv to follow
+    assert asv.branch(repo) is None  # detached: nothing for asv to follow; quickstart takes this one instead
+    assert asv.detached(repo) == ("trunk", "the one branch at HEAD") and asv.detached(tmp_path) is None
+    git(repo, "branch", "other")  # two branches at HEAD: origin's default, else the template's
+    assert asv.detached(repo)[0] == asv.TEMPLATE_BRANCH
+    git(repo, "checkout", "-q", "trunk")
+    git(tmp_path, "clone", "-q", str(repo), "ci")  # a CI checkout: origin/HEAD names the default branch
+    git(tmp_path / "ci", "checkout", "-q", "--detach")
+    git(tmp_path / "ci", "branch", "pr")
+    git(tmp_path / "ci", "branch", "pr2")
+    assert asv.detached(tmp_path / "ci") == ("trunk", "origin/trunk, origin's default branch")
 
 
 @pytest.mark.parametrize("version, pin, noted", [

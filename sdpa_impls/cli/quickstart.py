@@ -26,6 +26,9 @@ def run(args: argparse.Namespace) -> int:
 
     release, torch_note = asv.torch_pin(torch.__version__)
     own_branch, place = asv.branch(dest), asv.repo_place(dest)  # dest, or the folder it will be made in
+    guessed = asv.detached(dest)
+    if guessed:
+        own_branch = guessed[0]
     sdpa, asv_note = asv.sdpa_requirement()
     plan = scaffold.files(names, install, asv.replacements(release, own_branch, sdpa, place), own_branch)
     written = scaffold.write(dest, plan)
@@ -34,7 +37,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {path.relative_to(dest)}")
     renamed = "" if given == names.package else (f"{given!r} is not a Python name: the implementation and its package "
                                                   f"are {names.package}, the distribution {names.dist}")
-    for text in (renamed, note, torch_note, asv_note):
+    detached = "" if guessed is None else (f"HEAD is detached in {asv.top(dest)}: asv.conf.json follows the branch "
+                                           f"{guessed[0]!r} ({guessed[1]}), and the README's gate compares against "
+                                           "it; edit both if your main branch is another")
+    for text in (renamed, note, torch_note, asv_note, detached):
         if text:
             print(f"note: {text}", file=sys.stderr)
     outer = asv.enclosing(dest)

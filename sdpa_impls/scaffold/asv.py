@@ -3,6 +3,7 @@
 installs this sdpa-bench from.
 
     branch(dest)          -> str | None        # the branch of the repository dest is in, None outside one
+    detached(dest)        -> (branch, why) | None   # a detached HEAD's: the branch asv follows instead, and why
     repo_place(dest)      -> (repo, subdir)    # asv's "repo" and "repo_subdir": (".", "") unless below a top
     torch_pin(version)    -> (release, note)   # "2.11.0" for 2.11.0+cu130; the template's for a pre-release
     sdpa_requirement()    -> (str, note)       # pip's requirement for this sdpa-bench (URL, folder, wheel or version)
@@ -46,6 +47,21 @@ def branch(dest: Path) -> str | None:
     names it before the first commit), for asv to follow. None outside a repository, on a detached HEAD, or without
     git: the plug-in then gets the template's branch and is told to make it."""
     return (_git(dest, "symbolic-ref", "--short", "-q", "HEAD") or None) if top(dest) is not None else None
+
+
+def detached(dest: Path) -> tuple[str, str] | None:
+    """Where the repository that holds `dest` has a detached HEAD (a CI checkout, a rebase), the branch asv follows
+    instead and why: the one local branch at HEAD, else origin's default branch, else the template's. None outside a
+    repository or on a branch."""
+    if top(dest) is None or branch(dest) is not None:
+        return None
+    at_head = (_git(dest, "for-each-ref", "--points-at", "HEAD", "--format=%(refname:short)", "refs/heads") or "")
+    if len(at_head.split()) == 1:
+        return at_head, "the one branch at HEAD"
+    remote = _git(dest, "symbolic-ref", "--short", "-q", "refs/remotes/origin/HEAD")
+    if remote and "/" in remote:
+        return remote.split("/", 1)[1], f"{remote}, origin's default branch"
+    return TEMPLATE_BRANCH, "the template's: no single branch is at HEAD, and origin names no default branch"
 
 
 def enclosing(dest: Path) -> Path | None:
