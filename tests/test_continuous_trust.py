@@ -818,3 +818,31 @@ def test_a_sigterm_stops_a_run_with_one_line_and_leaves_nothing(plugin_repo: Pat
     away.rename(users)
     git(plugin_repo, "worktree", "remove", "--force", str(users))
     assert set(Path(tempfile.gettempdir()).glob("sdpa-continuous-*")) <= before
+
+
+def test_the_cache_is_listed_while_another_run_removes_an_entrys_files(tmp_path: Path) -> None:
+    """`envs` and the prune after each build list the cache while another run may be removing an entry (a prune, a
+    dead build's remains): a folder or file that goes as it is counted counts nothing, and the listing goes on."""
+    entry = tmp_path / "0123456789abcdef"
+    (entry / "lib").mkdir(parents=True)
+    (entry / envcache.READY).write_text(json.dumps({"spec": "torch==2.13.0"}))
+    stop = threading.Event()
+
+    def churn() -> None:  # folders made and removed, as rmtree removes a site-packages
+        while not stop.is_set():
+            for i in range(40):
+                (entry / "lib" / f"d{i}").mkdir(exist_ok=True)
+                (entry / "lib" / f"d{i}" / "f").write_bytes(b"x" * 10)
+            for i in range(40):
+                shutil.rmtree(entry / "lib" / f"d{i}", ignore_errors=True)
+
+    thread = threading.Thread(target=churn, daemon=True)
+    thread.start()
+    try:
+        for _ in range(300):
+            listed = envcache.entries(tmp_path)
+            assert [e.folder for e in listed] == [entry] and listed[0].size >= len(entry.joinpath(envcache.READY)
+                                                                                    .read_bytes())
+    finally:
+        stop.set()
+        thread.join()

@@ -23,10 +23,12 @@ writable by no one else: it holds interpreters that run, so it is not shared wit
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import time
 import uuid
@@ -189,7 +191,15 @@ def prepare(spec: EnvSpec, cache: Path | None = None, progress: Callable[[str], 
 
 
 def _size(folder: Path) -> int:
-    return sum(p.lstat().st_size for p in folder.rglob("*") if not p.is_symlink() and p.is_file())
+    """The bytes of the files under `folder`, links not followed; a file another run removes meanwhile (a prune, a
+    dead build's remains) counts nothing, rather than stopping the listing or the build that prunes after it."""
+    total = 0
+    for top, _, files in os.walk(folder):  # a folder that goes as it is read is skipped
+        for name in files:
+            with contextlib.suppress(OSError):
+                st = os.lstat(os.path.join(top, name))
+                total += st.st_size if stat.S_ISREG(st.st_mode) else 0
+    return total
 
 
 def _ours(name: str) -> bool:
@@ -214,7 +224,10 @@ def entries(cache: Path) -> list[Entry]:
             spec = json.loads(marker.read_text(encoding="utf-8")).get("spec", "?") if marker.is_file() else ""
         except (OSError, ValueError):
             spec = ""
-        last = (used if used.exists() else folder).stat().st_mtime
+        try:
+            last = (used if used.exists() else folder).stat().st_mtime
+        except OSError:  # removed by another run since the folder was listed
+            continue
         out.append(Entry(folder, redact(str(spec)), _size(folder), last))
     return sorted(out, key=lambda e: e.last_use)
 
