@@ -559,3 +559,24 @@ def test_a_sweep_merged_from_shards_of_two_machines_has_no_absolute_time_compare
         (merged / "results.json").write_text(json.dumps(doc))
         assert main(["compare", str(sweep), str(merged)]) == 0
     assert "absolute time rules refused" not in same.getvalue(), same.getvalue()
+
+
+def test_a_keep_runs_folder_another_comparison_uses_is_refused_before_any_work(tmp_path, monkeypatch) -> None:
+    """A second comparison there cleared the first one's run files as an earlier comparison's, and the first then
+    read the second's as its own: refused while the folder's lock is held, before any environment is built."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from pathlib import Path\n"
+                               "from sdpa_impls.report.writer_lock import only_writer\n"
+                               "with only_writer(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(120)",
+                               str(runs)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        code, err = said(["continuous", "--base-env", "torch==2.13.0", "--head-env", "torch==2.13.0 six",
+                          "--env-cache", "cache", "--keep-runs", "runs"], tmp_path, monkeypatch)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert code == 2 and f"{runs} is being written by another `sdpa-bench continuous` or `bisect` (process " \
+        f"{holder.pid}): wait for it to finish, or choose another --keep-runs" in err, err
+    assert not (tmp_path / "cache").exists()  # no environment was built

@@ -76,7 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", metavar="FILE", help="also write the verdict as JSON")
     parser.add_argument("--keep-runs", metavar="DIR",
                         help="keep every run's pytest-benchmark JSON and JUnit XML (its skips) in DIR (an earlier "
-                             "comparison's run files there are removed first)")
+                             "comparison's run files there are removed first; refused while another comparison uses DIR)")
 
 
 def run(args: argparse.Namespace) -> int:

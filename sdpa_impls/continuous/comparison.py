@@ -14,6 +14,7 @@ undecided, within the adaptive budget, measured the same way (continuous.adaptiv
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import signal
@@ -24,6 +25,7 @@ from pathlib import Path
 from ..bench.grid import default_device
 from ..errors import GateInputError, UsageError
 from ..fmt import fmt_duration
+from ..report.writer_lock import only_writer
 from .adaptive import Outcome, extend, keyword
 from .assemble import Prepared, Request, assemble
 from .project import Project
@@ -275,6 +277,15 @@ def compare(request: Request, plan: Plan, project: Project, progress: Callable[[
     plan.check()
     for left in sweep_stale(project.root):
         progress(f"removed {left}, left by a run that was stopped")
+    keep = Path(plan.keep_runs).resolve() if plan.keep_runs else None
+    if keep is not None:  # one comparison at a time: another would clear this one's run files, and read its own
+        keep.mkdir(parents=True, exist_ok=True)
+    with only_writer(keep, "`sdpa-bench continuous` or `bisect`", "--keep-runs") if keep else contextlib.nullcontext():
+        return _compare_in_workdir(request, plan, project, progress)
+
+
+def _compare_in_workdir(request: Request, plan: Plan, project: Project, progress: Callable[[str], None]
+                        ) -> Comparison:
     work = new_workdir()
     comparison = None
     try:

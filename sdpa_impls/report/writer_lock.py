@@ -20,12 +20,12 @@ _held: dict[str, int] = {}  # folder -> the descriptor of its lock, while only_w
 
 
 @contextlib.contextmanager
-def only_writer(directory: Path):
+def only_writer(directory: Path, who: str = "`sdpa-bench run`", option: str = "--out"):
     """While it is held, no other `run` may write DIR: a second one, started before the first saved anything or
     resuming it meanwhile, would measure the same points on the same CPUs and replace the first one's file. An
     advisory lock (flock) on DIR/.sdpa-bench-run.lock, which is removed as it ends (a process killed leaves the file,
     unlocked: the next one takes it), released when the process ends however it ends; UsageError
-    naming the holder where another process has it. Where the system or the file system has no flock (some network
+    naming the holder (`who`, and the `option` that named DIR) where another process has it. Where the system or the file system has no flock (some network
     file systems answer ENOLCK), nothing is locked: the sweep runs as it did before there was a lock."""
     try:
         import fcntl
@@ -50,8 +50,8 @@ def only_writer(directory: Path):
             handle.seek(0)
             holder = handle.read().strip() or "another process"
             handle.close()
-            raise UsageError(f"{directory} is being written by another `sdpa-bench run` ({holder}): wait for it to "
-                             "finish, or choose another --out") from None
+            raise UsageError(f"{directory} is being written by another {who} ({holder}): wait for it to finish, "
+                             f"or choose another {option}") from None
         except OSError:  # no locks on this file system: nothing locked, nothing left
             handle.close()
             if not existed:
