@@ -11,6 +11,8 @@ import io
 import json
 import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -178,3 +180,27 @@ def test_a_sweep_that_run_is_still_writing_is_said_to_be_so_not_to_need_a_resume
                           f"{planned} points so far)") in err and "resume" not in err, err
     code, _, err = compare(sweep, live)  # the run gone, the sweep unfinished: resume it
     assert code == 0 and f"note: {live} is unfinished ({planned - 1} of {planned} points)" in err, err
+
+
+def test_a_report_of_a_sweep_another_process_still_measures_does_not_ask_for_a_resume(sweep, in_tmp) -> None:
+    """`sdpa-bench report DIR` while `run --out DIR` measures: the resume it had suggested would be refused."""
+    def unfinished(doc: dict) -> None:
+        doc["results"] = doc["results"][:-1]
+    live = edited(sweep, in_tmp / "live", unfinished)
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from pathlib import Path\n"
+                               "from sdpa_impls.report.writer_lock import only_writer\n"
+                               "with only_writer(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(120)",
+                               str(live)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            assert main(["report", str(live), "--no-plots"]) == 0
+    finally:
+        holder.kill()
+        holder.wait()
+    text = (live / "report.md").read_text()
+    assert f"`sdpa-bench run` (process {holder.pid}) is still measuring it, and rewrites this report" in text, text
+    assert "--resume" not in text
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        assert main(["report", str(live), "--no-plots"]) == 0  # the run gone, the sweep unfinished: resume it
+    assert f"continue with `sdpa-bench run --out {live} --resume`" in (live / "report.md").read_text()

@@ -1,6 +1,7 @@
 """report.md: the machine, the sweep, the plots and every table, in one Markdown file beside the results."""
 from __future__ import annotations
 
+import os
 import shlex
 from pathlib import Path
 
@@ -10,6 +11,7 @@ from ..fmt import fmt_bytes, fmt_duration
 from .files import write_whole
 from .results import Sweep, shard_dirs
 from .tables import METRICS, SweepTable, not_run, summary, tables
+from .writer_lock import writer
 
 REPORT_FILE = "report.md"
 
@@ -154,9 +156,12 @@ def write_markdown(path: Path, sweep: Sweep, layout: SweepTable, images: list[tu
                      "marked `busy` in the tables). Their times are slowed and scattered, and so are the ratios "
                      "that involve them.\n")
     if not sweep.complete:
+        who = writer(path.parent)  # another process's run still measuring it (its own lock is `run`'s report's)
         how = (f"resume the unfinished shards, {shard_dirs(sweep.meta, unfinished=True)}, then merge them again "
                "into a new folder"
                if sweep.meta.get("merged_from") else
+               f"`sdpa-bench run` ({who}) is still measuring it, and rewrites this report when it finishes"
+               if who and who != f"process {os.getpid()}" else
                f"continue with `sdpa-bench run --out {shlex.quote(str(path.parent))} --resume`")
         parts.append(f"**Incomplete**: {len(sweep.done())} of {sweep.planned} points finished ({how}).\n")
     if layout.cases:
