@@ -677,6 +677,27 @@ def test_the_sweep_forgets_only_its_own_gone_worktrees(plugin_repo: Path, tmp_pa
         git(plugin_repo, "worktree", "remove", "--force", str(users))
 
 
+def test_a_stale_runs_worktree_leaves_the_repository_it_is_a_worktree_of(plugin_repo: Path, tmp_path: Path) -> None:
+    """A run stopped in one repository, its folder swept by a run in another one (or by one comparing environments,
+    in none): the worktree goes from its own repository's records too, not left there as prunable."""
+    from sdpa_impls.continuous.revisions import OWNER, WORKDIR_PREFIX
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    work = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX))
+    (work / OWNER).write_text(gone.stdout)  # a process that has ended
+    git(plugin_repo, "worktree", "add", "--detach", str(work / "base" / "tree"), "HEAD")
+    other = tmp_path / "other"
+    other.mkdir()
+    git(other, "init", "-q")
+    for root in (other, None):
+        assert work in sweep_stale(root) and not work.exists()
+        assert git(plugin_repo, "worktree", "list").count("\n") == 0  # the repository itself, nothing prunable
+        work.mkdir()
+        (work / OWNER).write_text(gone.stdout)
+        git(plugin_repo, "worktree", "add", "--detach", str(work / "base" / "tree"), "HEAD")
+    sweep_stale(plugin_repo)
+
+
 def test_a_killed_runs_worktree_is_swept(plugin_repo: Path) -> None:
     """kill -9 of a real `sdpa-bench continuous` once its worktrees exist: they stay behind, and the next run's sweep
     removes them, its work folder and git's record of them; a live run's folder stays."""

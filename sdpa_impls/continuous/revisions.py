@@ -200,10 +200,14 @@ def remove_workdir(root: Path | None, work: Path) -> int | None:
 
 
 def _remove(root: Path | None, work: Path) -> None:
-    """A run's folder, its git worktrees first (in `root`'s repository), its owner.pid last."""
+    """A run's folder, its git worktrees first (each from the repository it is a worktree of: a stale folder may be
+    a run's in another repository than `root`'s), its owner.pid last."""
     for tree in work.glob("*/tree"):
-        if root is not None and (tree / ".git").is_file():  # a git worktree, not a copy
-            remove_checkout(root, tree)
+        if (tree / ".git").is_file():  # a git worktree, not a copy
+            found = _git(tree, "rev-parse", "--path-format=absolute", "--git-common-dir", check=False)
+            owner = Path(found.stdout.strip()) if found.returncode == 0 and found.stdout.strip() else root
+            if owner is not None:
+                remove_checkout(owner, tree)
     for child in work.iterdir() if work.is_dir() else ():
         if child.name != OWNER:
             shutil.rmtree(child, ignore_errors=True) if child.is_dir() and not child.is_symlink() else \
