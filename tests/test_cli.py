@@ -143,6 +143,30 @@ def test_report_re_renders_from_saved_results(smoke):
     assert len((out / "results.csv").read_text().splitlines()) == SMOKE_POINTS + 1
 
 
+def test_an_unwritable_stderr_or_a_stdout_gone_keeps_the_exit_status_and_the_files(smoke, tmp_path):
+    """stderr carries no answer: a full disk under `2>log` loses its lines, not the command's exit status (the error
+    line failing too had given Python's 1, a CI's "regression"). A stdout whose reader went away (`| head`) ends the
+    command with 141 after the files are written, not before."""
+    out = tmp_path / "copy"
+    shutil.copytree(smoke[0], out)
+    for name in ("results.csv", "report.md"):
+        (out / name).unlink()
+    with open("/dev/full", "w") as full:
+        for argv, code in ((["report", str(out), "--no-plots"], 0), (["report", str(tmp_path / "none")], 2)):
+            done = subprocess.run([sys.executable, "-m", "sdpa_impls", *argv], stdout=subprocess.DEVNULL,
+                                  stderr=full, timeout=120)
+            assert done.returncode == code, argv
+    (out / "report.md").unlink()
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the tables are printed
+    try:
+        done = subprocess.run([sys.executable, "-m", "sdpa_impls", "report", str(out), "--no-plots"], stdout=write,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write)
+    assert done.returncode == 128 + signal.SIGPIPE and (out / "report.md").is_file(), done.stderr[-2000:]
+
+
 def test_killed_run_resumes_without_repeating_finished_points(tmp_path):
     out = tmp_path / "killed"
     impls = "naive,chunked,torch_sdpa"

@@ -91,14 +91,39 @@ def closed_streams() -> None:
             setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115 (the process's, never closed)
 
 
+class _Diagnostics:
+    """stderr, which carries progress and errors, never the answer: a line it cannot take (a full disk under
+    `2>log`, its reader gone) is dropped, and the command goes on to its exit status. The error line that said so
+    had failed too, and Python's exit 1 (what a CI reads as "regression") replaced the command's own."""
+
+    def __init__(self, stream: object) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError:
+            return len(text)
+
+    def flush(self) -> None:
+        with contextlib.suppress(OSError):
+            self._stream.flush()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._stream, name)
+
+
 def _tolerant_output() -> None:
     """stdout and stderr in an encoding without ×, µ or → (a Windows console's cp1252, PYTHONIOENCODING=ascii) write
-    such a character as ? instead of raising: a verdict, and the exit status it sets, must not be lost to a symbol."""
+    such a character as ? instead of raising: a verdict, and the exit status it sets, must not be lost to a symbol;
+    stderr drops what it cannot write (_Diagnostics)."""
     closed_streams()
     for stream in (sys.stdout, sys.stderr):
         encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "").replace("_", "")
         if encoding and encoding not in ("utf8", "utf8sig") and hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="replace")
+    if not isinstance(sys.stderr, _Diagnostics):
+        sys.stderr = _Diagnostics(sys.stderr)
 
 
 def settled() -> None:

@@ -1,6 +1,7 @@
 """Everything a sweep leaves behind, written in one call: the printed tables, results.csv, the plots, report.md."""
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 from typing import TextIO
@@ -21,13 +22,14 @@ def write_report(directory: Path, sweep: Sweep, stdout: TextIO | None = None, pl
     stdout = stdout or sys.stdout
     directory = Path(directory)
     layout = SweepTable(sweep)
-    print(tables(layout), file=stdout)
-    try:
-        return _write_files(directory, sweep, layout, plots)
+    try:  # the files first: a stdout whose reader went away (`| head`) or that cannot be written must not lose them
+        files = _write_files(directory, sweep, layout, plots)
     except OSError as exc:  # e.g. a folder where report.md goes: results.json, written before, stays as it is
         raise UsageError(f"{exc.filename or directory}: cannot write ({exc.strerror or exc}); the results in "
                          f"{directory / RESULTS_FILE} are saved; once it can be written, `sdpa-bench report "
-                         f"{directory}` writes the report") from None
+                         f"{shlex.quote(str(directory))}` writes the report") from None
+    print(tables(layout), file=stdout)
+    return files
 
 
 def _write_files(directory: Path, sweep: Sweep, layout: SweepTable, plots: bool) -> list[Path]:
