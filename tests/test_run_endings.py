@@ -400,3 +400,15 @@ def test_a_lock_file_put_in_place_of_a_runs_own_is_left_to_its_owner(tmp_path) -
         lock.unlink()
         lock.write_text("process 1\n")
     assert lock.read_text() == "process 1\n"
+
+
+def test_a_lock_on_a_relative_folder_ends_cleanly_where_the_working_folder_was_deleted(tmp_path, monkeypatch) -> None:
+    """`run --out rel` in a folder deleted meanwhile: its error ("cannot save ...") must not be replaced, as the lock
+    ends, by a FileNotFoundError of the working folder ("an error sdpa-bench did not foresee")."""
+    here = tmp_path / "gone"
+    (here / "rel").mkdir(parents=True)
+    monkeypatch.chdir(here)
+    with only_writer(Path("rel")):
+        for path in (here / "rel" / ".sdpa-bench-run.lock", here / "rel", here):
+            path.unlink() if path.is_file() else path.rmdir()
+    monkeypatch.chdir(tmp_path)

@@ -67,11 +67,12 @@ def only_writer(directory: Path, who: str = "`sdpa-bench run`", option: str = "-
         handle.write(f"process {os.getpid()}\n")
         handle.flush()
         remove_leftovers(directory)  # the temp files of a writer killed while it saved
-        _held[str(path.resolve())] = handle.fileno()
+        held = str(path.resolve())  # once: where the working folder is deleted meanwhile, resolve() fails
+        _held[held] = handle.fileno()
         try:
             yield
         finally:
-            _held.pop(str(path.resolve()), None)
+            _held.pop(held, None)
             if _still_there(path, handle):  # the folder is left as the sweep made it (or as it was, if refused);
                 with contextlib.suppress(OSError):  # a file put in its place meanwhile is another run's lock
                     path.unlink()
