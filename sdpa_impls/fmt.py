@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import datetime
 import re
+import shlex
 from collections.abc import Sequence
 
 
@@ -73,3 +74,9 @@ def cell(text: str) -> str:
 def now_stamp() -> str:
     """The local time now, to the second, with its UTC offset: when a sweep started, finished or was resumed."""
     return datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def option_text(option: str, value: str) -> str:
+    """`--option VALUE` as a command to copy into a shell: VALUE quoted, and joined by `=` where it starts with `-`,
+    which argparse would read as an option ("--out -i": expected one argument)."""
+    return f"{option}={shlex.quote(value)}" if value.startswith("-") else f"{option} {shlex.quote(value)}"

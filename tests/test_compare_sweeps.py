@@ -10,6 +10,7 @@ import copy
 import io
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -204,3 +205,20 @@ def test_a_report_of_a_sweep_another_process_still_measures_does_not_ask_for_a_r
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         assert main(["report", str(live), "--no-plots"]) == 0  # the run gone, the sweep unfinished: resume it
     assert f"continue with `sdpa-bench run --out {live} --resume`" in (live / "report.md").read_text()
+
+
+def test_the_resume_a_report_asks_for_runs_as_printed_where_the_folder_starts_with_a_dash(sweep, tmp_path,
+                                                                                         monkeypatch) -> None:
+    """`--out -x --resume` is refused by argparse (expected one argument): the command is printed as `--out=-x`."""
+    def unfinished(doc: dict) -> None:
+        doc["results"] = doc["results"][:-1]
+    monkeypatch.chdir(tmp_path)
+    edited(sweep, tmp_path / "-x", unfinished)
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        assert main(["report", "--no-plots", "--", "-x"]) == 0
+    said = next(line for line in (tmp_path / "-x" / "report.md").read_text().splitlines() if "**Incomplete**" in line)
+    command = said.split("continue with `")[1].split("`")[0]
+    assert command == "sdpa-bench run --out=-x --resume", said
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        assert main(shlex.split(command)[1:]) == 0
+    assert store.load(tmp_path / "-x").complete

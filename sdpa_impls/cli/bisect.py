@@ -192,7 +192,8 @@ def _interrupted(args: argparse.Namespace, partial: Search | None, terminated: b
     steps = len(partial.steps) if partial else 0
     if partial is not None and args.json:
         _save(args.json, partial, INTERRUPTED)
-        again = ["sdpa-bench", *_pinned(_without_resume(args.argv), args, partial), "--resume", args.json]
+        again = ["sdpa-bench", *_pinned(_without_resume(args.argv), args, partial),
+                 *([f"--resume={args.json}"] if args.json.startswith("-") else ["--resume", args.json])]
         said = f"{steps} finished step(s) are saved in {args.json}; continue with: {shlex.join(again)}"
     elif partial is not None and steps:
         sys.stdout.write(redact(render(partial, unfinished=INTERRUPTED)))  # not lost; without --json, not resumable

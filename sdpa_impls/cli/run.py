@@ -6,7 +6,6 @@ import contextlib
 import dataclasses
 import faulthandler
 import os
-import shlex
 import signal
 import sys
 from pathlib import Path
@@ -18,7 +17,7 @@ from ..bench.ceilings import RunCeilings, needed_ceilings
 from ..bench.machine import busy_cpus, machine_info, plugin_sources, source_revision
 from ..bench.measure import Options, run_case
 from ..errors import USAGE_EXIT, UsageError
-from ..fmt import fmt_duration, now_stamp
+from ..fmt import fmt_duration, now_stamp, option_text
 from ..impls._tiled.compute import check_settings, settings
 from ..registry import PluginLoadError, loaded, names
 from ..report import results as store, running
@@ -287,7 +286,7 @@ def _sweep(args: argparse.Namespace, device: str, preset: str, impls: list[str] 
             write_report(out, sweep, plots=False)
             how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
             print(f"sdpa-bench: {how}; {len(sweep.done())} of {total} points are saved in "  # last: what to do next
-                  f"{out / store.RESULTS_FILE}; continue with: sdpa-bench run --out {shlex.quote(str(out))} --resume",
+                  f"{out / store.RESULTS_FILE}; continue with: sdpa-bench run {option_text('--out', str(out))} --resume",
                   file=sys.stderr)
             return 128 + signal.SIGTERM if isinstance(exc, Terminated) else 130
         except BaseException:  # our error or the machine's (a full disk, a closed pipe), not a crash in the point:

@@ -18,7 +18,6 @@ import argparse
 import contextlib
 import faulthandler
 import os
-import shlex
 import signal
 import sys
 import threading
@@ -28,7 +27,7 @@ from pathlib import Path
 from ..bench.grid import Case
 from ..bench.result import Result
 from ..errors import USAGE_EXIT, UsageError
-from ..fmt import fmt_duration
+from ..fmt import fmt_duration, option_text
 from ..report import results as store
 from ..report import running
 from ..report.writer_lock import keep_lock_across_exec
@@ -160,7 +159,7 @@ class PointWatch:
             # a Ctrl-C or SIGTERM came meanwhile (outputs.terminate_as_interrupt ignores both from then on, and a new
             # process would inherit that): the command ends as interrupted, its report left to --resume
             self.progress.note(f"sdpa-bench: interrupted; {len(self.sweep.done())} of {self.sweep.planned} points "
-                               f"are saved; continue with: sdpa-bench run --out {shlex.quote(str(self.out))} --resume")
+                               f"are saved; continue with: sdpa-bench run {option_text('--out', str(self.out))} --resume")
             sys.stderr.flush()
             os._exit(130)
         self.progress.note(f"sdpa-bench: recorded as failed; {len(self.sweep.done())} of {self.sweep.planned} "
@@ -173,6 +172,6 @@ class PointWatch:
             os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
         except OSError as exc:
             self.progress.note(f"sdpa-bench: could not start the new process ({exc}); continue with: sdpa-bench run "
-                               f"--out {shlex.quote(str(self.out))} --resume")
+                               f"{option_text('--out', str(self.out))} --resume")
             sys.stderr.flush()
             os._exit(TIMED_OUT_EXIT)

@@ -2,12 +2,11 @@
 from __future__ import annotations
 
 import os
-import shlex
 from pathlib import Path
 
 from ..bench.machine import describe_cpu
 from ..bench.result import Result
-from ..fmt import fmt_bytes, fmt_duration
+from ..fmt import fmt_bytes, fmt_duration, option_text
 from .files import write_whole
 from .results import Sweep, shard_dirs
 from .tables import METRICS, SweepTable, not_run, summary, tables
@@ -162,7 +161,7 @@ def write_markdown(path: Path, sweep: Sweep, layout: SweepTable, images: list[tu
                if sweep.meta.get("merged_from") else
                f"`sdpa-bench run` ({who}) is still measuring it, and rewrites this report when it finishes"
                if who and who != f"process {os.getpid()}" else
-               f"continue with `sdpa-bench run --out {shlex.quote(str(path.parent))} --resume`")
+               f"continue with `sdpa-bench run {option_text('--out', str(path.parent))} --resume`")
         parts.append(f"**Incomplete**: {len(sweep.done())} of {sweep.planned} points finished ({how}).\n")
     if layout.cases:
         parts.append(summary(layout, markdown=True))
