@@ -70,6 +70,24 @@ def one_message(code: int, out: str, err: str) -> str:
     return said[0]
 
 
+def test_a_repository_git_refuses_as_another_users_is_said_in_gits_words(plugin_repo: Path, tmp_path: Path) -> None:
+    """A checkout owned by another user (a container's mounted one): git refuses it ("dubious ownership", with the
+    safe.directory fix), which had read "is not inside a git repository"."""
+    theirs = tmp_path / "theirs"
+    shutil.copytree(plugin_repo, theirs, symlinks=True)
+    try:
+        for folder, _, files in os.walk(theirs):
+            for name in [".", *files]:
+                os.chown(os.path.join(folder, name), 12345, 12345, follow_symlinks=False)
+    except PermissionError:
+        pytest.skip("only root can give the copy to another user here")
+    if subprocess.run(["git", "-C", str(theirs), "status"], capture_output=True).returncode == 0:
+        pytest.skip("git here trusts repositories of other users (safe.directory)")
+    said = one_message(*continuous(theirs, "HEAD~1", *QUICK))
+    assert "git refuses the repository that holds" in said and "dubious ownership" in said, said
+    assert "safe.directory" in said, said
+
+
 def executable(path: Path, text: str) -> Path:
     path.write_text(text)
     path.chmod(0o755)

@@ -44,8 +44,11 @@ def _git(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProc
 
 
 def git_root(start: Path) -> Path | None:
-    """The top folder of the git working tree that holds `start`; None outside a git repository."""
+    """The top folder of the git working tree that holds `start`; None outside a git repository. UsageError, with
+    git's own words, where git refuses the repository: owned by another user (a container's mounted checkout)."""
     done = _git(start, "rev-parse", "--show-toplevel", check=False)
+    if done.returncode != 0 and "safe.directory" in done.stderr:
+        raise UsageError(f"git refuses the repository that holds {start}: {' '.join(done.stderr.split())}")
     return Path(done.stdout.strip()) if done.returncode == 0 else None
 
 
