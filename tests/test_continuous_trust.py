@@ -885,3 +885,24 @@ def test_the_cache_is_listed_while_another_run_removes_an_entrys_files(tmp_path:
     finally:
         stop.set()
         thread.join()
+
+
+def test_git_in_a_locale_that_cannot_read_utf8_gives_paths_and_subjects_whole(tmp_path: Path) -> None:
+    """git prints paths and subjects in UTF-8 whatever the locale; read in the locale's encoding (ASCII under
+    LC_ALL=C without Python's UTF-8 mode, EUC-JP) they had ended `continuous` and `bisect` with a UnicodeDecodeError."""
+    repo = tmp_path / "q é 日本"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    (repo / "a.txt").write_text("a\n")
+    commit(repo, "speed up 日本")
+    probe = ("import sys; from pathlib import Path\n"
+             "from sdpa_impls.continuous.revisions import describe, git_root\n"
+             "root = git_root(Path(sys.argv[1]))\n"
+             "print(describe(root, 'HEAD').split(' ', 1)[1].encode('unicode-escape').decode(), root.is_dir(), "
+             "sep='|')")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LC_") and k not in ("LANG", "PYTHONUTF8")}
+    done = subprocess.run([sys.executable, "-c", probe, os.fsencode(repo)], capture_output=True,
+                          env=env | {"LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}, timeout=120)
+    assert done.returncode == 0, done.stderr.decode(errors="replace")[-2000:]
+    subject, found = done.stdout.decode().strip().split("|")
+    assert subject == "speed up 日本".encode("unicode-escape").decode() and found == "True", done.stdout

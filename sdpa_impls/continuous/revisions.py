@@ -14,6 +14,7 @@ the working tree (uncommitted and untracked files included, ignored files left o
 """
 from __future__ import annotations
 
+import locale
 import os
 import shutil
 import signal
@@ -33,10 +34,15 @@ MAIN_REFS = ("origin/main", "main")
 
 
 def _git(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """git's answer, its stdout read as the file system reads names (a path it prints is that path, byte for byte,
+    whatever the locale) and its stderr in the locale's encoding, never raising on a byte it cannot read: git
+    prints paths and subjects in UTF-8, which a process in another locale (EUC-JP, ASCII) could not decode."""
     try:
-        done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=300)
+        done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, timeout=300)
     except FileNotFoundError:
         raise UsageError("git is not installed: continuous needs it to check revisions out") from None
+    done.stdout = os.fsdecode(done.stdout)
+    done.stderr = done.stderr.decode(locale.getpreferredencoding(False), "replace")
     if check and done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["(no message)"])[-1]
         raise UsageError(f"git {' '.join(args)}: {last}")
@@ -71,8 +77,8 @@ def resolve(root: Path, rev: str) -> str:
 
 
 def describe(root: Path, commit: str) -> str:
-    """A short name for people: abbreviated hash and subject."""
-    return _git(root, "log", "-1", "--format=%h %s", commit).stdout.strip()
+    """A short name for people: abbreviated hash and subject (git's UTF-8, whatever the locale)."""
+    return os.fsencode(_git(root, "log", "-1", "--format=%h %s", commit).stdout.strip()).decode("utf-8", "replace")
 
 
 def first_parents(root: Path, good: str, bad: str) -> list[str]:
