@@ -13,6 +13,7 @@ import fcntl
 import io
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -906,3 +907,25 @@ def test_git_in_a_locale_that_cannot_read_utf8_gives_paths_and_subjects_whole(tm
     assert done.returncode == 0, done.stderr.decode(errors="replace")[-2000:]
     subject, found = done.stdout.decode().strip().split("|")
     assert subject == "speed up 日本".encode("unicode-escape").decode() and found == "True", done.stdout
+
+
+def test_a_relative_xdg_cache_home_is_ignored_as_the_spec_says(tmp_path: Path, monkeypatch) -> None:
+    """A relative $XDG_CACHE_HOME had put an environment cache in every folder a command ran from."""
+    monkeypatch.delenv("SDPA_BENCH_ENV_CACHE", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("XDG_CACHE_HOME", "relcache")
+    assert envcache.default_cache() == tmp_path / ".cache" / "sdpa-bench" / "envs"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert envcache.default_cache() == tmp_path / "xdg" / "sdpa-bench" / "envs"
+
+
+def test_an_interpreters_path_with_a_space_left_unquoted_is_said_so(tmp_path: Path) -> None:
+    """Split like a shell line, "/x/v env/bin/python" had reached pip as two requirements ("Invalid requirement")."""
+    python = tmp_path / "v env" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.symlink_to(sys.executable)
+    with pytest.raises(UsageError, match=r"its spaces make it 2 pip arguments; for the interpreter at that path, "
+                                         r"quote it inside the value"):
+        parse_spec(str(python))
+    assert parse_spec(shlex.quote(str(python))).python == str(python)
+    assert parse_spec("torch==2.13.0 six").requirements == ("torch==2.13.0", "six")

@@ -81,9 +81,12 @@ def size_cap() -> int | None:
 
 
 def default_cache() -> Path:
+    """$SDPA_BENCH_ENV_CACHE, else sdpa-bench/envs in $XDG_CACHE_HOME where it is an absolute path (the XDG spec
+    ignores a relative one, which would put a cache in every folder a command runs from), else in ~/.cache."""
     if os.environ.get(CACHE_ENV):
         return Path(os.environ[CACHE_ENV])
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sdpa-bench" / "envs"
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    return (Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache") / "sdpa-bench" / "envs"
 
 
 def cache_source(cache: str | Path | None) -> tuple[str, Path]:
