@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import os
 import signal
 import time
 from collections.abc import Callable
@@ -235,6 +236,20 @@ def _timing(setup_s: float, planned_s: float, rounds: int, adaptive_s: float, to
                     f"({fmt_duration(planned_s / rounds)} a round), {fmt_duration(adaptive_s)} of adaptive rounds.")
 
 
+def _busy() -> str:
+    """A note where other processes kept every CPU busy as the comparison started (its sides, one thread each, then
+    wait for a CPU unevenly), else "". On CUDA the device's time is what is judged."""
+    try:
+        load, cpus = os.getloadavg()[0], len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+    except (OSError, AttributeError):  # a system without a load average
+        return ""
+    if default_device() != "cpu" or load < cpus:
+        return ""
+    return (f"every CPU was busy as the comparison started (load average {load:.1f} over the last minute on {cpus} "
+            "CPUs): other processes slow the sides unevenly, and the gate's false-alarm rate holds on a quiet "
+            "machine; compare again where nothing else runs before trusting a slowdown.")
+
+
 def _compare(request: Request, plan: Plan, project: Project, work: Path, progress: Callable[[str], None]
              ) -> Comparison:
     import sdpa_impls
@@ -246,6 +261,9 @@ def _compare(request: Request, plan: Plan, project: Project, work: Path, progres
     progress(f"seed {schedule.seed}: order of sides, folder names and environment sizes drawn from it "
              f"(--seed {schedule.seed} repeats them)")
     folders = schedule.folders()
+    busy = _busy()  # before its own work loads the machine
+    if busy:
+        progress(f"warning: {busy}")
     start = time.monotonic()
     sides = assemble(request, project, work, folders, progress)
     setup_s = time.monotonic() - start
@@ -253,7 +271,7 @@ def _compare(request: Request, plan: Plan, project: Project, work: Path, progres
     timing, timing_note = _timing(setup_s, planned_s, planned, outcome.adaptive.spent_s, time.monotonic() - start)
     run_notes = (f"seed {schedule.seed}: first side of each round {', '.join(schedule.orders)}; side folders "
                  f"{folders[0]} (base) and {folders[1]} (head); each process's environment padded to a random size.",
-                 outcome.pairing, outcome.adaptive.note(), timing_note)
+                 outcome.pairing, outcome.adaptive.note(), timing_note) + ((busy,) if busy else ())
     unused = sides.config.gate_only()  # said, not silently dropped: the config reads as if it applied
     run_notes += (f"not applied here, the gate's alone: {'; '.join(unused)}. continuous reports a slowdown past "
                   f"continuous_time ({sides.config.continuous_time}) and any growth of peak memory; \"off\" turns "
