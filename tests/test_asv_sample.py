@@ -21,6 +21,7 @@ from sdpa_impls.bench.batch import measure_batch  # noqa: E402  (after the skips
 from sdpa_impls.bench.check import WrongResult  # noqa: E402
 from sdpa_impls.bench.grid import Case  # noqa: E402
 from sdpa_impls.bench.measure import Options  # noqa: E402
+from held import CRASHES_MODULE  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CASE = Case(lq=128, lk=128, e=64)
@@ -104,24 +105,6 @@ def test_importing_the_suite_does_not_initialize_cuda() -> None:
     assert done.stdout.split()[-1] == "False"
 
 
-CRASHES = """
-import ctypes
-import torch
-import sdpa_impls
-from sdpa_impls.protocol import Implementation
-from sdpa_impls.registry import register
-
-
-@register
-class Crashes(Implementation):
-    name = "crashes"
-
-    def forward(self, inp):
-        if inp.query.dtype == torch.bfloat16:  # the smoke preset's second case
-            ctypes.string_at(0)  # a segfault, as a broken compiled kernel gives
-        return sdpa_impls.get("naive").forward(inp)
-"""
-
 DRIVE = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
@@ -138,7 +121,7 @@ print(json.dumps({f"{i} {c}": [r.status, r.reason] for (i, c), r in batch.items(
 def test_a_point_that_crashes_fails_alone_and_the_batch_goes_on(tmp_path: Path) -> None:
     """asv's setup_cache measures a mode's batch in a child interpreter: a segfault inside one point fails that point
     with how the child ended and where (its innermost Python frames); a new child measures every point after it."""
-    (tmp_path / "crashmod.py").write_text(CRASHES)
+    (tmp_path / "crashmod.py").write_text(CRASHES_MODULE)
     (tmp_path / "drive.py").write_text(DRIVE)
     proc = subprocess.run([sys.executable, str(tmp_path / "drive.py"), str(tmp_path)], capture_output=True, text=True,
                           timeout=120)

@@ -22,6 +22,7 @@ from sdpa_impls.bench.check import WrongResult
 from sdpa_impls.bench.grid import Case
 from sdpa_impls.bench.measure import Options, run_case, run_case_interleaved
 from sdpa_impls.cli import main
+from held import lock_held_elsewhere
 from sdpa_impls.protocol import Implementation, SDPAInputs, Support
 
 FAST = ["--preset", "smoke", "--impl", "naive", "--budget", "0.01", "--min-reps", "2", "--max-reps", "3", "--no-plots"]
@@ -566,17 +567,9 @@ def test_a_keep_runs_folder_another_comparison_uses_is_refused_before_any_work(t
     read the second's as its own: refused while the folder's lock is held, before any environment is built."""
     runs = tmp_path / "runs"
     runs.mkdir()
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from pathlib import Path\n"
-                               "from sdpa_impls.report.writer_lock import only_writer\n"
-                               "with only_writer(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(120)",
-                               str(runs)], stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with lock_held_elsewhere(runs) as holder:
         code, err = said(["continuous", "--base-env", "torch==2.13.0", "--head-env", "torch==2.13.0 six",
                           "--env-cache", "cache", "--keep-runs", "runs"], tmp_path, monkeypatch)
-    finally:
-        holder.kill()
-        holder.wait()
     assert code == 2 and f"{runs} is being written by another `sdpa-bench continuous` or `bisect` (process " \
-        f"{holder.pid}): wait for it to finish, or choose another --keep-runs" in err, err
+        f"{holder}): wait for it to finish, or choose another --keep-runs" in err, err
     assert not (tmp_path / "cache").exists()  # no environment was built

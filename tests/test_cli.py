@@ -20,6 +20,7 @@ from sdpa_impls import names
 from sdpa_impls.bench.grid import preset
 from sdpa_impls.bench.machine import source_revision
 from sdpa_impls.bench.result import Result
+from held import CRASHES_MODULE
 
 CPU = ["--device", "cpu"]  # these tests describe a CPU sweep, also on a machine with a GPU
 FAST = [*CPU, "--budget", "0.005", "--min-reps", "2", "--warmup", "1"]
@@ -217,24 +218,9 @@ def test_killed_run_resumes_without_repeating_finished_points(tmp_path):
     assert ", SDPA_BENCH_CPU_BF16=fp32" in (out / "report.md").read_text().split(f"points {len(saved) + 1}–")[1]
 
 
-CRASHES = """
-import ctypes, sys
-import torch
-import sdpa_impls
+CRASHES = CRASHES_MODULE + """
+import sys
 from sdpa_impls.cli import main
-from sdpa_impls.protocol import Implementation
-from sdpa_impls.registry import register
-
-
-@register
-class Crashes(Implementation):
-    name = "crashes"
-
-    def forward(self, inp):
-        if inp.query.dtype == torch.bfloat16:  # the smoke preset's second case
-            ctypes.string_at(0)  # a segfault, as a broken compiled kernel gives
-        return sdpa_impls.get("naive").forward(inp)
-
 
 sys.exit(main(sys.argv[1:]))
 """

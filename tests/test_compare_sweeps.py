@@ -12,8 +12,6 @@ import json
 import os
 import shlex
 import shutil
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,6 +25,7 @@ from sdpa_impls.gate.points import points_from_results
 from sdpa_impls.report import results as store
 from sdpa_impls.report.tables import SweepTable
 from sdpa_impls.report.writer_lock import only_writer
+from held import lock_held_elsewhere
 
 FAST = ["--preset", "smoke", "--impl", "naive", "--device", "cpu", "--budget", "0.005", "--min-reps", "2",
         "--max-reps", "3", "--no-plots"]
@@ -188,19 +187,11 @@ def test_a_report_of_a_sweep_another_process_still_measures_does_not_ask_for_a_r
     def unfinished(doc: dict) -> None:
         doc["results"] = doc["results"][:-1]
     live = edited(sweep, in_tmp / "live", unfinished)
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from pathlib import Path\n"
-                               "from sdpa_impls.report.writer_lock import only_writer\n"
-                               "with only_writer(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(120)",
-                               str(live)], stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with lock_held_elsewhere(live) as holder:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             assert main(["report", str(live), "--no-plots"]) == 0
-    finally:
-        holder.kill()
-        holder.wait()
     text = (live / "report.md").read_text()
-    assert f"`sdpa-bench run` (process {holder.pid}) is still measuring it, and rewrites this report" in text, text
+    assert f"`sdpa-bench run` (process {holder}) is still measuring it, and rewrites this report" in text, text
     assert "--resume" not in text
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         assert main(["report", str(live), "--no-plots"]) == 0  # the run gone, the sweep unfinished: resume it

@@ -1,0 +1,45 @@
+"""Shared by tests that need another process: one holding a folder's run lock, and an implementation that crashes."""
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+# A module registering `crashes`: naive's answer, except on bf16 inputs (the smoke preset's second case), where it
+# segfaults, as a broken compiled kernel does.
+CRASHES_MODULE = """
+import ctypes
+import torch
+import sdpa_impls
+from sdpa_impls.protocol import Implementation
+from sdpa_impls.registry import register
+
+
+@register
+class Crashes(Implementation):
+    name = "crashes"
+
+    def forward(self, inp):
+        if inp.query.dtype == torch.bfloat16:  # the smoke preset's second case
+            ctypes.string_at(0)  # a segfault, as a broken compiled kernel gives
+        return sdpa_impls.get("naive").forward(inp)
+"""
+
+
+@contextlib.contextmanager
+def lock_held_elsewhere(folder: Path) -> Iterator[int]:
+    """FOLDER's run lock (report.writer_lock.only_writer) held by another process, as a `run` or a comparison
+    writing there holds it; yields that process's pid."""
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from pathlib import Path\n"
+                               "from sdpa_impls.report.writer_lock import only_writer\n"
+                               "with only_writer(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(120)",
+                               str(folder)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        yield holder.pid
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()
