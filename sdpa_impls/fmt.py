@@ -80,3 +80,8 @@ def option_text(option: str, value: str) -> str:
     """`--option VALUE` as a command to copy into a shell: VALUE quoted, and joined by `=` where it starts with `-`,
     which argparse would read as an option ("--out -i": expected one argument)."""
     return f"{option}={shlex.quote(value)}" if value.startswith("-") else f"{option} {shlex.quote(value)}"
+
+
+def path_text(value: str) -> str:
+    """A command's last positional argument, to copy into a shell: quoted, after `--` where it starts with `-`."""
+    return f"-- {shlex.quote(value)}" if value.startswith("-") else shlex.quote(value)

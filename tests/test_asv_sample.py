@@ -112,8 +112,12 @@ import crashmod
 from sdpa_impls.bench.batch import measure_isolated
 from sdpa_impls.bench.grid import preset
 from sdpa_impls.bench.measure import Options
+from sdpa_impls.impls.naive import Naive
+from sdpa_impls.registry import register
 cases = [c for c in preset("smoke") if c.mode == "fwd"][:3]
-batch = measure_isolated(cases, ["crashes", "naive"], "cpu", Options(budget_s=0.05, min_reps=5, max_reps=20))
+if sys.argv[2] != "crashes":  # registered here only: a child importing Naive's module does not register it
+    register(type("Here", (Naive,), {"name": sys.argv[2], "__module__": "sdpa_impls.impls.naive"}))
+batch = measure_isolated(cases, [sys.argv[2], "naive"], "cpu", Options(budget_s=0.05, min_reps=5, max_reps=20))
 print(json.dumps({f"{i} {c}": [r.status, r.reason] for (i, c), r in batch.items()}))
 """
 
@@ -123,11 +127,16 @@ def test_a_point_that_crashes_fails_alone_and_the_batch_goes_on(tmp_path: Path) 
     with how the child ended and where (its innermost Python frames); a new child measures every point after it."""
     (tmp_path / "crashmod.py").write_text(CRASHES_MODULE)
     (tmp_path / "drive.py").write_text(DRIVE)
-    proc = subprocess.run([sys.executable, str(tmp_path / "drive.py"), str(tmp_path)], capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run([sys.executable, str(tmp_path / "drive.py"), str(tmp_path), "crashes"], capture_output=True,
+                          text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     points = json.loads(proc.stdout)
     crashed = points.pop("crashes L128-E64-bf16-causal-fwd")
     assert crashed[0] == "failed" and "ended inside this point (killed by SIGSEGV)" in crashed[1]
     assert 'crashmod.py", line 15 in forward' in crashed[1], crashed[1]  # where, which asv shows for the cell
     assert len(points) == 5 and all(status == "ok" for status, _ in points.values()), points
+    # one registered at run time, which a child cannot register by an import: measured here, as before
+    proc = subprocess.run([sys.executable, str(tmp_path / "drive.py"), str(tmp_path), "here"], capture_output=True,
+                          text=True, timeout=120)
+    points = json.loads(proc.stdout)
+    assert len(points) == 6 and all(status == "ok" for status, _ in points.values()), points

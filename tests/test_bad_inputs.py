@@ -570,6 +570,6 @@ def test_a_keep_runs_folder_another_comparison_uses_is_refused_before_any_work(t
     with lock_held_elsewhere(runs) as holder:
         code, err = said(["continuous", "--base-env", "torch==2.13.0", "--head-env", "torch==2.13.0 six",
                           "--env-cache", "cache", "--keep-runs", "runs"], tmp_path, monkeypatch)
-    assert code == 2 and f"{runs} is being written by another `sdpa-bench continuous` or `bisect` (process " \
+    assert code == 2 and f"{runs} is being written by another `sdpa-bench continuous` (process " \
         f"{holder}): wait for it to finish, or choose another --keep-runs" in err, err
     assert not (tmp_path / "cache").exists()  # no environment was built

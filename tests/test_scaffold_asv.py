@@ -196,3 +196,15 @@ def test_the_plugins_suite_measures_the_plugin_unless_impls_name_others(value: s
     assert os.environ["SDPA_BENCH_IMPLS"] == ("naive" if value == "naive" else "toy,torch_sdpa")
     if value == "naive":
         assert asv_suite.impl_names() == ["naive"]
+
+
+def test_quickstart_on_a_detached_head_follows_the_branch_there_and_says_so(tmp_path: Path, capsys) -> None:
+    from sdpa_impls.cli import main
+
+    git(tmp_path, "init", "-q", "-b", "trunk")
+    git(tmp_path, "-c", "user.name=t", "-c", "user.email=t@localhost", "commit", "-q", "--allow-empty", "-m", "one")
+    git(tmp_path, "checkout", "-q", "--detach")  # as a CI checkout is
+    assert main(["quickstart", "--name", "det", "--dest", str(tmp_path)]) == 0
+    out, err = capsys.readouterr()
+    assert "asv.conf.json follows the branch 'trunk' (the one branch at HEAD)" in err, err
+    assert '"branches": ["trunk"]' in (tmp_path / "asv.conf.json").read_text() and "git init" not in out, out

@@ -9,15 +9,19 @@ and --resume goes past such a point.)
 """
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import importlib
+import json
 import os
 import pickle
+import select
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import IO
 
 from .grid import Case
@@ -44,16 +48,23 @@ def measure_batch(cases: Iterable[Case], impl_names: list[str], device: str, opt
 
 def measure_isolated(cases: Iterable[Case], impl_names: list[str], device: str, options: Options = Options(),
                      seed: int = 0, on_result: Callable[[Result], object] | None = None) -> Batch:
-    """As `measure_batch`, the same points with the same inputs, measured in a child interpreter (this process must
-    not have used CUDA, which it leaves to the child). Where the child ends inside a point, that point is a failed
-    Result saying how it ended (its Python stack is on stderr), and a new child measures the rest. Implementations
-    registered in `__main__`, which a child cannot import, are measured here, as by `measure_batch`."""
+    """As `measure_batch`, the same points with the same inputs, measured in a child interpreter with this one's
+    sys.path and environment (what this process set at run time, torch.set_num_threads say, does not reach it; nor
+    need this process use CUDA, which it leaves to the child). Where the child ends inside a point, that point is a
+    failed Result saying how it ended and where (the innermost frames of its Python stack), and a new child measures
+    the rest. Where a child cannot register an implementation by importing its class's module (one registered in
+    `__main__`, or by other code), or off POSIX, the points are measured here, as by `measure_batch`."""
     from .. import registry
-    cases = list(cases)
-    modules = sorted({type(registry.get(name)).__module__ for name in impl_names})
-    if "__main__" in modules:
+    cases, known = list(cases), set(registry.names())
+    modules = sorted({type(registry.get(name)).__module__ for name in impl_names if name in known})
+    if "__main__" in modules or os.name != "posix":
         return measure_batch(cases, impl_names, device, options, seed, on_result)
     batch: Batch = {}
+
+    def add(result: Result) -> None:
+        batch[(result.impl, result.case.id)] = result
+        if on_result is not None:
+            on_result(result)
     while True:
         todo = [(case, [n for n in impl_names if (n, case.id) not in batch]) for case in cases]
         todo = [(case, names) for case, names in todo if names]
@@ -61,80 +72,110 @@ def measure_isolated(cases: Iterable[Case], impl_names: list[str], device: str, 
             return batch
         before = len(batch)
         with tempfile.TemporaryFile("w+") as stack:  # where a crash's Python stack goes (faulthandler)
-            inside, how = _child(todo, modules, device, options, seed, batch, on_result, stack)
+            inside, how, unknown = _child(todo, modules, device, options, seed, add, stack)
             stack.seek(0)
             frames = [line.strip() for line in stack.read().splitlines() if line.strip().startswith("File ")]
+        if unknown:  # the child could not register them: the rest is measured here
+            for case, names in todo:
+                for result in run_case(case, names, device, options, seed):
+                    add(result)
+            return batch
         if inside is None and len(batch) == before:  # no point started: the child itself is broken
             raise RuntimeError(f"the measuring child process ({sys.executable}) {how} before its first point")
         if inside is not None:
             case, name = inside
             where = f"; where (most recent call first): {'; '.join(frames[:STACK_FRAMES])}" if frames else ""
-            result = Result(impl=name, case=case, device=device, status="failed", reason=(
+            add(Result(impl=name, case=case, device=device, status="failed", reason=(
                 f"the process ended inside this point ({how}) with no Python error: a crash such as a segfault in "
-                f"the implementation, os._exit or a kill{where}"))
-            batch[(name, case.id)] = result
-            if on_result is not None:
-                on_result(result)
+                f"the implementation, os._exit or a kill{where}")))
 
 
 def _child(todo: list[tuple[Case, list[str]]], modules: list[str], device: str, options: Options, seed: int,
-           batch: Batch, on_result: Callable[[Result], object] | None, stack: IO[str]
-           ) -> tuple[tuple[Case, str] | None, str]:
-    """One child over `todo`, its results added to `batch`, a crash's stack written to `stack`: the point it ended
-    inside (None: none) and how it ended."""
+           add: Callable[[Result], None], stack: IO[str]) -> tuple[tuple[Case, str] | None, str, list[str]]:
+    """One child over `todo`, each result given to `add`, a crash's stack written to `stack`: the point it ended
+    inside (None: none), how it ended, and the implementations it could not register (then it measured nothing)."""
     read, write = os.pipe()
+    code = ("import json, sys; sys.path[:] = json.loads(sys.argv[3])\n"  # before anything is imported
+            "from sdpa_impls.bench.batch import _serve; _serve()")
     try:
-        child = subprocess.Popen([sys.executable, "-c", "from sdpa_impls.bench.batch import _serve; _serve()",
-                                  str(write), str(stack.fileno())], stdin=subprocess.PIPE,
-                                 pass_fds=(write, stack.fileno()))
+        child = subprocess.Popen([sys.executable, "-c", code, str(write), str(stack.fileno()), json.dumps(
+            [p for p in sys.path if isinstance(p, str)])], stdin=subprocess.PIPE, pass_fds=(write, stack.fileno()))
+    except BaseException:
+        os.close(read)
+        raise
     finally:
         os.close(write)
-    inside = None
+    inside, unknown = None, []
     try:
-        with os.fdopen(read, "rb") as messages:
-            try:
-                child.stdin.write(pickle.dumps((sys.path, modules, todo, device, options, seed)))
+        try:
+            child.stdin.write(pickle.dumps((modules, todo, device, options, seed)))
+        except BrokenPipeError:  # it ended at once: said below by how it ended
+            pass
+        finally:
+            with contextlib.suppress(BrokenPipeError):
                 child.stdin.close()
-            except BrokenPipeError:  # it ended at once: said below by how it ended
-                pass
-            while True:
-                try:
-                    kind, value = pickle.load(messages)
-                except (EOFError, pickle.UnpicklingError):
-                    break
-                if kind == "start":
-                    inside = value
-                else:
-                    batch[(value.impl, value.case.id)] = value
-                    inside = None
-                    if on_result is not None:
-                        on_result(value)
+        for kind, value in _messages(read, child):
+            if kind == "start":
+                inside = value
+            elif kind == "unknown":
+                unknown = value
+            else:
+                add(value)
+                inside = None
         code = child.wait()
     finally:
+        os.close(read)
         if child.poll() is None:  # an interrupt, or asv's timeout in this process: the child goes with it
             child.kill()
             child.wait()
     how = (f"killed by {signal.Signals(-code).name}" if code < 0 and -code in signal.valid_signals()
            else f"exit status {code}")
-    return inside, how
+    return inside, how, unknown
+
+
+def _messages(read: int, child: subprocess.Popen) -> Iterator[tuple[str, object]]:
+    """The child's messages (each a length, then its pickle), as they come; they end at the pipe's end, or once the
+    child has ended and what it wrote is read: a process it started may hold the pipe open after it."""
+    buffer = b""
+    while True:
+        if select.select([read], [], [], 0.5)[0]:
+            chunk = os.read(read, 1 << 20)
+            if not chunk:
+                return
+            buffer += chunk
+        elif child.poll() is not None:
+            return
+        while len(buffer) >= 8 and len(buffer) >= 8 + (size := struct.unpack("!Q", buffer[:8])[0]):
+            yield pickle.loads(buffer[8:8 + size])
+            buffer = buffer[8 + size:]
 
 
 def _serve() -> None:
     """The child: reads its points from stdin, and writes to the first file descriptor named in argv a "start"
-    message before each point (its case and implementation) and a "result" message after it; a crash's stack goes to
-    the second."""
-    faulthandler.enable(int(sys.argv[2]))
-    path, modules, todo, device, options, seed = pickle.load(sys.stdin.buffer)
-    sys.path[:] = path
+    message before each point (its case and implementation) and a "result" message after it ("unknown" and nothing
+    else where it cannot register an implementation); a crash's stack goes to the second."""
+    from .. import registry
+    pipe, stack = int(sys.argv[1]), int(sys.argv[2])
+    for fd in (pipe, stack):  # not passed on to what the implementations run
+        os.set_inheritable(fd, False)
+    faulthandler.enable(stack)
+    modules, todo, device, options, seed = pickle.load(sys.stdin.buffer)
     for module in modules:  # implementations registered by importing their module (built-ins, a test's module)
         importlib.import_module(module)
-    with os.fdopen(int(sys.argv[1]), "wb") as out:
-        def send(kind: str, value: object) -> None:
-            pickle.dump((kind, value), out)
-            out.flush()
-        for case, names in todo:
-            send("start", (case, names[0]))  # the case's inputs and fp64 reference belong to its first point
-            for i, result in enumerate(run_case(case, names, device, options, seed)):
-                send("result", result)
-                if i + 1 < len(names):
-                    send("start", (case, names[i + 1]))
+
+    def send(kind: str, value: object) -> None:
+        data = pickle.dumps((kind, value))
+        os.write(pipe, struct.pack("!Q", len(data)))
+        view = memoryview(data)
+        while view:
+            view = view[os.write(pipe, view):]
+    missing = sorted({name for _, names in todo for name in names} - set(registry.names()))
+    if missing:
+        send("unknown", missing)
+        return
+    for case, names in todo:
+        send("start", (case, names[0]))  # the case's inputs and fp64 reference belong to its first point
+        for i, result in enumerate(run_case(case, names, device, options, seed)):
+            send("result", result)
+            if i + 1 < len(names):
+                send("start", (case, names[i + 1]))

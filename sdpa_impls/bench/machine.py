@@ -67,21 +67,37 @@ def cpu_features() -> dict:
 BUSY_LOAD = 1.0  # one process's worth of work on the CPUs: enough to stall a multi-thread barrier
 
 
+def _load() -> float | None:
+    """The 1-minute load average; None where the system keeps none."""
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return None
+
+
 def busy_cpus() -> tuple[float, str] | None:
     """(the 1-minute load average, a line saying what it does to the times) where other processes keep this
     machine's CPUs busy, read before a sweep's first point (its own work is not in it yet); None on a quiet machine
     or where the system keeps no load average. torch's threads wait for each other at every barrier, so one other
     busy process can make each call many times slower, and no sample says so."""
-    try:
-        load = os.getloadavg()[0]
-    except (OSError, AttributeError):
-        return None
-    if load < BUSY_LOAD:
+    load = _load()
+    if load is None or load < BUSY_LOAD:
         return None
     return load, (f"the CPUs are busy before the sweep starts: load average {load:.1f} over the last minute on "
                   f"{os.cpu_count()} CPUs, torch using {threads_text(torch.get_num_threads())}. Other processes slow "
                   "and scatter the times (threads stall waiting for each other): measure "
                   f"{advice(torch.get_num_threads())}")
+
+
+def every_cpu_busy() -> str:
+    """A note where other processes keep every CPU busy (the 1-minute load average, machine-wide, at least the
+    machine's CPUs) as a comparison starts, whose one-thread sides then wait for a CPU unevenly; else ""."""
+    load, cpus = _load(), os.cpu_count() or 1
+    if load is None or load < cpus:
+        return ""
+    return (f"every CPU was busy as the comparison started (load average {load:.1f} over the last minute on {cpus} "
+            "CPUs): other processes slow the sides unevenly, and the gate's false-alarm rate holds on a quiet "
+            "machine; compare again where nothing else runs before trusting a slowdown.")
 
 
 def describe_cpu(machine: dict) -> str:

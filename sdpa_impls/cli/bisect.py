@@ -39,6 +39,7 @@ from ..continuous.project import find
 from ..continuous.steps import rows_from_verdict
 from ..credentials import redact
 from ..errors import UsageError
+from ..fmt import option_text
 from .outputs import (Terminated, add_measuring, config_file, folders, guarded, impl_names, seed,
                       terminate_as_interrupt, timed_progress, writable, write)
 
@@ -193,7 +194,7 @@ def _interrupted(args: argparse.Namespace, partial: Search | None, terminated: b
     if partial is not None and args.json:
         _save(args.json, partial, INTERRUPTED)
         again = ["sdpa-bench", *_pinned(_without_resume(args.argv), args, partial),
-                 *([f"--resume={args.json}"] if args.json.startswith("-") else ["--resume", args.json])]
+                 *shlex.split(option_text("--resume", args.json))]
         said = f"{steps} finished step(s) are saved in {args.json}; continue with: {shlex.join(again)}"
     elif partial is not None and steps:
         sys.stdout.write(redact(render(partial, unfinished=INTERRUPTED)))  # not lost; without --json, not resumable

@@ -101,11 +101,13 @@ def run(args: argparse.Namespace) -> int:
         return said(comparison)
 
     def said(comparison, done: bool = True) -> int:  # noqa: ANN001 (a Comparison)
-        if args.markdown:  # the files first: a stdout whose reader went away (`| head`) must not lose them
-            write(args.markdown, comparison.text(markdown=True))
-        if args.json:
-            write(args.json, json.dumps(comparison.as_json(), indent=1) + "\n")
-        sys.stdout.write(redact(comparison.text()))
+        try:  # the files first: a stdout whose reader went away (`| head`) must not lose them
+            if args.markdown:
+                write(args.markdown, comparison.text(markdown=True))
+            if args.json:
+                write(args.json, json.dumps(comparison.as_json(), indent=1) + "\n")
+        finally:  # and the verdict printed even where a file could not be written (its error follows)
+            sys.stdout.write(redact(comparison.text()))
         if done:
             progress(f"done: exit {comparison.exit_code}")
         return comparison.exit_code

@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
 import sys
 from pathlib import Path
 
 from ..bench import grid
 from ..bench.machine import sweep_machine
 from ..errors import UsageError
+from ..fmt import path_text
 from ..report import results as store
 from ..report.write import write_report
 from ..report.writer_lock import writer
@@ -24,7 +24,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if os.path.realpath(args.out) in {os.path.realpath(d) for d in args.dirs}:  # realpath: a link loop raises nothing
         raise UsageError(f"OUT {args.out} is also one of the shard folders; choose a new folder for the merge")
-    finish = f"sdpa-bench report {shlex.quote(str(args.out))}"  # what a merge stopped in its report still needs
+    finish = f"sdpa-bench report {path_text(str(args.out))}"  # what a merge stopped in its report still needs
     if (args.out / store.RESULTS_FILE).exists():
         stopped = "" if (args.out / "report.md").exists() else \
             f" (a merge stopped before its report? `{finish}` writes the rest)"

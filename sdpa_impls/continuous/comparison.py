@@ -17,13 +17,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import os
 import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from ..bench.grid import default_device
+from ..bench.machine import every_cpu_busy
 from ..errors import GateInputError, UsageError
 from ..fmt import fmt_duration
 from ..report.writer_lock import only_writer
@@ -236,20 +236,6 @@ def _timing(setup_s: float, planned_s: float, rounds: int, adaptive_s: float, to
                     f"({fmt_duration(planned_s / rounds)} a round), {fmt_duration(adaptive_s)} of adaptive rounds.")
 
 
-def _busy() -> str:
-    """A note where other processes kept every CPU busy as the comparison started (its sides, one thread each, then
-    wait for a CPU unevenly), else "". On CUDA the device's time is what is judged."""
-    try:
-        load, cpus = os.getloadavg()[0], len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
-    except (OSError, AttributeError):  # a system without a load average
-        return ""
-    if default_device() != "cpu" or load < cpus:
-        return ""
-    return (f"every CPU was busy as the comparison started (load average {load:.1f} over the last minute on {cpus} "
-            "CPUs): other processes slow the sides unevenly, and the gate's false-alarm rate holds on a quiet "
-            "machine; compare again where nothing else runs before trusting a slowdown.")
-
-
 def _compare(request: Request, plan: Plan, project: Project, work: Path, progress: Callable[[str], None]
              ) -> Comparison:
     import sdpa_impls
@@ -261,7 +247,7 @@ def _compare(request: Request, plan: Plan, project: Project, work: Path, progres
     progress(f"seed {schedule.seed}: order of sides, folder names and environment sizes drawn from it "
              f"(--seed {schedule.seed} repeats them)")
     folders = schedule.folders()
-    busy = _busy()  # before its own work loads the machine
+    busy = every_cpu_busy() if default_device() == "cpu" else ""  # before its own work loads the machine
     if busy:
         progress(f"warning: {busy}")
     start = time.monotonic()
@@ -296,10 +282,16 @@ def compare(request: Request, plan: Plan, project: Project, progress: Callable[[
     for left in sweep_stale(project.root):
         progress(f"removed {left}, left by a run that was stopped")
     keep = Path(plan.keep_runs).resolve() if plan.keep_runs else None
-    if keep is not None:  # one comparison at a time: another would clear this one's run files, and read its own
-        keep.mkdir(parents=True, exist_ok=True)
-    with only_writer(keep, "`sdpa-bench continuous` or `bisect`", "--keep-runs") if keep else contextlib.nullcontext():
-        return _compare_in_workdir(request, plan, project, progress)
+    made = keep is not None and not keep.exists()
+    try:
+        if keep is not None:  # one comparison at a time: another would clear this one's run files, and read its own
+            keep.mkdir(parents=True, exist_ok=True)
+        with only_writer(keep, "`sdpa-bench continuous`", "--keep-runs") if keep else contextlib.nullcontext():
+            return _compare_in_workdir(request, plan, project, progress)
+    finally:
+        if made:  # a comparison that stopped before its rounds leaves no empty folder
+            with contextlib.suppress(OSError):
+                keep.rmdir()
 
 
 def _compare_in_workdir(request: Request, plan: Plan, project: Project, progress: Callable[[str], None]

@@ -194,11 +194,10 @@ def parse_spec(text: str) -> EnvSpec:
     if not words:
         raise UsageError("an environment SPEC is empty: name an interpreter or requirements")
     words = _direct_references(words)
-    whole = user_path(text.strip())
-    if len(words) > 1 and (is_path(text.strip()) or whole.is_absolute()) and _interpreter(whole):
+    if len(words) > 1 and is_path(text.strip()) and _interpreter(Path(os.path.expanduser(text.strip()))):
         raise UsageError(f"environment SPEC {text!r}: split like a shell line, its spaces make it {len(words)} pip "
                          f"arguments; for the interpreter at that path, quote it inside the value, as in "
-                         f"--base-env=\"{shlex.quote(text.strip())}\"")
+                         f"--base-env=\"{shlex.quote(text.strip())}\" (or --head-env)")
     if len(words) == 1:
         word = words[0]
         path = user_path(word)

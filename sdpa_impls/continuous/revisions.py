@@ -213,8 +213,8 @@ def _remove(root: Path | None, work: Path) -> None:
     a run's in another repository than `root`'s), its owner.pid last."""
     for tree in work.glob("*/tree"):
         if (tree / ".git").is_file():  # a git worktree, not a copy
-            found = _git(tree, "rev-parse", "--path-format=absolute", "--git-common-dir", check=False)
-            owner = Path(found.stdout.strip()) if found.returncode == 0 and found.stdout.strip() else root
+            found = _git(tree, "rev-parse", "--git-common-dir", check=False).stdout.strip()  # relative to tree
+            owner = tree / found if found and "\n" not in found and (tree / found).is_dir() else root
             if owner is not None:
                 remove_checkout(owner, tree)
     for child in work.iterdir() if work.is_dir() else ():

@@ -1,12 +1,13 @@
 """Everything a sweep leaves behind, written in one call: the printed tables, results.csv, the plots, report.md."""
 from __future__ import annotations
 
-import shlex
+import contextlib
 import sys
 from pathlib import Path
 from typing import TextIO
 
 from ..errors import UsageError
+from ..fmt import path_text
 
 from .csvfile import CSV_FILE, write_csv
 from .markdown import REPORT_FILE, write_markdown
@@ -25,9 +26,12 @@ def write_report(directory: Path, sweep: Sweep, stdout: TextIO | None = None, pl
     try:  # the files first: a stdout whose reader went away (`| head`) or that cannot be written must not lose them
         files = _write_files(directory, sweep, layout, plots)
     except OSError as exc:  # e.g. a folder where report.md goes: results.json, written before, stays as it is
+        with contextlib.suppress(OSError):  # the tables still printed, unless stdout fails too
+            print(tables(layout), file=stdout)
+        again = f"sdpa-bench report {path_text(str(directory))}"
         raise UsageError(f"{exc.filename or directory}: cannot write ({exc.strerror or exc}); the results in "
-                         f"{directory / RESULTS_FILE} are saved; once it can be written, `sdpa-bench report "
-                         f"{shlex.quote(str(directory))}` writes the report") from None
+                         f"{directory / RESULTS_FILE} are saved; once it can be written, `{again}` writes the "
+                         "report") from None
     print(tables(layout), file=stdout)
     return files
 

@@ -1,5 +1,5 @@
-"""The lock that keeps a sweep's folder to one writer (`run`, `targets`), and its hand-over when `run
---point-timeout` replaces its own process.
+"""The lock that keeps a folder to one writer (a sweep's: `run`, `targets`; a comparison's --keep-runs), and its
+hand-over when `run --point-timeout` replaces its own process.
 
     with only_writer(DIR): ...          # UsageError naming the holder where another process writes DIR
     writer(DIR)                         # "process N" while a run holds it, else None
@@ -24,9 +24,10 @@ def only_writer(directory: Path, who: str = "`sdpa-bench run`", option: str = "-
     """While it is held, no other `run` may write DIR: a second one, started before the first saved anything or
     resuming it meanwhile, would measure the same points on the same CPUs and replace the first one's file. An
     advisory lock (flock) on DIR/.sdpa-bench-run.lock, which is removed as it ends (a process killed leaves the file,
-    unlocked: the next one takes it), released when the process ends however it ends; UsageError
-    naming the holder (`who`, and the `option` that named DIR) where another process has it. Where the system or the file system has no flock (some network
-    file systems answer ENOLCK), nothing is locked: the sweep runs as it did before there was a lock."""
+    unlocked: the next one takes it), released when the process ends however it ends; UsageError naming the holder
+    (as `who`, with the `option` that named DIR) where another process has it. Where the system or the file system
+    has no flock (some network file systems answer ENOLCK), nothing is locked: the sweep runs as it did before there
+    was a lock."""
     try:
         import fcntl
     except ImportError:  # not a POSIX system

@@ -7,7 +7,8 @@ its tree, so every commit of its history is measured by today's suite; hence the
 older commits.
 
 Each class's `setup_cache` measures every (implementation, case) of its mode with the sequence `sdpa-bench run` uses
-(sdpa_impls.bench.batch over measure.run_case: reasons → fp64 check → closure → timing → peak memory); asv pickles
+(sdpa_impls.bench.batch over measure.run_case: reasons → fp64 check → closure → timing → peak memory), in a child
+interpreter, so that a point that crashes it fails alone (batch.measure_isolated); asv pickles
 what it returns, and `track_time_sdpa` (seconds, with its samples) and `track_peak_memory` (bytes) report each point
 from it in a child forked by asv's forkserver, which imported this module once.
 
@@ -106,7 +107,8 @@ def no_cases_id(mode: str) -> str:
 
 
 def measure_mode(mode: str) -> dict:
-    """Every (implementation, case) of one mode, measured here, one after another: {(impl, case id): Result}."""
+    """Every (implementation, case) of one mode, measured one after another in a child interpreter (a crash fails
+    only its point): {(impl, case id): Result}."""
     def progress(result) -> None:  # asv shows setup_cache's output with --show-stderr when it fails
         print(f"{result.impl} {result.case.id}: {result.status}", file=sys.stderr, flush=True)
 
