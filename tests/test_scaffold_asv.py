@@ -208,3 +208,24 @@ def test_quickstart_on_a_detached_head_follows_the_branch_there_and_says_so(tmp_
     out, err = capsys.readouterr()
     assert "asv.conf.json follows the branch 'trunk' (the one branch at HEAD)" in err, err
     assert '"branches": ["trunk"]' in (tmp_path / "asv.conf.json").read_text() and "git init" not in out, out
+
+
+def test_quickstart_in_a_locale_that_cannot_read_utf8_writes_the_branch_git_names(tmp_path: Path) -> None:
+    """git prints a branch name in UTF-8 whatever the locale: read in the locale's encoding (ASCII under LC_ALL=C
+    without Python's UTF-8 mode) it had ended quickstart with an error it did not foresee."""
+    repo = tmp_path / "plug é"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "zweig-ä")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@localhost", "commit", "-q", "--allow-empty", "-m", "one")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LC_") and k not in ("LANG", "PYTHONUTF8")}
+    for detach in (False, True):  # on the branch, and a CI checkout's detached HEAD at it
+        dest = repo / f"p{int(detach)}"
+        if detach:
+            git(repo, "checkout", "-q", "--detach")
+        done = subprocess.run([sys.executable, "-m", "sdpa_impls", "quickstart", "--name", "loc", "--dest",
+                               os.fsencode(dest)], capture_output=True, timeout=300,
+                              env=env | {"LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"})
+        assert done.returncode == 0, done.stderr.decode(errors="replace")[-2000:]
+        text = (dest / "asv.conf.json").read_text(encoding="utf-8")
+        conf = json.loads("\n".join(line for line in text.splitlines() if not line.lstrip().startswith("//")))
+        assert conf["branches"] == ["zweig-ä"] and conf["repo_subdir"] == f"p{int(detach)}", conf

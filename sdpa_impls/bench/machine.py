@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from .. import gitio
 from .contention import advice, threads_text
 
 
@@ -111,11 +112,7 @@ def describe_cpu(machine: dict) -> str:
 
 
 def _git(directory: Path, *args: str) -> str | None:
-    try:
-        out = subprocess.run(["git", "-C", str(directory), *args], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None
+    return gitio.answer(directory, *args, timeout=10)
 
 
 def source_revision(package: Path | None = None, dist: str = "sdpa-bench", anchor: str = "__init__.py") -> str:

@@ -14,7 +14,6 @@ the working tree (uncommitted and untracked files included, ignored files left o
 """
 from __future__ import annotations
 
-import locale
 import os
 import shutil
 import signal
@@ -24,6 +23,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from .. import gitio
 from ..errors import UsageError
 
 BASE_ENV = "SDPA_CONTINUOUS_BASE"
@@ -34,15 +34,12 @@ MAIN_REFS = ("origin/main", "main")
 
 
 def _git(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    """git's answer, its stdout read as the file system reads names (a path it prints is that path, byte for byte,
-    whatever the locale) and its stderr in the locale's encoding, never raising on a byte it cannot read: git
-    prints paths and subjects in UTF-8, which a process in another locale (EUC-JP, ASCII) could not decode."""
+    """git's answer as `gitio.run` reads it (no byte of any locale ends it); UsageError with git's last line where
+    it fails and `check`, or where git is missing."""
     try:
-        done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, timeout=300)
+        done = gitio.run(root, *args, timeout=300)
     except FileNotFoundError:
         raise UsageError("git is not installed: continuous needs it to check revisions out") from None
-    done.stdout = os.fsdecode(done.stdout)
-    done.stderr = done.stderr.decode(locale.getpreferredencoding(False), "replace")
     if check and done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["(no message)"])[-1]
         raise UsageError(f"git {' '.join(args)}: {last}")
@@ -78,7 +75,7 @@ def resolve(root: Path, rev: str) -> str:
 
 def describe(root: Path, commit: str) -> str:
     """A short name for people: abbreviated hash and subject (git's UTF-8, whatever the locale)."""
-    return os.fsencode(_git(root, "log", "-1", "--format=%h %s", commit).stdout.strip()).decode("utf-8", "replace")
+    return gitio.utf8(_git(root, "log", "-1", "--format=%h %s", commit).stdout.strip())
 
 
 def first_parents(root: Path, good: str, bad: str) -> list[str]:

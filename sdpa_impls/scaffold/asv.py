@@ -15,8 +15,9 @@ import json
 import os
 import re
 import shlex
-import subprocess
 from pathlib import Path
+
+from .. import gitio
 
 TEMPLATE_TORCH, TEMPLATE_BRANCH = "2.13.0", "main"  # what the template's asv.conf.json holds
 # the template's install of sdpa-bench into asv's environments: a place to fill in, never a bare name, which a
@@ -28,12 +29,7 @@ RELEASE = re.compile(r"\d+(\.\d+)*")  # a final release: what pip finds by `==` 
 def _git(dest: Path, *args: str) -> str | None:
     """git's answer in `dest`, or in the nearest folder above it where dest is yet to be made, stripped; None where
     git fails, is missing or hangs."""
-    here = next((p for p in (dest, *dest.parents) if p.is_dir()), dest)
-    try:
-        done = subprocess.run(["git", "-C", str(here), *args], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return done.stdout.strip() if done.returncode == 0 else None
+    return gitio.answer(next((p for p in (dest, *dest.parents) if p.is_dir()), dest), *args)
 
 
 def top(dest: Path) -> Path | None:
@@ -46,7 +42,8 @@ def branch(dest: Path) -> str | None:
     """The current branch of the git repository that holds `dest`, at its top or below it (unborn too: `git init`
     names it before the first commit), for asv to follow. None outside a repository, on a detached HEAD, or without
     git: the plug-in then gets the template's branch and is told to make it."""
-    return (_git(dest, "symbolic-ref", "--short", "-q", "HEAD") or None) if top(dest) is not None else None
+    name = _git(dest, "symbolic-ref", "--short", "-q", "HEAD") if top(dest) is not None else None
+    return gitio.utf8(name) if name else None
 
 
 def detached(dest: Path) -> tuple[str, str] | None:
@@ -55,10 +52,11 @@ def detached(dest: Path) -> tuple[str, str] | None:
     repository or on a branch."""
     if top(dest) is None or branch(dest) is not None:
         return None
-    at_head = (_git(dest, "for-each-ref", "--points-at", "HEAD", "--format=%(refname:short)", "refs/heads") or "")
+    at_head = gitio.utf8(_git(dest, "for-each-ref", "--points-at", "HEAD", "--format=%(refname:short)", "refs/heads")
+                         or "")
     if len(at_head.split()) == 1:
         return at_head, "the one branch at HEAD"
-    remote = _git(dest, "symbolic-ref", "--short", "-q", "refs/remotes/origin/HEAD")
+    remote = gitio.utf8(_git(dest, "symbolic-ref", "--short", "-q", "refs/remotes/origin/HEAD") or "")
     if remote and "/" in remote:
         return remote.split("/", 1)[1], f"{remote}, origin's default branch"
     return TEMPLATE_BRANCH, "the template's: no single branch is at HEAD, and origin names no default branch"

@@ -1,0 +1,37 @@
+"""One way to read git's answers, whatever the locale: the paths git prints are read as the file system reads names
+(byte for byte), the names and subjects it prints as UTF-8 (git's convention), its messages in the locale's
+encoding, and no byte ever ends a command. A process in an ASCII or EUC-JP locale would otherwise fail to decode a
+UTF-8 branch, subject or path.
+
+    run(folder, *args, timeout)     -> CompletedProcess   # OSError where git is missing, TimeoutExpired
+    answer(folder, *args, timeout)  -> str | None         # stdout stripped; None where git fails, is missing or hangs
+    utf8(text)                      -> str                # a branch name or subject from stdout, as git wrote it
+"""
+from __future__ import annotations
+
+import locale
+import os
+import subprocess
+from pathlib import Path
+
+
+def run(folder: Path, *args: str, timeout: float) -> subprocess.CompletedProcess:
+    """`git -C folder args`: stdout as the file system reads names, stderr in the locale's encoding."""
+    done = subprocess.run(["git", "-C", str(folder), *args], capture_output=True, timeout=timeout)
+    done.stdout = os.fsdecode(done.stdout)
+    done.stderr = done.stderr.decode(locale.getpreferredencoding(False), "replace")
+    return done
+
+
+def answer(folder: Path, *args: str, timeout: float = 30) -> str | None:
+    """git's stdout in `folder`, stripped; None where git fails, is missing or hangs."""
+    try:
+        done = run(folder, *args, timeout=timeout)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def utf8(text: str) -> str:
+    """A branch name or commit subject from `run`'s stdout, decoded as git wrote it (UTF-8) rather than as a path."""
+    return os.fsencode(text).decode("utf-8", "replace")
