@@ -95,10 +95,10 @@ def _child(todo: list[tuple[Case, list[str]]], modules: list[str], device: str, 
     """One child over `todo`, each result given to `add`, a crash's stack written to `stack`: the point it ended
     inside (None: none), how it ended, and the implementations it could not register (then it measured nothing)."""
     read, write = os.pipe()
-    code = ("import json, sys; sys.path[:] = json.loads(sys.argv[3])\n"  # before anything is imported
-            "from sdpa_impls.bench.batch import _serve; _serve()")
+    program = ("import json, sys; sys.path[:] = json.loads(sys.argv[3])\n"  # before anything is imported
+               "from sdpa_impls.bench.batch import _serve; _serve()")
     try:
-        child = subprocess.Popen([sys.executable, "-c", code, str(write), str(stack.fileno()), json.dumps(
+        child = subprocess.Popen([sys.executable, "-c", program, str(write), str(stack.fileno()), json.dumps(
             [p for p in sys.path if isinstance(p, str)])], stdin=subprocess.PIPE, pass_fds=(write, stack.fileno()))
     except BaseException:
         os.close(read)
@@ -122,14 +122,14 @@ def _child(todo: list[tuple[Case, list[str]]], modules: list[str], device: str, 
             else:
                 add(value)
                 inside = None
-        code = child.wait()
+        status = child.wait()
     finally:
         os.close(read)
         if child.poll() is None:  # an interrupt, or asv's timeout in this process: the child goes with it
             child.kill()
             child.wait()
-    how = (f"killed by {signal.Signals(-code).name}" if code < 0 and -code in signal.valid_signals()
-           else f"exit status {code}")
+    how = (f"killed by {signal.Signals(-status).name}" if status < 0 and -status in signal.valid_signals()
+           else f"exit status {status}")
     return inside, how, unknown
 
 
