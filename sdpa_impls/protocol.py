@@ -8,12 +8,10 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-from .callshape import QKVText, in_func_transform, plain_number, shape_text, to_bhle
-from .dtypes import short_name
+from .callshape import QKVText, plain_number, shape_text, to_bhle
 from .masks import Structure
+from .support import ALL_HALF_AND_FLOAT, WITH_FP64, Support  # noqa: F401  (the contract's names, in one place)
 
-ALL_HALF_AND_FLOAT = frozenset({torch.float32, torch.float16, torch.bfloat16})
-WITH_FP64 = ALL_HALF_AND_FLOAT | {torch.float64}  # a drop-in's dtypes where fp64 is computed as fp64 (no grid point)
 
 
 class Unsupported(NotImplementedError):
@@ -23,6 +21,9 @@ class Unsupported(NotImplementedError):
         self.impl = name
         self.reasons = list(reasons)
         super().__init__(f"{name} cannot run this case: " + "; ".join(self.reasons))
+
+    def __reduce__(self) -> tuple:  # pickled whole: a process pool's worker hands it back as raised
+        return type(self), (self.impl, self.reasons)
 
 
 @dataclass(frozen=True)
@@ -95,9 +96,14 @@ class _NoAttention(torch.autograd.Function):
 
 def with_op(fn: Callable[[], torch.Tensor], op: str) -> Callable[[], torch.Tensor]:
     """A prepared call carrying `op`, what it runs in the implementation's own words (see Implementation.prepare);
-    `fn` unchanged when `op` is empty."""
+    `fn` unchanged when `op` is empty, else `fn` itself with the attribute, or a function calling it where `fn` takes
+    no attribute (a bound method, a builtin)."""
     if op:
-        fn.op = op  # type: ignore[attr-defined]
+        try:
+            fn.op = op  # type: ignore[attr-defined]
+        except (AttributeError, TypeError):
+            call, fn = fn, lambda: call()
+            fn.op = op  # type: ignore[attr-defined]
     return fn
 
 
@@ -186,47 +192,6 @@ def _validate_mask(inp: SDPAInputs, shapes: str) -> None:
             f"sdpa: attn_mask {shape_text(m)} does not broadcast to (B, Hq, Lq, Lk) = "
             f"({', '.join(map(str, target))}); {shapes}"
         )
-
-
-@dataclass(frozen=True)
-class Support:
-    """What an implementation can run, as data; `reasons` turns a call into sentences of what is not."""
-
-    devices: frozenset[str] = frozenset({"cpu", "cuda"})
-    dtypes: frozenset[torch.dtype] = ALL_HALF_AND_FLOAT
-    max_head_dim: int | None = None
-    head_dim_multiple: int = 1  # E and Ev must be multiples of this (a kernel that neither pads nor checks them)
-    masks: frozenset[str] = frozenset({"none", "bool", "float"})
-    dropout: bool = False
-    backward: bool = True
-    mask_grad: bool = False  # a float attn_mask that requires grad (a learned bias) gets its gradient
-    func_transforms: bool = True  # runs under torch.func's vmap, grad and jvp (whose tensors have no storage)
-
-    def reasons(self, inp: SDPAInputs) -> list[str]:
-        out: list[str] = []
-        dev = inp.query.device.type
-        if dev not in self.devices:
-            out.append(f"device={dev} (supported: {', '.join(sorted(self.devices))})")
-        if inp.query.dtype not in self.dtypes:
-            names = ", ".join(sorted(short_name(d) for d in self.dtypes))
-            out.append(f"dtype={short_name(inp.query.dtype)} (supported: {names})")
-        head = max(inp.query.shape[-1], inp.value.shape[-1])
-        if self.max_head_dim is not None and head > self.max_head_dim:
-            out.append(f"head dim {head} > {self.max_head_dim}")
-        m = self.head_dim_multiple
-        if inp.query.shape[-1] % m or inp.value.shape[-1] % m:
-            out.append(f"head dim E={inp.query.shape[-1]}, Ev={inp.value.shape[-1]} (supported: multiples of {m})")
-        if inp.mask_kind not in self.masks:
-            out.append(f"attn_mask of kind {inp.mask_kind} (supported: {', '.join(sorted(self.masks))})")
-        if inp.dropout_p > 0 and not self.dropout:
-            out.append(f"dropout_p={inp.dropout_p} (this implementation has no dropout)")
-        if inp.needs_grad and not self.backward:
-            out.append("backward (inputs require grad; this implementation is forward-only)")
-        if inp.mask_needs_grad and not self.mask_grad:
-            out.append("attn_mask requires grad (a learned bias; this implementation computes no gradient for it)")
-        if not self.func_transforms and in_func_transform():
-            out.append("inside torch.func's vmap, grad or jvp (this implementation runs only outside them)")
-        return out
 
 
 @runtime_checkable

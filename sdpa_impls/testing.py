@@ -10,7 +10,7 @@ gradients too in the backward modes).
 """
 from __future__ import annotations
 
-from .bench.check import CaseContext, WrongResult
+from .bench.check import CaseContext, WrongResult, no_device
 from .bench.grid import Case, preset
 from .protocol import Unsupported
 from .registry import PluginLoadError, loaded
@@ -27,6 +27,9 @@ def check(name: str, case: Case, device: str = "cpu", seed: int = 0) -> tuple[fl
     """Run implementation `name` once on `case`'s seeded inputs (and its backward, in a backward mode) and compare
     with float64: (worst error, its tolerance), or Unsupported / WrongResult / PluginLoadError as the module says."""
     impl = loaded(name)
+    why = no_device(device)
+    if why:
+        raise Unsupported(impl.name, [why])
     context = CaseContext(case, device, seed)
     reasons = context.inputs.reasons(impl)
     if reasons:

@@ -146,3 +146,59 @@ def test_every_reasons_check_answers_for_masks_of_any_rank(shape: tuple) -> None
     for mask in (torch.ones(shape, dtype=torch.bool), torch.zeros(shape)):
         for name in BUILTINS:
             assert isinstance(sdpa_impls.get(name).unsupported_reasons(q, k, k, attn_mask=mask), list)
+
+
+def test_unsupported_travels_through_pickle_as_raised() -> None:
+    """A process pool's worker hands an exception back pickled; Unsupported's own arguments had made that a
+    TypeError (and the pool broken)."""
+    import copy
+    import pickle
+
+    raised = Unsupported("mine", ["dtype=fp64", "device=cuda"])
+    for back in (pickle.loads(pickle.dumps(raised)), copy.copy(raised)):
+        assert type(back) is Unsupported and (back.impl, back.reasons, str(back)) == \
+            ("mine", ["dtype=fp64", "device=cuda"], str(raised))
+
+
+def test_with_op_names_a_bound_method_or_builtin_it_cannot_mark() -> None:
+    class Kernel:
+        def run(self) -> torch.Tensor:
+            return torch.ones(2)
+
+    marked = [sdpa_impls.with_op(fn, "mine") for fn in (Kernel().run, torch.zeros(3).clone)]
+    assert [m.op for m in marked] == ["mine", "mine"] and [m().shape[0] for m in marked] == [2, 3]
+    plain = lambda: torch.ones(1)  # noqa: E731
+    assert sdpa_impls.with_op(plain, "x") is plain and sdpa_impls.with_op(plain, "") is plain
+
+
+@pytest.mark.parametrize("given, error", [
+    (dict(devices="cuda"), "takes a set of device types, e.g. {'cuda'}; got 'cuda'"),
+    (dict(dtypes=frozenset({"bf16"})), "takes a set of torch dtypes"),
+    (dict(dtypes=5), "Support(dtypes=...) takes a set; got 5"),
+    (dict(masks={"bools"}), "bools is no mask kind"),
+    (dict(head_dim_multiple=0), "Support(head_dim_multiple=...) takes a whole number >= 1; got 0"),
+    (dict(max_head_dim=2.5), "Support(max_head_dim=...) takes a whole number >= 1 or None; got 2.5"),
+    (dict(dropout=1), "Support(dropout=...) takes True or False; got 1"),
+])
+def test_support_tells_a_wrong_field_where_it_is_declared(given: dict, error: str) -> None:
+    """A string of devices had read as its characters (a device 'c' supported), a head-dim multiple of 0 raised
+    ZeroDivisionError at every call, and a dtype by name refused every call."""
+    with pytest.raises((TypeError, ValueError)) as raised:
+        sdpa_impls.Support(**given)
+    assert error in str(raised.value)
+
+
+def test_support_of_plain_sets_is_the_frozen_one() -> None:
+    given = sdpa_impls.Support(devices={"cpu"}, dtypes=[torch.float32], masks=(m for m in ("none", "bool")))
+    frozen = sdpa_impls.Support(devices=frozenset({"cpu"}), dtypes=frozenset({torch.float32}),
+                                masks=frozenset({"none", "bool"}))
+    assert given == frozen and hash(given) == hash(frozen) and isinstance(given.devices, frozenset)
+
+
+def test_check_on_cuda_without_one_is_unsupported_with_the_reason() -> None:
+    from sdpa_impls.testing import cases, check
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device: check runs there")
+    with pytest.raises(Unsupported, match="no CUDA device is available to this torch"):
+        check("naive", cases()[0], device="cuda")

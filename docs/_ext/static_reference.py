@@ -19,7 +19,7 @@ from pathlib import Path
 
 REFERENCE = Path(__file__).resolve().parents[1] / "reference"
 WIDTH = 100  # columns of the generated --help text
-API_MODULES = ("sdpa_impls.protocol", "sdpa_impls.registry", "sdpa_impls.testing")
+API_MODULES = ("sdpa_impls.protocol", "sdpa_impls.support", "sdpa_impls.registry", "sdpa_impls.testing")
 
 
 def _parser(prog: str, description: str) -> argparse.ArgumentParser:

@@ -69,6 +69,13 @@ SETTINGS = (("torch threads", torch.get_num_threads, torch.set_num_threads),
             ("default dtype", torch.get_default_dtype, torch.set_default_dtype))
 
 
+def no_device(device: str) -> str | None:
+    """Why no case can run on `device` here (CUDA, where this torch has none), else None."""
+    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+        return f"no CUDA device is available to this torch ({torch.__version__}, CUDA {torch.version.cuda or 'none'})"
+    return None
+
+
 class CaseContext:
     """The inputs of one case, and (computed on first use, once for all implementations) the fp64 reference and
     naive's errors. A case whose reference cannot be computed raises the same error for every implementation."""

@@ -15,7 +15,7 @@ import torch
 from . import allocator, contention
 from ..protocol import Unsupported
 from ..registry import get
-from .check import CaseContext, WrongResult
+from .check import CaseContext, WrongResult, no_device
 from ..compilation import Recompiled, compile_once
 from .fits import ensure_fits, point_bytes
 from .grid import Case
@@ -194,8 +194,8 @@ def _device_timing(fn: Callable[[], object], device: str, options: Options, log:
 def _context_or_failures(case: Case, impl_names: list[str], device: str, seed: int) -> CaseContext | list[Result]:
     """The case's shared context, or one failed Result per implementation when its inputs cannot be made (skipped,
     with the one reason, where the device is CUDA and this torch has none)."""
-    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
-        why = f"no CUDA device is available to this torch ({torch.__version__}, CUDA {torch.version.cuda or 'none'})"
+    why = no_device(device)
+    if why:
         return [Result(impl=name, case=case, device=device, status="skipped", reason=why) for name in impl_names]
     try:
         return CaseContext(case, device, seed)
