@@ -656,6 +656,31 @@ def test_a_resume_with_other_options_is_refused_in_the_options_words(smoke):
         assert proc.returncode == 2 and said in proc.stderr, proc.stderr
 
 
+def test_an_older_versions_sweep_is_read_as_it_is_and_resumed_only_by_its_version(smoke, tmp_path):
+    """A sweep written by an older sdpa-bench had been resumed silently (its points recording less than the new
+    ones), refused as "another machine", and re-rendered with timing and ceilings its file does not state."""
+    old = tmp_path / "old"
+    old.mkdir()
+    doc = load(smoke[0])
+    doc["version"] = 1
+    doc["meta"]["options"].pop("min_sample_s")
+    doc["meta"].pop("ceiling_samples")
+    doc["results"] = doc["results"][:3]  # unfinished
+    (old / "results.json").write_text(json.dumps(doc))
+    proc = cli("run", "--preset", "smoke", "--out", str(old), "--resume", *FAST)
+    assert proc.returncode == 2 and "was started by an older sdpa-bench (results format 1; this one writes 2" in \
+        proc.stderr and len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert cli("report", "--no-plots", str(old)).returncode == 0
+    report = (old / "report.md").read_text()
+    assert "how many calls each sample timed: unsaid" in report and "lasting at least" not in report, report[:3000]
+    assert "ceilings (where measured: unsaid in an older file)" in report and "measured in this run" not in report
+    assert load(old)["version"] == 1 and len(load(old)["results"]) == 3  # read as it is, not relabelled
+    doc["version"] = 3
+    (old / "results.json").write_text(json.dumps(doc))
+    proc = cli("report", str(old))
+    assert proc.returncode == 2 and "reads 1, 2; a newer sdpa-bench wrote it: upgrade this one" in proc.stderr
+
+
 def test_compare_puts_two_sweeps_side_by_side_through_the_gate(smoke, tmp_path):
     out, _ = smoke
     (tmp_path / "link").symlink_to(out)  # a sweep against itself passes whatever it holds

@@ -21,7 +21,8 @@ def machine_lines(meta: dict) -> list[str]:
     if len(shards) < 2:
         rows = _machine_rows(meta.get("machine") or {})
         ceilings = _ceilings_text(meta.get("ceilings") or {}, meta.get("ceiling_spread") or {})
-        rows += [("ceilings measured in this run", ceilings)] if ceilings else []
+        where = "measured in this run" if "ceiling_samples" in meta else "(where measured: unsaid in an older file)"
+        rows += [(f"ceilings {where}", ceilings)] if ceilings else []
         return [f"| {k} | {v} |" for k, v in rows]
     rows, machines = [], [s.get("machine") or {} for s in shards]
     if all(m == machines[0] for m in machines):
@@ -33,6 +34,14 @@ def machine_lines(meta: dict) -> list[str]:
         ceilings = _ceilings_text(s.get("ceilings") or {}, s.get("ceiling_spread") or {})
         rows += [(f"ceilings measured by shard {s.get('shard') or '?'}", ceilings)] if ceilings else []
     return [f"| {k} | {v} |" for k, v in rows]
+
+
+def _samples_text(options: dict) -> str:
+    """What one timed sample is, as the options recorded it (an older sdpa-bench's file may not say)."""
+    if options.get("min_sample_s") is None:
+        return "Times are medians over samples (how many calls each sample timed: unsaid in an older sdpa-bench's file)"
+    return ("Times are medians over samples, each the mean of back-to-back calls lasting at least "
+            f"{options['min_sample_s'] * 1e3:g} ms")
 
 
 def _machine_rows(m: dict) -> list[tuple[str, str]]:
@@ -143,8 +152,7 @@ def write_markdown(path: Path, sweep: Sweep, layout: SweepTable, images: list[tu
              "| machine | |\n|---|---|\n" + "\n".join(machine_lines(meta)) + "\n",
              sweep_summary(sweep) + ".\n",
              sessions_text(meta, len(sweep.results)),
-             "Times are medians over samples, each the mean of back-to-back calls lasting at least "
-             f"{(meta.get('options') or {}).get('min_sample_s', 0.001) * 1e3:g} ms; compare implementations within this report "
+             _samples_text(meta.get("options") or {}) + "; compare implementations within this report "
              "(ratios), not against another machine's absolute times. A result is only timed after its output "
              "matched the fp64 reference.\n"]
     busy = [r for r in layout.results if r.status == "ok" and layout.busy(r)]

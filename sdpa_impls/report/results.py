@@ -16,7 +16,10 @@ from .files import write_whole
 
 RESULTS_FILE = "results.json"
 FORMAT = "sdpa-bench-results"
-VERSION = 1
+# The format's version, raised whenever a point or the meta records something an older sdpa-bench did not: a file of
+# an older version is read (report, compare, merge), but a sweep is resumed only by a version that writes the same.
+VERSION = 2
+READS = (1, 2)
 OUTPUTS = (RESULTS_FILE, "results.csv", "report.md", "time-*.png", "memory-*.png", "roofline.png",
            "structures-*.png")
 ASIDE = "replaced-sweep"  # run --overwrite keeps the sweep it replaces there until the new one finishes
@@ -32,6 +35,7 @@ class Sweep:
 
     meta: dict
     results: list[Result] = field(default_factory=list)
+    version: int = VERSION  # of the file it was read from; a merge keeps its oldest shard's
 
     def done(self) -> set[tuple[str, str]]:
         """(case id, implementation) of every finished point, whatever its status."""
@@ -58,7 +62,7 @@ def shard_dirs(meta: dict, unfinished: bool = False) -> str:
 def to_text(sweep: Sweep) -> str:
     """JSON with the metadata indented and one result per line (samples included: the gate needs them), each with
     its speed-up against torch_sdpa's result of the same case, as the CSV and the report have it."""
-    head = json.dumps({"format": FORMAT, "version": VERSION, "meta": sweep.meta}, indent=1)
+    head = json.dumps({"format": FORMAT, "version": sweep.version, "meta": sweep.meta}, indent=1)
     rows = ",\n".join(json.dumps(r.as_dict()) for r in with_speedups(sweep.results))
     return head[:-2] + ',\n "results": [\n' + rows + "\n ]\n}\n"
 
@@ -106,8 +110,12 @@ def load(directory: Path) -> Sweep:
                          "another --out)") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise UsageError(f"{path} is not an sdpa-bench results file (no \"format\": \"{FORMAT}\")")
-    if doc.get("version") != VERSION:
-        raise UsageError(f"{path} has results format version {doc.get('version')!r}; this sdpa-bench reads {VERSION}")
+    version = doc.get("version")
+    if version not in READS or type(version) is not int:
+        newer = isinstance(version, int) and not isinstance(version, bool) and version > VERSION
+        raise UsageError(f"{path} has results format version {version!r}; this sdpa-bench reads "
+                         f"{', '.join(map(str, READS))}" + ("; a newer sdpa-bench wrote it: upgrade this one to read it"
+                                                            if newer else ""))
     try:
         if not isinstance(doc["results"], list):
             raise TypeError("results should be a list")
@@ -127,7 +135,7 @@ def load(directory: Path) -> Sweep:
             seen.add((r.case.id, r.impl))
     except (KeyError, TypeError, ValueError) as exc:
         raise UsageError(f"{path} has a malformed entry ({type(exc).__name__}: {exc}); it is corrupt") from None
-    return Sweep(meta, results)
+    return Sweep(meta, results, version)
 
 
 
@@ -294,7 +302,7 @@ def merge(sweeps: list[tuple[Path, Sweep]], all_case_ids: list[str] | None = Non
                               "ceiling_spread": s.meta.get("ceiling_spread"),
                               "sessions": s.meta.get("sessions"), "complete": s.complete}
                              for d, s in sweeps]}
-    return Sweep(meta, results)
+    return Sweep(meta, results, min(s.version for _, s in sweeps))  # what its oldest shard recorded
 
 
 def never_ran(results: list[Result]) -> dict[str, Result]:
