@@ -20,7 +20,7 @@ from sdpa_impls.bench.grid import Case
 from sdpa_impls.bench.measure import Options, run_case, run_case_interleaved, run_point
 from sdpa_impls.bench.timing import Sampler
 from sdpa_impls.bench.result import with_speedups
-from sdpa_impls.bench.timing import calibrate, call_context, same_context, time_closure
+from sdpa_impls.bench.timing import calibrate, call_context, confirmed_sample_s, same_context, time_closure
 
 
 def test_run_point_turns_every_outcome_into_a_result() -> None:
@@ -116,6 +116,23 @@ def test_calibration_hands_back_the_sample_it_measured_last() -> None:
     assert len(calls) > n  # it tried fewer calls first
     slow_n, slow_s = calibrate(lambda: time.sleep(3e-3), "cpu", min_sample_s=2e-3)
     assert slow_n == 1 and slow_s >= 3e-3
+
+
+def test_a_reading_held_up_once_does_not_size_a_benchmark_to_a_handful_of_rounds() -> None:
+    """The suite's rounds are max_time / one reading: a 2 ms call read once as 150 ms (a busy CPU) had left a 1 s
+    budget 6 rounds; the reading is taken again while that costs at most a fifth of what the rounds would take."""
+    held = [0.15]
+
+    def call() -> None:
+        time.sleep(held.pop() if held else 2e-3)
+
+    calls, sample_s = calibrate(call, "cpu")
+    assert calls == 1 and sample_s >= 0.15  # calibrate keeps a reading of more than 20 minimum samples as it is
+    confirmed = confirmed_sample_s(call, "cpu", calls, sample_s, max(1.0, 5 * sample_s) / 5)  # as the suite spares
+    assert confirmed < 0.05 and int(1.0 / confirmed) >= 20, confirmed  # ~2 ms: hundreds of rounds, not 6
+    spent = time.perf_counter()
+    assert confirmed_sample_s(call, "cpu", 1, 0.3, 1.0 / 5) == 0.3  # a reading dearer than the spare: kept, unread
+    assert time.perf_counter() - spent < 0.1
 
 
 def test_one_held_up_call_does_not_fix_one_call_per_sample() -> None:
