@@ -118,20 +118,22 @@ def selected_impls(config: pytest.Config) -> list[str]:
 
 
 def _impls_given(config: pytest.Config) -> list[str]:
-    """--sdpa-impl's values: the command line's (an @file's included) where it names any, else those of addopts (the
-    ini file's, then $PYTEST_ADDOPTS), which pytest puts before it: a default set there is replaced, as `run --impl`
-    replaces [tool.sdpa_bench.run]'s, not added to."""
+    """--sdpa-impl's values: the command line's where it names any (a default in addopts is replaced), else addopts'."""
     every = [str(v) for v in config.getoption("sdpa_impl") or ()]
-    defaults = [*map(str, config.getini("addopts")), *shlex.split(os.environ.get("PYTEST_ADDOPTS", ""))]
-    read: set[str] = set()
-    for at in (a for a in defaults if a.startswith("@")):  # an @file there (one inside it too): its lines are
-        if at not in read:  # arguments, as pytest reads it
-            read.add(at)
-            with contextlib.suppress(OSError, UnicodeDecodeError):
-                defaults += (config.invocation_params.dir / at[1:]).read_text().splitlines()
+    defaults = _read([], config)
     set_there = sum(a.startswith("--sdpa-impl=") or (a == "--sdpa-impl" and i + 1 < len(defaults))
                     for i, a in enumerate(defaults))
     return every[set_there:] or every
+
+
+def _read(args: list[str], config: pytest.Config) -> list[str]:
+    """`args`, then addopts (the ini file's, then $PYTEST_ADDOPTS), with each @file's lines, as pytest reads them."""
+    args = [*map(str, args), *map(str, config.getini("addopts")), *shlex.split(os.environ.get("PYTEST_ADDOPTS", ""))]
+    for i, at in enumerate(args):  # an @file inside an @file too, each once
+        if at.startswith("@") and at not in args[:i]:
+            with contextlib.suppress(OSError, UnicodeDecodeError):
+                args += (config.invocation_params.dir / at[1:]).read_text().splitlines()
+    return args
 
 
 def _cuda_events(config: pytest.Config, device: str) -> bool:
@@ -182,7 +184,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     _check_cuda(device_of(config))  # here, not while collecting: pytest's usage error, one line, not a collection error
     setattr(config, _SUITE_SELECTED, True)
-    given = [*config.invocation_params.args, *config.getini("addopts")]
+    given = _read(list(config.invocation_params.args), config)  # every way pytest takes options
     replaced = sorted({o for o in REPLACED_OPTIONS for arg in given if str(arg).startswith(o)})
     if replaced:
         warnings.warn(pytest.PytestConfigWarning(

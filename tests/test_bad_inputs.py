@@ -405,6 +405,24 @@ def test_the_pytest_suites_implementations_on_the_command_line_replace_those_of_
     assert collected("--sdpa-impl", "fused", addopts="@defaults.txt") == {"fused"}
 
 
+def test_a_pytest_benchmark_option_the_suite_replaces_is_told_wherever_it_is_given(tmp_path) -> None:
+    """--benchmark-min-time and its kin do not change the suite's samples; the warning had read only the command line
+    and the ini file's addopts, not $PYTEST_ADDOPTS or an @file of arguments."""
+    (tmp_path / "args.txt").write_text("--benchmark-warmup=on\n")
+
+    def warned(*args: str, addopts: str = "") -> str:
+        done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                               "--pyargs", "sdpa_impls.suite.test_sdpa", "--sdpa-preset", "smoke", "--sdpa-impl",
+                               "naive", *args], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                              env=os.environ | {"PYTEST_ADDOPTS": addopts})
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout + done.stderr
+
+    assert "do not change its benchmarks" not in warned()
+    assert "--benchmark-min-time do not change its benchmarks" in warned(addopts="--benchmark-min-time=0.1")
+    assert "--benchmark-warmup do not change its benchmarks" in warned("@args.txt")
+
+
 def test_the_pytest_suite_fails_the_point_that_writes_its_inputs_not_the_next(tmp_path) -> None:
     """The suite's case inputs are shared by the case's implementations: one that wrote into them unseen passed, and
     naive after it failed as wrong. Now its own test fails, naming what it did, and naive's passes."""
