@@ -208,13 +208,17 @@ def machine_info(device: str | torch.device | None = None, timer: str | None = N
 IDENTITY_FIELDS = ("cpu", "gpu", "threads", "torch", "cuda", "cudnn", "driver", "xformers", "timer")
 
 
+NOT_RECORDED = "not recorded (an older file)"  # never the same as anything: a machine it hides may differ
+
+
 def machine_identity(machine: dict) -> dict[str, str]:
-    """The identity fields of a `machine_info()` dict (or of an older or partial one: missing reads "unknown")."""
+    """The identity fields of a `machine_info()` dict (or of an older or partial one: missing reads "unknown", or
+    "not recorded" for a field an older sdpa-bench did not write)."""
     gpu = machine.get("gpu")
     on_gpu = isinstance(gpu, dict)
 
     def field(key: str, absent: str = "none") -> str:
-        return str(machine[key] or absent) if key in machine else "unknown"
+        return str(machine[key] or absent) if key in machine else NOT_RECORDED
 
     return {
         "cpu": str(machine.get("cpu") or "unknown"),
@@ -232,7 +236,7 @@ def machine_identity(machine: dict) -> dict[str, str]:
 def machine_differences(a: dict, b: dict) -> list[str]:
     """Human-readable differences between two machines' identities, e.g. "torch: 2.12.0 vs 2.13.0"."""
     ia, ib = machine_identity(a), machine_identity(b)
-    return [f"{k}: {ia[k]} vs {ib[k]}" for k in ia if ia[k] != ib[k] or ia[k] == "unknown"]
+    return [f"{k}: {ia[k]} vs {ib[k]}" for k in ia if ia[k] != ib[k] or ia[k] in ("unknown", NOT_RECORDED)]
 
 
 def machine_key(machine: dict) -> str:
