@@ -1,4 +1,5 @@
-"""The implementation contract: one call signature, one input validator, support declared as data."""
+"""The implementation contract: one call signature and one input validator; what an implementation can run is
+declared as data (`Support`, sdpa_impls.support)."""
 from __future__ import annotations
 
 import math
@@ -12,6 +13,8 @@ from .callshape import QKVText, plain_number, shape_text, to_bhle
 from .masks import Structure
 from .support import ALL_HALF_AND_FLOAT, WITH_FP64, Support  # noqa: F401  (the contract's names, in one place)
 
+# what the measuring code reads from a prepared call besides `op` (compilation, call_context, device time, graphs)
+MARKERS = ("compiles", "compile_s_before", "context", "not_capturable", "rebuild")
 
 
 class Unsupported(NotImplementedError):
@@ -22,8 +25,8 @@ class Unsupported(NotImplementedError):
         self.reasons = list(reasons)
         super().__init__(f"{name} cannot run this case: " + "; ".join(self.reasons))
 
-    def __reduce__(self) -> tuple:  # pickled whole: a process pool's worker hands it back as raised
-        return type(self), (self.impl, self.reasons)
+    def __reduce__(self) -> tuple:  # pickled whole (notes too): a process pool's worker hands it back as raised
+        return type(self), (self.impl, self.reasons), self.__dict__
 
 
 @dataclass(frozen=True)
@@ -96,13 +99,16 @@ class _NoAttention(torch.autograd.Function):
 
 def with_op(fn: Callable[[], torch.Tensor], op: str) -> Callable[[], torch.Tensor]:
     """A prepared call carrying `op`, what it runs in the implementation's own words (see Implementation.prepare);
-    `fn` unchanged when `op` is empty, else `fn` itself with the attribute, or a function calling it where `fn` takes
-    no attribute (a bound method, a builtin)."""
+    `fn` unchanged when `op` is empty, else `fn` itself with the attribute, or where `fn` takes no attribute (a bound
+    method, a builtin) a function calling it that carries its other markers (`MARKERS`) too."""
     if op:
         try:
             fn.op = op  # type: ignore[attr-defined]
         except (AttributeError, TypeError):
             call, fn = fn, lambda: call()
+            for name in MARKERS:
+                if hasattr(call, name):
+                    setattr(fn, name, getattr(call, name))
             fn.op = op  # type: ignore[attr-defined]
     return fn
 

@@ -1,6 +1,7 @@
 """What an implementation can run, declared as data (`Support`), and the sentences a call it cannot run gets."""
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, fields
 import torch
 
@@ -34,21 +35,26 @@ class Support:
         for name, kind, what in (("devices", str, "device types"), ("dtypes", torch.dtype, "torch dtypes"),
                                  ("masks", str, "mask kinds")):
             given = getattr(self, name)
-            items = [] if isinstance(given, (str, bytes)) else _items(given, name)
-            if not items and given or not all(isinstance(x, kind) for x in items):
+            items = None if isinstance(given, (str, bytes)) else _items(given, name)
+            if items is None or not all(isinstance(x, kind) for x in items):
                 raise TypeError(f"Support({name}=...) takes a set of {what}, e.g. {_EXAMPLES[name]}; got {given!r}")
             object.__setattr__(self, name, frozenset(items))
+        wrong = sorted(d for d in self.devices if not _device_type(d))
+        if wrong:
+            raise ValueError(f"Support(devices=...): {', '.join(map(repr, wrong))} is no device type (cpu, cuda, "
+                             "...: torch.device(...).type, without an index)")
         if not self.masks <= MASK_KINDS:
             raise ValueError(f"Support(masks=...): {', '.join(sorted(self.masks - MASK_KINDS))} is no mask kind "
                              f"(the kinds: {', '.join(sorted(MASK_KINDS))})")
         for name, least, none_ok in (("max_head_dim", 1, True), ("head_dim_multiple", 1, False)):
             given = getattr(self, name)
-            if not (given is None and none_ok) and (type(given) is not int or given < least):
+            if not (given is None and none_ok) and (not _whole(given) or given < least):
                 raise ValueError(f"Support({name}=...) takes a whole number >= {least}"
                                  f"{' or None' if none_ok else ''}; got {given!r}")
         for f in fields(self):
-            if f.type == "bool" and not isinstance(getattr(self, f.name), bool):
-                raise TypeError(f"Support({f.name}=...) takes True or False; got {getattr(self, f.name)!r}")
+            given = getattr(self, f.name)
+            if f.type == "bool" and not (isinstance(given, bool) or type(given).__name__ in ("bool_", "bool")):
+                raise TypeError(f"Support({f.name}=...) takes True or False; got {given!r}")
 
     def reasons(self, inp: SDPAInputs) -> list[str]:  # noqa: F821  (protocol's, which imports this module)
         out: list[str] = []
@@ -75,6 +81,17 @@ class Support:
         if not self.func_transforms and in_func_transform():
             out.append("inside torch.func's vmap, grad or jvp (this implementation runs only outside them)")
         return out
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _device_type(name: str) -> bool:
+    try:
+        return torch.device(name).type == name
+    except (RuntimeError, ValueError):
+        return False
 
 
 def _items(given: object, name: str) -> list:

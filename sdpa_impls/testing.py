@@ -6,7 +6,8 @@ gradients too in the backward modes).
     check(name, case, device="cpu", seed=0) -> (max error, tolerance)
         Unsupported (a NotImplementedError) with the implementation's reasons: a skip, not a failure;
         WrongResult (an AssertionError) naming the tensor and its error: a failure;
-        PluginLoadError (an ImportError) where the plug-in named does not load: a failure, not a skip.
+        PluginLoadError (an ImportError) where the plug-in named does not load: a failure, not a skip;
+        RuntimeError where `device` is CUDA and this torch has none: a failure too.
 """
 from __future__ import annotations
 
@@ -28,8 +29,8 @@ def check(name: str, case: Case, device: str = "cpu", seed: int = 0) -> tuple[fl
     with float64: (worst error, its tolerance), or Unsupported / WrongResult / PluginLoadError as the module says."""
     impl = loaded(name)
     why = no_device(device)
-    if why:
-        raise Unsupported(impl.name, [why])
+    if why:  # a failure, not a skip: a GPU runner that lost its GPU must not pass on skips
+        raise RuntimeError(f"check on {device}: {why}")
     context = CaseContext(case, device, seed)
     reasons = context.inputs.reasons(impl)
     if reasons:

@@ -155,9 +155,10 @@ def test_unsupported_travels_through_pickle_as_raised() -> None:
     import pickle
 
     raised = Unsupported("mine", ["dtype=fp64", "device=cuda"])
+    raised.add_note("while checking")
     for back in (pickle.loads(pickle.dumps(raised)), copy.copy(raised)):
-        assert type(back) is Unsupported and (back.impl, back.reasons, str(back)) == \
-            ("mine", ["dtype=fp64", "device=cuda"], str(raised))
+        assert type(back) is Unsupported and (back.impl, back.reasons, str(back), back.__notes__) == \
+            ("mine", ["dtype=fp64", "device=cuda"], str(raised), ["while checking"])
 
 
 def test_with_op_names_a_bound_method_or_builtin_it_cannot_mark() -> None:
@@ -169,10 +170,15 @@ def test_with_op_names_a_bound_method_or_builtin_it_cannot_mark() -> None:
     assert [m.op for m in marked] == ["mine", "mine"] and [m().shape[0] for m in marked] == [2, 3]
     plain = lambda: torch.ones(1)  # noqa: E731
     assert sdpa_impls.with_op(plain, "x") is plain and sdpa_impls.with_op(plain, "") is plain
+    Kernel.run.not_capturable, Kernel.run.context = "reads the clock", "ctx"  # read through the bound method
+    marked = sdpa_impls.with_op(Kernel().run, "mine")
+    assert (marked.op, marked.not_capturable, marked.context) == ("mine", "reads the clock", "ctx")
 
 
 @pytest.mark.parametrize("given, error", [
     (dict(devices="cuda"), "takes a set of device types, e.g. {'cuda'}; got 'cuda'"),
+    (dict(devices=""), "takes a set of device types, e.g. {'cuda'}; got ''"),
+    (dict(devices={"cuda:0"}), "'cuda:0' is no device type"),
     (dict(dtypes=frozenset({"bf16"})), "takes a set of torch dtypes"),
     (dict(dtypes=5), "Support(dtypes=...) takes a set; got 5"),
     (dict(masks={"bools"}), "bools is no mask kind"),
@@ -193,12 +199,17 @@ def test_support_of_plain_sets_is_the_frozen_one() -> None:
     frozen = sdpa_impls.Support(devices=frozenset({"cpu"}), dtypes=frozenset({torch.float32}),
                                 masks=frozenset({"none", "bool"}))
     assert given == frozen and hash(given) == hash(frozen) and isinstance(given.devices, frozenset)
+    import numpy
+
+    assert sdpa_impls.Support(head_dim_multiple=numpy.int64(8), dropout=numpy.True_).head_dim_multiple == 8
 
 
-def test_check_on_cuda_without_one_is_unsupported_with_the_reason() -> None:
+def test_check_on_cuda_without_one_fails_saying_so() -> None:
+    """torch's own error had come out of its random generator; a skip would let a GPU runner without its GPU pass."""
     from sdpa_impls.testing import cases, check
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a CUDA device: check runs there")
-    with pytest.raises(Unsupported, match="no CUDA device is available to this torch"):
+    with pytest.raises(RuntimeError, match="^check on cuda: no CUDA device is available to this torch") as raised:
         check("naive", cases()[0], device="cuda")
+    assert not isinstance(raised.value, Unsupported)
