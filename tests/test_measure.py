@@ -20,7 +20,8 @@ from sdpa_impls.bench.grid import Case
 from sdpa_impls.bench.measure import Options, run_case, run_case_interleaved, run_point
 from sdpa_impls.bench.timing import Sampler
 from sdpa_impls.bench.result import with_speedups
-from sdpa_impls.bench.timing import calibrate, call_context, confirmed_sample_s, same_context, time_closure
+from sdpa_impls.bench.timing import (calibrate, call_context, confirmed_sample_s, round_sample, same_context,
+                                     time_closure)
 
 
 def test_run_point_turns_every_outcome_into_a_result() -> None:
@@ -119,20 +120,35 @@ def test_calibration_hands_back_the_sample_it_measured_last() -> None:
 
 
 def test_a_reading_held_up_once_does_not_size_a_benchmark_to_a_handful_of_rounds() -> None:
-    """The suite's rounds are max_time / one reading: a 2 ms call read once as 150 ms (a busy CPU) had left a 1 s
+    """The suite's rounds are max_time / one sample: a 2 ms call read once as 150 ms (a busy CPU) had left a 1 s
     budget 6 rounds; the reading is taken again while that costs at most a fifth of what the rounds would take."""
     held = [0.15]
 
     def call() -> None:
         time.sleep(held.pop() if held else 2e-3)
 
-    calls, sample_s = calibrate(call, "cpu")
-    assert calls == 1 and sample_s >= 0.15  # calibrate keeps a reading of more than 20 minimum samples as it is
-    confirmed = confirmed_sample_s(call, "cpu", calls, sample_s, max(1.0, 5 * sample_s) / 5)  # as the suite spares
-    assert confirmed < 0.05 and int(1.0 / confirmed) >= 20, confirmed  # ~2 ms: hundreds of rounds, not 6
+    assert calibrate(lambda: time.sleep(0.15), "cpu")[1] >= 0.15  # calibrate alone keeps such a reading
+    calls, sample_s = round_sample(call, "cpu", max_time=1.0, least=5)
+    assert calls == 1 and sample_s < 0.05 and int(1.0 / sample_s) >= 20, sample_s  # ~2 ms: hundreds of rounds
     spent = time.perf_counter()
     assert confirmed_sample_s(call, "cpu", 1, 0.3, 1.0 / 5) == 0.3  # a reading dearer than the spare: kept, unread
     assert time.perf_counter() - spent < 0.1
+
+
+def test_a_held_up_reading_of_a_short_call_is_calibrated_again() -> None:
+    """A 0.1 ms call held up for 150 ms in its first reading: one call per sample, which the confirmed reading shows
+    is under the minimum sample, so calibration is done again and a sample lasts the minimum."""
+    held = [0.15]
+
+    def call() -> None:
+        if held:
+            time.sleep(held.pop())
+        start = time.perf_counter()
+        while time.perf_counter() - start < 1e-4:
+            pass
+
+    calls, sample_s = round_sample(call, "cpu", max_time=1.0, least=5)
+    assert calls > 1 and sample_s >= 1e-3 * 0.9, (calls, sample_s)
 
 
 def test_one_held_up_call_does_not_fix_one_call_per_sample() -> None:

@@ -164,12 +164,24 @@ def calibrate(fn: Callable[[], object], device: torch.device | str, min_sample_s
         calls = min(MAX_CALLS_PER_SAMPLE, max(2 * calls, math.ceil(1.2 * min_sample_s / max(per_call, 1e-9))))
 
 
+def round_sample(fn: Callable[[], object], device: torch.device | str, max_time: float, least: int
+                 ) -> tuple[int, float]:
+    """(calls per sample, the seconds of one sample) for a benchmark that sizes its rounds from them (pytest-benchmark's
+    rounds = max_time / sample, at least `least`): calibrate's, its reading read again for at most a fifth of what
+    the rounds would take on it. One call held up once would otherwise size every round: a 1 ms call read as 70 ms
+    on a busy CPU left 14 rounds of a 1 s budget instead of hundreds; and where that reading had fixed one call per
+    sample for a call shorter than the minimum sample, calibration is done again."""
+    calls, sample_s = calibrate(fn, device)
+    confirmed = confirmed_sample_s(fn, device, calls, sample_s, max(max_time, least * sample_s) / 5)
+    if confirmed < MIN_SAMPLE_S <= sample_s and calls < MAX_CALLS_PER_SAMPLE:
+        return calibrate(fn, device)
+    return calls, confirmed
+
+
 def confirmed_sample_s(fn: Callable[[], object], device: torch.device | str, calls: int, sample_s: float,
                        spare_s: float) -> float:
-    """`sample_s`, one reading of `calls` calls (calibrate's), or a faster one of up to two more readings, taken
-    while their seconds stay within `spare_s`. A benchmark that sizes its rounds from one reading (pytest-benchmark's
-    rounds = max_time / sample) would otherwise be left a handful of rounds by a call held up once: a 1 ms call
-    read as 70 ms on a busy CPU gave 14 rounds of a 1 s budget instead of hundreds."""
+    """`sample_s`, one reading of `calls` calls, or a faster one of up to two more readings, taken while their seconds
+    stay within `spare_s`."""
     spent = 0.0
     for _ in range(2):
         if spent + sample_s > spare_s:

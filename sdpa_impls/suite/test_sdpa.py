@@ -31,8 +31,7 @@ from sdpa_impls.bench.memory import peak_memory
 from sdpa_impls.bench.probe import WORK as PROBE_WORK, SpeedProbe
 from sdpa_impls.bench.result import SPEED_BASELINE, Result
 from sdpa_impls.bench.devicetime import EAGER, GRAPH, HOST, HOST_REASON, DeviceTiming, graph_sampler
-from sdpa_impls.bench.timing import (MIN_SAMPLE_S, calibrate, call_context, confirmed_sample_s, summarize,
-                                     time_closure)
+from sdpa_impls.bench.timing import MIN_SAMPLE_S, call_context, round_sample, summarize, time_closure
 from sdpa_impls.continuous.schedule import NO_CEILINGS_ENV, REPEAT_ENV
 from sdpa_bench_pytest import suite_timer
 
@@ -119,12 +118,9 @@ def test_sdpa(benchmark, request: pytest.FixtureRequest, sdpa_point: tuple[str, 
                 graph, reason = graph_sampler(point.fn, sdpa_device, MIN_SAMPLE_S)
                 how = DeviceTiming(GRAPH if graph else EAGER, reason)
                 target = graph.fn if graph else point.fn
-            calls, sample_s = calibrate(target, sdpa_device)
             least = int(config.getoption("benchmark_min_rounds"))
-            # one reading sizes every round: read again for at most a fifth of what the rounds take on it
-            sample_s = max(confirmed_sample_s(target, sdpa_device, calls, sample_s, max(max_time, least * sample_s)
-                                              / 5), 1e-9)
-            rounds = min(max(least, int(max_time / sample_s)), MAX_ROUNDS)
+            calls, sample_s = round_sample(target, sdpa_device, max_time, least)  # calibrated, its reading confirmed
+            rounds = min(max(least, int(max_time / max(sample_s, 1e-9))), MAX_ROUNDS)
             # CPU: the machine's speed next to each sample, recorded for the side-by-side verdict (bench.probe)
             probe = None if sdpa_device.startswith("cuda") else SpeedProbe(suite_timer(config, sdpa_device))
             before = contention.snapshot()
