@@ -5,7 +5,9 @@ UTF-8 branch, subject or path.
 
     run(folder, *args, timeout)     -> CompletedProcess   # OSError where git is missing, TimeoutExpired
     answer(folder, *args, timeout)  -> str | None         # stdout stripped; None where git fails, is missing or hangs
-    utf8(text)                      -> str                # a branch name or subject from stdout, as git wrote it
+    utf8(text)                      -> str                # a subject from stdout, as git wrote it (U+FFFD for what
+                                                          # is not UTF-8)
+    ref_name(text)                  -> str | None         # a branch name from stdout; None where it is not UTF-8
 """
 from __future__ import annotations
 
@@ -33,5 +35,14 @@ def answer(folder: Path, *args: str, timeout: float = 30) -> str | None:
 
 
 def utf8(text: str) -> str:
-    """A branch name or commit subject from `run`'s stdout, decoded as git wrote it (UTF-8) rather than as a path."""
+    """A commit subject (to be read) from `run`'s stdout, decoded as git wrote it (UTF-8) rather than as a path."""
     return os.fsencode(text).decode("utf-8", "replace")
+
+
+def ref_name(text: str) -> str | None:
+    """A branch name from `run`'s stdout, as git wrote it (UTF-8), for a file that names it (asv.conf.json); None
+    where its bytes are no UTF-8: a name with U+FFFD in place of them would name no branch."""
+    try:
+        return os.fsencode(text).decode("utf-8")
+    except UnicodeDecodeError:
+        return None

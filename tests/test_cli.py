@@ -668,7 +668,7 @@ def test_an_older_versions_sweep_is_read_as_it_is_and_resumed_only_by_its_versio
     doc["results"] = doc["results"][:3]  # unfinished
     (old / "results.json").write_text(json.dumps(doc))
     proc = cli("run", "--preset", "smoke", "--out", str(old), "--resume", *FAST)
-    assert proc.returncode == 2 and "was started by an older sdpa-bench (results format 1; this one writes 2" in \
+    assert proc.returncode == 2 and "was started by an older sdpa-bench (results format 1; this one resumes only format 2" in \
         proc.stderr and len(proc.stderr.splitlines()) == 1, proc.stderr
     assert cli("report", "--no-plots", str(old)).returncode == 0
     report = (old / "report.md").read_text()

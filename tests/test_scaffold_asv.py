@@ -229,3 +229,11 @@ def test_quickstart_in_a_locale_that_cannot_read_utf8_writes_the_branch_git_name
         text = (dest / "asv.conf.json").read_text(encoding="utf-8")
         conf = json.loads("\n".join(line for line in text.splitlines() if not line.lstrip().startswith("//")))
         assert conf["branches"] == ["zweig-ä"] and conf["repo_subdir"] == f"p{int(detach)}", conf
+
+
+def test_a_branch_name_that_is_not_utf8_is_no_name_for_asv_conf() -> None:
+    """Decoded with U+FFFD for its bytes it would name, in asv.conf.json, a branch that does not exist."""
+    from sdpa_impls import gitio
+
+    assert gitio.ref_name(os.fsdecode("zweig-ä".encode())) == "zweig-ä"
+    assert gitio.ref_name(os.fsdecode(b"zweig-\xe4")) is None and "\ufffd" in gitio.utf8(os.fsdecode(b"zweig-\xe4"))

@@ -208,12 +208,12 @@ def machine_info(device: str | torch.device | None = None, timer: str | None = N
 IDENTITY_FIELDS = ("cpu", "gpu", "threads", "torch", "cuda", "cudnn", "driver", "xformers", "timer")
 
 
-NOT_RECORDED = "not recorded (an older file)"  # never the same as anything: a machine it hides may differ
+NOT_RECORDED = "not recorded"  # by an older sdpa-bench, or another tool: never the same as anything
 
 
 def machine_identity(machine: dict) -> dict[str, str]:
     """The identity fields of a `machine_info()` dict (or of an older or partial one: missing reads "unknown", or
-    "not recorded" for a field an older sdpa-bench did not write)."""
+    "not recorded" for a field an older sdpa-bench, or another tool, did not write)."""
     gpu = machine.get("gpu")
     on_gpu = isinstance(gpu, dict)
 

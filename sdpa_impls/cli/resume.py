@@ -36,16 +36,16 @@ def _conflict(what: str, given: object, kept: object, out: Path) -> None:
 def saved(out: Path, args: argparse.Namespace, impls: list[str] | None, given: dict) -> store.Sweep:
     """The saved sweep, after checking that this command line, machine and installation can continue it."""
     sweep = store.load(out)
-    if sweep.version != store.VERSION:  # its points would record less than the new ones, unsaid
-        raise UsageError(f"{out} was started by an older sdpa-bench (results format {sweep.version}; this one "
-                         f"writes {store.VERSION} and records more of each point): finish it with the version that "
-                         "started it, or start again here with --overwrite (report and compare read it as it is)")
     meta = sweep.meta
     if meta.get("merged_from"):  # its missing points are its shards', each measured on its own machine
         left = store.shard_dirs(meta, unfinished=True)
         raise UsageError(f"{out} was merged from shards ({store.shard_dirs(meta)}): " + (
             f"resume the unfinished shards ({left}), then merge them again into a new --out" if left else
             "each was finished, so nothing is left to measure"))
+    if sweep.version != store.VERSION:  # one sweep never mixes points of two versions, which record different things
+        raise UsageError(f"{out} was started by an older sdpa-bench (results format {sweep.version}; this one "
+                         f"resumes only format {store.VERSION}, what it writes): finish it with the version that "
+                         "started it, or start again here with --overwrite (report and compare read it as it is)")
     _conflict("--preset", args.preset, meta.get("preset"), out)
     if impls is not None and set(impls) != set(meta.get("impls", ())):
         _conflict("--impl", ",".join(impls), ",".join(meta.get("impls", ())), out)

@@ -43,7 +43,7 @@ def branch(dest: Path) -> str | None:
     names it before the first commit), for asv to follow. None outside a repository, on a detached HEAD, or without
     git: the plug-in then gets the template's branch and is told to make it."""
     name = _git(dest, "symbolic-ref", "--short", "-q", "HEAD") if top(dest) is not None else None
-    return gitio.utf8(name) if name else None
+    return gitio.ref_name(name) if name else None
 
 
 def detached(dest: Path) -> tuple[str, str] | None:
@@ -52,11 +52,11 @@ def detached(dest: Path) -> tuple[str, str] | None:
     repository or on a branch."""
     if top(dest) is None or branch(dest) is not None:
         return None
-    at_head = gitio.utf8(_git(dest, "for-each-ref", "--points-at", "HEAD", "--format=%(refname:short)", "refs/heads")
-                         or "")
+    at_head = gitio.ref_name(_git(dest, "for-each-ref", "--points-at", "HEAD", "--format=%(refname:short)",
+                                  "refs/heads") or "") or ""
     if len(at_head.split()) == 1:
         return at_head, "the one branch at HEAD"
-    remote = gitio.utf8(_git(dest, "symbolic-ref", "--short", "-q", "refs/remotes/origin/HEAD") or "")
+    remote = gitio.ref_name(_git(dest, "symbolic-ref", "--short", "-q", "refs/remotes/origin/HEAD") or "")
     if remote and "/" in remote:
         return remote.split("/", 1)[1], f"{remote}, origin's default branch"
     return TEMPLATE_BRANCH, "the template's: no single branch is at HEAD, and origin names no default branch"
