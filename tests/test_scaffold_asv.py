@@ -212,7 +212,8 @@ def test_quickstart_on_a_detached_head_follows_the_branch_there_and_says_so(tmp_
 
 def test_quickstart_in_a_locale_that_cannot_read_utf8_writes_the_branch_git_names(tmp_path: Path) -> None:
     """git prints a branch name in UTF-8 whatever the locale: read in the locale's encoding (ASCII under LC_ALL=C
-    without Python's UTF-8 mode) it had ended quickstart with an error it did not foresee."""
+    without Python's UTF-8 mode) it had ended quickstart with an error it did not foresee; and its path, which that
+    locale cannot decode, printed to a UTF-8 stdout (PYTHONIOENCODING=utf-8, as under tox) likewise."""
     repo = tmp_path / "plug é"
     repo.mkdir()
     git(repo, "init", "-q", "-b", "zweig-ä")
@@ -224,8 +225,10 @@ def test_quickstart_in_a_locale_that_cannot_read_utf8_writes_the_branch_git_name
             git(repo, "checkout", "-q", "--detach")
         done = subprocess.run([sys.executable, "-m", "sdpa_impls", "quickstart", "--name", "loc", "--dest",
                                os.fsencode(dest)], capture_output=True, timeout=300,
-                              env=env | {"LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"})
+                              env=env | {"LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0",
+                                         "PYTHONIOENCODING": "utf-8"})  # as tox sets it: the path printed whole
         assert done.returncode == 0, done.stderr.decode(errors="replace")[-2000:]
+        assert os.fsencode(dest) in done.stdout, done.stdout
         text = (dest / "asv.conf.json").read_text(encoding="utf-8")
         conf = json.loads("\n".join(line for line in text.splitlines() if not line.lstrip().startswith("//")))
         assert conf["branches"] == ["zweig-ä"] and conf["repo_subdir"] == f"p{int(detach)}", conf

@@ -115,13 +115,17 @@ class _Diagnostics:
 
 def _tolerant_output() -> None:
     """stdout and stderr in an encoding without ×, µ or → (a Windows console's cp1252, PYTHONIOENCODING=ascii) write
-    such a character as ? instead of raising: a verdict, and the exit status it sets, must not be lost to a symbol;
-    stderr drops what it cannot write (_Diagnostics)."""
+    such a character as ? instead of raising: a verdict, and the exit status it sets, must not be lost to a symbol; a
+    UTF-8 stream writes a name the locale could not decode as its bytes; stderr drops what it cannot write."""
     closed_streams()
     for stream in (sys.stdout, sys.stderr):
         encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "").replace("_", "")
-        if encoding and encoding not in ("utf8", "utf8sig") and hasattr(stream, "reconfigure"):
+        if not encoding or not hasattr(stream, "reconfigure"):
+            continue
+        if encoding not in ("utf8", "utf8sig"):
             stream.reconfigure(errors="replace")
+        elif getattr(stream, "errors", "") == "strict":  # a path the locale could not decode (PYTHONIOENCODING=utf-8
+            stream.reconfigure(errors="surrogateescape")  # under LC_ALL=C): written as the file system's bytes
     if not isinstance(sys.stderr, _Diagnostics):
         sys.stderr = _Diagnostics(sys.stderr)
 
