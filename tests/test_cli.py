@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from sdpa_impls import names
 from sdpa_impls.bench.grid import preset
@@ -565,6 +566,9 @@ def test_list_says_each_reason_once_and_labels_what_it_stops():
     (["run", "--preset", "smoke", "--min-sample", "100"], "--min-sample must be at most 10 seconds; got 100"),
     (["run", "--preset", "smoke", "--budget", "-1"], "--budget must be >= 0"),
     (["run", "--preset", "smoke", "--device", "cpu", "--cuda-graph"], "--cuda-graph needs --device cuda"),
+    *[pytest.param([cmd, "--device", "cuda"], "--device cuda: no CUDA device is available to this torch (",
+                   marks=pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here"))
+      for cmd in ("run", "list")],
     (["run", "--preset", "smoke", "--min-sample", "-1"], "--min-sample must be >= 0"),
     (["run", "--preset", "smoke", "--min-sample", "nan"], "--min-sample must be >= 0 seconds and finite; got nan"),
     (["run", "--preset", "smoke", "--budget", "inf"], "--budget must be >= 0 seconds and finite; got inf"),

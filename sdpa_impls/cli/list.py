@@ -5,6 +5,7 @@ import argparse
 
 import torch
 
+from ..bench.check import no_device
 from ..bench.grid import Case, default_device
 from ..bench.inputs import make_inputs
 from ..bench.machine import machine_info
@@ -65,8 +66,9 @@ def _grouped(failing: dict[str, list[str]], nothing_runs: bool) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     device = args.device or default_device()
-    if device == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda: no CUDA device is available to this torch")
+    why = no_device(device)
+    if why:
+        raise UsageError(f"--device {device}: {why}")
     try:  # one line before the table, as `run` says it, not after 50 lines
         check_settings()
     except ValueError as exc:

@@ -14,6 +14,7 @@ import torch
 
 from ..bench import grid
 from ..bench.ceilings import RunCeilings, needed_ceilings
+from ..bench.check import no_device
 from ..bench.machine import busy_cpus, machine_info, plugin_sources, source_revision
 from ..bench.measure import Options, run_case
 from ..errors import USAGE_EXIT, UsageError
@@ -161,9 +162,9 @@ def judge(sweep: store.Sweep, ceilings: RunCeilings) -> None:
 
 def run(args: argparse.Namespace) -> int:
     device = args.device or grid.default_device()
-    if device == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda: no CUDA device is available to this torch "
-                         f"({torch.__version__}, CUDA {torch.version.cuda or 'none'})")
+    why = no_device(device)
+    if why:
+        raise UsageError(f"--device {device}: {why}")
     auto = args.shard == "auto"
     if auto:
         index, count, local_rank = auto_shard(dict(os.environ))
