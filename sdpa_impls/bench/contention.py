@@ -15,9 +15,13 @@ point's wall time. The clocks tick at 100 Hz, so a point of 0.2 s reads within a
 from __future__ import annotations
 
 import os
-import resource
 import time
 from dataclasses import dataclass
+
+try:
+    import resource
+except ImportError:  # not a POSIX system: no process CPU time by getrusage, and no /proc/stat to set it against
+    resource = None  # type: ignore[assignment]
 
 # other work beyond the CPUs torch's threads leave free, in CPUs, above which a point is marked: background daemons
 # read about 0.01-0.05 on a quiet VM
@@ -48,7 +52,7 @@ def _busy_s() -> float | None:
 def snapshot() -> Snapshot | None:
     """Now, or None where the system does not say (not Linux)."""
     busy = _busy_s()
-    if busy is None:
+    if busy is None or resource is None:
         return None
     own = resource.getrusage(resource.RUSAGE_SELF)
     return Snapshot(time.monotonic(), busy, own.ru_utime + own.ru_stime)

@@ -35,6 +35,9 @@ COMMANDS = {
     "quickstart": ("sdpa_impls.cli.quickstart", "write a new plug-in (package, test, CI workflow) into a folder"),
 }
 
+# what builds, locks and stops environments (flock, process groups): a system without fcntl (Windows) has none of it
+POSIX_ONLY = ("continuous", "bisect", "envs")
+
 
 def _command_in(argv: list[str]) -> str | None:
     """The first word that is not an option: the command (the top level takes no option with a value)."""
@@ -140,6 +143,14 @@ def settled() -> None:
         ignore_stops()
 
 
+def _posix() -> bool:
+    try:
+        import fcntl  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     # not list(argv): once the `list` command's module is imported, `list` in this package's namespace is that module
     argv = sys.argv[1:] if argv is None else [*argv]
@@ -175,6 +186,10 @@ def main(argv: list[str] | None = None) -> int:
         # started with (a script that sets sys.argv and calls main() would be run again whole, setup and all)
         args.own_process = argv == sys.argv[1:] == sys.orig_argv[len(sys.orig_argv) - len(argv):]
         args.argv = tuple(argv)  # as given: a command that stops early names the command that goes on
+        if args.command in POSIX_ONLY and not _posix():
+            raise UsageError(f"needs a POSIX system (Linux or macOS): it builds and locks environments with fcntl "
+                             f"and process groups, which this Python ({sys.platform}) lacks; `run` and `compare` "
+                             "time two revisions installed one after the other")
         from .outputs import terminate_as_interrupt
         with terminate_as_interrupt():  # SIGTERM (a CI's cancel) ends any command as Ctrl-C does, saying so
             code = int(module.run(args))
@@ -190,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # the reader of stdout went away (`sdpa-bench list | head -1`): no error of ours
         with contextlib.suppress(OSError):  # nothing more reaches the closed pipe, not even at exit
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 128 + signal.SIGPIPE  # what a shell reports for a writer the pipe stopped
+        return 128 + getattr(signal, "SIGPIPE", 13)  # what a shell reports for a writer the pipe stopped
     except Exception as exc:  # a CI reads exit 1 as "regression" or "wrong": anything unforeseen is 2, one line
         return unforeseen(prefix, exc)
 

@@ -15,13 +15,17 @@ names the file it holds, and opens the new one: two runs never each hold a lock 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ..errors import GateInputError, UsageError
+
+try:
+    import fcntl
+except ImportError:  # not a POSIX system: the commands that use these locks refuse to start (sdpa_impls.cli)
+    fcntl = None  # type: ignore[assignment]
 
 
 def _open(path: Path) -> int:
