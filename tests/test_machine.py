@@ -8,8 +8,8 @@ import sys
 import pytest
 import torch
 
-from sdpa_impls.bench.machine import (IDENTITY_FIELDS, ONEDNN_ISA_ENV, cpu_flags, describe_cpu, machine_differences,
-                                      machine_identity, machine_info, source_revision)
+from sdpa_impls.bench.machine import (IDENTITY_FIELDS, ONEDNN_ISA_ENV, cpu_flags, cpu_model, describe_cpu,
+                                      machine_differences, machine_identity, machine_info, source_revision)
 from sdpa_impls.bench.timing import cuda_event_clock
 
 
@@ -48,6 +48,23 @@ def test_another_cudnn_xformers_timer_or_cuda_is_another_machine(field: str, val
     b = a | {field: values[0] if a[field] != values[0] else values[1]}  # another value than this torch's own
     assert any(d.startswith(f"{field}:") for d in machine_differences(a, b))
     assert machine_differences(a, dict(a)) == []
+
+
+ARM_CORE = "processor\t: {n}\nBogoMIPS\t: 243.75\nFeatures\t: fp asimd bf16\nCPU implementer\t: 0x41\n" \
+           "CPU architecture: 8\nCPU variant\t: {variant}\nCPU part\t: {part}\nCPU revision\t: 1\n\n"
+
+
+def test_two_arm_cpus_are_told_apart_where_linux_names_no_model() -> None:
+    """Linux on Arm gives no "model name": a Neoverse-N1 (Graviton2) and a Neoverse-V1 (Graviton3) were both the
+    machine's architecture, one machine to the gate's absolute-time rules and to `run --resume`."""
+    n1 = "".join(ARM_CORE.format(n=n, variant="0x3", part="0xd0c") for n in range(2))
+    v1 = "".join(ARM_CORE.format(n=n, variant="0x1", part="0xd40") for n in range(2))
+    assert cpu_model(n1) == "Arm (implementer 0x41, part 0xd0c, variant 0x3)"
+    assert cpu_model(v1) != cpu_model(n1)
+    x86 = "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 9R14\nflags\t\t: fpu avx512_bf16\n"
+    assert cpu_model(x86) == "AMD EPYC 9R14"
+    info = machine_info("cpu")
+    assert machine_differences(info, {**info, "cpu": cpu_model(v1)}) and info["cpu"] == cpu_model()
 
 
 def test_another_driver_is_another_machine() -> None:

@@ -2,6 +2,7 @@
 and which code measured it (`source_revision`)."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import platform
@@ -32,13 +33,32 @@ def _driver() -> str | None:
         return None
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
+ARM_FIELDS = ("CPU implementer", "CPU part", "CPU variant")  # what Linux on Arm says of a core: no model name
+
+
+def cpu_model(cpuinfo: str | None = None) -> str:
+    """The CPU's name, which tells machines apart: x86's model name; on Arm under Linux the core's implementer, part
+    and variant (a Graviton2 and a Graviton3 are both "aarch64"); on macOS the chip ("Apple M2 Pro")."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            cpuinfo = ""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        key, colon, value = line.partition(":")
+        if colon:
+            fields.setdefault(key.strip(), value.strip())
+    if fields.get("model name"):
+        return fields["model name"]
+    if all(fields.get(k) for k in ARM_FIELDS):
+        return "Arm (" + ", ".join(f"{k.removeprefix('CPU ')} {fields[k]}" for k in ARM_FIELDS) + ")"
+    if platform.system() == "Darwin":
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            brand = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True,
+                                   timeout=10).stdout.strip()
+            if brand:
+                return brand
     return platform.processor() or platform.machine()
 
 
