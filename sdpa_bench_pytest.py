@@ -1,11 +1,8 @@
-"""The pytest plug-in of sdpa-bench's benchmark suite (sdpa_impls.suite.test_sdpa), shipped beside the sdpa_impls
-package: loaded in every pytest session of an environment that has sdpa-bench (entry point `sdpa_bench` of the
-group pytest11; `-p no:sdpa_bench` leaves it out), it adds three options and acts only on the suite's tests, those
-that take the `sdpa_point` fixture: their parametrization over a preset's cases and the implementations, their
-timer on CUDA, and the machine they ran on in pytest-benchmark's JSON. It is a module of its own, not a part of
-sdpa_impls, and imports sdpa_impls (and so torch) only once such a test is collected: other test sessions pay
-nothing for it.
-"""
+"""The pytest plug-in of sdpa-bench's suite (sdpa_impls.suite.test_sdpa), beside the package: loaded in every pytest
+session of an environment with sdpa-bench (entry point `sdpa_bench` of pytest11; `-p no:sdpa_bench` leaves it out),
+it adds three options and acts only on the tests that take the `sdpa_point` fixture: their parametrization, timer
+on CUDA, and machine in pytest-benchmark's JSON. It imports sdpa_impls (and torch) only once such a test is
+collected: other test sessions pay nothing for it."""
 from __future__ import annotations
 
 import contextlib
@@ -22,6 +19,7 @@ CUDA_TIMER = "sdpa_impls.bench.timing.cuda_event_clock"
 _SUITE_SELECTED = "_sdpa_bench_suite"  # set on the config when the session collected the suite's tests
 PRESET_VARIABLE = "SDPA_BENCH_PRESET"  # sdpa_impls.bench.grid.PRESET_ENV, named here without importing torch
 CPU_VARIABLES = ("SDPA_BENCH_CPU_BF16", "SDPA_BENCH_CPU_EXP")  # what `fused` and `chunked` compute in on a CPU
+NEEDS_BENCHMARK = "5.2"  # pytest-benchmark's pedantic(teardown=...): the suite's probe after each round
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -37,9 +35,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """The suite's options, $SDPA_BENCH_PRESET and the CPU_VARIABLES are checked before anything is collected, so
-    that a typo is one line and pytest's usage error (exit 4), as in pytest's own options. Sessions that name none
-    of them import nothing here. An empty value is refused, as the command line refuses it: it never means "the default"."""
+    """The suite's options, $SDPA_BENCH_PRESET and CPU_VARIABLES, checked before collection: a typo is one line, pytest's
+    usage error (exit 4); an empty value never means "the default". Sessions naming none import nothing here."""
     for flag in ("--sdpa-preset", "--sdpa-device"):
         value = config.getoption(flag.lstrip("-").replace("-", "_"))
         if value is not None and not value.strip():
@@ -182,7 +179,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     suite = [item for item in items if SUITE_FIXTURE in getattr(item, "fixturenames", ())]
     if not suite:
         return
-    _check_cuda(device_of(config))  # here, not while collecting: pytest's usage error, one line, not a collection error
+    _check_suite(device_of(config))  # here, not while collecting: pytest's usage error, one line, not a collection error
     setattr(config, _SUITE_SELECTED, True)
     given = _read(list(config.invocation_params.args), config)  # every way pytest takes options
     replaced = sorted({o for o in REPLACED_OPTIONS for arg in given if str(arg).startswith(o)})
@@ -218,12 +215,19 @@ def _suite_machine(config: pytest.Config) -> dict:
     return describe_machine(device, timer=timer_name(config, device))
 
 
-def _check_cuda(device: str) -> None:
-    """A usage error (exit 4, as for an unknown preset), before any point, where --sdpa-device names CUDA and this
-    torch has no CUDA device: not a green run of skips, which a CI would read as passing. Only where the suite is
-    collected: a session of other tests may name a device for its own reasons."""
-    import torch
+def _check_suite(device: str) -> None:
+    """Usage errors (exit 4) before any point, only where the suite is collected: a pytest-benchmark without the
+    suite's needs (each point would fail, no JSON be written); --sdpa-device naming CUDA where this torch has none
+    (not a green run of skips, which a CI would read as passing)."""
+    from importlib.metadata import PackageNotFoundError, version
 
+    import torch
+    from packaging.version import InvalidVersion, Version
+
+    with contextlib.suppress(PackageNotFoundError, InvalidVersion):
+        if Version(have := version("pytest-benchmark")) < Version(NEEDS_BENCHMARK):
+            raise pytest.UsageError(f"sdpa-bench's suite needs pytest-benchmark >= {NEEDS_BENCHMARK}, here {have}: "
+                                    f"python -m pip install 'pytest-benchmark>={NEEDS_BENCHMARK}'")
     if torch.device(device).type == "cuda" and not torch.cuda.is_available():
         raise pytest.UsageError(f"--sdpa-device {device}: no CUDA device is available to this torch "
                                 f"({torch.__version__}, CUDA {torch.version.cuda or 'none'})")
@@ -236,14 +240,10 @@ SECTION = "sdpa_bench"  # the key of what the session adds to pytest-benchmark's
 
 class _Tally:
     """The suite's points measured and skipped in this session (in xdist's controller too, from its workers'
-    reports). Where every one of them was skipped, nothing failed and no other test ran, the session exits 5,
-    pytest's "nothing ran", as `sdpa-bench run` exits 2: a CI job (`--sdpa-impl mine` on a runner where mine runs
-    nowhere) that measured nothing is not green. Not under --benchmark-skip, which asks for the skips.
-
-    It also adds to pytest-benchmark's JSON what the file alone would not show (`SECTION`): the suite's points that
-    failed or answered wrong (a failed test saves no benchmark), and whether the session stopped before the end
-    (Ctrl-C, -x), so that `sdpa-bench gate` reading the file fails the one and refuses the other, whatever the job's
-    exit status."""
+    reports). Where every one was skipped, nothing failed and no other test ran, the session exits 5 ("nothing
+    ran", as `run` exits 2): a CI job that measured nothing is not green. Not under --benchmark-skip.
+    It adds to pytest-benchmark's JSON (`SECTION`) the suite's points that failed or answered wrong (a failed test
+    saves no benchmark) and whether the session stopped early (Ctrl-C, -x): `gate` fails the one, refuses the other."""
 
     def __init__(self, config: pytest.Config) -> None:
         self.config, self.measured, self.skipped, self.others, self.nothing = config, 0, 0, 0, False
