@@ -118,6 +118,12 @@ def test_a_session_with_other_benchmarks_is_gated_on_the_suites_alone(session: d
     with pytest.raises(GateInputError, match="not written by the sdpa-bench suite"):  # the strict form stays
         load_points(tmp_path / "both.json")
 
+    def own_impl(doc: dict) -> None:  # a project's benchmark that records an "impl" of its own is still its own
+        next(b for b in doc["benchmarks"] if "test_my_kernel" in b["fullname"])["extra_info"] = {"impl": "mine"}
+    edited(session["both"], tmp_path / "impl.json", own_impl)
+    code, out, err = gate(tmp_path, "--baseline", "base.json", "--candidate", "impl.json")
+    assert code == 0 and "impl.json: left out 1 benchmark not from sdpa-bench's suite" in err, out + err
+
 
 def test_an_interrupted_session_is_no_verdict(session: dict[str, Path], tmp_path: Path) -> None:
     """A session stopped inside one of the suite's benchmarks saves it with no extra_info, and none of the ones after

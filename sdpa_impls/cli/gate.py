@@ -88,7 +88,9 @@ def run(args: argparse.Namespace) -> int:
         given_once(args.candidate, args.baseline or [])
         missing = [str(path) for path in [*(args.baseline or ()), *args.candidate] if not os.path.lexists(path)]
         if missing:  # every one named at once, not one a try
-            raise GateInputError(f"{', '.join(missing)}: no such file{'s' if len(missing) > 1 else ''}")
+            raise GateInputError(f"{', '.join(missing)}: no such file{'s' if len(missing) > 1 else ''} (pytest-benchmark "
+                                 "writes none where no benchmark was timed: every one failed or skipped, or "
+                                 "--benchmark-disable)")
         others: dict[str, list[str]] = {str(path): [] for path in [*args.candidate, *(args.baseline or ())]}
         runs = [load_points(path, others[str(path)], session=True) for path in args.candidate]
         cand_machine, candidate = runs[0]

@@ -91,11 +91,13 @@ def _benchmark_name(bench: dict, index: int) -> str:
 
 
 def _is_other(bench: object) -> bool:
-    """A benchmark of another test in the same session: no sense of sdpa-bench's suite in its name or extra_info."""
+    """A benchmark of another test in the same session: no sense of sdpa-bench's suite in its name, its parameter
+    (`sdpa_point`) or its extra_info (both "impl" and "case": a user's benchmark may record an "impl" of its own)."""
     if not isinstance(bench, dict):
         return False
-    extra = bench.get("extra_info")
-    ours = isinstance(extra, dict) and ("impl" in extra or "case" in extra)
+    extra, params = bench.get("extra_info"), bench.get("params")
+    ours = (isinstance(extra, dict) and "impl" in extra and "case" in extra) or (
+        isinstance(params, dict) and "sdpa_point" in params)
     return not ours and "test_sdpa[" not in _benchmark_name(bench, 0)
 
 
