@@ -169,6 +169,18 @@ def test_an_exit_2_leaves_no_earlier_comparison_behind(sweep, in_tmp) -> None:
     assert code == 0 and "sdpa-bench compare: the gate's rules would PASS" in verdict.read_text()
 
 
+def test_a_sweep_with_no_measured_point_is_named_on_either_side(sweep, in_tmp) -> None:
+    """Every point skipped: "nothing comparable, no benchmark of the baseline is in the candidate" had blamed the
+    other sweep where the empty one was the baseline."""
+    def skipped(doc: dict) -> None:
+        for r in doc["results"]:
+            r.update(status="skipped", reason="not here", median_s=None, iqr_s=None, samples=[])
+    empty = edited(sweep, in_tmp / "empty", skipped)
+    for a, b in ((empty, sweep), (sweep, empty)):
+        code, _, err = compare(a, b)
+        assert code == 2 and err == f"sdpa-bench compare: error: {empty} holds no measured point to compare\n", err
+
+
 def test_a_sweep_that_run_is_still_writing_is_said_to_be_so_not_to_need_a_resume(sweep, in_tmp) -> None:
     def unfinished(doc: dict) -> None:
         doc["results"] = doc["results"][:-1]

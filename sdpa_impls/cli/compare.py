@@ -96,8 +96,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"sdpa-bench compare: note: {directory} is unfinished ({len(sweep.done())} of {sweep.planned} "
                   "points): the points it lacks are not measured yet; resume it (`sdpa-bench run --out DIR "
                   "--resume`, or its shards) and compare again", file=sys.stderr)
-    if not b:
-        raise UsageError(f"{args.dir_b} holds no measured point to compare")
+    for directory, points in ((args.dir_a, a), (args.dir_b, b)):
+        if not points:  # either side: "nothing comparable" would blame the other sweep's cases
+            raise UsageError(f"{directory} holds no measured point to compare")
     shared, presets = shared_cases(args.dir_a, args.dir_b, sweeps[args.dir_a], sweeps[args.dir_b])
     if shared is not None:
         a, b = ([p for p in side if p.case_id in shared] for side in (a, b))
