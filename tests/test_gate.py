@@ -748,3 +748,23 @@ def test_rules_that_applied_to_no_case_are_one_line_not_a_row_each() -> None:
     assert not any("fused / naive" in line for line in lines), lines
     assert "3 in-run rule(s) n/a, applying to no case that ran (on `chunked`, `fused`, `naive`); each is in --json." \
         in lines, lines
+
+
+def test_points_timed_on_busy_cpus_are_counted_per_side_as_compare_counts_them(session: dict[str, Path],
+                                                                                tmp_path: Path) -> None:
+    """The suite records, per point, the CPUs other processes kept busy while it was timed (`other_cpus`); the gate's
+    verdict says how many of each side's timed points that was, as `compare` does for two sweeps."""
+    def other_cpus(value: float):
+        def edit(doc: dict) -> None:
+            for b in doc["benchmarks"]:
+                if "test_sdpa[" in b["fullname"]:
+                    b["extra_info"]["other_cpus"] = value
+        return edit
+    edited(session["both"], tmp_path / "quiet.json", other_cpus(0.0))
+    edited(session["both"], tmp_path / "busy.json", other_cpus(64.0))  # more CPUs than any machine leaves free
+    code, out, err = gate(tmp_path, "--baseline", "quiet.json", "--candidate", "busy.json")
+    assert code in (0, 1) and "busy CPUs: baseline 0 of 5, candidate 5 of 5 timed points were measured while other " \
+        "processes kept busy CPUs that torch's threads needed (the JSON's extra_info.other_cpus)" in out, out + err
+    edited(session["both"], tmp_path / "quiet2.json", other_cpus(0.0))
+    code, out, err = gate(tmp_path, "--baseline", "quiet.json", "--candidate", "quiet2.json")
+    assert code in (0, 1) and "busy CPUs" not in out and "verdict" in out.lower(), out + err

@@ -4,6 +4,7 @@
     other_cpus(before) -> float | None     # since then: CPUs' worth of work that was not this process's
     contended(other, threads, cpus) -> bool
     advice(threads) -> "on a quiet machine, or with fewer threads (OMP_NUM_THREADS=1)"   # what the warnings tell
+    busy_note(counts, marked) -> str       # a comparison's note: how many timed points of each side were busy
 
 torch's threads meet at a barrier in every parallel region, so one thread descheduled for a scheduler tick (4 ms at
 250 Hz) holds up the whole call: on a 2-CPU machine another busy process turns a 0.3 ms call into 4 or 8 ms, and
@@ -84,3 +85,13 @@ def advice(threads: int) -> str:
 def threads_text(threads: int) -> str:
     """'1 thread', '8 threads'."""
     return f"{threads} thread{'s' if threads != 1 else ''}"
+
+
+def busy_note(counts: list[tuple[str, int, int]], marked: str) -> str:
+    """The note of a comparison (`compare`, `gate`) where (side, busy, timed) `counts` hold a busy point; "" where
+    none was. `marked`: where a reader finds which points, e.g. "marked `busy` in each sweep's report"."""
+    if not any(busy for _, busy, _ in counts):
+        return ""
+    return ("busy CPUs: " + ", ".join(f"{side} {busy} of {timed}" for side, busy, timed in counts) + " timed points "
+            f"were measured while other processes kept busy CPUs that torch's threads needed ({marked}): their times "
+            "are slowed and scattered, so read a time verdict on them with care.")

@@ -7,6 +7,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from ..bench import contention
 from ..bench.machine import sweep_machine
 from ..errors import GateInputError, UsageError
 from ..gate.compare import compare_points
@@ -65,11 +66,7 @@ def busy_note(sides: dict[str, tuple[store.Sweep, list[Point]]]) -> str:
         layout, keys = SweepTable(sweep), {p.key for p in points}
         timed = [r for r in layout.results if r.status == "ok" and (r.impl, r.case.id) in keys]
         counts.append((side, sum(layout.busy(r) for r in timed), len(timed)))
-    if not any(busy for _, busy, _ in counts):
-        return ""
-    return ("busy CPUs: " + ", ".join(f"{side} {busy} of {timed}" for side, busy, timed in counts) + " timed points "
-            "were measured while other processes kept busy CPUs that torch's threads needed (marked `busy` in each "
-            "sweep's report): their times are slowed and scattered, so read a time verdict on them with care.")
+    return contention.busy_note(counts, "marked `busy` in each sweep's report")
 
 
 def run(args: argparse.Namespace) -> int:

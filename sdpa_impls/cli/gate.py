@@ -15,10 +15,12 @@ comparison in gate.compare, the rendering in gate.render, the file reading in ga
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
 
+from ..bench import contention
 from ..bench.machine import machine_differences
 from ..errors import GateInputError
 from ..gate.compare import compare_points
@@ -78,6 +80,14 @@ def given_once(candidates: list[str], baselines: list[str]) -> None:
                                  "says nothing about the change")
 
 
+def _busy(machine: dict, points: list) -> tuple[int, int]:
+    """(busy, timed): the timed points measured while other processes kept busy CPUs torch's threads needed."""
+    timed = [p for p in points if p.status == "ok" and p.median_s is not None]
+    threads = machine.get("threads") if isinstance(machine.get("threads"), int) else 1
+    cpus = machine.get("cpus") if isinstance(machine.get("cpus"), int) else None
+    return sum(contention.contended(p.other_cpus, threads, cpus) for p in timed), len(timed)
+
+
 def run(args: argparse.Namespace) -> int:
     """Exit code: 0 pass, 1 regression, 2 unusable input (one message on stderr, no traceback)."""
     try:
@@ -124,6 +134,10 @@ def run(args: argparse.Namespace) -> int:
         except GateInputError as exc:
             where = f"{args.baseline[0]} vs {args.candidate[0]}" if args.baseline else args.candidate[0]
             raise GateInputError(f"{where}: {exc}") from None
+        counts = [(side, *(sum(n) for n in zip(*(_busy(*run) for run in group))))
+                  for side, group in (("baseline", bases), ("candidate", runs)) if group]
+        busy = contention.busy_note(counts, "the JSON's extra_info.other_cpus")
+        report = dataclasses.replace(report, notes=(*report.notes, *filter(None, [busy])))
         sys.stdout.write(render_verdict(report))
         if args.markdown:
             write(args.markdown, render_verdict(report, markdown=True))

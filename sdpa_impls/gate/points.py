@@ -52,6 +52,7 @@ class Point:
     probe_work: str = field(default="", compare=False)  # what the probe timed (bench.probe.WORK)
     preset: str = field(default="", compare=False)  # the suite's preset that ran it ("" where not recorded)
     reason: str = field(default="", compare=False)  # why a point that failed or answered wrong did (its error)
+    other_cpus: float | None = field(default=None, compare=False)  # other processes' CPUs while it was timed
 
     @property
     def key(self) -> tuple[str, str]:
@@ -143,6 +144,7 @@ def _point_from_benchmark(bench: object, index: int, source: str) -> Point:
         probe_s=_probes(extra.get("probe_s"), len(data)),
         probe_work=str(extra.get("probe") or ""),
         preset=preset if isinstance(preset, str) else "",
+        other_cpus=_number(extra.get("other_cpus"), "extra_info.other_cpus", where),
     )
 
 
