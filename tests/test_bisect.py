@@ -135,6 +135,24 @@ def test_an_interrupted_search_keeps_its_steps_and_resumes_from_them(history: di
     code, _, err = bisect(history["repo"], history["good"], "HEAD", *FAST, "--separate-processes", "--resume",
                           str(resumed))  # named by the option typed, not by the setting's own name
     assert code == 2 and "(no --separate-processes there, --separate-processes here)" in err, err
+    gate = tmp_path / "gate.toml"  # a --config is its contents: another file's, or the file edited, is refused
+    gate.write_text('continuous_time = "median:25%"\n')
+    code, _, err = bisect(history["repo"], history["good"], "HEAD", *FAST, "--config", str(gate), "--resume",
+                          str(resumed))
+    assert code == 2 and "(no --config there, a --config holding sha256:" in err, err
+    edits = {"config": lambda d: d["resume"]["settings"].update(config="sha256:0000000000000000"),
+             "verdict": lambda d: d["steps"][-1].update(verdict="BANANA"),  # hand-edited: never steers a search
+             "rows": lambda d: d["steps"][0]["rows"][0].update(verdict="SAME")}  # the step's DIFFERENT, contradicted
+    for name, edit in edits.items():
+        doc = json.loads(resumed.read_text())
+        edit(doc)
+        (tmp_path / f"{name}.json").write_text(json.dumps(doc))
+        config = ["--config", str(gate)] if name == "config" else []
+        code, _, err = bisect(history["repo"], history["good"], "HEAD", *FAST, *config, "--resume",
+                              str(tmp_path / f"{name}.json"))
+        said = ("a --config holding sha256:0000000000000000 there, a --config holding sha256:" if name == "config"
+                else "a step cannot be read (ValueError: step ")
+        assert code == 2 and said in err and err.count("\n") == 1, (name, err)
     code, _, err = bisect(history["repo"], history["good"], "HEAD", *FAST, "--resume", str(resumed), "--markdown",
                           str(resumed))
     assert code == 2 and f"--markdown {resumed}: is also --resume, which writing it would destroy" in err, err

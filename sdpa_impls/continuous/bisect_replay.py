@@ -8,15 +8,16 @@ the question it asks next (continuous.bisect), so only what the earlier one did 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from pathlib import Path
 
 from ..errors import UsageError
 from ..fmt import fmt_duration
-from .bisect_answer import ENDPOINTS, Query, Search
+from .bisect_answer import AGAINST_BAD, CONFIRM, ENDPOINTS, SEARCH, Query, Search
 from .comparison import Plan
 from .revisions import uncommitted
-from .steps import RowStep, Step
+from .steps import DIFFERENT, SAME, SKIPPED, UNKNOWN, RowStep, Step, verdict_of
 
 IN_PROGRESS, INTERRUPTED = "in progress", "interrupted"  # what a --json written before the answer says
 DIRTY_TREE = "the working tree has uncommitted changes"  # a note about the run's own tree: not carried to a resume
@@ -39,8 +40,18 @@ def settings_of(query: Query, plan: Plan) -> dict:
     return {"preset": plan.preset, "rounds": plan.rounds, "max_time": plan.max_time,
             "adaptive_budget": plan.adaptive_budget, "adaptive_rounds": plan.adaptive_rounds, "paired": plan.paired,
             "impl": list(query.impl), "select": query.select, "rows": [list(r) for r in query.rows],
-            "config": query.config, "package": query.package,
+            "config": _contents(query.config), "package": query.package,
             "versions": list(query.versions) if query.versions is not None else None, "pre": query.pre}
+
+
+def _contents(path: str | None) -> str | None:
+    """What a --config file holds, as a digest: its contents decide every step's verdict, not the path it is given by."""
+    if path is None:
+        return None
+    try:
+        return "sha256:" + hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+    except OSError:
+        return "unreadable"  # the search says why, as for any --config
 
 
 @dataclasses.dataclass
@@ -65,8 +76,14 @@ class Replay:
 def step_of(d: dict) -> Step:
     rows = tuple(RowStep(r["label"], r.get("ratio"), tuple(r["interval"]) if r.get("interval") else None,
                          r["verdict"], r.get("memory") or "", str(r.get("why") or "")) for r in d.get("rows") or ())
-    return Step(d["kind"], d["base"], d["head"], d["verdict"], d["floor"], rows, d.get("seconds") or 0.0,
+    step = Step(d["kind"], d["base"], d["head"], d["verdict"], d["floor"], rows, d.get("seconds") or 0.0,
                 tuple(d.get("notes") or ()))
+    said = SKIPPED if step.kind == "skip" else verdict_of(rows)  # what the search itself would have concluded
+    if step.kind not in (ENDPOINTS, SEARCH, AGAINST_BAD, CONFIRM, "skip") or step.verdict != said or any(
+            r.verdict not in (DIFFERENT, SAME, UNKNOWN) for r in rows):
+        raise ValueError(f"step {step.kind!r} of {str(step.head)[:12]}: its verdict {step.verdict!r} is not what its "
+                         "rows say")
+    return step
 
 
 def load_replay(path: str | Path, query: Query, plan: Plan) -> Replay:
@@ -121,8 +138,10 @@ class Resumable:
             self.replay = None
             return None
         if (step.kind, step.base, step.head) != (kind, base, head):
-            self.result.notes.append(f"resumed from {self.replay.source} up to step {index}, where that search asked "
-                                     "another question; measured from there.")
+            said = (f"resumed from {self.replay.source} up to step {index}, where that search asked another "
+                    "question; measured from there.")
+            self.result.notes.append(said)
+            self.progress(said)  # while it runs, not only in the answer
             self.replay = None
             return None
         self.result.steps.append(step)
@@ -164,6 +183,8 @@ def _shown(key: str, value: object) -> str:
     """A setting as a person typed it: its option, rows as impl[case], lists comma-separated ("no -k": none)."""
     if key == "paired":  # the option is its opposite
         return "no --separate-processes" if value else "--separate-processes"
+    if key == "config" and value:
+        return f"a --config holding {value}"
     flag = {"select": "-k", "rows": "--from rows"}.get(key, "--" + key.replace("_", "-"))
     if isinstance(value, (list, tuple)):
         text = ", ".join(f"{v[0]}[{v[1]}]" if isinstance(v, (list, tuple)) and len(v) == 2 else str(v) for v in value)
