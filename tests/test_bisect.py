@@ -27,8 +27,9 @@ from sdpa_impls.continuous.comparison import Plan
 from sdpa_impls.continuous.project import NONE, Project
 from sdpa_impls.continuous.lines import between, commits
 from sdpa_impls.continuous.revisions import describe, first_parents
-from sdpa_impls.continuous.steps import (DIFFERENT, SAME, SKIPPED, UNKNOWN, RowStep, Step, rows_from_verdict,
+from sdpa_impls.continuous.steps import (DIFFERENT, SAME, SKIPPED, UNKNOWN, RowStep, Step, rows_from_verdict, rows_outside,
                                          selection_of, unexplained)
+from sdpa_impls.bench.grid import PRESETS
 from sdpa_impls.errors import UsageError
 from test_as_a_tool import PLUGIN, SLOWER
 from test_continuous import command, commit, git
@@ -410,6 +411,20 @@ def test_the_rows_of_a_failed_gate_are_what_is_searched(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match=r"is the answer of `sdpa-bench bisect --json`; --from takes a verdict of "
                                          r"`sdpa-bench continuous --json`"):
         rows_from_verdict(str(verdict))
+
+
+def test_a_verdict_of_another_preset_is_named_before_anything_is_measured() -> None:
+    """A `continuous --json` verdict does not name its preset: --from rows whose cases this search's preset lacks were
+    refused only after the endpoints, as "no benchmark of its suite is selected", or left out without a word."""
+    rows = (("naive", "L128-E64-fp32-fwd"), ("naive", "L96-E32-fp32-fwd+bwd"))
+    assert rows_outside(rows, "smoke", "v.json") == []
+    with pytest.raises(UsageError) as refused:
+        rows_outside(rows, "quick", "v.json")
+    assert str(refused.value) == ("--from v.json: none of its rows' cases is in the preset quick this search runs "
+                                  "(e.g. L128-E64-fp32-fwd): give the preset that verdict was measured with "
+                                  "(--preset smoke or ci holds them all)")
+    quick = PRESETS["quick"][0].id
+    assert rows_outside((*rows, ("naive", quick)), "quick", "v.json") == [f"naive[{r}]" for _, r in rows]
 
 
 def test_a_verdict_of_other_implementations_is_refused_not_answered(history: dict, tmp_path: Path) -> None:

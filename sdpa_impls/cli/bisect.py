@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .. import settings
-from ..bench.grid import PRESETS
+from ..bench.grid import PRESETS, default_device
 from ..continuous.bisect import search
 from ..continuous.bisect_answer import Query, Search
 from ..continuous.bisect_replay import INTERRUPTED, IN_PROGRESS, load_replay
@@ -36,7 +36,7 @@ from ..continuous.bisect_render import as_dict, render
 from ..continuous.comparison import Plan
 from ..continuous.envcache import cache_source, size_cap
 from ..continuous.project import find
-from ..continuous.steps import rows_from_verdict
+from ..continuous.steps import rows_from_verdict, rows_outside
 from ..credentials import redact
 from ..errors import UsageError
 from ..fmt import option_text
@@ -127,6 +127,10 @@ def run(args: argparse.Namespace) -> int:
         plan = Plan(args.preset, args.rounds, args.max_time, args.adaptive_budget, args.adaptive_rounds,
                     args.round_timeout, args.seed, paired=not args.separate_processes)
         plan.check()  # a typo named before a resumed search is read or any revision looked at
+        outside = rows_outside(rows, plan.preset_name(default_device() == "cpu"), args.from_verdict) if rows else []
+        if outside:  # measured nowhere in this search: said before it starts, not left out without a word
+            progress(f"warning: --from {args.from_verdict}: {len(outside)} of its {len(rows)} rows are not in this "
+                     f"search's preset, so not searched: {', '.join(outside[:3])}{', ...' if len(outside) > 3 else ''}")
         replay = load_replay(args.resume, query, plan) if args.resume else None
         so_far: list[Search] = []
 

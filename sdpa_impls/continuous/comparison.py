@@ -75,6 +75,9 @@ class Plan:
     time_floor: float | None = None
     paired: bool = True
 
+    def preset_name(self, cpu: bool) -> str:
+        return self.preset or ("ci" if cpu else "gpu-ci")  # gpu-ci: calls long enough to time kernels, not launches
+
     def check(self) -> None:
         """UsageError naming the first value no comparison can use."""
         if self.time_floor is not None and not self.time_floor > 1.0:
@@ -139,8 +142,7 @@ class Comparison:
 
 
 def pytest_args(plan: Plan, cpu: bool) -> list[str]:
-    preset = plan.preset or ("ci" if cpu else "gpu-ci")  # gpu-ci: calls long enough to time kernels, not launches
-    out = ["--sdpa-preset", preset, f"--benchmark-max-time={plan.max_time:g}", f"--benchmark-min-rounds={MIN_ROUNDS}"]
+    out = ["--sdpa-preset", plan.preset_name(cpu), f"--benchmark-max-time={plan.max_time:g}", f"--benchmark-min-rounds={MIN_ROUNDS}"]
     if cpu:  # CPU time of the one-thread process: time spent waiting for the other core's work does not count
         out.append("--benchmark-timer=time.process_time")
     if plan.select:

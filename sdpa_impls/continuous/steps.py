@@ -16,6 +16,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+from ..bench.grid import PRESETS
 from ..errors import UsageError
 from ..fmt import fmt_bytes
 from ..gate.rules import FAIL
@@ -228,6 +229,19 @@ def rows_from_verdict(path: str) -> tuple[tuple[str, str], ...]:
                              f"; {wrong} gave a wrong result, which bisect does not search: `git bisect run` with "
                              "the suite's test finds that commit" if wrong else ""))
     return rows
+
+
+def rows_outside(rows: tuple[tuple[str, str], ...], preset_name: str, path: str) -> list[str]:
+    """The --from `rows` whose case the search's preset lacks (the verdict, which does not name its preset, was of
+    another); UsageError where it lacks every one, naming the presets that hold them all."""
+    ids = {c.id for c in PRESETS.get(preset_name, ())}
+    outside = [f"{impl}[{case}]" for impl, case in rows if case not in ids]
+    if rows and len(outside) == len(rows):
+        holders = [n for n, cases in PRESETS.items() if {c for _, c in rows} <= {c.id for c in cases}]
+        raise UsageError(f"--from {path}: none of its rows' cases is in the preset {preset_name} this search runs "
+                         f"(e.g. {rows[0][1]}): give the preset that verdict was measured with" + (
+                             f" (--preset {' or '.join(holders)} holds them all)" if holders else ""))
+    return outside
 
 
 def selection_of(rows: tuple[tuple[str, str], ...], select: str | None, reference: str) -> str | None:
