@@ -216,18 +216,18 @@ def _suite_machine(config: pytest.Config) -> dict:
 
 
 def _check_suite(device: str) -> None:
-    """Usage errors (exit 4) before any point, only where the suite is collected: a pytest-benchmark without the
-    suite's needs (each point would fail, no JSON be written); --sdpa-device naming CUDA where this torch has none
-    (not a green run of skips, which a CI would read as passing)."""
-    from importlib.metadata import PackageNotFoundError, version
+    """Usage errors (exit 4) before any point, where the suite is collected: no pytest-benchmark with what it needs
+    (each point would fail, no JSON be written); CUDA named where this torch has none (not a green run of skips)."""
+    from importlib.metadata import distributions
 
     import torch
     from packaging.version import InvalidVersion, Version
 
-    with contextlib.suppress(PackageNotFoundError, InvalidVersion):
-        if Version(have := version("pytest-benchmark")) < Version(NEEDS_BENCHMARK):
-            raise pytest.UsageError(f"sdpa-bench's suite needs pytest-benchmark >= {NEEDS_BENCHMARK}, here {have}: "
-                                    f"python -m pip install 'pytest-benchmark>={NEEDS_BENCHMARK}'")
+    have, needs = next((d.version for d in distributions(name="pytest-benchmark")), "none"), NEEDS_BENCHMARK
+    with contextlib.suppress(InvalidVersion):  # an rc or dev build of 5.2 has what 5.2 has
+        if have == "none" or Version(have).release < tuple(map(int, needs.split("."))):
+            raise pytest.UsageError(f"sdpa-bench's suite needs pytest-benchmark >= {needs}, here {have}: "
+                                    f"python -m pip install 'pytest-benchmark>={needs}'")
     if torch.device(device).type == "cuda" and not torch.cuda.is_available():
         raise pytest.UsageError(f"--sdpa-device {device}: no CUDA device is available to this torch "
                                 f"({torch.__version__}, CUDA {torch.version.cuda or 'none'})")

@@ -134,7 +134,8 @@ def run(args: argparse.Namespace) -> int:
         except GateInputError as exc:
             where = f"{args.baseline[0]} vs {args.candidate[0]}" if args.baseline else args.candidate[0]
             raise GateInputError(f"{where}: {exc}") from None
-        counts = [(side, *(sum(n) for n in zip(*(_busy(*run) for run in group))))
+        counts = [(side + (f" ({len(group)} runs)" if len(group) > 1 else ""),
+                   *(sum(n) for n in zip(*(_busy(*run) for run in group))))
                   for side, group in (("baseline", bases), ("candidate", runs)) if group]
         busy = contention.busy_note(counts, "the JSON's extra_info.other_cpus")
         report = dataclasses.replace(report, notes=(*report.notes, *filter(None, [busy])))

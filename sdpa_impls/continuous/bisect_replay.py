@@ -183,8 +183,8 @@ def _shown(key: str, value: object) -> str:
     """A setting as a person typed it: its option, rows as impl[case], lists comma-separated ("no -k": none)."""
     if key == "paired":  # the option is its opposite
         return "no --separate-processes" if value else "--separate-processes"
-    if key == "config" and value:
-        return f"a --config holding {value}"
+    if key == "config" and value:  # a path, where an older sdpa-bench kept one
+        return f"a --config holding {value}" if str(value).startswith("sha256:") else f"--config {value!r}"
     flag = {"select": "-k", "rows": "--from rows"}.get(key, "--" + key.replace("_", "-"))
     if isinstance(value, (list, tuple)):
         text = ", ".join(f"{v[0]}[{v[1]}]" if isinstance(v, (list, tuple)) and len(v) == 2 else str(v) for v in value)

@@ -233,14 +233,16 @@ def rows_from_verdict(path: str) -> tuple[tuple[str, str], ...]:
 
 def rows_outside(rows: tuple[tuple[str, str], ...], preset_name: str, path: str) -> list[str]:
     """The --from `rows` whose case the search's preset lacks (the verdict, which does not name its preset, was of
-    another); UsageError where it lacks every one, naming the presets that hold them all."""
+    another); UsageError where it lacks every one and another preset holds them all (named). These are this
+    sdpa-bench's presets: a revision of sdpa-bench itself may define its own, so where none holds them it is said,
+    not refused."""
     ids = {c.id for c in PRESETS.get(preset_name, ())}
     outside = [f"{impl}[{case}]" for impl, case in rows if case not in ids]
-    if rows and len(outside) == len(rows):
-        holders = [n for n, cases in PRESETS.items() if {c for _, c in rows} <= {c.id for c in cases}]
+    holders = [n for n, cases in PRESETS.items() if {c for _, c in rows} <= {c.id for c in cases}]
+    if rows and len(outside) == len(rows) and holders:
         raise UsageError(f"--from {path}: none of its rows' cases is in the preset {preset_name} this search runs "
-                         f"(e.g. {rows[0][1]}): give the preset that verdict was measured with" + (
-                             f" (--preset {' or '.join(holders)} holds them all)" if holders else ""))
+                         f"(e.g. {rows[0][1]}): give the preset that verdict was measured with (--preset "
+                         f"{' or '.join(holders)} holds them all)")
     return outside
 
 
