@@ -262,6 +262,9 @@ def test_a_file_over_the_size_a_call_brings_back_is_bundled_in_pieces_under_it(t
     written = {"env.txt": b"H200", "results.json": os.urandom(17 << 20), "log.txt": b"done"}
     for name, data in written.items():
         (out / name).write_bytes(data)
+    # the archive as it is written is never in it: left by a bundling that was stopped, or made by the shell before
+    # the folder is listed (a race that once put an empty checks.tar.gz.part in the archive)
+    (out / "checks.tar.gz.part").write_bytes(b"stopped")
     done = subprocess.run(["bash", str(ROOT / "tools" / "gpu_bundle.sh"), str(out)], capture_output=True, text=True,
                           check=True)
     assert "1 of them over 15 MiB" in done.stdout and "cut in 2 pieces" in done.stdout, done.stdout

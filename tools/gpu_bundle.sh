@@ -14,7 +14,9 @@ count=$(find "$out" -maxdepth 1 -type f | wc -l)
 large=$(find "$out" -maxdepth 1 -type f ! -name env.txt -size +"$piece"c | wc -l)
 [ "$count" -le "$limit" ] && [ "$large" -eq 0 ] && exit 0
 cd "$out"
-find . -maxdepth 1 -type f ! -name env.txt ! -name checks.tar.gz -printf '%f\0' | sort -z \
+# not the archive being written: the shell may create it before find lists the folder (and it may be left from a
+# bundling that was stopped)
+find . -maxdepth 1 -type f ! -name env.txt ! -name checks.tar.gz ! -name checks.tar.gz.part -printf '%f\0' | sort -z \
   | tar --null -T - -czf checks.tar.gz.part
 find . -maxdepth 1 -type f ! -name env.txt ! -name checks.tar.gz ! -name checks.tar.gz.part -delete
 mv checks.tar.gz.part checks.tar.gz
