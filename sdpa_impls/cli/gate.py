@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
                 if diffs:
                     raise GateInputError(f"{path} comes from another machine than {paths[0]} ({'; '.join(diffs)}); "
                                          "repeated runs must come from one machine")
-        check_time_reference(config, {p.impl for _, run in runs + bases for p in run})
+        check_time_reference(config, {p.impl for _, points in runs + bases for p in points})
         _same_preset(args, runs, bases, bool(config.settings.get("allow_missing")))
         base_machine, baseline = bases[0] if bases else ({}, None)
         try:
@@ -135,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
             where = f"{args.baseline[0]} vs {args.candidate[0]}" if args.baseline else args.candidate[0]
             raise GateInputError(f"{where}: {exc}") from None
         counts = [(side + (f" ({len(group)} runs)" if len(group) > 1 else ""),
-                   *(sum(n) for n in zip(*(_busy(*run) for run in group))))
+                   *(sum(n) for n in zip(*(_busy(*side_run) for side_run in group))))
                   for side, group in (("baseline", bases), ("candidate", runs)) if group]
         busy = contention.busy_note(counts, "the JSON's extra_info.other_cpus")
         report = dataclasses.replace(report, notes=(*report.notes, *filter(None, [busy])))
