@@ -374,6 +374,14 @@ def test_the_release_that_made_a_library_slower_is_found(tmp_path: Path, monkeyp
     # 1 MiB more at the peak is exact: the row is searched by its memory, not its time
     row = found["steps"][-1]["rows"][0]
     assert row["memory"].endswith("(+1048576 B)") and row["verdict"] == "DIFFERENT", row
+    # a release the index does not offer is named before either side's environment is built (one side's download
+    # of a CUDA torch is several GB before pip says it cannot find the other)
+    envs = tmp_path / "envs-refused"
+    code, out, err = bisect(away, "--package", "toykernel", "1.0", "1.3", "--impl", "toykernel", *FAST,
+                            "--env-cache", str(envs))
+    assert code == 2 and "toykernel 1.3: not a release the package index offers (3 releases, 1.0 to 1.2: pip " \
+        "index versions toykernel)" in err, out + err
+    assert not envs.exists() or not any(envs.iterdir()), sorted(envs.iterdir())
 
 
 def test_the_rows_of_a_failed_gate_are_what_is_searched(tmp_path: Path) -> None:

@@ -115,6 +115,19 @@ def between(versions: Sequence[str], good: str, bad: str) -> list[str]:
     return [good, *(str(v) for v in inside), bad]
 
 
+def offered_ends(offered: Sequence[str], package: str, good: str, bad: str, pre: bool = False) -> None:
+    """UsageError naming GOOD or BAD where the index does not offer that release (by its public version)."""
+    have = sorted({_public(v) for v in offered})
+    absent = [v for v in (good, bad) if _public(v) not in have]
+    if absent:
+        span = f"{len(have)} releases, {have[0]} to {have[-1]}" if have else "none"
+        hint = "; a pre-release or nightly needs --pre" if not pre and any(_public(v).is_prerelease
+                                                                            for v in absent) else ""
+        what = "a release" if len(absent) == 1 else "releases"
+        raise UsageError(f"{package} {' and '.join(absent)}: not {what} the package index offers ({span}: "
+                         f"pip index versions {package}{' --pre' if pre else ''}){hint}")
+
+
 def _public(version: str) -> "Version":
     return _key(_key(version).public)
 
@@ -124,7 +137,10 @@ def releases(project: Project, package: str, good: str, bad: str, template: Requ
     """Releases of `package` from GOOD to BAD: `versions` when given, else what the index offers between them."""
     if not PACKAGE_NAME.fullmatch(package):
         raise UsageError(f"--package {package!r} is not a package name")
-    points = tuple(between(versions if versions is not None else index_versions(package, pre=pre), good, bad))
+    offered = versions if versions is not None else index_versions(package, pre=pre)
+    if versions is None:  # before any environment is built: one of a release pip cannot find would fail only after
+        offered_ends(offered, package, good, bad, pre)  # the other's download (a CUDA torch is several GB)
+    points = tuple(between(offered, good, bad))
     outside = [v for v in versions or () if not _public(good) <= _public(v) <= _public(bad)]
     if outside:  # named, not left out unsaid: a typo would search fewer releases than asked
         raise UsageError(f"--versions: {', '.join(outside)} not from GOOD {good} to BAD {bad}; name the releases "
