@@ -140,5 +140,45 @@ def test_the_command_refuses_a_foreign_file_and_ends_on_sigterm_as_run_does(tmp_
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
-    assert err.strip().splitlines()[-1] == (f"sdpa-bench targets: terminated (SIGTERM); {out} is as it was (the "
-                                             "targets are saved at the end only)"), err[-2000:]
+    assert err.strip().splitlines()[-1] == (f"sdpa-bench targets: terminated (SIGTERM); {out} is as it was: no case "
+                                             "had finished"), err[-2000:]
+    assert not (out / "results.json").exists()
+
+
+def _stopped_after_a_case(args: list[str]) -> tuple[int, str, str]:
+    """`sdpa-bench targets ARGS`, sent SIGTERM once the first case has finished: its points are printed once all
+    are measured, and the second case takes seconds."""
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "sdpa_impls", "targets", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    seen = [proc.stdout.readline() for _ in range(2)]  # the machine, then the first case's first point
+    proc.send_signal(signal.SIGTERM)
+    rest, err = proc.communicate(timeout=120)
+    return proc.returncode, "".join(seen) + rest, err
+
+
+def test_an_interrupted_run_judges_and_saves_the_cases_it_finished(tmp_path) -> None:
+    """A CI's time limit 20 minutes into the run lost every case measured; now the finished ones are judged and
+    saved as a sweep, and a sweep the folder already held is not replaced by a part of a run."""
+    import json
+    import signal
+
+    out = tmp_path / "tt"
+    code, stdout, err = _stopped_after_a_case(["--out", str(out)])
+    first = targets.plan()[0][0].id
+    assert code == 128 + signal.SIGTERM and err.strip().splitlines()[-1].startswith(
+        "sdpa-bench targets: terminated (SIGTERM); the 1 finished case is saved in "), err[-2000:]
+    assert f"interrupted after 1 of {len(targets.plan())} cases" in stdout and "(not measured: " in stdout, stdout
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["meta"]["case_ids"] == [first] and "interrupted" in saved["meta"], saved["meta"]
+    assert "interrupted after 1 of" in (out / "targets.md").read_text() and (out / "report.md").exists()
+    before = (out / "results.json").read_bytes()
+    code, stdout, err = _stopped_after_a_case(["--out", str(out), "--overwrite"])
+    assert code == 128 + signal.SIGTERM and err.strip().splitlines()[-1] == (
+        f"sdpa-bench targets: terminated (SIGTERM); {out} is as it was: a part of a run does not replace the sweep it "
+        "holds (the verdict of the 1 finished case is above)"), err[-2000:]
+    assert "interrupted after 1 of" in stdout and (out / "results.json").read_bytes() == before

@@ -5,7 +5,8 @@
 Every case times all its implementations on the same inputs in interleaved rounds, one call of each per
 round (bench.measure.run_case_interleaved), so a slower period of a shared machine lands on all of them alike
 and each ratio compares medians over the same rounds. Peak memory is measured in a separate pass. With --out,
-the results are also saved as a sweep (results.json, tables, plots, report.md) and the verdict as targets.md.
+the results are also saved as a sweep (results.json, tables, plots, report.md) and the verdict as targets.md;
+an interrupted run judges and saves the cases it finished.
 """
 from __future__ import annotations
 
@@ -32,15 +33,17 @@ from .outputs import Terminated, terminate_as_interrupt
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, metavar="DIR",
-                   help="also save the results as a sweep (results.json, tables, plots, report.md) and targets.md, "
-                        "at the end: every case is measured in rounds shared with the others")
+                   help="also save the results as a sweep (results.json, tables, plots, report.md) and targets.md "
+                        "when it ends; on Ctrl-C or SIGTERM the cases finished so far, judged (a sweep DIR holds is "
+                        "kept: a part of a run does not replace it)")
     p.add_argument("--overwrite", action="store_true", help="replace the sweep --out already holds")
 
 
-def measure(ceilings: RunCeilings, stream=sys.stdout) -> tuple[list[Result], dict[Case, dict[str, float]]]:
+def measure(ceilings: RunCeilings, results: list[Result], own: dict[Case, dict[str, float]],
+            stream=sys.stdout) -> None:
     """Every point of the plan, printed as it finishes; one call of the case's GEMM ceiling follows every round.
-    Returns the results and, per timed case, the ceiling over the samples taken in that case's rounds."""
-    results, own = [], {}
+    Fills `results` a whole case at a time (an interrupt leaves the finished cases) and, per timed case, `own`: the
+    ceiling over the samples taken in that case's rounds."""
     start = time.perf_counter()
     for case, impls, timed in plan():
         gemm = (gemm_key(case.dtype, DEVICE),)
@@ -49,13 +52,12 @@ def measure(ceilings: RunCeilings, stream=sys.stdout) -> tuple[list[Result], dic
                 if timed else run_case(case, impls, DEVICE, MEMORY))
         if timed and ceilings.since(mark):
             own[case] = ceilings.since(mark)
+        results.extend(rows)
         for r in rows:
-            results.append(r)
             shown = f"{r.median_s * 1e3:9.1f} ms" if r.status == "ok" else f"{r.status}: {r.reason[:70]}"
             mem = f"  peak {r.peak_memory_bytes / 2**20:8.1f} MiB" if r.peak_memory_bytes else ""
             print(f"[{time.perf_counter() - start:6.0f}s] {case.id:28s} {r.impl:20s} {shown}{mem}",
                   file=stream, flush=True)
-    return results, own
 
 
 def ceiling_lines(ceilings: RunCeilings) -> str:
@@ -89,8 +91,8 @@ def run(args: argparse.Namespace) -> int:
                 return _targets(args)
         except KeyboardInterrupt as exc:
             how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
-            print(f"sdpa-bench targets: {how}; {args.out} is as it was (the targets are saved at the end only)",
-                  file=sys.stderr)
+            ending = getattr(exc, "ending", f"{args.out} is as it was: no case had finished")
+            print(f"sdpa-bench targets: {how}; {ending}", file=sys.stderr)
             return 128 + signal.SIGTERM if isinstance(exc, Terminated) else 130
 
 
@@ -101,12 +103,37 @@ def _targets(args: argparse.Namespace) -> int:
     print(machine)
     ceilings = RunCeilings(DEVICE, needed_ceilings(sorted({c.dtype for c, _, _ in plan()}), DEVICE))
     ceilings.sample()
-    results, own = measure(ceilings)
-    ceilings.sample()
+    results: list[Result] = []
+    own: dict[Case, dict[str, float]] = {}
+    try:
+        measure(ceilings, results, own)
+        ceilings.sample()
+    except KeyboardInterrupt as exc:  # the finished cases are judged, and saved where no sweep would be replaced
+        cases = len(dict.fromkeys(r.case for r in results))
+        if not cases:
+            raise
+        part = f"interrupted after {cases} of {len(plan())} cases: each target is judged on those measured"
+        held = args.out is not None and (args.out / store.RESULTS_FILE).exists()  # --overwrite: kept whole
+        _verdict(argparse.Namespace(out=None) if held else args, start, info, machine, ceilings, results, own, part)
+        if args.out is not None:
+            done = f"{cases} finished case{'s' * (cases != 1)}"
+            ending = (f"{args.out} is as it was: a part of a run does not replace the sweep it holds (the verdict "
+                      f"of the {done} is above)" if held else
+                      f"the {done} {'are' if cases != 1 else 'is'} saved in {args.out} ({store.RESULTS_FILE}, "
+                      "report.md, targets.md); the rest were not measured")
+            exc.ending = ending  # type: ignore[attr-defined]
+        raise
+    return _verdict(args, start, info, machine, ceilings, results, own)
+
+
+def _verdict(args: argparse.Namespace, start: float, info: dict, machine: str, ceilings: RunCeilings,
+             results: list[Result], own: dict[Case, dict[str, float]], part: str | None = None) -> int:
+    """Print the verdict over `results` and, with --out, save them as a sweep with targets.md; `part` says how the
+    run ended early (targets on cases not measured are named as such)."""
     values = ceilings.values()
     table = Table([r.on_roofline(values | own.get(r.case, {})) for r in results], values, own)
     rows = evaluate(table)
-    print(f"\nmeasured in one run of {time.perf_counter() - start:.0f} s\n")
+    print(f"\n{part}" if part else "", f"\nmeasured in one run of {time.perf_counter() - start:.0f} s\n", sep="")
     print(ceiling_lines(ceilings) + "\n")
     print(markdown(rows) + "\n")
     print(ceiling_table(table))
@@ -119,12 +146,13 @@ def _targets(args: argparse.Namespace) -> int:
                 "case_ids": list(dict.fromkeys(r.case.id for r in timed)), "options": dataclasses.asdict(TIMING),
                 "seed": 0, "machine": info, **ceilings.meta(), "wall_s": time.perf_counter() - start,
                 "case_ceilings": {case.id: c for case, c in own.items()},
-                "finished": now_stamp()}
+                **({"interrupted": now_stamp()} if part else {"finished": now_stamp()})}
         sweep = store.Sweep(meta, timed)
         store.save(args.out, sweep)
         files = write_report(args.out, sweep, stdout=sys.stderr)
-        (args.out / "targets.md").write_text("\n\n".join([machine, ceiling_lines(ceilings), markdown(rows),
-                                                           ceiling_table(table)]) + "\n", encoding="utf-8")
+        (args.out / "targets.md").write_text("\n\n".join([machine, *([part] if part else []), ceiling_lines(ceilings),
+                                                           markdown(rows), ceiling_table(table)]) + "\n",
+                                             encoding="utf-8")
         print(f"wrote {', '.join(map(str, [args.out / store.RESULTS_FILE, *files, args.out / 'targets.md']))}",
               file=sys.stderr)
     return 1 if bad else 0
