@@ -240,6 +240,8 @@ def test_a_time_reference_no_side_has_is_named_as_such_before_measuring(repo: di
     assert "an A/A comparison" not in err
     code, _, err = continuous(repo["path"], repo["good"], "main", *fast, "--config", str(config))  # one commit twice
     assert code == 2 and f"base and head are one commit ({repo['good'][:7]}): an A/A comparison" in err, err
+    code, _, err = continuous(repo["path"], repo["good"], *fast, "--config", str(tmp_path))  # was "no such file"
+    assert code == 2 and f"--config {tmp_path}: a folder, not a file" in err, err
 
 
 def test_an_unknown_revision_is_unusable(repo: dict, tmp_path: Path) -> None:

@@ -608,12 +608,25 @@ def test_config_errors(runs: dict[str, Path], tmp_path: Path) -> None:
                         ('ratios = ["time: a / b <= 1 when colour == red"]', "condition 'colour == red'"),
                         ('[[override]]\nimpl = "x"\nthreshold = 3', "unknown key 'threshold'"),
                         ("correctness = 'yes'", "correctness should be a bool"),
-                        ("time = [", "not valid TOML")]:
+                        ("time = [", "not valid TOML"),
+                        # a bad value in an override is named by its place, not as a top-level key set nowhere
+                        ('[[override]]\nimpl = "x"\ntime = "median:20"', "gate.toml, over sdpa-bench's defaults: "
+                         "override #1: time rule 'median:20' should look like"),
+                        ("[[override]]\nalpha = 2.0", "override #1: alpha should be between 0 and 1"),
+                        # 'off' is the gate's time rule alone: continuous judges every row's time
+                        ('continuous_time = "off"', "continuous_time: 'off' is not taken here (time = \"off\" "
+                         "switches time off in `continuous` too); give a size such as 'median:3%'"),
+                        (f'time = "median:{"9" * 400}%"', "% is too large a number")]:
         code, _, err = gate(tmp_path, "--candidate", runs["base"], config=text)
         assert code == 2 and "gate.toml" in err and words in err, (text, err)
     (tmp_path / "pyproject.toml").write_text('[tool.other]\nx = 1\n')
     code, _, err = gate(tmp_path, "--candidate", runs["base"], "--config", tmp_path / "pyproject.toml")
     assert code == 2 and "no [tool.sdpa_bench.gate] section" in err
+    # a file with [tool] is read from its gate table: keys beside it at the top level were dropped without a word
+    (tmp_path / "both.toml").write_text('time = "median:20%"\n[tool.sdpa_bench.gate]\nalpha = 0.05\n')
+    code, _, err = gate(tmp_path, "--candidate", runs["base"], "--config", tmp_path / "both.toml")
+    assert code == 2 and "both.toml: time at the top level would not be read: a file with a [tool] table is read " \
+        "from [tool.sdpa_bench.gate]" in err, err
 
 
 def test_nothing_comparable(runs: dict[str, Path], tmp_path: Path) -> None:

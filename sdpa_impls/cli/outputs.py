@@ -201,7 +201,7 @@ def config_file(path: str | None) -> None:
     if path is None:
         return
     if not Path(path).is_file():
-        raise GateInputError(f"--config {path}: no such file")
+        raise GateInputError(f"--config {path}: " + ("a folder, not a file" if Path(path).is_dir() else "no such file"))
     try:
         load_config(path)
     except UsageError as exc:  # each message starts with the file's path

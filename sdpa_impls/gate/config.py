@@ -155,24 +155,26 @@ def config_from_dict(table: dict, source: str) -> GateConfig:
         if _typed("cpu_targets", table.get("cpu_targets", False), source):
             ratios += ci_rules()
         _thresholds(settings)
-        for o in overrides:
-            _thresholds(settings | o.values)
     except ValueError as exc:
         raise GateInputError(f"{source}: {exc}") from None
+    for i, o in enumerate(overrides):  # named by its place: the key it sets may be set nowhere else
+        try:
+            _thresholds(settings | o.values)
+        except ValueError as exc:
+            raise GateInputError(f"{source}: override #{i + 1}: {exc}") from None
     reference = str(_typed("time_reference", table.get("time_reference", ""), source)).strip()
-    continuous = str(_typed("continuous_time", table.get("continuous_time", CONTINUOUS_TIME), source))
-    try:
-        TimeRule.parse(continuous, float(settings["alpha"]))
-    except ValueError as exc:
-        raise GateInputError(f"{source}: continuous_time: {exc}") from None
     rules = {}
-    for key, default in (("continuous_host", CONTINUOUS_HOST), ("continuous_time_cuda", CONTINUOUS_TIME_CUDA)):
+    for key, default in (("continuous_time", CONTINUOUS_TIME), ("continuous_host", CONTINUOUS_HOST),
+                         ("continuous_time_cuda", CONTINUOUS_TIME_CUDA)):
         rules[key] = str(_typed(key, table.get(key, default), source))
+        if rules[key].strip() == "off":  # the rule's own message offers 'off', which only the gate's time takes
+            raise GateInputError(f"{source}: {key}: 'off' is not taken here (time = \"off\" switches time off in "
+                                 f"`continuous` too); give a size such as {default!r}, the default")
         try:
             TimeRule.parse(rules[key], float(settings["alpha"]))
         except ValueError as exc:
             raise GateInputError(f"{source}: {key}: {exc}") from None
-    return GateConfig(settings, different, reference, ratios, tuple(overrides), source, continuous,
+    return GateConfig(settings, different, reference, ratios, tuple(overrides), source, rules["continuous_time"],
                       rules["continuous_host"], rules["continuous_time_cuda"])
 
 
@@ -201,6 +203,10 @@ def load_config(path: str | Path | None = None, start: str | Path | None = None)
     if path is not None:
         path = Path(path)
         doc = _read_toml(path)
+        top = sorted(set(doc) & (set(TYPES) | {"ratios", "override"}))
+        if "tool" in doc and top:  # a file with [tool] is read from its gate table alone
+            raise GateInputError(f"{path}: {', '.join(top)} at the top level would not be read: a file with a [tool] "
+                                 "table is read from [tool.sdpa_bench.gate]; move them there, or leave [tool] out")
         if "tool" in doc:
             table = section(doc, "gate", path=path)
             if table is None:
