@@ -553,6 +553,11 @@ def test_missing_benchmarks_fail_unless_allowed(runs: dict[str, Path], tmp_path:
     code, out, _ = gate(tmp_path, "--baseline", runs["base"], "--candidate", tmp_path / "fewer.json",
                         config=no_time + '[[override]]\nimpl = "test_*"\nallow_missing = true\n')
     assert code == 0 and sum(line.endswith("  missing") for line in out.splitlines()) == 5
+    assert "matched no benchmark" not in out, out
+    # a misspelt pattern allowed nothing, unsaid: the runs fail as without it, and the verdict names the override
+    code, out, _ = gate(tmp_path, "--baseline", runs["base"], "--candidate", tmp_path / "fewer.json",
+                        config=no_time + '[[override]]\nimpl = "tset_*"\nallow_missing = true\n')
+    assert code == 1 and "override #1 (impl 'tset_*', case '*') matched no benchmark of these runs" in out, out
     code, out, _ = gate(tmp_path, "--baseline", tmp_path / "fewer.json", "--candidate", runs["same"], config=no_time)
     assert code == 0 and sum(line.endswith("  new") for line in out.splitlines()) == 5
 

@@ -88,6 +88,11 @@ class GateConfig:
                 s.update(o.values)
         return _thresholds(s)
 
+    def idle_overrides(self, keys) -> list[str]:
+        """The overrides matching none of the (impl, case) `keys`: a misspelt pattern sets nothing, unsaid."""
+        return [f"override #{i + 1} (impl {o.impl!r}, case {o.case!r})" for i, o in enumerate(self.overrides)
+                if not any(o.matches(impl, case) for impl, case in keys)]
+
     @property
     def alpha(self) -> float:
         return float(self.settings["alpha"])
