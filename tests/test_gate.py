@@ -558,6 +558,14 @@ def test_missing_benchmarks_fail_unless_allowed(runs: dict[str, Path], tmp_path:
     code, out, _ = gate(tmp_path, "--baseline", runs["base"], "--candidate", tmp_path / "fewer.json",
                         config=no_time + '[[override]]\nimpl = "tset_*"\nallow_missing = true\n')
     assert code == 1 and "override #1 (impl 'tset_*', case '*') matched no benchmark of these runs" in out, out
+    # runs of the time reference alone: a pass that judged no time says so
+    only = {name: json.loads(runs[name].read_text()) for name in ("base", "same")}
+    for name, doc in only.items():
+        doc["benchmarks"] = [b for b in doc["benchmarks"] if b["extra_info"]["impl"] == "naive"]
+        (tmp_path / f"naive-{name}.json").write_text(json.dumps(doc))
+    code, out, _ = gate(tmp_path, "--baseline", tmp_path / "naive-base.json", "--candidate",
+                        tmp_path / "naive-same.json", config=REF_NAIVE)
+    assert code == 0 and "no time judged: every timed benchmark here is naive's, the time_reference" in out, out
     code, out, _ = gate(tmp_path, "--baseline", tmp_path / "fewer.json", "--candidate", runs["same"], config=no_time)
     assert code == 0 and sum(line.endswith("  new") for line in out.splitlines()) == 5
 

@@ -189,6 +189,9 @@ def compare_points(baseline: Sequence[Point] | None, candidate: Sequence[Point],
         elif timed:
             notes.append(f"times compared as measured: {ref} (time_reference) did not run on these cases in every "
                          "run.")
+        elif any(r.impl == ref for r in rows):  # a pass that judged no time says so
+            notes.append(f"no time judged: every timed benchmark here is {ref}'s, the time_reference, whose own "
+                         "rows are not judged.")
     unsampled = sum(1 for r in rows for c in r.checks if c.kind == "time" and "factor alone" in c.message)
     if unsampled:
         notes.append(f"{unsampled} time check(s) had too few raw samples for the rank test and used the factor alone.")
