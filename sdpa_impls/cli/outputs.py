@@ -269,8 +269,11 @@ def terminate_as_interrupt():
         ignore_stops(previous)
         for held in _ACTIVE:  # the command is ending: nothing to give back, here nor in an enclosing one (main's)
             held.clear()
-        raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+        STOPPED.append(Terminated if signum == signal.SIGTERM else KeyboardInterrupt)
+        raise STOPPED[-1]()
     previous: dict[int, object] = {}
+    if not _ACTIVE:  # a command of its own (tests run several in one process): an earlier one's stop is not its
+        STOPPED.clear()
     try:
         for s in (signal.SIGTERM, signal.SIGINT):
             if signal.getsignal(s) is not signal.SIG_IGN:
@@ -288,6 +291,14 @@ def terminate_as_interrupt():
 
 
 _ACTIVE: list[dict] = []  # the handlers each terminate_as_interrupt now open would give back, innermost last
+STOPPED: list[type] = []  # the exception each stop raised: one that code under a point swallowed is raised again
+
+
+def raise_if_stopped() -> None:
+    """Raise the first stop's exception again where a signal came and its exception was swallowed on the way (a
+    library's broad `except` around a point): the loop that calls this between points ends as the signal asked."""
+    if STOPPED:
+        raise STOPPED[0]()
 
 
 def check_time_reference(config: GateConfig, impls: set[str]) -> None:

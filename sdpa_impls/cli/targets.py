@@ -28,7 +28,7 @@ from ..report import results as store
 from ..report.targets import DEVICE, MEMORY, TIMING, Table, ceiling_table, evaluate, markdown, plan
 from ..report.write import write_report
 from ..report.writer_lock import only_writer
-from .outputs import Terminated, terminate_as_interrupt
+from .outputs import Terminated, raise_if_stopped, terminate_as_interrupt
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -46,6 +46,7 @@ def measure(ceilings: RunCeilings, results: list[Result], own: dict[Case, dict[s
     ceiling over the samples taken in that case's rounds."""
     start = time.perf_counter()
     for case, impls, timed in plan():
+        raise_if_stopped()  # a signal whose exception a point swallowed stops the run here
         gemm = (gemm_key(case.dtype, DEVICE),)
         mark = ceilings.mark()
         rows = (run_case_interleaved(case, impls, DEVICE, TIMING, after_round=lambda: ceilings.sample(gemm, calls=1))
