@@ -4,7 +4,7 @@ from __future__ import annotations
 import datetime
 import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 
 def fmt_seconds(s: float | None) -> str:
@@ -69,6 +69,35 @@ def code(text: str) -> str:
 def cell(text: str) -> str:
     """`text` as a Markdown table cell's code span (a `|` would end the cell)."""
     return code(text).replace("|", "\\|")
+
+
+# GitHub's limit on the body of an issue or pull-request comment: 65,536 characters; counted here as UTF-8 bytes,
+# never fewer than characters, so that a verdict under it is under GitHub's whatever the text
+COMMENT_LIMIT = 65536
+
+
+def fit_comment(build: Callable[[bool], str], whole: str = "in --json and in the command's own output",
+                limit: int = COMMENT_LIMIT) -> str:
+    """A Markdown verdict that fits in one PR comment (a longer body is refused, and nothing is posted): `build(False)`,
+    the whole of it; where that is over `limit` bytes, `build(True)`, its renderer's short form (the rows that
+    passed counted, not listed); where that is over too, cut at a line, with a last line saying how many were
+    left out, and where the `whole` verdict is."""
+    text = build(False)
+    if len(text.encode()) <= limit:
+        return text
+    text = build(True)
+    if len(text.encode()) <= limit:
+        return text
+    lines = text.splitlines()
+    kept, size = [], 0
+    for n, line in enumerate(lines):
+        tail = (f"_{len(lines) - n} more line(s) left out to fit one PR comment ({limit:,} bytes): the whole verdict "
+                f"is {whole}._")
+        if size + len(line.encode()) + 2 + len(tail.encode()) + 1 > limit:
+            return "\n".join([*kept, "", tail]) + "\n"
+        kept.append(line)
+        size += len(line.encode()) + 1
+    raise AssertionError("unreachable: the whole text is over the limit")
 
 
 def now_stamp() -> str:

@@ -436,3 +436,31 @@ def test_the_aa_note_also_where_base_comes_from_the_environment(repo: dict, tmp_
                             ("b", "h"), said.append)
     assert f"base and head are one commit ({repo['good'][:7]}): an A/A comparison, whose only differences are the " \
            "machine's noise." in prepared.notes, prepared.notes
+
+
+def test_a_markdown_verdict_fits_in_one_pr_comment() -> None:
+    """GitHub refuses a comment over 65,536 characters, and the comment workflow then posts nothing: a verdict of
+    some 900 benchmarks (a plug-in's larger preset) lists the rows that did not pass and counts the rest; the text
+    form keeps every row. A body still too long is cut at a line and says so."""
+    from sdpa_impls.fmt import COMMENT_LIMIT, fit_comment
+
+    def run(grown: int) -> list[Point]:
+        return [Point(impl, f"L8-E8-fp32-fwd-c{i}", t, tuple(t * (1 + k / 1000) for k in range(8)),
+                      100 + (impl == "naive" and i == 417) * grown, 0.0, 1e-3)
+                for i in range(450) for impl, t in (("torch_sdpa", 1.0), ("naive", 3.0))]
+
+    report = judge([run(0), run(0)], [run(64), run(64)], config_from_dict({"time_reference": "torch_sdpa"}, "t"))
+    assert report.exit_code == 1 and len(report.rows) == 900
+    text, md = render(report, "b", "h"), render(report, "b", "h", markdown=True)
+    assert len(text.encode()) > COMMENT_LIMIT  # and lists every row
+    assert sum(line.startswith(("naive[", "torch_sdpa[")) for line in text.splitlines()) == 900
+    assert len(md.encode()) <= COMMENT_LIMIT and md.startswith("## sdpa-bench continuous: FAIL")
+    assert "| `naive[L8-E8-fp32-fwd-c417]` |" in md and "-c416]` |" not in md
+    assert "899 more benchmark(s) passed, not listed (nor what was not checked on them) to fit one PR comment" in md
+    assert "torch_sdpa[" not in md and "torch_sdpa[L8-E8-fp32-fwd-c0]`: the time reference" in render(
+        judge([run(0)[:4]] * 2, [run(0)[:4]] * 2, config_from_dict({"time_reference": "torch_sdpa"}, "t")), "b", "h",
+        True)  # listed where the whole verdict fits
+    cut = fit_comment(lambda fold: "## title\n" + "| row |\n" * (20000 if fold else 30000))
+    assert len(cut.encode()) <= COMMENT_LIMIT and cut.startswith("## title\n| row |\n")
+    left = int(re.search(r"_(\d+) more line\(s\) left out to fit one PR comment", cut).group(1))
+    assert cut.count("| row |") + left == 20000

@@ -125,6 +125,34 @@ def test_a_session_with_other_benchmarks_is_gated_on_the_suites_alone(session: d
     assert code == 0 and "impl.json: left out 1 benchmark not from sdpa-bench's suite" in err, out + err
 
 
+def test_a_markdown_verdict_of_many_benchmarks_fits_in_one_pr_comment(session: dict[str, Path],
+                                                                     tmp_path: Path) -> None:
+    """A verdict of 800 benchmarks (the suite's five cases copied) with one wrong answer: the Markdown lists that
+    row and counts the passes (GitHub refuses a comment over 65,536 characters, and nothing is posted); stdout
+    keeps every row."""
+    def copies(wrong: str | None):
+        def edit(doc: dict) -> None:
+            suite = [b for b in doc["benchmarks"] if "test_sdpa[" in b["fullname"]]
+            doc["benchmarks"] = []
+            for i in range(160):
+                for b in copy.deepcopy(suite):
+                    b["extra_info"]["case"] += f"-copy{i}"
+                    b["name"], b["fullname"] = (f"{b[k][:-1]}-copy{i}]" for k in ("name", "fullname"))
+                    if f"{b['extra_info']['impl']}[{b['extra_info']['case']}]" == wrong:
+                        b["extra_info"]["max_error"] = 10 * b["extra_info"]["error_tolerance"]
+                    doc["benchmarks"].append(b)
+        return edit
+    edited(session["both"], tmp_path / "base.json", copies(None))
+    case = suite_benchmark(json.loads(session["both"].read_text()))["extra_info"]["case"]
+    wrong = f"naive[{case}-copy77]"
+    edited(session["both"], tmp_path / "cand.json", copies(wrong))
+    code, out, err = gate(tmp_path, "--baseline", "base.json", "--candidate", "cand.json", "--markdown", "v.md")
+    md = (tmp_path / "v.md").read_text()
+    assert code == 1 and len(md.encode()) <= 65536 and f"`{wrong}`" in md, (len(md.encode()), err)
+    assert "799 more benchmark(s) passed, not listed (nor what was not checked on them)" in md and "-copy76]" not in md
+    assert len(out.encode()) > 65536 and sum(line.startswith("naive[") for line in out.splitlines()) == 800
+
+
 def test_an_interrupted_session_is_no_verdict(session: dict[str, Path], tmp_path: Path) -> None:
     """A session stopped inside one of the suite's benchmarks saves it with no extra_info, and none of the ones after
     it: exit 2 naming the benchmark, as a candidate or a baseline, never exit 1 for the benchmarks it did not reach

@@ -4,8 +4,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict
 
-from ..fmt import cell, code, fmt_bytes, table
-from ..gate.render import rules_and_failures
+from ..fmt import cell, code, fit_comment, fmt_bytes, table
+from ..gate.render import folded, rules_and_failures
 from ..gate.rules import NA
 from .verdict import Row, SideBySide
 
@@ -39,7 +39,15 @@ def render(report: SideBySide, base: str, head: str, markdown: bool = False, run
     """One row per benchmark (head/base ratio, interval, adjusted p, memory, verdict), the in-run rules, failures,
     the undecided benchmarks, the rows whose kernels differ, notes (`run_notes`, how the runs were made, come
     last); `about`, what was compared (the repository, or the sdpa-bench on both sides), then `header`, what the
-    sides' environments were and how they differ, come under the title."""
+    sides' environments were and how they differ, come under the title. In Markdown, a PR comment, it fits in one
+    (fmt.fit_comment)."""
+    if markdown:
+        return fit_comment(lambda fold: _text(report, base, head, True, run_notes, header, about, fold))
+    return _text(report, base, head, False, run_notes, header, about, False)
+
+
+def _text(report: SideBySide, base: str, head: str, markdown: bool, run_notes: Sequence[str], header: Sequence[str],
+          about: str, fold: bool) -> str:
     verdict = "FAIL" if report.exit_code else "PASS"
     undecided = report.undecided
     bullet = "- " if markdown else "  "
@@ -56,11 +64,12 @@ def render(report: SideBySide, base: str, head: str, markdown: bool = False, run
     out += [f"Config: {shown(report.config_source or 'built-in defaults')}. Time: head/base ratio of medians, "
             f"a regression above ×{report.factor:.2f} at false discovery rate {report.fdr:g} "
             "(Benjamini–Hochberg over the preset).", ""]
+    rows, under = folded(report.rows, fold)
     out += table(["benchmark", "head/base", "95% CI", "q (BH)", "runs", "peak memory", "verdict"],
                  [[cell(r.label) if markdown else r.label, *_time_cells(r), "+".join(map(str, _runs(r))),
                    _memory_cell(r), r.verdict]
-                  for r in report.rows],
-                 markdown).splitlines()
+                  for r in rows],
+                 markdown).splitlines() + under
     out += rules_and_failures(report.ratios, report.failures, markdown, "in-run rule (head)")
     one_side = [r for r in report.rows if not r.base or not r.head]
     if one_side:
@@ -84,7 +93,7 @@ def render(report: SideBySide, base: str, head: str, markdown: bool = False, run
     if kernels:
         out += ["", f"Kernels that differ between the sides ({len(kernels)}, from one profiled call per run):"]
         out += [f"{bullet}{shown(c.subject)}: {c.message}" for c in kernels]
-    skipped = [c for r in report.rows for c in r.checks if c.status == NA]
+    skipped = [c for r in rows for c in r.checks if c.status == NA]
     if skipped:
         out += ["", "Not checked:"] + [f"{bullet}{c.kind} {shown(c.subject)}: {c.message}" for c in skipped]
     notes = [*report.notes, *run_notes]

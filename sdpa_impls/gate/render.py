@@ -5,7 +5,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import asdict
 
-from ..fmt import cell, code, fmt_bytes, fmt_seconds, table
+from ..fmt import cell, code, fit_comment, fmt_bytes, fmt_seconds, table
 from .compare import Comparison, Verdict
 from .points import Point
 from .rules import GEMM, IDLE, NA, PASS, REFERENCE, REFUSED, Check
@@ -71,20 +71,42 @@ def rules_and_failures(ratios: Sequence[Check], failures: Sequence[Check], markd
     return out
 
 
+WHOLE = "in --json and in the command's own output"  # where a verdict cut to fit a PR comment is whole
+
+
+def folded(rows: Sequence, fold: bool, whole: str = WHOLE) -> tuple[list, list[str]]:
+    """The rows a verdict lists (in its table and under "Not checked"), and the line under the table: where `fold`
+    (a Markdown verdict too long for one PR comment), the rows that did not pass, and a count of those that did."""
+    if not fold:
+        return list(rows), []
+    shown = [r for r in rows if r.verdict != PASS]
+    return shown, ["", f"{len(rows) - len(shown)} more benchmark(s) passed, not listed (nor what was not checked on "
+                       f"them) to fit one PR comment: every row is {whole}."]
+
+
 def render_verdict(report: Verdict, markdown: bool = False, command: str = "gate") -> str:
     """The verdict as text: one row per benchmark, one per ratio rule and case, then failures and notes. `command`
-    "compare" heads it as what the gate would say (compare informs, its exit status is 0)."""
+    "compare" heads it as what the gate would say (compare informs, its exit status is 0). In Markdown, a PR
+    comment, it fits in one (fmt.fit_comment)."""
+    if markdown:
+        whole = "in the command's own output" if command == "compare" else WHOLE  # compare has no --json
+        return fit_comment(lambda fold: _verdict_text(report, True, command, fold, whole), whole)
+    return _verdict_text(report, False, command, False, "")
+
+
+def _verdict_text(report: Verdict, markdown: bool, command: str, fold: bool, whole: str) -> str:
     verdict = "FAIL" if report.exit_code else "PASS"
     said = f"the gate's rules would {verdict}" if command == "compare" else verdict
     out = [f"{'## ' if markdown else ''}sdpa-bench {command}: {said} "
            f"({len(report.failures)} failed check(s); config: {report.config_source or 'built-in defaults'})", ""]
     shown = code if markdown else str
+    rows, under = folded(report.rows, fold, whole)
     out += table(["benchmark", "median time, as measured", "peak memory", "error / tol", "verdict"],
                  [[(cell if markdown else str)(r.candidate.label if r.candidate else r.baseline.label), _time_cell(r),
-                   _memory_cell(r), _error_cell(r), _verdict_cell(r)] for r in report.rows], markdown).splitlines()
+                   _memory_cell(r), _error_cell(r), _verdict_cell(r)] for r in rows], markdown).splitlines() + under
     out += rules_and_failures(report.ratios, report.failures, markdown, with_json=command != "compare")
     bullet = "- " if markdown else "  "
-    skipped = [c for r in report.rows for c in r.checks if c.status == NA]  # refusals are one note
+    skipped = [c for r in rows for c in r.checks if c.status == NA]  # refusals are one note
     if skipped:
         out += ["", "Not checked:"] + [f"{bullet}{c.kind} {shown(c.subject)}: {c.message}" for c in skipped]
     if report.notes:
