@@ -19,7 +19,7 @@ CUDA_TIMER = "sdpa_impls.bench.timing.cuda_event_clock"
 _SUITE_SELECTED = "_sdpa_bench_suite"  # set on the config when the session collected the suite's tests
 PRESET_VARIABLE = "SDPA_BENCH_PRESET"  # sdpa_impls.bench.grid.PRESET_ENV, named here without importing torch
 CPU_VARIABLES = ("SDPA_BENCH_CPU_BF16", "SDPA_BENCH_CPU_EXP")  # what `fused` and `chunked` compute in on a CPU
-NEEDS_BENCHMARK = "5.2"  # pytest-benchmark's pedantic(teardown=...): the suite's probe after each round
+_TRACER = "_sdpa_bench_tracer"  # the tracing tools at work while the suite was collected (bench.machine.active_tracer)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -179,8 +179,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     suite = [item for item in items if SUITE_FIXTURE in getattr(item, "fixturenames", ())]
     if not suite:
         return
-    _check_suite(device_of(config))  # here, not while collecting: pytest's usage error, one line, not a collection error
+    from sdpa_impls.bench.machine import active_tracer
+    from sdpa_impls.suite.session import check_suite
+
+    check_suite(device_of(config))  # here, not while collecting: pytest's usage error, one line, not a collection error
     setattr(config, _SUITE_SELECTED, True)
+    setattr(config, _TRACER, active_tracer(hooks=False))  # pytest-benchmark pauses sys.settrace's while it times
     given = _read(list(config.invocation_params.args), config)  # every way pytest takes options
     replaced = sorted({o for o in REPLACED_OPTIONS for arg in given if str(arg).startswith(o)})
     if replaced:
@@ -212,25 +216,8 @@ def _suite_machine(config: pytest.Config) -> dict:
     from sdpa_impls.bench.machine import machine_info as describe_machine
 
     device = device_of(config)
-    return describe_machine(device, timer=timer_name(config, device))
-
-
-def _check_suite(device: str) -> None:
-    """Usage errors (exit 4) before any point, where the suite is collected: no pytest-benchmark with what it needs
-    (each point would fail, no JSON be written); CUDA named where this torch has none (not a green run of skips)."""
-    from importlib.metadata import distributions
-
-    import torch
-    from packaging.version import InvalidVersion, Version
-
-    have, needs = next((d.version for d in distributions(name="pytest-benchmark")), "none"), NEEDS_BENCHMARK
-    with contextlib.suppress(InvalidVersion):  # an rc or dev build of 5.2 has what 5.2 has
-        if have == "none" or Version(have).release < tuple(map(int, needs.split("."))):
-            raise pytest.UsageError(f"sdpa-bench's suite needs pytest-benchmark >= {needs}, here {have}: "
-                                    f"python -m pip install 'pytest-benchmark>={needs}'")
-    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
-        raise pytest.UsageError(f"--sdpa-device {device}: no CUDA device is available to this torch "
-                                f"({torch.__version__}, CUDA {torch.version.cuda or 'none'})")
+    traced = {"tracer": getattr(config, _TRACER)} if hasattr(config, _TRACER) else {}
+    return describe_machine(device, timer=timer_name(config, device)) | traced
 
 
 SUITE_FILE = "sdpa_impls/suite/test_sdpa.py"
@@ -304,6 +291,9 @@ class _Tally:
             session.exitstatus, self.nothing = pytest.ExitCode.NO_TESTS_COLLECTED, True
 
     def pytest_terminal_summary(self, terminalreporter: object) -> None:
+        if getattr(self.config, _TRACER, None):
+            from sdpa_impls.suite.session import tracer_warning
+            terminalreporter.write_line(tracer_warning(getattr(self.config, _TRACER)), yellow=True)  # type: ignore
         if self.nothing:
             terminalreporter.write_line(  # type: ignore[attr-defined]
                 f"sdpa-bench: nothing was measured: all {self.skipped} of the suite's points were skipped here "

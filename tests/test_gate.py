@@ -609,6 +609,11 @@ def test_other_machine_refuses_times_but_checks_the_rest(runs: dict[str, Path], 
     code, out, _ = gate(tmp_path, "--baseline", runs["base"], "--candidate", tmp_path / "other.json",
                         "--allow-different-machines")
     assert code == 1 and "times compared anyway" in out
+    doc = json.loads(runs["slow"].read_text())  # the same machine, timed under coverage.py's sys.monitoring tool
+    doc["machine_info"]["sdpa_bench"]["tracer"] = "sys.monitoring: coverage.py"
+    (tmp_path / "traced.json").write_text(json.dumps(doc))
+    code, out, _ = gate(tmp_path, "--baseline", runs["base"], "--candidate", tmp_path / "traced.json")
+    assert code == 0 and "absolute time rules refused" in out and "tracer: none vs sys.monitoring: coverage.py" in out
     doc["machine_info"]["sdpa_bench"] = json.loads(runs["big"].read_text())["machine_info"]["sdpa_bench"] | {
         "torch": "9.9.9"}
     doc["benchmarks"] = json.loads(runs["big"].read_text())["benchmarks"]

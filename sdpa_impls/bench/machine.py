@@ -7,6 +7,8 @@ import functools
 import os
 import platform
 import subprocess
+import sys
+import types
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -193,10 +195,30 @@ def _sdpa_dispatch() -> dict:
     return {"priority": [names.get(int(i), str(i)) for i in order()] if order else None, "flash": flash}
 
 
+def _hook_name(hook: object) -> str:
+    """A trace or profile hook by where it is defined: a function by its own name, an object by its class, a class
+    defined in __main__ (`python -m cProfile`) by its first base defined elsewhere (_lsprof.Profiler)."""
+    kind = hook if isinstance(hook, (types.FunctionType, types.MethodType)) else type(hook)
+    named = next((k for k in getattr(kind, "__mro__", (kind,)) if k.__module__ != "__main__"), kind)
+    return f"{named.__module__}.{named.__qualname__}"
+
+
+def active_tracer(hooks: bool = True) -> str | None:
+    """The tracing tools at work in this process (a coverage run, a debugger, a profiler), or None: every Python
+    call of a point pays for them (docs/explanation/measurement.md), so a time taken under one compares only with
+    another taken under the same. `hooks=False` leaves out sys.settrace's and sys.setprofile's, which
+    pytest-benchmark pauses while it times; not the tools of sys.monitoring (Python 3.12+, coverage.py's there)."""
+    found = [_hook_name(hook) for hook in (sys.gettrace(), sys.getprofile()) if hooks and hook is not None]
+    monitoring = getattr(sys, "monitoring", None)
+    if monitoring is not None:
+        found += [f"sys.monitoring: {name}" for tool in range(6) if (name := monitoring.get_tool(tool))]
+    return ", ".join(dict.fromkeys(found)) or None
+
+
 def machine_info(device: str | torch.device | None = None, timer: str | None = None) -> dict:
     """Device, CPU model and its bf16 features (`cpu_features`), thread count, GPU (model, memory, capability,
-    driver), the torch/CUDA/cuDNN/xformers versions, torch's SDPA dispatch settings, and the timer the measurements
-    read (default: `default_timer`)."""
+    driver), the torch/CUDA/cuDNN/xformers versions, torch's SDPA dispatch settings, the timer the measurements
+    read (default: `default_timer`), and the tracing tools at work (`active_tracer`)."""
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     gpu = None
     if device.type == "cuda":
@@ -218,6 +240,7 @@ def machine_info(device: str | torch.device | None = None, timer: str | None = N
         "xformers": _version("xformers"),
         "sdpa": _sdpa_dispatch(),
         "timer": timer or default_timer(device),
+        "tracer": active_tracer(),
         "python": platform.python_version(),
     }
 
@@ -225,7 +248,7 @@ def machine_info(device: str | torch.device | None = None, timer: str | None = N
 # What must agree before absolute times (or a cached ceiling) of two runs mean anything. cuDNN matters beyond
 # its kernels: depending on the torch and cuDNN versions torch's default SDPA dispatch puts cuDNN attention
 # first on Hopper and Blackwell, so `torch_sdpa` on one card can run different kernels.
-IDENTITY_FIELDS = ("cpu", "gpu", "threads", "torch", "cuda", "cudnn", "driver", "xformers", "timer")
+IDENTITY_FIELDS = ("cpu", "gpu", "threads", "torch", "cuda", "cudnn", "driver", "xformers", "timer", "tracer")
 
 
 NOT_RECORDED = "not recorded"  # by an older sdpa-bench, or another tool: never the same as anything
@@ -250,6 +273,7 @@ def machine_identity(machine: dict) -> dict[str, str]:
         "driver": str(gpu.get("driver") or "unknown") if on_gpu else "none",
         "xformers": field("xformers"),
         "timer": field("timer"),
+        "tracer": str(machine.get("tracer") or "none"),  # not recorded before it was: runs untraced, as most are
     }
 
 

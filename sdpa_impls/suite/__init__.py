@@ -3,6 +3,8 @@
     test_sdpa.py  the pytest-benchmark suite: one benchmark per (implementation, case) of a preset; its options,
                   parametrization and timer come from its pytest plug-in, the module sdpa_bench_pytest beside this
                   package (entry point `sdpa_bench` of the group pytest11), which acts on the suite's tests alone
+    session.py    what the plug-in checks once the suite is collected (pytest-benchmark's version, CUDA), and its
+                  warning where a tracing tool (coverage, a profiler) was at work
     asv_suite.py  the asv suite: one class per mode, measured in one process per mode
     asv_machine   `python -m sdpa_impls.suite.asv_machine`: registers this machine with asv, its GPU in the name
 
