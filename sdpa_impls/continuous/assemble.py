@@ -209,7 +209,7 @@ def assemble(request: Request, project: Project, work: Path, folders: tuple[str,
     sides = {}
     for s in (base, head):
         install(s)
-        sides[s.role], seen[s.role] = check_import(s, cpu, reference)
+        sides[s.role], seen[s.role] = check_import(s, cpu, reference, config.source)
         progress(f"{s.role}: {s.name} installed into its own folder")
     base, head = sides["base"], sides["head"]
     about = _about(project, base, head)

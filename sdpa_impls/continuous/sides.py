@@ -176,9 +176,11 @@ print(json.dumps({"packaged": None not in (importlib.util.find_spec("sdpa_impls.
 """
 
 
-def check_import(side: Side, cpu: bool, reference: str = "") -> tuple[Side, dict[str, str | None]]:
-    """The package imports, lists the side's `impls` and the time `reference` among its implementations, none broken,
-    and has its suite; GateInputError saying why otherwise. Returns the side with `packaged` set, and its versions."""
+def check_import(side: Side, cpu: bool, reference: str = "",
+                 reference_from: str = "") -> tuple[Side, dict[str, str | None]]:
+    """The package imports, lists the side's `impls` and the time `reference` (set in `reference_from`, a config's
+    source) among its implementations, none broken, and has its suite; GateInputError saying why otherwise. Returns
+    the side with `packaged` set, and its versions."""
     done = _run(side, "import", [side.python, "-c", CHECK + PROBE, json.dumps(list(side.impls))], timeout=300,
                 cwd=side.site, env=side_env(side, cpu))
     if done.returncode != 0:
@@ -195,10 +197,12 @@ def check_import(side: Side, cpu: bool, reference: str = "") -> tuple[Side, dict
                                    f"{' and '.join(m.replace('_', '-') for m in found['lacks'])}, which run the "
                                    "benchmark suite: install sdpa-bench's test extra there (pip install "
                                    "'sdpa-bench[test]')")
-    for what, names in (("time_reference", [reference] if reference else []), ("--impl", found["missing"])):
+    set_in = f" (set in {reference_from})" if reference_from else ""  # where: a head's typo is met in base first
+    for what, names, where in (("time_reference", [reference] if reference else [], set_in),
+                               ("--impl", found["missing"], "")):
         if [n for n in names if n not in found.get("known", ())]:  # the reference first: it is among --impl's too
-            raise SideError(side.role, f"{side.role} {side.name}: {what} {','.join(names)}: no implementation of "
-                                       f"that name here (it has {', '.join(found.get('known', ()))})")
+            raise SideError(side.role, f"{side.role} {side.name}: {what} {','.join(names)}{where}: no implementation "
+                                       f"of that name here (it has {', '.join(found.get('known', ()))})")
     if found["broken"]:
         raise SideError(side.role, f"{side.role} {side.name}: " + "; ".join(
             f"{name}: plug-in failed to load: {error}" for name, error in found["broken"].items()))
