@@ -66,6 +66,10 @@ def read_toml(path: Path) -> dict:
     except UnicodeDecodeError as exc:  # tomllib decodes the bytes itself
         raise UsageError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}), as TOML must be") from None
     except tomllib.TOMLDecodeError as exc:
+        with path.open("rb") as fh:  # an editor's byte order mark (Windows Notepad's)
+            if fh.read(3) == b"\xef\xbb\xbf":
+                raise UsageError(f"{path}: starts with a byte order mark (EF BB BF), which Python's TOML reader "
+                                 "(tomllib) does not take: save it as UTF-8 without one") from None
         raise UsageError(f"{path}: not valid TOML ({exc})") from None
 
 
