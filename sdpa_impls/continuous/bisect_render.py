@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 
-from ..fmt import cell, code, fmt_duration, table
+from ..fmt import cell, code, fit_comment, fmt_duration, table
 from .bisect_answer import CULPRIT, INCONCLUSIVE, NO_REGRESSION, UNDECIDED, Search
 from .bisect_replay import REPLAY_FORMAT
 from .steps import Step
@@ -87,7 +87,8 @@ def render(search: Search, markdown: bool = False, unfinished: str | None = None
                         "searched.")
     out += ["", "Steps' rows in full: --json."] if any(len(s.rows) > 1 for s in search.steps) else []
     out += ["", "Notes:"] + [f"{bullet}{n}" for n in notes]
-    return "\n".join(out) + "\n"
+    text = "\n".join(out) + "\n"
+    return fit_comment(lambda _: text) if markdown else text  # the answer comes first: a cut keeps it
 
 
 def as_dict(search: Search, unfinished: str | None = None) -> dict:
