@@ -215,9 +215,11 @@ def pytest_benchmark_compare_machine_info(config: pytest.Config, machine_info: d
 def _suite_machine(config: pytest.Config) -> dict:
     from sdpa_impls.bench.machine import machine_info as describe_machine
 
-    device = device_of(config)
-    traced = {"tracer": getattr(config, _TRACER)} if hasattr(config, _TRACER) else {}
-    return describe_machine(device, timer=timer_name(config, device)) | traced
+    from sdpa_impls.bench.machine import active_tracer
+
+    device = device_of(config)  # --benchmark-compare asks before collection: the tools of now, as collection reads them
+    traced = getattr(config, _TRACER) if hasattr(config, _TRACER) else active_tracer(hooks=False)
+    return describe_machine(device, timer=timer_name(config, device)) | {"tracer": traced}
 
 
 SUITE_FILE = "sdpa_impls/suite/test_sdpa.py"

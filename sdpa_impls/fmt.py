@@ -81,14 +81,15 @@ def fit_comment(build: Callable[[bool], str], whole: str = "in --json and in the
     """A Markdown verdict that fits in one PR comment (a longer body is refused, and nothing is posted): `build(False)`,
     the whole of it; where that is over `limit` bytes, `build(True)`, its renderer's short form (the rows that
     passed counted, not listed); where that is over too, cut at a line, with a last line saying how many were
-    left out, and where the `whole` verdict is."""
-    text = build(False)
-    if len(text.encode()) <= limit:
-        return text
-    text = build(True)
-    if len(text.encode()) <= limit:
-        return text
-    lines = text.splitlines()
+    left out, and where the `whole` verdict is. Measured as it is written, credentials masked (a mask can be
+    longer than what it hides)."""
+    from .credentials import redact
+
+    for fold in (False, True):
+        text = redact(build(fold))
+        if len(text.encode()) <= limit:
+            return text
+    lines = text.removesuffix("\n").split("\n")  # "\n" alone: another line separator stays in its line, as counted
     kept, size = [], 0
     for n, line in enumerate(lines):
         tail = (f"_{len(lines) - n} more line(s) left out to fit one PR comment ({limit:,} bytes): the whole verdict "

@@ -181,15 +181,25 @@ def test_an_answer_that_could_not_tell_is_undecided_not_no_regression() -> None:
 def test_a_markdown_answer_over_many_rows_fits_in_one_comment() -> None:
     """--markdown is "for an issue or a pull request": a search over 1,500 slower rows (everything slower at BAD)
     wrote a body GitHub refuses. It is cut at a line, the answer first, with how much was left out."""
+    from sdpa_impls.continuous.bisect_answer import INCONCLUSIVE
     from sdpa_impls.continuous.steps import RowStep
+    from sdpa_impls.fmt import fit_comment
 
     rows = [RowStep(f"toy_attention[L{n}-E64-fp32-fwd]", 1.2, (1.15, 1.25), DIFFERENT) for n in range(1500)]
     found = Search("aaaaaaa good", "bbbbbbb bad", ["bbbbbbb bad"], answer="culprit", culprit="bbbbbbb bad", rows=rows,
-                   steps=[Step(CONFIRM, "aaaaaaa good", "bbbbbbb bad", DIFFERENT, 1.03, rows=tuple(rows))])
+                   steps=[Step(CONFIRM, "aaaaaaa good", "bbbbbbb bad", DIFFERENT, 1.03, rows=tuple(rows))],
+                   files=["attention.py"])
     text, md = render(found), render(found, markdown=True)
     assert len(text.encode()) > 65536 and text.count("toy_attention[") == 2 * 1500  # under test, at the culprit
     assert len(md.encode()) <= 65536 and md.startswith("## sdpa-bench bisect: CULPRIT `bbbbbbb bad`"), md[:200]
-    assert "more line(s) left out to fit one PR comment (65,536 bytes): the whole verdict is in --json" in md
+    assert md.count("- 1500 rows, listed in --json and in the command's own output") == 2, md
+    assert "- files changed: `attention.py`" in md and "toy_attention[" not in md
+    left = Search("aaaaaaa good", "eeeeeee bad", ["ccccccc x", "ddddddd y", "eeeeeee bad"], answer=INCONCLUSIVE,
+                  among=["ccccccc x", "ddddddd y", "eeeeeee bad"], rows=rows)  # the commits left, after the rows
+    assert all(f"- `{c}`" in render(left, markdown=True) for c in left.among)
+    cut = fit_comment(lambda fold: "## title\n" + "| row \u2028 |\n" * (20000 if fold else 30000))
+    assert len(cut.encode()) <= 65536 and cut.startswith("## title\n| row \u2028 |\n")  # one line, as counted
+    assert "more line(s) left out to fit one PR comment (65,536 bytes): the whole verdict is in --json" in cut
 
 
 def test_a_single_candidate_left_unconfirmed_is_named_plainly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -235,7 +235,7 @@ def test_a_time_reference_no_side_has_is_named_as_such_before_measuring(repo: di
     code, out, err = continuous(repo["path"], repo["good"], *fast, "--config", str(config))
     message = [line for line in err.splitlines() if not line.startswith("[")]
     assert code == 2 and out == "" and len(message) == 1, err
-    assert "base " in message[0] and f"time_reference torch_sdpaa (set in {config}, over sdpa-bench's defaults): " \
+    assert "base " in message[0] and f"time_reference torch_sdpaa (from {config}, over sdpa-bench's defaults): " \
         "no implementation of that name here" in message[0], message  # where it was set: a head's typo is not base's
     assert "--impl" not in message[0] and "round" not in err  # named as what it is, before any round
     assert "an A/A comparison" not in err

@@ -197,7 +197,8 @@ def _sdpa_dispatch() -> dict:
 
 def _hook_name(hook: object) -> str:
     """A trace or profile hook by where it is defined: a function by its own name, an object by its class, a class
-    defined in __main__ (`python -m cProfile`) by its first base defined elsewhere (_lsprof.Profiler)."""
+    defined in __main__ by its first base defined elsewhere (`python -m cProfile` on Python 3.11: _lsprof.Profiler;
+    from 3.12 cProfile is a sys.monitoring tool)."""
     kind = hook if isinstance(hook, (types.FunctionType, types.MethodType)) else type(hook)
     named = next((k for k in getattr(kind, "__mro__", (kind,)) if k.__module__ != "__main__"), kind)
     return f"{named.__module__}.{named.__qualname__}"

@@ -47,7 +47,14 @@ def _rows_cell(step: Step) -> str:
 def render(search: Search, markdown: bool = False, unfinished: str | None = None) -> str:
     """The answer first (culprit, or the commits left, or no regression), the rows under test, what differs at the
     culprit, every step with its verdict and time, then notes. `unfinished`: the steps of a search stopped before its
-    answer ("interrupted"), said as such."""
+    answer ("interrupted"), said as such. In Markdown it fits in one comment (fmt.fit_comment): the rows counted,
+    not listed, then cut at a line."""
+    if markdown:
+        return fit_comment(lambda fold: _text(search, True, unfinished, fold))
+    return _text(search, False, unfinished, False)
+
+
+def _text(search: Search, markdown: bool, unfinished: str | None, fold: bool) -> str:
     shown = code if markdown else str  # in Markdown, what a person wrote (subjects, names, paths) is a code span
     in_cell = cell if markdown else str
 
@@ -59,13 +66,14 @@ def render(search: Search, markdown: bool = False, unfinished: str | None = None
            f"BAD {shown(search.bad)}, {len(search.commits)} {search.unit}(s), {search.comparisons} comparison(s)"
            + (f" and {skips} for skipped {search.unit}(s)" if (skips := len(search.steps) - search.comparisons) else "")
            + f", {fmt_duration(search.seconds)}", ""]
+    def listed(rows) -> list[str]:  # folded: counted, so that the commits below fit in one comment
+        return [f"{bullet}{len(rows)} rows, listed in --json and in the command's own output"] if fold else [
+            f"{bullet}{shown(r.text())}" for r in rows]
     if search.rows:
-        out += ["Slower or bigger at BAD than at GOOD (the rows under test):"]
-        out += [f"{bullet}{shown(r.text())}" for r in search.rows] + [""]
+        out += ["Slower or bigger at BAD than at GOOD (the rows under test):"] + listed(search.rows) + [""]
     if search.answer == CULPRIT and not unfinished:
         confirm = search.steps[-1]
-        out += [f"Culprit {shown(search.culprit)}, against its parent {shown(confirm.base)}:"]
-        out += [f"{bullet}{shown(r.text())}" for r in confirm.rows]
+        out += [f"Culprit {shown(search.culprit)}, against its parent {shown(confirm.base)}:"] + listed(confirm.rows)
         if search.files:
             out += [f"{bullet}files changed: " + ", ".join(shown(f) for f in search.files[:20])
                     + (f" and {len(search.files) - 20} more" if len(search.files) > 20 else "")]
@@ -87,8 +95,7 @@ def render(search: Search, markdown: bool = False, unfinished: str | None = None
                         "searched.")
     out += ["", "Steps' rows in full: --json."] if any(len(s.rows) > 1 for s in search.steps) else []
     out += ["", "Notes:"] + [f"{bullet}{n}" for n in notes]
-    text = "\n".join(out) + "\n"
-    return fit_comment(lambda _: text) if markdown else text  # the answer comes first: a cut keeps it
+    return "\n".join(out) + "\n"
 
 
 def as_dict(search: Search, unfinished: str | None = None) -> dict:

@@ -9,12 +9,12 @@ this sdpa-bench on both sides).
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import GateInputError, UsageError
 from ..registry import ENTRY_POINT_GROUP
+from ..settings import read_toml
 from .revisions import git_root
 
 SELF, PLUGIN, NONE = "sdpa-bench", "plug-in", "none"
@@ -43,9 +43,9 @@ def _pyproject(tree: Path) -> dict | None:
     if not path.is_file():
         return None
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise GateInputError(f"{path}: cannot be read ({exc})") from None
+        return read_toml(path)
+    except UsageError as exc:
+        raise GateInputError(str(exc)) from None
 
 
 def declared_impls(tree: Path) -> tuple[str, ...]:

@@ -197,7 +197,7 @@ def check_import(side: Side, cpu: bool, reference: str = "",
                                    f"{' and '.join(m.replace('_', '-') for m in found['lacks'])}, which run the "
                                    "benchmark suite: install sdpa-bench's test extra there (pip install "
                                    "'sdpa-bench[test]')")
-    set_in = f" (set in {reference_from})" if reference_from else ""  # where: a head's typo is met in base first
+    set_in = f" (from {reference_from})" if reference_from else ""  # where: a head's typo is met in base first
     for what, names, where in (("time_reference", [reference] if reference else [], set_in),
                                ("--impl", found["missing"], "")):
         if [n for n in names if n not in found.get("known", ())]:  # the reference first: it is among --impl's too
