@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from sdpa_impls.bench.machine import (IDENTITY_FIELDS, ONEDNN_ISA_ENV, active_tracer, cpu_flags, cpu_model,
-                                      describe_cpu, machine_differences, machine_identity, machine_info, source_revision)
+                                      describe_cpu, machine_differences, machine_identity, machine_info,
+                                      source_revision)
 from sdpa_impls.bench.timing import cuda_event_clock
 
 

@@ -145,9 +145,9 @@ def test_a_toml_file_that_is_not_utf8_is_one_line_naming_it(tmp_path: Path, monk
     assert err.startswith("sdpa-bench gate: error: ../gate.toml: not UTF-8 text (") and err.count("\n") == 1, err
     (tmp_path / "gate.toml").write_bytes(b'\xef\xbb\xbftime = "median:5%"\n')  # saved "UTF-8 with BOM"
     assert main(["gate", "--candidate", "cand.json", "--config", "../gate.toml"]) == 2
-    assert capsys.readouterr().err == ("sdpa-bench gate: error: ../gate.toml: starts with a byte order mark (EF BB BF), "
-                                       "which Python's TOML reader (tomllib) does not take: save it as UTF-8 without "
-                                       "one\n")  # was: Invalid statement (at line 1, column 1)
+    assert capsys.readouterr().err == (  # was: Invalid statement (at line 1, column 1)
+        "sdpa-bench gate: error: ../gate.toml: starts with a byte order mark (EF BB BF), which Python's TOML reader "
+        "(tomllib) does not take: save it as UTF-8 without one\n")
 
 
 @pytest.mark.parametrize("argv, toml, words", [
