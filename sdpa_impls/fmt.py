@@ -76,8 +76,10 @@ def cell(text: str) -> str:
 COMMENT_LIMIT = 65536
 
 
-def fit_comment(build: Callable[[bool], str], whole: str = "in --json and in the command's own output",
-                limit: int = COMMENT_LIMIT) -> str:
+WHOLE = "in --json and in the command's own output"  # where a verdict cut to fit a PR comment is whole
+
+
+def fit_comment(build: Callable[[bool], str], whole: str = WHOLE, limit: int = COMMENT_LIMIT) -> str:
     """A Markdown verdict that fits in one PR comment (a longer body is refused, and nothing is posted): `build(False)`,
     the whole of it; where that is over `limit` bytes, `build(True)`, its renderer's short form (the rows that
     passed counted, not listed); where that is over too, cut at a line, with a last line saying how many were

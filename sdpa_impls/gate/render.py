@@ -5,7 +5,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import asdict
 
-from ..fmt import cell, code, fit_comment, fmt_bytes, fmt_seconds, table
+from ..fmt import WHOLE, cell, code, fit_comment, fmt_bytes, fmt_seconds, table
 from .compare import Comparison, Verdict
 from .points import Point
 from .rules import GEMM, IDLE, NA, PASS, REFERENCE, REFUSED, Check
@@ -69,9 +69,6 @@ def rules_and_failures(ratios: Sequence[Check], failures: Sequence[Check], markd
         out += ["", "Failures:"] + [f"{bullet}{c.kind} {code(c.subject) if markdown else c.subject}: {c.message}"
                                     for c in failures]
     return out
-
-
-WHOLE = "in --json and in the command's own output"  # where a verdict cut to fit a PR comment is whole
 
 
 def folded(rows: Sequence, fold: bool, whole: str = WHOLE) -> tuple[list, list[str]]:
