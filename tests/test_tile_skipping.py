@@ -12,10 +12,11 @@ import sdpa_impls
 from sdpa_impls.bench.grid import Case
 from sdpa_impls.impls._tiled.backward import tiled_backward
 from sdpa_impls.impls._tiled.online_softmax import chunked_forward
-from sdpa_impls.impls._tiled.tilemap import EMPTY, FULL, PARTIAL, MaskTiles, Tiling, block_states
+from sdpa_impls.impls._tiled.budget import CpuTiling, forced_tiling
+from sdpa_impls.impls._tiled.tilemap import EMPTY, FULL, PARTIAL, MaskTiles, TileMap, Tiling, block_states
 from sdpa_impls.impls._tiled.tiles import grouped
 from sdpa_impls.impls.chunked import narrowest_useful, tile_size
-from sdpa_impls.impls.fused import KEY_BLOCK, fused_forward, tile_shape
+from sdpa_impls.impls.fused import KEY_BLOCK, fused_forward, fused_plan, tile_shape
 from sdpa_impls.protocol import SDPAInputs
 
 L, E, EV = 300, 16, 8  # 300 rows: tiles of 32, 64, 128 and 256 all end inside a document or window somewhere
@@ -177,3 +178,49 @@ def test_block_states_match_brute_force(shape: tuple[int, ...]) -> None:
                         # causal is applied per tile from its corners: a tile the mask empties is EMPTY, one it
                         # fills is FULL only if no causal diagonal crosses it; otherwise PARTIAL is the safe answer
                         assert got == want or (got == PARTIAL and want == EMPTY), (b, h, t, j, got, want)
+
+
+@pytest.mark.parametrize("word", ["window-20", "documents-40", "holes", "padding", "none"])
+def test_a_coarser_tile_map_derived_from_a_finer_one_is_the_masks_own(word: str) -> None:
+    """Query blocks of 2, 3 and 8 of a finer map's (the last one short of L = 300), causal or not, a padded batch
+    (tiles per batch row) too: the same states as reading the mask at that size."""
+    if word == "padding":
+        case = Case(lq=L, lk=L, e=E, batch=3, heads_q=2, heads_kv=2, mask="padding")
+        mask = case.structure().dense(3, 2, torch.float32, "cpu")
+    else:
+        mask = structured(word)
+    for causal in (False, True):
+        fine = TileMap.build(mask, causal, 2, L, L, 32, KEY_BLOCK, True)
+        for c in (2, 3, 8):
+            want = TileMap.build(mask, causal, 2, L, L, 32 * c, KEY_BLOCK, True).states
+            assert torch.equal(fine.coarsened(32 * c, True).states, want), (causal, c)
+
+
+def test_a_masked_inference_forward_sizes_its_tiles_by_the_keys_they_compute(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 512-key window at L 4096, under a fixed CPU policy (2 threads, 512 KiB L2): a tile sized for every key of
+    its rows has 32 rows; the inference forward doubles them while the keys its tiles compute still fit, computes
+    exactly the non-empty key blocks of those tiles, with buffers as wide as the widest, and matches torch's SDPA.
+    The mask is read once (the coarser maps come from the first); training keeps the tile sized for every key."""
+    lq = 4096
+    mask = Case(lq=lq, lk=lq, e=E, mask="window-512").structure().dense(1, 2, torch.float32, "cpu")
+    gen = torch.Generator().manual_seed(5)
+    q, k, v = torch.randn(1, 2, lq, E, generator=gen), torch.randn(1, 1, lq, E, generator=gen), torch.randn(
+        1, 1, lq, EV, generator=gen)
+    inp = SDPAInputs(q, k, v, attn_mask=mask, enable_gqa=True)
+    q5, k4, v4, mask5 = grouped(inp)
+    reads, build = [], TileMap.build
+    monkeypatch.setattr(TileMap, "build", lambda *a: reads.append(a[5]) or build(*a))
+    with forced_tiling(CpuTiling(2, 512 << 10)):
+        tiles = MaskTiles(mask, False, 1, lq, lq)
+        every_key, _ = tile_shape(torch.device("cpu"), 1, 1, 2, lq, lq, 4)
+        rows, _, keys = fused_plan(tiles, torch.device("cpu"), 1, 2, 4, inference=True)
+        assert every_key == 32 and rows >= 4 * every_key and keys <= lq // 4, (every_key, rows, keys)
+        assert len(reads) == 1
+        assert fused_plan(tiles, torch.device("cpu"), 1, 2, 4)[0] == every_key  # training
+        fwd = gemm_flops(lambda: fused_forward(q5, k4, v4, mask5, False, inp.softmax_scale, False, tiles))
+        out = fused_forward(q5, k4, v4, mask5, False, inp.softmax_scale, False, tiles)[0]
+    cols = live_columns(keep_of(mask, False, lq, lq), rows, KEY_BLOCK, True)
+    assert max(cols) == keys
+    assert fwd == sum(2 * min(rows, lq - i0) * 2 * c * (E + EV) for i0, c in zip(range(0, lq, rows), cols))
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+    assert (out.reshape(want.shape) - want).abs().max() < 1e-5

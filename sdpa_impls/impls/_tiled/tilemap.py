@@ -99,6 +99,24 @@ class TileMap:
         return cls(block_states(mask, is_causal, hkv, lq, lk, q_block, k_block), is_causal, lq, lk, q_block,
                    k_block, merge_runs)
 
+    def coarsened(self, q_block: int, merge_runs: bool) -> TileMap:
+        """This map at `q_block` query rows (a multiple of this one's), without reading the mask again: a block of
+        the coarser map is EMPTY where each of its blocks here is, FULL where each is, else PARTIAL, which is what
+        the mask and the causal flag give it directly."""
+        c = q_block // self.q_block
+        bm, hm, nq, nk = self.states.shape
+        pad = -nq % c  # the last coarse block's missing rows: EMPTY for the "any key kept" test, FULL for "every"
+        hi = torch.nn.functional.pad(self.states, (0, 0, 0, pad), value=EMPTY).view(bm, hm, -1, c, nk).amax(3)
+        lo = torch.nn.functional.pad(self.states, (0, 0, 0, pad), value=FULL).view(bm, hm, -1, c, nk).amin(3)
+        states = torch.where(hi == EMPTY, EMPTY, torch.where(lo == FULL, FULL, PARTIAL)).to(torch.uint8)
+        return TileMap(states, self.is_causal, self.lq, self.lk, q_block, self.k_block, merge_runs)
+
+    def widest(self) -> int:
+        """The most keys one query tile of this map computes, in any batch row and head: its non-empty key blocks
+        (an upper bound of every head group's)."""
+        live = (self.states != EMPTY).any(dim=1).any(dim=0)  # (nQ, nK)
+        return min(self.lk, int(live.sum(dim=-1).max()) * self.k_block) if live.numel() else 0
+
     @property
     def per_batch(self) -> bool:
         """Whether the tiles differ between batch rows (a padded batch): head groups then stay in one row."""
@@ -259,10 +277,14 @@ class MaskTiles:
         return cls(inp.attn_mask, inp.is_causal, k.shape[1], q.shape[2], k.shape[2], derived)
 
     def get(self, q_block: int, k_block: int, merge_runs: bool) -> TileMap:
+        """The map at `q_block` × `k_block`: from a finer one already built where there is one (`coarsened`), else
+        from the mask."""
         key = (q_block, k_block, merge_runs)
         if key not in self._maps:
-            self._maps[key] = TileMap.build(self.mask, self.is_causal, self.hkv, self.lq, self.lk, q_block, k_block,
-                                            merge_runs)
+            finer = [m for (qb, kb, _), m in self._maps.items() if kb == k_block and qb < q_block and q_block % qb == 0]
+            self._maps[key] = (finer[0].coarsened(q_block, merge_runs) if finer else
+                               TileMap.build(self.mask, self.is_causal, self.hkv, self.lq, self.lk, q_block, k_block,
+                                             merge_runs))
         return self._maps[key]
 
     def plan(self, tiling: Tiling, b: int, heads: int) -> Plan:
