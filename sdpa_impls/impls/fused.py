@@ -61,8 +61,9 @@ def widened(tiles: MaskTiles, dev: torch.device, b: int, g: int, itemsize: int, 
     as the most keys such a tile computes (`TileMap.widest`), still fits the policy's tile for that many keys.
     `tile_shape` sizes a tile for every key of its rows; a 512-key window at L 8192 computes 1/16 of them, and
     tiles of 8× the rows cut the calls and ops per key by as much (fp32, 1 thread of an AVX2 EPYC: 0.33 → 0.17 of
-    the causal call's time). The map at `rows` is read from the mask, each coarser one derived from it
-    (`TileMap.coarsened`)."""
+    the causal call's time). The map at `rows` is read from the mask, and each coarser one whose rows are a multiple
+    of it is derived from it (`TileMap.coarsened`); a last step to L itself, where L is no such multiple, reads the
+    mask again."""
     tiles.get(rows, KEY_BLOCK, True)
     while rows < tiles.lq:
         more = min(tiles.lq, 2 * rows)

@@ -101,8 +101,9 @@ class TileMap:
 
     def coarsened(self, q_block: int, merge_runs: bool) -> TileMap:
         """This map at `q_block` query rows (a multiple of this one's), without reading the mask again: a block of
-        the coarser map is EMPTY where each of its blocks here is, FULL where each is, else PARTIAL, which is what
-        the mask and the causal flag give it directly."""
+        the coarser map is EMPTY where each of its blocks here is, FULL where each is, else PARTIAL. That is what
+        reading the mask gives, or tighter: with the causal flag, a block whose kept keys all lie past the finer
+        blocks' diagonals is EMPTY here where a direct read says PARTIAL (both sound)."""
         c = q_block // self.q_block
         bm, hm, nq, nk = self.states.shape
         pad = -nq % c  # the last coarse block's missing rows: EMPTY for the "any key kept" test, FULL for "every"
