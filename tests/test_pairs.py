@@ -2,8 +2,9 @@
 round's two sides together, the verdict that compares only those rounds, and a real process that imports two trees
 of the package and times them in turn.
 
-The process test measures for real (two copies of `naive`, one of them planted 30 % slower by spinning on its own
-CPU time), so it asserts only what a planted change that large shows on any CPU: the slower copy reads slower.
+The process test measures for real (two copies of `naive`, one of them planted twice as slow by spinning on its own
+CPU time), so it asserts only what a planted change that large shows on any CPU, a busy one too: the slower copy reads
+slower. A 30 % plant read 1.11 once on a shared CI machine, whose CPU time per call drifted ±25 % within a round.
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ def _planted(self, inp):
     start = _planted_time.process_time()
     out = _planted_forward(self, inp)
     spent = _planted_time.process_time() - start
-    while _planted_time.process_time() - start < spent * 1.30:
+    while _planted_time.process_time() - start < spent * 2.0:
         pass
     return out
 
@@ -137,18 +138,21 @@ def _template(path: Path) -> Path:
 
 
 def test_one_process_times_both_trees_in_turn(tmp_path: Path) -> None:
-    """Two trees of the package, head's naive planted 30 % slower, imported into one process: each side's file
-    holds its own code's samples (head reads slower), probes beside them, and no checks, memory or kernels."""
+    """Two trees of the package, head's naive planted twice as slow, imported into one process: each side's file
+    holds its own code's samples (head reads slower, round by round and in the median), probes beside them, and no
+    checks, memory or kernels."""
     base = Side("base", "b", None, _site(tmp_path, "b", False), sys.executable)
     head = Side("head", "h", None, _site(tmp_path, "h", True), sys.executable)
     template = _template(tmp_path / "t.json")
-    b, h = paired_round(base, head, (template, template), [], "head", tmp_path, "2", max_time=0.05, min_rounds=8,
+    b, h = paired_round(base, head, (template, template), [], "head", tmp_path, "2", max_time=0.2, min_rounds=8,
                         timeout=300)
     assert [p.label for p in b] == [p.label for p in h] == [f"naive[{CASE}]"]
     bp, hp = b[0], h[0]
     assert len(bp.samples) == len(hp.samples) >= 8 and len(bp.probe_s) == len(bp.samples) + 1
     assert bp.peak_memory_bytes is None and bp.max_error is None and bp.kernels == ()
-    assert hp.median_s / bp.median_s > 1.15, (hp.median_s, bp.median_s)
+    per_round = sorted(x / y for x, y in zip(hp.samples, bp.samples))  # a round's two sides sampled back to back
+    assert per_round[len(per_round) // 2] > 1.3 and hp.median_s / bp.median_s > 1.3, (per_round, hp.median_s,
+                                                                                          bp.median_s)
     doc = json.loads((tmp_path / "head-2.json").read_text())
     extra = doc["benchmarks"][0]["extra_info"]
     assert extra["paired"] is True and doc["machine_info"]["sdpa_bench"]["cpu"] == "test"
