@@ -12,7 +12,7 @@ import sdpa_impls
 from sdpa_impls.bench.grid import Case
 from sdpa_impls.impls._tiled.backward import tiled_backward
 from sdpa_impls.impls._tiled.online_softmax import chunked_forward
-from sdpa_impls.impls._tiled.budget import CpuTiling, forced_tiling
+from sdpa_impls.impls._tiled.budget import CpuTiling, CudaTiling, forced_tiling
 from sdpa_impls.impls._tiled.tilemap import EMPTY, FULL, PARTIAL, MaskTiles, TileMap, Tiling, block_states
 from sdpa_impls.impls._tiled.tiles import grouped
 from sdpa_impls.impls.chunked import narrowest_useful, tile_size
@@ -224,3 +224,29 @@ def test_a_masked_inference_forward_sizes_its_tiles_by_the_keys_they_compute(mon
     assert fwd == sum(2 * min(rows, lq - i0) * 2 * c * (E + EV) for i0, c in zip(range(0, lq, rows), cols))
     want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
     assert (out.reshape(want.shape) - want).abs().max() < 1e-5
+
+
+def test_a_gpu_masked_forward_keeps_its_rows_and_no_tile_past_the_cap_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CUDA policy (forced, a card with 32 MiB free: 128-row tiles of a 256-key window at L 2048) keeps its
+    rows, as a row of every key sizes them, with score buffers as wide as the widest tile, and matches torch's SDPA.
+    The CPU policy at L 300: its 256 rows are the most for any width, so no 300-row map is read."""
+    lq = 2048
+    mask = Case(lq=lq, lk=lq, e=E, mask="window-256").structure().dense(1, 1, torch.bool, "cpu")
+    gen = torch.Generator().manual_seed(6)
+    q, k, v = (torch.randn(1, 2, lq, d, generator=gen) for d in (E, E, EV))
+    inp = SDPAInputs(q, k, v, attn_mask=mask)
+    q5, k4, v4, mask5 = grouped(inp)
+    with forced_tiling(CudaTiling(32 << 20)):
+        tiles = MaskTiles(mask, False, 2, lq, lq)
+        every_key, _ = tile_shape(torch.device("cpu"), 1, 2, 1, lq, lq, 4)
+        rows, _, keys = fused_plan(tiles, torch.device("cpu"), 1, 1, 4, inference=True)
+        assert rows == every_key == 128 and keys == max(live_columns(keep_of(mask, False, lq, lq), rows, KEY_BLOCK,
+                                                                     True)) < lq // 4, (every_key, rows, keys)
+        out = fused_forward(q5, k4, v4, mask5, False, inp.softmax_scale, False, tiles)[0]
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    assert (out.reshape(want.shape) - want).abs().max() < 1e-5
+    reads, build = [], TileMap.build
+    monkeypatch.setattr(TileMap, "build", lambda *a: reads.append(a[5]) or build(*a))
+    with forced_tiling(CpuTiling(2, 512 << 10)):
+        tiles = MaskTiles(structured("window-20"), False, 1, L, L)
+        assert fused_plan(tiles, torch.device("cpu"), 1, 2, 4, inference=True)[0] == 256 and reads == [256], reads

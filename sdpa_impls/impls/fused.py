@@ -14,7 +14,7 @@ from ._tiled.online_softmax import plan_tiles, take
 from ..protocol import WITH_FP64, Implementation, SDPAInputs, Support, empty_attention, with_op
 from ..registry import register
 from ._tiled.tilemap import MaskTiles, Plan, Tiling
-from ._tiled.budget import choice, tiling_for
+from ._tiled.budget import choice, group_heads, tiling_for
 from ._tiled.tiles import (HALF, NEG_INF, TileMasker, columns_t, compact_transposed, flat, forward_views,
                            rows3, store_rows_, working_dtype)
 
@@ -57,21 +57,24 @@ def fused_plan(tiles: MaskTiles, dev: torch.device, b: int, g: int, itemsize: in
 
 def widened(tiles: MaskTiles, dev: torch.device, b: int, g: int, itemsize: int, rows: int,
             heads: int) -> tuple[int, int]:
-    """(query rows, kv heads) of a masked inference forward's tiles: the rows doubled while a tile of them, as wide
-    as the most keys such a tile computes (`TileMap.widest`), still fits the policy's tile for that many keys.
-    `tile_shape` sizes a tile for every key of its rows; a 512-key window at L 8192 computes 1/16 of them, and
-    tiles of 8× the rows cut the calls and ops per key by as much (fp32, 1 thread of an AVX2 EPYC: 0.33 → 0.17 of
-    the causal call's time). The map at `rows` is read from the mask, and each coarser one whose rows are a multiple
-    of it is derived from it (`TileMap.coarsened`); a last step to L itself, where L is no such multiple, reads the
-    mask again."""
+    """(query rows, kv heads) of a masked inference forward's tiles (the policy's WIDEN_MASKED): the rows doubled
+    while a tile of them, as wide as the most keys such a tile computes (`TileMap.widest`), still fits the policy's
+    tile for that many keys. `tile_shape` sizes a tile for every key of its rows; a 512-key window at L 8192
+    computes 1/16 of them, and tiles of 8× the rows cut the calls and ops per key by as much (fp32, 1 thread of an
+    AVX2 EPYC: 0.33 → 0.17 of the causal call's time). The map at `rows` is read from the mask, and each coarser one
+    whose rows are a multiple of it is derived from it (`TileMap.coarsened`); a last step to L itself, where L is no
+    such multiple, reads the mask again. A step past the policy's most rows for any width is not tried, so its map
+    is never built. Where the policy does not widen (CUDA), the rows stay and only the score buffers narrow."""
+    if not choice(dev, "WIDEN_MASKED"):
+        return rows, heads
+    ceiling = tile_shape(dev, b, tiles.hkv, g, tiles.lq, 1, itemsize)[0]  # the most rows of the narrowest tile
     tiles.get(rows, KEY_BLOCK, True)
-    while rows < tiles.lq:
+    while rows < tiles.lq and min(tiles.lq, 2 * rows) <= ceiling:
         more = min(tiles.lq, 2 * rows)
-        cap, fits = tile_shape(dev, b, tiles.hkv, g, tiles.lq, tiles.get(more, KEY_BLOCK, True).widest() or 1,
-                               itemsize)
-        if more > cap:
+        width = tiles.get(more, KEY_BLOCK, True).widest() or 1
+        if more > tile_shape(dev, b, tiles.hkv, g, tiles.lq, width, itemsize)[0]:
             break
-        rows, heads = more, fits
+        rows, heads = more, group_heads(dev, b * tiles.hkv, more * g * width * itemsize)
     return rows, heads
 
 

@@ -84,6 +84,9 @@ class CpuTiling:
     # pass alone 6): with the wider tiles, 0.87-0.90 of the old time there (fp32, L 2048, E 64;
     # docs/explanation/tiling.md). Not bf16 tiles: there an exp pass and a row sum cost more than the softmax.
     UNSHIFTED_EXP = True
+    # fused's masked inference forward: tiles as tall as the keys they compute allow (`fused.widened`). A 512-key
+    # window, fp32 L 8192: 32 → 256 rows, 0.29 → 0.15-0.17 of causal (AVX2 EPYC, records/2026-12-04-epyc-avx2-*)
+    WIDEN_MASKED = True
 
     @property
     def score_tile_bytes(self) -> int:
@@ -149,6 +152,7 @@ class CudaTiling:
     # cuBLAS takes any batch stride: the strided Kᵀ and Vᵀ go to the GEMM as they are, no copy
     COMPACT_TRANSPOSED = False
     UNSHIFTED_EXP = False  # a GPU tile is bound by launches, not the softmax's passes; the bound's reductions sync
+    WIDEN_MASKED = False  # 1024-row tiles already; taller window tiles compute 1.5-2× the keys a row: unmeasured
 
     @property
     def score_tile_bytes(self) -> int:
@@ -272,7 +276,8 @@ def tiling_for(device: torch.device) -> TilePolicy:
     return CudaTiling(free_device_bytes(device))
 
 
-Choice = Literal["CAST_FIRST", "SOFTMAX_FROM_HALF", "SOFTMAX_BACKWARD", "COMPACT_TRANSPOSED", "UNSHIFTED_EXP"]
+Choice = Literal["CAST_FIRST", "SOFTMAX_FROM_HALF", "SOFTMAX_BACKWARD", "COMPACT_TRANSPOSED", "UNSHIFTED_EXP",
+                 "WIDEN_MASKED"]
 
 
 def choice(device: torch.device, name: Choice) -> bool:
@@ -300,11 +305,6 @@ def cuda_tiling(free_bytes: int = NOMINAL_FREE_BYTES) -> contextlib.AbstractCont
     if free_bytes <= 0:
         raise ValueError(f"free_bytes must be positive, got {free_bytes}")
     return forced_tiling(CudaTiling(free_bytes))
-
-
-def score_tile_bytes(device: torch.device) -> int:
-    """How many bytes the score tile of one head group may take on `device` (see CpuTiling, CudaTiling)."""
-    return tiling_for(device).score_tile_bytes
 
 
 def group_heads(device: torch.device, heads: int, bytes_per_head: int) -> int:
