@@ -27,13 +27,16 @@ def test_a_small_run_checks_and_times_every_experiment(tmp_path: Path, capsys: p
     assert doc["device"] == "cpu" and doc["wrong"] == {}
     rows = {e["name"]: e["rows"] for e in doc["experiments"]}
     assert list(rows) == ["band", "p", "ds", "dp", "softmax", "chunked fwd", "chunked fwd+bwd", "fused fwd+bwd",
-                          "fused fwd+bwd dS"]
+                          "fused fwd+bwd dS", "fused fwd window-512"]
     for name in ("chunked fwd", "chunked fwd+bwd", "fused fwd+bwd"):  # whole calls, CAST_FIRST off then on
         assert [r["variant"].split(" (")[1] for r in rows[name]] == ["CAST_FIRST = False)", "CAST_FIRST = True)"]
         assert rows[name][0]["ratio"] == 1.0 and rows[name][1]["median_s"] > 0
     assert [r["variant"].split(" (")[1] for r in rows["fused fwd+bwd dS"]] == ["SOFTMAX_BACKWARD = False)",
                                                                              "SOFTMAX_BACKWARD = True)"]
+    assert [r["variant"].split(" (")[1] for r in rows["fused fwd window-512"]] == ["WIDEN_MASKED = False)",
+                                                                                 "WIDEN_MASKED = True)"]
     assert CpuTiling.CAST_FIRST is True and CpuTiling.SOFTMAX_BACKWARD is True  # restored after the calls
+    assert CpuTiling.WIDEN_MASKED is True and CudaTiling.WIDEN_MASKED is False
     for name in ("band", "p", "ds", "softmax"):
         assert len(rows[name]) >= 2 and rows[name][0]["ratio"] == 1.0
         assert all(r["median_s"] > 0 and len(r["rounds"]) == 2 for r in rows[name])
@@ -75,7 +78,7 @@ def test_fp16_adds_the_softmax_choice_of_fused_which_the_cpu_cannot_take(tmp_pat
                     "--heads", "2", "--dim", "16", "--rounds", "1", "--budget", "0.002", "--out", str(out)]) == 0
     rows = {e["name"]: e["rows"] for e in json.loads(out.read_text())["experiments"]}
     assert list(rows) == ["softmax", "chunked fwd", "chunked fwd+bwd", "fused fwd+bwd", "fused fwd+bwd dS",
-                          "fused fwd+bwd softmax"]
+                          "fused fwd+bwd softmax", "fused fwd window-512"]
     off, on = rows["fused fwd+bwd softmax"]
     assert off["ratio"] == 1.0 and "computes in fp32" in on["skipped"]
     assert rows["softmax"][1]["median_s"] > 0  # the tile-level pass runs anywhere: checked against today's first

@@ -25,7 +25,8 @@ Five experiments on one score tile of the llm preset's L 4096 causal case (B 1, 
 Then `calls`: whole prepared calls of the same case (`chunked` fwd and fwd+bwd, `fused` fwd+bwd), each with the
 device's `CAST_FIRST` off and on, as the suite times them: what decides `CudaTiling.CAST_FIRST`; `fused` fwd+bwd
 with `SOFTMAX_BACKWARD` off and on (dS through torch's softmax-backward kernel); and in fp16, `fused` fwd+bwd with
-`SOFTMAX_FROM_HALF` off and on (on CUDA only: fp16 on the CPU computes in fp32).
+`SOFTMAX_FROM_HALF` off and on (on CUDA only: fp16 on the CPU computes in fp32); last, `fused`'s forward with a
+512-key window mask at 4 × L, prepared with `WIDEN_MASKED` off and on (`masked_forward`).
 
 Every variant starts from the same inputs and is checked against the first one's result, the way the CUDA plan
 computes it today (bitwise where the arithmetic is the same, within bf16's tolerance for a GEMM that may sum in
@@ -210,7 +211,7 @@ def answer_of(call: Callable[[], object]) -> Callable[[], torch.Tensor]:
 def whole_calls(device: torch.device, dtype: str, length: int, heads: int, dim: int) -> list[Experiment]:
     """Whole calls, causal, B 1, both ways of `CAST_FIRST`: `chunked` fwd and fwd+bwd, `fused` fwd+bwd (its
     forward has no mixed-dtype op); `fused` fwd+bwd both ways of `SOFTMAX_BACKWARD`, and in fp16 of
-    `SOFTMAX_FROM_HALF`. On CUDA this is what decides those three choices of `CudaTiling`."""
+    `SOFTMAX_FROM_HALF`; then `masked_forward`. On CUDA this is what decides those choices of `CudaTiling`."""
     experiments = []
     for name, mode in (("chunked", "fwd"), ("chunked", "fwd+bwd"), ("fused", "fwd+bwd")):
         case = Case(lq=length, lk=length, e=dim, dtype=dtype, causal=True, mode=mode, heads_q=heads, heads_kv=heads)
@@ -234,7 +235,27 @@ def whole_calls(device: torch.device, dtype: str, length: int, heads: int, dim: 
             variants.append(Variant("softmax of the fp16 tile (SOFTMAX_FROM_HALF = True)", None,
                                     skipped="fp16 on the CPU computes in fp32: no fp16 tile to read"))
         experiments.append(Experiment("fused fwd+bwd softmax", case.id, variants, False, ulps(dtype)))
+    experiments.append(masked_forward(device, dtype, length, heads, dim))
     return experiments
+
+
+def masked_forward(device: torch.device, dtype: str, length: int, heads: int, dim: int) -> Experiment:
+    """`fused`'s inference forward with a 512-key window mask at 4 × `length` (on an H200 with 32 heads of bf16,
+    512-row tiles by the budget), prepared with the device's `WIDEN_MASKED` off and on: the policy's rows against
+    rows doubled while the keys the tiles compute fit (`fused.widened`). What decides `CudaTiling.WIDEN_MASKED`.
+    Each variant has inputs of its own, so neither reuses the other's remembered plan."""
+    policy_cls = CudaTiling if device.type == "cuda" else CpuTiling
+    case = Case(lq=4 * length, lk=4 * length, e=dim, dtype=dtype, mask="window-512", heads_q=heads, heads_kv=heads)
+    calls, old = {}, policy_cls.WIDEN_MASKED
+    for flag in (False, True):  # the plan is made as the closure is prepared, and kept
+        policy_cls.WIDEN_MASKED = flag
+        try:
+            calls[flag] = mode_closure(get("fused"), make_inputs(case, device), "fwd")
+        finally:
+            policy_cls.WIDEN_MASKED = old
+    return Experiment("fused fwd window-512", case.id, [
+        Variant("the policy's rows (WIDEN_MASKED = False)", calls[False], answer_of(calls[False])),
+        Variant("rows widened (WIDEN_MASKED = True)", calls[True], answer_of(calls[True]))], False, ulps(dtype))
 
 
 def check(exp: Experiment) -> dict[str, str]:
