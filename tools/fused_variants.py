@@ -38,10 +38,11 @@ what it prints decides which change to make in `fused` and `chunked`, each then 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -164,18 +165,24 @@ def dp(device: torch.device, dtype: torch.dtype, length: int, heads: int, dim: i
                       False)
 
 
-def with_choice(fn: Callable[[], object], name: str, flag: bool, device: torch.device) -> Callable[[], object]:
-    """`fn` run with this device's policy choice `name` (`CAST_FIRST`, ...) set to `flag` (a captured graph keeps
-    the path it captured)."""
+@contextlib.contextmanager
+def choice_set(device: torch.device, name: str, flag: bool) -> Iterator[None]:
+    """This device's policy choice `name` (`CAST_FIRST`, ...) set to `flag` inside the block, restored after."""
     policy_cls = CudaTiling if device.type == "cuda" else CpuTiling
+    old = getattr(policy_cls, name)
+    setattr(policy_cls, name, flag)
+    try:
+        yield
+    finally:
+        setattr(policy_cls, name, old)
 
+
+def with_choice(fn: Callable[[], object], name: str, flag: bool, device: torch.device) -> Callable[[], object]:
+    """`fn` run with this device's policy choice `name` set to `flag` (a captured graph keeps the path it
+    captured)."""
     def run() -> object:
-        old = getattr(policy_cls, name)
-        setattr(policy_cls, name, flag)
-        try:
+        with choice_set(device, name, flag):
             return fn()
-        finally:
-            setattr(policy_cls, name, old)
     return same_context(run, fn)
 
 
@@ -244,15 +251,11 @@ def masked_forward(device: torch.device, dtype: str, length: int, heads: int, di
     512-row tiles by the budget), prepared with the device's `WIDEN_MASKED` off and on: the policy's rows against
     rows doubled while the keys the tiles compute fit (`fused.widened`). What decides `CudaTiling.WIDEN_MASKED`.
     Each variant has inputs of its own, so neither reuses the other's remembered plan."""
-    policy_cls = CudaTiling if device.type == "cuda" else CpuTiling
     case = Case(lq=4 * length, lk=4 * length, e=dim, dtype=dtype, mask="window-512", heads_q=heads, heads_kv=heads)
-    calls, old = {}, policy_cls.WIDEN_MASKED
+    calls = {}
     for flag in (False, True):  # the plan is made as the closure is prepared, and kept
-        policy_cls.WIDEN_MASKED = flag
-        try:
+        with choice_set(device, "WIDEN_MASKED", flag):
             calls[flag] = mode_closure(get("fused"), make_inputs(case, device), "fwd")
-        finally:
-            policy_cls.WIDEN_MASKED = old
     return Experiment("fused fwd window-512", case.id, [
         Variant("the policy's rows (WIDEN_MASKED = False)", calls[False], answer_of(calls[False])),
         Variant("rows widened (WIDEN_MASKED = True)", calls[True], answer_of(calls[True]))], False, ulps(dtype))

@@ -69,8 +69,10 @@ def widened(tiles: MaskTiles, dev: torch.device, b: int, g: int, itemsize: int, 
         return rows, heads
     ceiling = tile_shape(dev, b, tiles.hkv, g, tiles.lq, 1, itemsize)[0]  # the most rows of the narrowest tile
     tiles.get(rows, KEY_BLOCK, True)
-    while rows < tiles.lq and min(tiles.lq, 2 * rows) <= ceiling:
+    while rows < tiles.lq:
         more = min(tiles.lq, 2 * rows)
+        if more > ceiling:
+            break
         width = tiles.get(more, KEY_BLOCK, True).widest() or 1
         if more > tile_shape(dev, b, tiles.hkv, g, tiles.lq, width, itemsize)[0]:
             break
