@@ -239,6 +239,15 @@ hint: See above for details.
   note: This error originates from a subprocess, and is likely not a problem with pip.
 """  # as pip 24 says it: what git said is the reason, not pip's pointer to it
     assert last_line(cloned).startswith("fatal: unable to access 'https://127.0.0.1:9/o/r.git/'")
+    twice = cloned + """error: subprocess-exited-with-error
+
+  × git clone --filter=blob:none --quiet https://127.0.0.1:9/o/r.git /tmp/pip-install-x did not run successfully.
+  │ exit code: 128
+  ╰─> See above for output.
+
+note: This error originates from a subprocess, and is likely not a problem with pip.
+"""  # as pip 23 says it: the block again after pip's note, with nothing from git
+    assert last_line(twice).startswith("fatal: unable to access 'https://127.0.0.1:9/o/r.git/'")
 
     from sdpa_impls.continuous.envbuild import build  # pip's own words, cloning from a port no one listens on
     with pytest.raises(GateInputError, match=r"pip could not install it \(exit 1\): .*fatal: unable to access "

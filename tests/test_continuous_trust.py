@@ -311,7 +311,8 @@ def test_an_unpinned_url_or_vcs_requirement_is_built_for_the_run_only(plugin_rep
     scratch = tmp_path / "run"
     scratch.mkdir()
     assert envkey.pinned(EnvSpec("x", requirements=("--extra-index-url", "https://example.org/simple", "torch")))
-    unpinned = EnvSpec("b", requirements=("--no-deps", f"toy-trust @ git+file://{plugin_repo}@main"))
+    # file://localhost/PATH, not file:///PATH: pip 23's requirement parser takes a VCS URL with a host only
+    unpinned = EnvSpec("b", requirements=("--no-deps", f"toy-trust @ git+file://localhost{plugin_repo}@main"))
     env = envcache.prepare(unpinned, None, None, scratch)  # pip clones the branch as it is now, each time
     assert "not cached" in env.how and Path(env.python).is_relative_to(scratch) and not offline.exists()
 

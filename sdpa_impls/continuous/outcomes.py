@@ -100,7 +100,9 @@ def step_said(text: str) -> str | None:
     ends = [i for i, line in enumerate(lines) if line == "[end of output]"]
     if ends and ends[-1] > 0 and not lines[ends[-1] - 1].startswith("╰─>"):
         return lines[ends[-1] - 1]
-    streamed = [i for i, line in enumerate(lines) if line == "error: subprocess-exited-with-error"]
-    if streamed and streamed[-1] > 0 and not lines[streamed[-1] - 1].startswith(PIP_STEPS):
-        return lines[streamed[-1] - 1]
+    # pip 23 says "error: subprocess-exited-with-error" twice, the second time after its own note
+    for i in reversed([i for i, line in enumerate(lines) if line == "error: subprocess-exited-with-error"]):
+        before = lines[i - 1] if i > 0 else ""
+        if before and not before.startswith(PIP_STEPS) and not before.lower().startswith(PIP_TRAILERS):
+            return before
     return None
