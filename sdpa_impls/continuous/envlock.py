@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ..errors import GateInputError, UsageError
+from ..report.files import still_at
 
 try:
     import fcntl
@@ -30,16 +31,6 @@ except ImportError:  # not a POSIX system: the commands that use these locks ref
 
 def _open(path: Path) -> int:
     return os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
-
-
-def _still_there(fd: int, path: Path) -> bool:
-    """Whether the file locked through `fd` is still the one at `path`: a prune unlinks a lock file it holds, and
-    a run that opened it before then must open the new one, or two runs would each hold a lock of their own."""
-    try:
-        held, now = os.fstat(fd), os.stat(path, follow_symlinks=False)
-    except OSError:
-        return False
-    return (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino)
 
 
 _scopes: list[list[int]] = []  # the shared locks of the environments in use, one list for each open in_use()
@@ -93,7 +84,7 @@ def hold(path: Path, progress: Callable[[str], None] | None, wait_s: float, shar
                 os.close(fd)
                 raise UsageError(f"{path}: cannot lock it ({exc.strerror or exc}): use an environment cache on a "
                                  "local file system (--env-cache DIR)") from None
-        if _still_there(fd, path):
+        if still_at(fd, path):
             return fd
         os.close(fd)
 
@@ -108,7 +99,7 @@ def try_hold(path: Path) -> int | None:
     except OSError:  # in use, or no locks here
         os.close(fd)
         return None
-    if _still_there(fd, path):
+    if still_at(fd, path):
         return fd
     os.close(fd)
     return None

@@ -2,6 +2,7 @@
 
     write_whole(path, text)     # a temp file beside it, then os.replace
     remove_leftovers(DIR)       # the temp files of processes that no longer run
+    still_at(fd, path)          # whether a lock file just locked is still the one at its path
 """
 from __future__ import annotations
 
@@ -46,3 +47,13 @@ def remove_leftovers(directory: Path) -> None:
                 path.unlink(missing_ok=True)
             except (PermissionError, OverflowError):  # another user's process runs under that pid
                 pass
+
+
+def still_at(fd: int, path: Path) -> bool:
+    """Whether the file open as `fd` is still the one at `path` itself (a link there is another file). A lock file's
+    holder removes it as it ends (or a prune does, holding it), and a process that opened it before then must lock
+    the path's new file, or two processes would each hold a lock of their own. False where either cannot be read."""
+    try:
+        return os.path.samestat(os.fstat(fd), os.stat(path, follow_symlinks=False))
+    except OSError:
+        return False

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from ..errors import UsageError
-from .files import remove_leftovers
+from .files import remove_leftovers, still_at
 
 LOCK_FILE = ".sdpa-bench-run.lock"
 LOCK_FD_ENV = "SDPA_BENCH_LOCK_FD"  # the lock's descriptor, kept open across --point-timeout's exec
@@ -59,7 +59,7 @@ def only_writer(directory: Path, who: str = "`sdpa-bench run`", option: str = "-
                 path.unlink(missing_ok=True)
             yield
             return
-        if not _still_there(path, handle) and tries < 100:  # its holder removed it as it ended: lock the new one
+        if not still_at(handle.fileno(), path) and tries < 100:  # its holder removed it as it ended: lock the new one
             handle.close()  # (a file system whose inode numbers never agree is given up on: it is locked as is)
             handle = None
     with handle:
@@ -74,19 +74,10 @@ def only_writer(directory: Path, who: str = "`sdpa-bench run`", option: str = "-
             yield
         finally:
             _held.pop(held, None)
-            if _still_there(path, handle):  # the folder is left as the sweep made it (or as it was, if refused);
+            if still_at(handle.fileno(), path):  # the folder is left as the sweep made it (or as it was, if refused);
                 with contextlib.suppress(OSError):  # a file put in its place meanwhile is another run's lock
                     path.unlink()
             fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _still_there(path: Path, handle) -> bool:
-    """Whether the file just locked is still the one at `path`: a holder removes it (unlocked after) as it ends, and
-    a process that opened it before then must lock the path's new file, or two would hold "the" lock at once."""
-    try:
-        return os.path.samestat(os.fstat(handle.fileno()), os.stat(path))
-    except OSError:
-        return False
 
 
 def writer(directory: Path) -> str | None:
