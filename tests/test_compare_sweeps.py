@@ -159,6 +159,27 @@ def test_points_measured_on_busy_cpus_are_counted_per_side_as_the_report_marks_t
                           "report)") in out, out
 
 
+def test_a_busy_point_that_only_one_side_measured_is_not_counted_as_compared(sweep, in_tmp) -> None:
+    """The busy count is of the points compared: a point B measured on busy CPUs that A lacks is left out of it."""
+    first = store.load(sweep).results[0]
+
+    def quiet(doc: dict) -> None:
+        for r in doc["results"]:
+            r["other_cpus"] = 0.0
+
+    def without_first(doc: dict) -> None:
+        quiet(doc)
+        doc["results"] = doc["results"][1:]
+
+    def first_busy(doc: dict) -> None:
+        quiet(doc)
+        doc["results"][0]["other_cpus"] = float((doc["meta"]["machine"].get("cpus") or 1) + 1)
+    a, b = edited(sweep, in_tmp / "a", without_first), edited(sweep, in_tmp / "b", first_busy)
+    assert SweepTable(store.load(b)).busy(store.load(b).results[0])  # b's report marks it `busy`
+    code, out, _ = compare(a, b)
+    assert code == 0 and f"{first.impl}[{first.case.id}]" in out and "busy CPUs" not in out, out
+
+
 def test_an_exit_2_leaves_no_earlier_comparison_behind(sweep, in_tmp) -> None:
     verdict = in_tmp / "v.md"
     for other in (in_tmp / "nowhere", sweep):  # no sweep there; a sweep against itself

@@ -827,3 +827,26 @@ def test_points_timed_on_busy_cpus_are_counted_per_side_as_compare_counts_them(s
     edited(session["both"], tmp_path / "quiet2.json", other_cpus(0.0))
     code, out, err = gate(tmp_path, "--baseline", "quiet.json", "--candidate", "quiet2.json")
     assert code in (0, 1) and "busy CPUs" not in out and "verdict" in out.lower(), out + err
+
+
+def test_a_busy_point_the_baseline_lacks_is_not_counted_as_compared(session: dict[str, Path], tmp_path: Path) -> None:
+    """The busy count is of the points compared: a candidate's point timed on busy CPUs that the baseline did not
+    measure (a new benchmark) is left out of it."""
+    def first(doc: dict) -> dict:
+        return next(b for b in doc["benchmarks"] if "test_sdpa[" in b["fullname"])
+
+    def quiet(doc: dict) -> None:  # as measured, a point may have been busy in this test session
+        for b in doc["benchmarks"]:
+            b["extra_info"]["other_cpus"] = 0.0
+
+    def without_first(doc: dict) -> None:
+        quiet(doc)
+        doc["benchmarks"].remove(first(doc))
+
+    def first_busy(doc: dict) -> None:
+        quiet(doc)
+        first(doc)["extra_info"]["other_cpus"] = 1e6  # more CPUs than any machine leaves free
+    edited(session["both"], tmp_path / "base.json", without_first)
+    edited(session["both"], tmp_path / "cand.json", first_busy)
+    code, out, err = gate(tmp_path, "--baseline", "base.json", "--candidate", "cand.json")
+    assert code in (0, 1) and "verdict" in out.lower() and "busy CPUs" not in out, out + err

@@ -59,12 +59,14 @@ def shared_cases(dir_a: Path, dir_b: Path, sweep_a: store.Sweep, sweep_b: store.
 
 
 def busy_note(sides: dict[str, tuple[store.Sweep, list[Point]]]) -> str:
-    """A note where points compared were measured while other processes kept busy CPUs that torch's threads needed,
-    by the report's own mark (`busy` in report.md's tables: `SweepTable.busy`); "" where none was."""
+    """A note where points compared (those every side measured) were measured while other processes kept busy CPUs
+    that torch's threads needed, by the report's own mark (`busy` in report.md's tables: `SweepTable.busy`); "" where
+    none was."""
     counts = []
-    for side, (sweep, points) in sides.items():
-        layout, keys = SweepTable(sweep), {p.key for p in points}
-        timed = [r for r in layout.results if r.status == "ok" and (r.impl, r.case.id) in keys]
+    compared = set.intersection(*({p.key for p in points} for _, points in sides.values()))
+    for side, (sweep, _) in sides.items():
+        layout = SweepTable(sweep)
+        timed = [r for r in layout.results if r.status == "ok" and (r.impl, r.case.id) in compared]
         counts.append((side, sum(layout.busy(r) for r in timed), len(timed)))
     return contention.busy_note(counts, "marked `busy` in each sweep's report")
 

@@ -80,9 +80,11 @@ def given_once(candidates: list[str], baselines: list[str]) -> None:
                                  "says nothing about the change")
 
 
-def _busy(machine: dict, points: list) -> tuple[int, int]:
-    """(busy, timed): the timed points measured while other processes kept busy CPUs torch's threads needed."""
-    timed = [p for p in points if p.status == "ok" and p.median_s is not None]
+def _busy(machine: dict, points: list, compared: set | None) -> tuple[int, int]:
+    """(busy, timed): the timed points (of `compared`, the keys both sides measured, where a baseline is given)
+    measured while other processes kept busy CPUs torch's threads needed."""
+    timed = [p for p in points
+             if p.status == "ok" and p.median_s is not None and (compared is None or p.key in compared)]
     threads = machine.get("threads") if isinstance(machine.get("threads"), int) else 1
     cpus = machine.get("cpus") if isinstance(machine.get("cpus"), int) else None
     return sum(contention.contended(p.other_cpus, threads, cpus) for p in timed), len(timed)
@@ -134,8 +136,9 @@ def run(args: argparse.Namespace) -> int:
         except GateInputError as exc:
             where = f"{args.baseline[0]} vs {args.candidate[0]}" if args.baseline else args.candidate[0]
             raise GateInputError(f"{where}: {exc}") from None
+        compared = {p.key for p in baseline} & {p.key for p in candidate} if baseline is not None else None
         counts = [(side + (f" ({len(group)} runs)" if len(group) > 1 else ""),
-                   *(sum(n) for n in zip(*(_busy(*side_run) for side_run in group))))
+                   *(sum(n) for n in zip(*(_busy(*side_run, compared) for side_run in group))))
                   for side, group in (("baseline", bases), ("candidate", runs)) if group]
         busy = contention.busy_note(counts, "the JSON's extra_info.other_cpus")
         report = dataclasses.replace(report, notes=(*report.notes, *filter(None, [busy])))
