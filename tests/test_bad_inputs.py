@@ -531,6 +531,14 @@ def test_a_gate_rule_whose_condition_could_never_hold_is_refused(rule, named, tm
     assert code == 2 and named in err, err
 
 
+def test_a_blank_time_reference_is_refused_not_read_as_times_as_measured(tmp_path, monkeypatch) -> None:
+    """`time_reference = " "` (a name deleted, a space left) had switched the reference off as `""` does."""
+    (tmp_path / "pyproject.toml").write_text('[tool.sdpa_bench.gate]\ntime_reference = "  "\n')
+    (tmp_path / "cand.json").write_text(json.dumps({"benchmarks": []}))
+    code, err = said(["gate", "--candidate", "cand.json"], tmp_path, monkeypatch)
+    assert code == 2 and "time_reference: '  ' is blank" in err and len(err.strip().splitlines()) == 1, err
+
+
 @pytest.mark.parametrize("encoding", ["cp1252", "ascii"])
 def test_output_in_an_encoding_without_its_symbols_keeps_the_answer(sweep, encoding, tmp_path) -> None:
     """A Windows console or PYTHONIOENCODING=ascii has no →, µ or ×: they print as ?, and compare's table and exit

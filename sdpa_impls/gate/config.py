@@ -167,7 +167,11 @@ def config_from_dict(table: dict, source: str) -> GateConfig:
             _thresholds(settings | o.values)
         except ValueError as exc:
             raise GateInputError(f"{source}: override #{i + 1}: {exc}") from None
-    reference = str(_typed("time_reference", table.get("time_reference", ""), source)).strip()
+    reference = str(_typed("time_reference", table.get("time_reference", ""), source))
+    if reference and not reference.strip():  # "" switches the reference off; a name deleted leaves a space behind
+        raise GateInputError(f"{source}: time_reference: {reference!r} is blank: name an implementation, or write "
+                             "\"\" to judge times as measured")
+    reference = reference.strip()
     rules = {}
     for key, default in (("continuous_time", CONTINUOUS_TIME), ("continuous_host", CONTINUOUS_HOST),
                          ("continuous_time_cuda", CONTINUOUS_TIME_CUDA)):
