@@ -105,6 +105,17 @@ def test_importing_the_suite_does_not_initialize_cuda() -> None:
     assert done.stdout.split()[-1] == "False"
 
 
+def test_a_dependency_missing_is_named_not_hidden_by_the_fallbacks_for_older_commits() -> None:
+    """The suite falls back to older commits' modules where sdpa_impls lacks one; a missing dependency (numpy here)
+    must surface as itself, not as a module of the old layout that no current install has."""
+    probe = "import sys; sys.modules['numpy'] = None; import benchmarks.bench_sdpa"
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=os.environ | {"SDPA_BENCH_PRESET": "smoke"},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("ModuleNotFoundError") and "numpy" in last and "sdpa_impls.grid" not in done.stderr, last
+
+
 DRIVE = """
 import json, sys
 sys.path.insert(0, sys.argv[1])

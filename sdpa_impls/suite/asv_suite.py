@@ -28,20 +28,32 @@ from collections.abc import Callable, Iterable
 
 from sdpa_impls import Unsupported, names
 
+
+def _older_layout(err: ImportError) -> None:
+    """Pass where `err` says sdpa_impls lacks a module or a name (an older commit's layout, which the fallback after
+    it replaces); else raise it: a dependency missing (numpy, say) is named as such, not hidden behind a fallback
+    that then fails on a module of the old layout."""
+    if not (err.name or "").startswith("sdpa_impls"):
+        raise err
+
+
 try:  # sdpa_impls with its bench/ layer
     from sdpa_impls.bench.check import WrongResult
     from sdpa_impls.bench.grid import Case, default_device, default_preset_name, preset
     from sdpa_impls.bench.measure import run_case
-except ImportError:  # asv runs this suite against older commits too, whose modules were flat
+except ImportError as err:  # asv runs this suite against older commits too, whose modules were flat
+    _older_layout(err)
     from sdpa_impls.grid import Case, default_device, default_preset_name, preset
     from sdpa_impls.measure import WrongResult, run_case
 
 try:  # a point's crash fails that point, not its mode: a child interpreter measures the batch (again after a crash)
     from sdpa_impls.bench.batch import measure_isolated as measure_batch
-except ImportError:  # commits from before it: in setup_cache's own process; before the batch module, the same loop
+except ImportError as err:  # commits from before it: in setup_cache's own process; before the batch module, the same loop
+    _older_layout(err)
     try:
         from sdpa_impls.bench.batch import measure_batch
-    except ImportError:
+    except ImportError as err:
+        _older_layout(err)
         def measure_batch(cases: Iterable[Case], impl_names: list[str], device: str,
                           on_result: Callable[[object], object] | None = None) -> dict:
             batch = {}
@@ -54,13 +66,15 @@ except ImportError:  # commits from before it: in setup_cache's own process; bef
 
 try:  # a plug-in named on purpose that does not load fails, as in pytest and `run` (older commits: skipped)
     from sdpa_impls.registry import loaded
-except ImportError:
+except ImportError as err:
+    _older_layout(err)
     def loaded(name: str) -> object:
         return name
 
 try:  # SDPA_BENCH_CPU_BF16 and SDPA_BENCH_CPU_EXP: a value neither takes is refused before anything is measured
     from sdpa_impls.impls._tiled.compute import check_settings
-except ImportError:  # commits from before them
+except ImportError as err:  # commits from before them
+    _older_layout(err)
     def check_settings() -> None:
         pass
 
