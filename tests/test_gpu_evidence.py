@@ -214,7 +214,7 @@ def test_a_trial_is_not_started_that_the_budget_cannot_hold() -> None:
 
 
 @pytest.mark.parametrize("steps, warned, files", [
-    ("peers,gate,variants,llm,asv,plugin", True, 12),  # the gate's 98 s share holds no trial
+    ("peers,gate,variants,llm,asv,plugin", True, 13),  # the gate's 98 s share holds no trial
     ("variants:150,gate", False, 0),  # 6 files: all come back
 ])
 def test_the_dry_run_says_what_a_call_would_waste_or_not_bring_back(tmp_path: Path, steps: str, warned: bool,

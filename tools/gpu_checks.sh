@@ -23,7 +23,8 @@
 #          GPU_CHECKS_IMPLS (comma-separated) replaces both steps' implementations, e.g. fused,compiled,torch_sdpa
 #   asv    this tree installed into the interpreter (pip, no dependencies), the asv suite on the llm preset (fused,
 #          torch_sdpa) through it as an existing environment, then `sdpa-bench run` of the same points, each timed
-#          (asv.log); needs a git checkout, and asv installed or carried as a wheel (else skipped, saying so)
+#          (asv.log; asv-results.json, asv's results file, whose durations give each setup_cache's seconds); needs a
+#          git checkout, and asv installed or carried as a wheel (else skipped, saying so)
 #          GPU_CHECKS_ASV_PRESET and GPU_CHECKS_ASV_IMPLS replace the preset and implementations, e.g. gpu-history
 #          and torch_sdpa: 44 points
 #   gate   tools/gpu_gate_evidence.py within the step's share (gate.log, gate-results.jsonl); its trials are kept in
@@ -136,6 +137,9 @@ asv_step() {  # seconds: half to asv, half to sdpa-bench run of the same points,
   SDPA_BENCH_PRESET=$preset SDPA_BENCH_IMPLS=$impls timeout -k 10 $(( $1 / 2 )) "$py" -m asv run --show-stderr \
     --environment "existing:$(command -v "$py")" --set-commit-hash "$(git rev-parse HEAD)" >>"$out/asv.log" 2>&1
   echo "asv run: exit $? in $(( SECONDS - t0 )) s" >>"$out/asv.log"
+  # asv's results file: its "durations" give each setup_cache's seconds, the measurement's share of asv's time
+  local res; res=$(ls -t .asv/results/*/*-existing-*.json 2>/dev/null | head -n 1)
+  [ -n "$res" ] && cp "$res" "$out/asv-results.json"
   t0=$SECONDS
   timeout -k 10 $(( $1 / 2 )) "$py" -m sdpa_impls run --preset "$preset" --device cuda --impl "$impls" \
     --out "$work/asv-pair" --overwrite --no-plots >>"$out/asv.log" 2>&1
@@ -248,7 +252,7 @@ if [ "${GPU_CHECKS_DRY_RUN:-0}" = 1 ]; then
     simulated=$(( simulated + share ))
   done
   files=1  # env.txt, and what each step writes to OUTDIR
-  for n in "${names[@]}"; do case $n in variants) files=$(( files + 3 )) ;; tests | gate | peers | plugin)
+  for n in "${names[@]}"; do case $n in variants) files=$(( files + 3 )) ;; tests | gate | peers | plugin | asv)
     files=$(( files + 2 )) ;; *) files=$(( files + 1 )) ;; esac; done
   [ "$files" -gt 8 ] && echo "  $files files in OUTDIR, more than the 8 a call brings back: all but env.txt" \
     "would come back in checks.tar.gz (tools/gpu_bundle.sh)"
