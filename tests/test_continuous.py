@@ -458,7 +458,7 @@ def test_a_markdown_verdict_fits_in_one_pr_comment() -> None:
     assert len(md.encode()) <= COMMENT_LIMIT and md.startswith("## sdpa-bench continuous: FAIL")
     assert "| `naive[L8-E8-fp32-fwd-c417]` |" in md and "-c416]` |" not in md
     assert "899 more benchmark(s) passed, not listed (nor what was not checked on them) to fit one PR comment" in md
-    assert "torch_sdpa[" not in md and "torch_sdpa[L8-E8-fp32-fwd-c0]`: the time reference" in render(
+    assert "torch_sdpa[" not in md and "torch_sdpa[L8-E8-fp32-fwd-c0]`: `the time reference" in render(
         judge([run(0)[:4]] * 2, [run(0)[:4]] * 2, config_from_dict({"time_reference": "torch_sdpa"}, "t")), "b", "h",
         True)  # listed where the whole verdict fits
     cut = fit_comment(lambda fold: "## title\n" + "| row |\n" * (20000 if fold else 30000))

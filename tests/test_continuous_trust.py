@@ -799,6 +799,23 @@ def test_a_signal_as_the_checkouts_are_removed_keeps_the_judged_verdict(plugin_r
     assert git(plugin_repo, "worktree", "list").count("\n") == 0
 
 
+def test_what_a_plugin_raised_is_text_in_the_comment() -> None:
+    """A failure's message quotes the plug-in's exception: in the PR comment it is a code span, never a mention, link
+    or image (the comment is posted with a token that can write)."""
+    sneaky = "@someone **approved**, see [x](https://e.example) ![i](https://e.example/p.png)"
+
+    def run(status: str, reason: str = "") -> list[Point]:
+        return [Point("torch_sdpa", "L8-E8-fp32-fwd", 1.0, (1.0,) * 10, 100, 0.0, 1e-3),
+                Point("mine", "L8-E8-fp32-fwd", 1.0 if status == "ok" else None, (1.0,) * 10 if status == "ok" else (),
+                      100, 0.0, 1e-3, status=status, reason=reason)]
+
+    report = judge([run("ok")] * 2, [run("failed", f"RuntimeError: {sneaky}")] * 2, config_from_dict({}, "test"))
+    text = render(report, "main", "head", markdown=True)
+    outside = "".join(part for i, part in enumerate(text.split("`")) if i % 2 == 0)  # what is not in a code span
+    assert sneaky in text and "Failures:" in text, text
+    assert "@someone" not in outside and "](https://" not in outside and "**approved**" not in outside, text
+
+
 def test_what_people_wrote_is_text_in_the_comment() -> None:
     def run(impl: str) -> list[Point]:
         return [Point(name, "L8-E8-fp32-fwd", 1.0, (1.0,) * 10, 100, 0.0, 1e-3) for name in ("torch_sdpa", impl)]

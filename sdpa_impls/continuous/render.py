@@ -92,10 +92,10 @@ def _text(report: SideBySide, base: str, head: str, markdown: bool, run_notes: S
     kernels = [c for r in report.rows for c in r.checks if c.kind == "kernels"]
     if kernels:
         out += ["", f"Kernels that differ between the sides ({len(kernels)}, from one profiled call per run):"]
-        out += [f"{bullet}{shown(c.subject)}: {c.message}" for c in kernels]
+        out += [f"{bullet}{shown(c.subject)}: {shown(c.message)}" for c in kernels]
     skipped = [c for r in rows for c in r.checks if c.status == NA]
     if skipped:
-        out += ["", "Not checked:"] + [f"{bullet}{c.kind} {shown(c.subject)}: {c.message}" for c in skipped]
+        out += ["", "Not checked:"] + [f"{bullet}{c.kind} {shown(c.subject)}: {shown(c.message)}" for c in skipped]
     notes = [*report.notes, *run_notes]
     if notes:
         out += ["", "Notes:"] + [f"{bullet}{n}" for n in notes]

@@ -57,7 +57,8 @@ def rules_and_failures(ratios: Sequence[Check], failures: Sequence[Check], markd
     shown = [c for c in ratios if c not in idle]
     if shown:
         out += [""] + table([title, "verdict", "numbers"],
-                            [[cell(c.subject) if markdown else c.subject, c.status, c.message] for c in shown],
+                            [[cell(c.subject) if markdown else c.subject, c.status,
+                              cell(c.message) if markdown else c.message] for c in shown],
                             markdown).splitlines()
     if idle:
         names = sorted({n for c in idle for pair in re.findall(r"(\w+) / (\w+)", c.subject) for n in pair} - {GEMM})
@@ -65,9 +66,10 @@ def rules_and_failures(ratios: Sequence[Check], failures: Sequence[Check], markd
                     f"{', '.join(code(n) if markdown else n for n in names)})"
                     + ("; each is in --json." if with_json else ".")]
     bullet = "- " if markdown else "  "
-    if failures:  # in Markdown a subject (an implementation's name: a plug-in's) is a code span
-        out += ["", "Failures:"] + [f"{bullet}{c.kind} {code(c.subject) if markdown else c.subject}: {c.message}"
-                                    for c in failures]
+    if failures:  # in Markdown a subject (an implementation's name: a plug-in's) and a message (which may quote an
+        # exception a plug-in raised, or a reason it gave) are code spans
+        span = code if markdown else str
+        out += ["", "Failures:"] + [f"{bullet}{c.kind} {span(c.subject)}: {span(c.message)}" for c in failures]
     return out
 
 
@@ -105,7 +107,7 @@ def _verdict_text(report: Verdict, markdown: bool, command: str, fold: bool, who
     bullet = "- " if markdown else "  "
     skipped = [c for r in rows for c in r.checks if c.status == NA]  # refusals are one note
     if skipped:
-        out += ["", "Not checked:"] + [f"{bullet}{c.kind} {shown(c.subject)}: {c.message}" for c in skipped]
+        out += ["", "Not checked:"] + [f"{bullet}{c.kind} {shown(c.subject)}: {shown(c.message)}" for c in skipped]
     if report.notes:
         out += ["", "Notes:"] + [f"{bullet}{n}" for n in report.notes]
     return "\n".join(out) + "\n"
