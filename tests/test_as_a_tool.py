@@ -315,10 +315,10 @@ def test_a_plugin_that_requires_another_sdpa_bench_is_refused_not_installed_from
     assert "building" not in said and "pip" not in said, said
 
 
-def test_a_head_that_drops_its_entry_point_fails_as_missing_and_measures_nothing_else(tool: dict) -> None:
+def test_a_side_without_the_entry_point_measures_the_reference_alone(tool: dict) -> None:
     """A head whose package no longer declares the plug-in's implementation fails with its benchmarks missing, and
     measures the time reference alone: not every implementation installed beside it (another's plug-in included,
-    whose errors were then blamed on this change)."""
+    whose errors were then blamed on this change). A base from before the entry point does the same, and passes."""
     meta = tool["plugin"] / "pyproject.toml"
     text = meta.read_text()
     assert text.count("[project.entry-points.sdpa_impls]") == 1
@@ -332,6 +332,12 @@ def test_a_head_that_drops_its_entry_point_fails_as_missing_and_measures_nothing
     assert gone["run"]["project"]["impls"]["head"] == ["torch_sdpa"]
     assert {r["impl"] for r in gone["rows"]} == {PLUGIN, "torch_sdpa"}, said
     assert f"head declares no implementation (base: {PLUGIN}), so head measured torch_sdpa." in said
+    # the other way round, the change that adds the entry point: base measures the reference, not every
+    # implementation installed (whose rows head then missed), and the plug-in's rows are new at head
+    code, added, said = verdict(tool, gone_commit, tool["docs"], cwd=tool["plugin"], rounds=1)
+    assert code == 0 and not added["failures"], said
+    assert added["run"]["project"]["impls"] == {"base": ["torch_sdpa"], "head": [PLUGIN, "torch_sdpa"]}
+    assert f"base declares no implementation (head: {PLUGIN}), so base measured torch_sdpa." in said
 
 
 def test_two_environments_compare_from_any_folder(tool: dict) -> None:

@@ -193,17 +193,20 @@ def assemble(request: Request, project: Project, work: Path, folders: tuple[str,
     if head.tree is not None:  # a temporary folder means nothing in a PR comment
         config = dataclasses.replace(config, source=config.source.replace(f"{head.tree}{os.sep}", "head's "))
     reference = config.time_reference
-    chosen: dict[str, Side] = {}
+    impls = {}
     for s in (base, head):
         with _as_side(s):
-            impls = _impls(request, project, s.tree, reference)
-        declared = [i for i in chosen["base"].impls if i != reference] if s is head and not impls else []
-        if declared:  # a plug-in whose entry points are gone: not every implementation installed here (another's
-            impls = (reference,) if reference else chosen["base"].impls  # plug-in too), but base's, now missing
-            notes.append(f"head declares no implementation (base: {', '.join(declared)}), so head measured "
-                         f"{', '.join(impls)}.")
-        chosen[s.role] = dataclasses.replace(s, python=envs[s.role].python, impls=impls)
-    base, head = chosen["base"], chosen["head"]
+            impls[s.role] = _impls(request, project, s.tree, reference)
+    for role, other in (("head", "base"), ("base", "head")):
+        # a plug-in whose entry points are gone at head, or not there yet at base (the change that adds them): that
+        # side measures the time reference, not every implementation installed beside it (another plug-in's too,
+        # whose errors and missing rows were then blamed on this change); without one, the other side's
+        declared = [i for i in impls[other] if i != reference] if not impls[role] else []
+        if declared:
+            impls[role] = (reference,) if reference else impls[other]
+            notes.append(f"{role} declares no implementation ({other}: {', '.join(declared)}), so {role} measured "
+                         f"{', '.join(impls[role])}.")
+    base, head = (dataclasses.replace(s, python=envs[s.role].python, impls=impls[s.role]) for s in (base, head))
     cpu = default_device() == "cpu"
     seen = {}
     sides = {}
