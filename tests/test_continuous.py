@@ -465,3 +465,15 @@ def test_a_markdown_verdict_fits_in_one_pr_comment() -> None:
     assert len(cut.encode()) <= COMMENT_LIMIT and cut.startswith("## title\n| row |\n")
     left = int(re.search(r"_(\d+) more line\(s\) left out to fit one PR comment", cut).group(1))
     assert cut.count("| row |") + left == 20000
+
+
+def test_an_override_that_matched_nothing_is_named_in_the_verdict() -> None:
+    """As the gate's verdict does: a misspelt pattern sets nothing, and continuous says which override that was."""
+    def run() -> list[Point]:
+        return [Point(impl, "L8-E8-fp32-fwd", 1.0, (1.0,) * 8, 100, 0.0, 1e-3) for impl in ("torch_sdpa", "mine")]
+
+    overrides = [{"impl": "myne", "time": "off"}, {"impl": "mine", "case": "L8-*", "time": "off"}]
+    report = judge([run()] * 2, [run()] * 2, config_from_dict({"override": overrides}, "t"))
+    text = render(report, "b", "h")
+    assert "override #1 (impl 'myne', case '*') matched no benchmark of these runs" in text, text
+    assert "override #2" not in text and report.exit_code == 0

@@ -220,7 +220,7 @@ def judge(base_runs: Sequence[Sequence[Point]], head_runs: Sequence[Sequence[Poi
         base, head = scaled(base, speeds and speeds[:len(base)]), scaled(head, speeds and speeds[len(base):])
     keys = list(dict.fromkeys([k for run in head for k in run] + [k for run in base for k in run]))
     failed_in_head, skipped_in_head = by_label(head_failures)  # label: its error's message; label: the skip's reason
-    rows, notes = [], []
+    rows, notes = [], config.idle_note(keys)  # a misspelt override's pattern, named
     for key in keys:
         b, h = [run[key] for run in base if key in run], [run[key] for run in head if key in run]
         checks: list[Check] = []

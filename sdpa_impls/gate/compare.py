@@ -161,9 +161,7 @@ def compare_points(baseline: Sequence[Point] | None, candidate: Sequence[Point],
     else:
         notes.append("no baseline: correctness and in-run ratio rules only.")
     keys = list(cand) + [k for k in base if k not in cand]
-    idle = config.idle_overrides(keys)
-    if idle:
-        notes.append(f"{'; '.join(idle)} matched no benchmark of these runs: check its patterns.")
+    notes += config.idle_note(keys)
     b_runs = [base] + [{p.key: p for p in run} for run in baseline_repeats]
     c_runs = [cand] + [{p.key: p for p in run} for run in repeats]
     pairs = [(f"baseline run {i + 1} vs candidate run {j + 1}", b, c) for i, b in enumerate(b_runs)

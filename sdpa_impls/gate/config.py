@@ -88,10 +88,12 @@ class GateConfig:
                 s.update(o.values)
         return _thresholds(s)
 
-    def idle_overrides(self, keys) -> list[str]:
-        """The overrides matching none of the (impl, case) `keys`: a misspelt pattern sets nothing, unsaid."""
-        return [f"override #{i + 1} (impl {o.impl!r}, case {o.case!r})" for i, o in enumerate(self.overrides)
+    def idle_note(self, keys) -> list[str]:
+        """The verdict's note naming the overrides that match none of the (impl, case) `keys` (none: []): a
+        misspelt pattern sets nothing, unsaid."""
+        idle = [f"override #{i + 1} (impl {o.impl!r}, case {o.case!r})" for i, o in enumerate(self.overrides)
                 if not any(o.matches(impl, case) for impl, case in keys)]
+        return [f"{'; '.join(idle)} matched no benchmark of these runs: check its patterns."] if idle else []
 
     @property
     def alpha(self) -> float:
