@@ -35,7 +35,7 @@ from sdpa_impls.continuous.render import render
 from sdpa_impls.continuous.revisions import new_workdir, snapshot_working_tree, sweep_stale
 from sdpa_impls.continuous.verdict import judge
 from sdpa_impls.credentials import redact
-from sdpa_impls.errors import GateInputError, UsageError
+from sdpa_impls.errors import GateInputError, SideError, UsageError
 from sdpa_impls.gate.config import config_from_dict
 from sdpa_impls.gate.points import Point
 from test_continuous import commit, continuous, git
@@ -947,3 +947,23 @@ def test_an_interpreters_path_with_a_space_left_unquoted_is_said_so(tmp_path: Pa
         parse_spec(str(python))
     assert parse_spec(shlex.quote(str(python))).python == str(python)
     assert parse_spec("torch==2.13.0 six").requirements == ("torch==2.13.0", "six")
+
+
+def test_a_side_whose_run_crashed_says_so_and_where(tmp_path: Path) -> None:
+    """A kernel that aborts the process ends the side's pytest by a signal: the error says it crashed, by which
+    signal and in which frame (faulthandler's), not that its suite "did not run" with faulthandler's last line (its
+    list of extension modules)."""
+    from sdpa_impls.continuous.outcomes import crash_said
+    from sdpa_impls.continuous.sides import RoundRun, Side, _points
+
+    crashed = subprocess.run([sys.executable, "-X", "faulthandler", "-c", "import os\ndef forward():\n    os.abort()\n"
+                              "forward()"], capture_output=True, text=True)
+    assert crashed.returncode == -signal.SIGABRT
+    side = Side("head", "working tree", tmp_path, tmp_path / "site", sys.executable)
+    run = RoundRun(tmp_path / "head.json", crashed.returncode, (), crash_said(crashed.returncode,
+                                                                               crashed.stdout + crashed.stderr))
+    with pytest.raises(SideError) as said:
+        _points(side, run)
+    assert str(said.value) == ("head working tree: its benchmark run crashed before it wrote its results, ended by "
+                               "SIGABRT; Fatal Python error: Aborted; innermost frame: File \"<string>\", line 3 in "
+                               "forward"), str(said.value)

@@ -18,6 +18,8 @@ any age writes it.
 """
 from __future__ import annotations
 
+import signal
+
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
@@ -106,3 +108,18 @@ def step_said(text: str) -> str | None:
         if before and not before.startswith(PIP_STEPS) and not before.lower().startswith(PIP_TRAILERS):
             return before
     return None
+
+
+def crash_said(returncode: int, text: str) -> str:
+    """How a run ended by a signal (`returncode` < 0, as subprocess reports it): the signal's name, and where the
+    output of Python's faulthandler puts the crash (its fatal error, the innermost frame of the thread that crashed;
+    its stack lists the most recent call first). Not the last line, which is its list of extension modules."""
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = f"signal {-returncode}"
+    lines = [line.strip() for line in text.splitlines()]
+    fatal = next((line for line in lines if line.startswith("Fatal Python error")), "")
+    stack = lines[lines.index(fatal):] if fatal else lines
+    frame = next((line for line in stack if line.startswith("File ")), "")
+    return f"ended by {name}" + "".join(f"; {part}" for part in (fatal, frame and f"innermost frame: {frame}") if part)

@@ -36,7 +36,7 @@ from pathlib import Path
 from ..bench import allocator
 from ..errors import GateInputError, SideError
 from ..gate.points import Point, load_points
-from .outcomes import SKIPPED, labelled, last_line, outcome_lines
+from .outcomes import SKIPPED, crash_said, labelled, last_line, outcome_lines
 from .schedule import NO_CEILINGS_ENV, PAD_ENV, REPEAT_ENV, Schedule
 from .versions import PROBE
 
@@ -243,7 +243,8 @@ def run_round(side: Side, out: Path, pytest_args: list[str], cpu: bool, timeout:
         raise SideError(side.role, f"{side.role} {side.name}: its benchmark run could not start ({exc.strerror or exc})"
                              ) from None
     text = done.stdout + done.stderr
-    return RoundRun(out, done.returncode, outcome_lines(text, junit), text[-3000:])
+    tail = text[-3000:] if done.returncode >= 0 else crash_said(done.returncode, text)
+    return RoundRun(out, done.returncode, outcome_lines(text, junit), tail)
 
 
 NO_TESTS_COLLECTED = 5  # pytest's where the selection (-k, --sdpa-impl, preset) left no test; ours where all skipped
@@ -257,6 +258,9 @@ def _points(side: Side, done: RoundRun) -> list[Point]:
     if skips and (done.returncode == NO_TESTS_COLLECTED or done.returncode == 0 and not done.out.is_file()):
         raise SideError(side.role, f"{side.role} {side.name}: its benchmark run measured nothing: all {len(skips)} "
                                    f"benchmarks were skipped (first, {skips[0][0]}: {skips[0][1] or 'no reason'})")
+    if done.returncode < 0:  # a crash, in the suite or a kernel it called: not a run that did not start
+        raise SideError(side.role, f"{side.role} {side.name}: its benchmark run crashed before it wrote its results, "
+                                   f"{done.tail}")
     if done.returncode not in (0, 1) or not done.out.is_file():
         raise SideError(side.role, f"{side.role} {side.name}: its benchmark suite did not run (pytest exit "
                              f"{done.returncode}): {last_line(done.tail)}")
