@@ -35,8 +35,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote the plug-in {names.package} into {dest}:")
     for path in written:
         print(f"  {path.relative_to(dest)}")
-    renamed = "" if given == names.package else (f"{given!r} is not a Python name: the implementation and its package "
-                                                  f"are {names.package}, the distribution {names.dist}")
+    renamed = scaffold.renaming(given, names)
     detached = "" if guessed is None else (f"HEAD is detached in {asv.top(dest)}: asv.conf.json follows the branch "
                                            f"{guessed[0]!r} ({guessed[1]}), and the README's gate compares against "
                                            "it; edit both if your main branch is another")

@@ -3,6 +3,8 @@ working plug-in itself (package `my_attention`, class `MyAttention`, distributio
 template file ends in `.tmpl`, so no tool takes the template for a part of sdpa-bench (a module, a test, a project).
 
     names_for(text)        -> Names                 # the names of a plug-in called `text`
+    renaming(text, names)  -> str                   # what quickstart says of a --name not used as given ("": none)
+    top_level()            -> {name: path}          # what `import` finds in the plug-in's folder (tests, ...)
     origin()               -> (url, vcs_info) | None   # where this sdpa-bench was installed from (PEP 610)
     requirement()          -> (requirement, note)   # how the plug-in's CI installs this sdpa-bench
     files(names, requirement, asv) -> {relative path: text}   # asv: asv.conf.json's replacements (scaffold.asv)
@@ -55,11 +57,19 @@ def names_for(text: str) -> Names:
     from ..registry import names
 
     ident = re.sub(r"\W+", "_", text.strip().lower()).strip("_")
-    if not ident or not ident.isidentifier() or keyword.iskeyword(ident) or not ident.isascii():
-        raise UsageError(f"{text!r} makes no package name: give --name a name of letters, digits and _ that does "
-                         "not start with a digit")
+    if not ident or not ident.isidentifier() or not ident.isascii():
+        raise UsageError(f"{text!r} makes no package name: give --name a name of ASCII letters, digits and _ that "
+                         "does not start with a digit")
+    if keyword.iskeyword(ident):  # `import class` is a syntax error
+        raise UsageError(f"{text!r}{'' if text == ident else f' (as {ident!r})'} is a Python keyword, which no "
+                         "package can be named: give --name another")
     if len(ident) > MAX_NAME:  # a file name of the package's folder and module: refused before any is written
         raise UsageError(f"--name {text[:20]!r}... is {len(ident)} characters long: give a name of at most {MAX_NAME}")
+    written = top_level().get(ident)
+    if written is not None:  # `python -m pytest` and asv run there, with that folder first on the path
+        raise UsageError(f"{ident!r} is the name of {written}, which quickstart writes at the plug-in's top: `import "
+                         f"{ident}` run there (python -m pytest, asv) can find that instead of the package; give "
+                         "--name another")
     if ident in names():
         raise UsageError(f"an implementation named {ident!r} exists already (sdpa-bench list): give --name another")
     dist = ident.replace("_", "-")
@@ -79,6 +89,21 @@ def names_for(text: str) -> Names:
         raise UsageError(f"{ident!r} is a module Python imports already ({where}): a plug-in package of that name "
                          "would shadow it or be shadowed; give --name another")
     return Names(dist, ident, "".join(part.capitalize() for part in ident.split("_")))
+
+
+def renaming(text: str, names: Names) -> str:
+    """What quickstart says of a --name `text` that it did not use as given ("" for one it did): lower-cased
+    ("Kern" -> kern), stripped of its outer _, or no Python name at all ("My Attn" -> my_attn)."""
+    if text == names.package:
+        return ""
+    became = f"the implementation and its package are {names.package}, the distribution {names.dist}"
+    if not text.isidentifier():
+        return f"{text!r} is not a Python name: {became}"
+    done = [how for how, changed in (("lower-cased", text.lower() != text),
+                                     ("stripped of its leading and trailing _", text.strip("_") != text)) if changed]
+    if text.lower().strip("_") != names.package:  # a letter whose lower case is two characters (U+0130)
+        done = ["made a package name"]
+    return f"{text!r} is {' and '.join(done)}: {became}"
 
 
 def _found_by(ident: str):
@@ -137,16 +162,40 @@ def _renamed(text: str, names: Names) -> str:
     return text
 
 
+def _template_files() -> list[Path]:
+    return sorted(p for p in TEMPLATE.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+
+
+def _written(path: Path) -> list[str]:
+    """The parts of the path a template file is written to, before renaming (github/x.yml.tmpl: .github, x.yml)."""
+    parts = list(path.relative_to(TEMPLATE).parts)
+    parts[-1] = parts[-1].removesuffix(SUFFIX)  # first: a file at the top (gitignore.tmpl) is hidden by its name
+    parts[0] = HIDDEN.get(parts[0], parts[0])
+    return parts
+
+
+def top_level() -> dict[str, str]:
+    """The names `import` finds in the plug-in's folder, which `python -m pytest` and asv put first on the path, by
+    what quickstart writes there: {"benchmarks": "benchmarks/", "src": "src/", "tests": "tests/"} (a folder is a
+    package, or a namespace one, a .py file a module); a plug-in package of one of these names can be shadowed by it
+    (benchmarks/, asv's suite, always is: a PluginLoadError in the plug-in's own test)."""
+    found = {}
+    for parts in map(_written, _template_files()):
+        name, folder = parts[0], len(parts) > 1
+        module = name if folder else name.removesuffix(".py") if name.endswith(".py") else ""
+        if module.isidentifier() and TEMPLATE_NAMES.package not in module:  # the package's own name: renamed
+            found[module] = f"{name}/" if folder else name
+    return found
+
+
 def files(names: Names, install: str, asv: dict[str, str] | None = None, branch: str | None = None
           ) -> dict[str, str]:
     """Every file of the plug-in, by path relative to its folder, renamed for `names`; the workflow installs
     sdpa-bench with the requirement `install`; asv.conf.json gets the replacements `asv` (scaffold.asv); the
     README's gate compares against `branch`, the repository's (None: the template's main)."""
     out = {}
-    for path in sorted(p for p in TEMPLATE.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
-        parts = list(path.relative_to(TEMPLATE).parts)
-        parts[-1] = parts[-1].removesuffix(SUFFIX)  # first: a file at the top (gitignore.tmpl) is hidden by its name
-        parts[0] = HIDDEN.get(parts[0], parts[0])
+    for path in _template_files():
+        parts = _written(path)
         text = _renamed(path.read_text(encoding="utf-8"), names)
         if parts[-1].endswith(".yml"):
             text = text.replace(TEMPLATE_REQUIREMENT, json.dumps(install))
