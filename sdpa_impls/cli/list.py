@@ -88,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
         line = name.ljust(width) + "  ".join(v.ljust(max(len(c), 3)) for v, c in zip(cells, columns))
         pad = " " * (len(line) + 2)
         print((line + "  " + ("\n" + pad).join(reasons)).rstrip())
-    print(f"\n{runnable} of {len(names())} implementations run on {device} here.")
+    # the probe's shape only: an implementation limited to other head dims or lengths runs those (its reason says)
+    print(f"\n{runnable} of {len(names())} implementations run the probe (L={PROBE_L}, E={PROBE_E}) on {device} here.")
     for entry in shadowed():  # a plug-in that would otherwise be measured as the built-in, unsaid
         print(f"note: the plug-in entry point {entry} is not loaded: {entry.split(' = ')[0]} is a built-in "
               "implementation (--impl names the built-in); give the plug-in another name")
