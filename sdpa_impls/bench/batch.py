@@ -4,8 +4,9 @@ reasons → fp64 check → closure → timing → peak memory) over every case, 
 
 `measure_batch` runs them in this process. `measure_isolated` runs them in a child interpreter, so that a point that
 ends its process with no Python error (a segfault in a compiled kernel, an abort, os._exit) is that point's failure,
-not the batch's: the points after it are measured in a new child. (`sdpa-bench run` saves each point as it finishes,
-and --resume goes past such a point.)
+not the batch's: the points after it are measured in a new child. Given a deadline, so is a point that never
+returns: the child is stopped, the point failed, and a new child goes on. (`sdpa-bench run` saves each point as it
+finishes, and --resume goes past such a point; its --point-timeout stops one that never returns.)
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import IO
 
@@ -30,6 +32,8 @@ from .result import Result
 
 Batch = dict[tuple[str, str], Result]
 STACK_FRAMES = 6  # of a crash's Python stack, the innermost, in the failed point's reason
+DUMP_SIGNAL = signal.SIGUSR1  # the child writes its Python stack on it (faulthandler), before a deadline's kill
+DUMP_WAIT_S = 2.0  # the longest a stuck child is given to write that stack
 
 
 def measure_batch(cases: Iterable[Case], impl_names: list[str], device: str, options: Options = Options(),
@@ -47,13 +51,16 @@ def measure_batch(cases: Iterable[Case], impl_names: list[str], device: str, opt
 
 
 def measure_isolated(cases: Iterable[Case], impl_names: list[str], device: str, options: Options = Options(),
-                     seed: int = 0, on_result: Callable[[Result], object] | None = None) -> Batch:
+                     seed: int = 0, on_result: Callable[[Result], object] | None = None,
+                     deadline_s: float | None = None) -> Batch:
     """As `measure_batch`, the same points with the same inputs, measured in a child interpreter with this one's
     sys.path and environment (what this process set at run time, torch.set_num_threads say, does not reach it; nor
     need this process use CUDA, which it leaves to the child). Where the child ends inside a point, that point is a
     failed Result saying how it ended and where (the innermost frames of its Python stack), and a new child measures
+    the rest. With `deadline_s`, a point still running after that many seconds is stopped the same way: the child
+    writes its Python stack and is killed, the point is a failed Result saying so and where, and a new child measures
     the rest. Where a child cannot register an implementation by importing its class's module (one registered in
-    `__main__`, or by other code), or off POSIX, the points are measured here, as by `measure_batch`."""
+    `__main__`, or by other code), or off POSIX, the points are measured here, as by `measure_batch` (no deadline)."""
     from .. import registry
     cases, known = list(cases), set(registry.names())
     modules = sorted({type(registry.get(name)).__module__ for name in impl_names if name in known})
@@ -72,7 +79,7 @@ def measure_isolated(cases: Iterable[Case], impl_names: list[str], device: str, 
             return batch
         before = len(batch)
         with tempfile.TemporaryFile("w+") as stack:  # where a crash's Python stack goes (faulthandler)
-            inside, how, unknown = _child(todo, modules, device, options, seed, add, stack)
+            inside, how, unknown, expired = _child(todo, modules, device, options, seed, add, stack, deadline_s)
             stack.seek(0)
             frames = [line.strip() for line in stack.read().splitlines() if line.strip().startswith("File ")]
         if unknown:  # the child could not register them: the rest is measured here
@@ -86,14 +93,17 @@ def measure_isolated(cases: Iterable[Case], impl_names: list[str], device: str, 
             case, name = inside
             where = f"; where (most recent call first): {'; '.join(frames[:STACK_FRAMES])}" if frames else ""
             add(Result(impl=name, case=case, device=device, status="failed", reason=(
-                f"the process ended inside this point ({how}) with no Python error: a crash such as a segfault in "
-                f"the implementation, os._exit or a kill{where}")))
+                f"still running after {deadline_s:g} s (the per-point deadline): stopped, not measured again{where}"
+                if expired else f"the process ended inside this point ({how}) with no Python error: a crash such as "
+                f"a segfault in the implementation, os._exit or a kill{where}")))
 
 
 def _child(todo: list[tuple[Case, list[str]]], modules: list[str], device: str, options: Options, seed: int,
-           add: Callable[[Result], None], stack: IO[str]) -> tuple[tuple[Case, str] | None, str, list[str]]:
+           add: Callable[[Result], None], stack: IO[str], deadline_s: float | None = None
+           ) -> tuple[tuple[Case, str] | None, str, list[str], bool]:
     """One child over `todo`, each result given to `add`, a crash's stack written to `stack`: the point it ended
-    inside (None: none), how it ended, and the implementations it could not register (then it measured nothing)."""
+    inside (None: none), how it ended, the implementations it could not register (then it measured nothing), and
+    whether it was stopped for running past `deadline_s` in that point."""
     read, write = os.pipe()
     program = ("import json, sys; sys.path[:] = json.loads(sys.argv[3])\n"  # before anything is imported
                "from sdpa_impls.bench.batch import _serve; _serve()")
@@ -105,7 +115,10 @@ def _child(todo: list[tuple[Case, list[str]]], modules: list[str], device: str, 
         raise
     finally:
         os.close(write)
-    inside, unknown = None, []
+    inside, unknown, since = None, [], 0.0
+
+    def overdue() -> bool:
+        return inside is not None and deadline_s is not None and time.monotonic() - since > deadline_s
     try:
         try:
             child.stdin.write(pickle.dumps((modules, todo, device, options, seed)))
@@ -114,14 +127,17 @@ def _child(todo: list[tuple[Case, list[str]]], modules: list[str], device: str, 
         finally:
             with contextlib.suppress(BrokenPipeError):
                 child.stdin.close()
-        for kind, value in _messages(read, child):
+        for kind, value in _messages(read, child, overdue):
             if kind == "start":
-                inside = value
+                inside, since = value, time.monotonic()
             elif kind == "unknown":
                 unknown = value
             else:
                 add(value)
                 inside = None
+        expired = overdue() and child.poll() is None
+        if expired:
+            _stop(child, stack)
         status = child.wait()
     finally:
         os.close(read)
@@ -130,12 +146,29 @@ def _child(todo: list[tuple[Case, list[str]]], modules: list[str], device: str, 
             child.wait()
     how = (f"killed by {signal.Signals(-status).name}" if status < 0 and -status in signal.valid_signals()
            else f"exit status {status}")
-    return inside, how, unknown
+    return inside, how, unknown, expired
 
 
-def _messages(read: int, child: subprocess.Popen) -> Iterator[tuple[str, object]]:
-    """The child's messages (each a length, then its pickle), as they come; they end at the pipe's end, or once the
-    child has ended and what it wrote is read: a process it started may hold the pipe open after it."""
+def _stop(child: subprocess.Popen, stack: IO[str]) -> None:
+    """Kills a child stuck in a point, once it has written its Python stack to `stack` (faulthandler, on DUMP_SIGNAL;
+    a handler in C, so also where the stuck call holds the GIL), or after DUMP_WAIT_S."""
+    with contextlib.suppress(ProcessLookupError):
+        child.send_signal(DUMP_SIGNAL)
+    before, end = -1, time.monotonic() + DUMP_WAIT_S
+    while time.monotonic() < end and child.poll() is None:
+        time.sleep(0.05)
+        size = os.fstat(stack.fileno()).st_size
+        if size and size == before:  # written, and no longer growing
+            break
+        before = size
+    child.kill()
+
+
+def _messages(read: int, child: subprocess.Popen, overdue: Callable[[], bool] = lambda: False
+              ) -> Iterator[tuple[str, object]]:
+    """The child's messages (each a length, then its pickle), as they come; they end at the pipe's end, once the
+    child has ended and what it wrote is read (a process it started may hold the pipe open after it), or once
+    `overdue()` (checked at least every half second)."""
     buffer = b""
     while True:
         if select.select([read], [], [], 0.5)[0]:
@@ -148,17 +181,21 @@ def _messages(read: int, child: subprocess.Popen) -> Iterator[tuple[str, object]
         while len(buffer) >= 8 and len(buffer) >= 8 + (size := struct.unpack("!Q", buffer[:8])[0]):
             yield pickle.loads(buffer[8:8 + size])
             buffer = buffer[8 + size:]
+        if overdue():
+            return
 
 
 def _serve() -> None:
     """The child: reads its points from stdin, and writes to the first file descriptor named in argv a "start"
     message before each point (its case and implementation) and a "result" message after it ("unknown" and nothing
-    else where it cannot register an implementation); a crash's stack goes to the second."""
+    else where it cannot register an implementation); a crash's stack goes to the second, as does its stack on
+    DUMP_SIGNAL (the parent's deadline)."""
     from .. import registry
     pipe, stack = int(sys.argv[1]), int(sys.argv[2])
     for fd in (pipe, stack):  # not passed on to what the implementations run
         os.set_inheritable(fd, False)
     faulthandler.enable(stack)
+    faulthandler.register(DUMP_SIGNAL, file=stack)
     modules, todo, device, options, seed = pickle.load(sys.stdin.buffer)
     for module in modules:  # implementations registered by importing their module (built-ins, a test's module)
         importlib.import_module(module)

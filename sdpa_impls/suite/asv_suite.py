@@ -8,9 +8,9 @@ older commits.
 
 Each class's `setup_cache` measures every (implementation, case) of its mode with the sequence `sdpa-bench run` uses
 (sdpa_impls.bench.batch over measure.run_case: reasons → fp64 check → closure → timing → peak memory), in a child
-interpreter, so that a point that crashes it fails alone (batch.measure_isolated); asv pickles
-what it returns, and `track_time_sdpa` (seconds, with its samples) and `track_peak_memory` (bytes) report each point
-from it in a child forked by asv's forkserver, which imported this module once.
+interpreter, so that a point that crashes it, or runs past POINT_DEADLINE_S, fails alone (batch.measure_isolated);
+asv pickles what it returns, and `track_time_sdpa` (seconds, with its samples) and `track_peak_memory` (bytes) report
+each point from it in a child forked by asv's forkserver, which imported this module once.
 
 The preset comes from SDPA_BENCH_PRESET (default: "gpu" with CUDA, "cpu" without); SDPA_BENCH_IMPLS (comma-separated)
 narrows the implementations. Parameters never depend on what is installed: a point that cannot run raises
@@ -21,6 +21,7 @@ initializes CUDA at import (the forkserver forks from this module's importer).
 from __future__ import annotations
 
 import functools
+import inspect
 import itertools
 import os
 import sys
@@ -48,7 +49,7 @@ except ImportError as err:  # asv runs this suite against older commits too, who
 
 try:  # a point's crash fails that point, not its mode: a child interpreter measures the batch (again after a crash)
     from sdpa_impls.bench.batch import measure_isolated as measure_batch
-except ImportError as err:  # commits from before it: in setup_cache's own process; before the batch module, the same loop
+except ImportError as err:  # commits from before it: in setup_cache's own process; before the batch module, this loop
     _older_layout(err)
     try:
         from sdpa_impls.bench.batch import measure_batch
@@ -83,6 +84,9 @@ STARTS_ENV = "SDPA_BENCH_ASV_STARTS"  # a file each interpreter that imports thi
 DEVICE = default_device()
 PRESET = default_preset_name(DEVICE)
 POINT_TIMEOUT_S = 120  # setup_cache's allowance per point of its mode (fp64 reference, compilation, timing)
+# the deadline of one point in the measuring child: past it the point is taken as hung and fails alone, the mode's
+# other points kept; generous, since a first point compiles (flex, compiled: minutes on a 2-core CPU)
+POINT_DEADLINE_S = 600
 
 check_settings()
 
@@ -92,13 +96,14 @@ if os.environ.get(STARTS_ENV):
 
 
 def impl_names() -> list[str]:
-    """All registered implementations (installed or not), or the ones SDPA_BENCH_IMPLS names, in registry order. A
-    name this interpreter does not know is a ValueError naming it and the interpreter (a plug-in installed elsewhere);
-    a plug-in named there that fails to load is PluginLoadError, as from `--impl` (unnamed, its points skip)."""
+    """All registered implementations (installed or not), or the ones SDPA_BENCH_IMPLS names, in registry order
+    (empty, blank or only commas: as if unset). A name this interpreter does not know is a ValueError naming it and
+    the interpreter (a plug-in installed elsewhere), as is an empty name between others ("a,,b"); a plug-in named
+    there that fails to load is PluginLoadError, as from `--impl` (unnamed, its points skip)."""
     known = names()
     given = os.environ.get(IMPLS_ENV, "")
     wanted = [n.strip() for n in given.split(",") if n.strip()]
-    if given.strip() and len(wanted) != len(given.split(",")):  # "a,,b" is a typo, not a request for a and b
+    if wanted and len(wanted) != len(given.split(",")):  # "a,,b" is a typo, not a request for a and b
         raise ValueError(f"{IMPLS_ENV}={given!r}: an empty name between commas")
     unknown = [n for n in dict.fromkeys(wanted) if n not in known]
     if unknown:
@@ -121,12 +126,14 @@ def no_cases_id(mode: str) -> str:
 
 
 def measure_mode(mode: str) -> dict:
-    """Every (implementation, case) of one mode, measured one after another in a child interpreter (a crash fails
-    only its point): {(impl, case id): Result}."""
+    """Every (implementation, case) of one mode, measured one after another in a child interpreter (a crash, or a
+    point still running after POINT_DEADLINE_S, fails only its point): {(impl, case id): Result}."""
     def progress(result) -> None:  # asv shows setup_cache's output with --show-stderr when it fails
         print(f"{result.impl} {result.case.id}: {result.status}", file=sys.stderr, flush=True)
 
-    return measure_batch(cases_of(mode).values(), impl_names(), DEVICE, on_result=progress)
+    # an older commit's measure_isolated (or the fallbacks) has no deadline: asv's setup_cache timeout is the only one
+    deadline = {"deadline_s": POINT_DEADLINE_S} if "deadline_s" in inspect.signature(measure_batch).parameters else {}
+    return measure_batch(cases_of(mode).values(), impl_names(), DEVICE, on_result=progress, **deadline)
 
 
 def point(points: dict, mode: str, impl: str, case_id: str):
