@@ -13,25 +13,11 @@ from pathlib import Path
 
 import pytest
 
-# A module registering `sleeps`: naive's answer, except on bf16 inputs (the smoke preset's second case), where it
-# never returns, as a deadlocked kernel or a spinning plug-in does. The child imports it by name, as it does a plug-in.
-SLEEPS_MODULE = """
-import time
-import torch
-import sdpa_impls
-from sdpa_impls.protocol import Implementation
-from sdpa_impls.registry import register
+from held import bf16_fault_module
 
-
-@register
-class Sleeps(Implementation):
-    name = "sleeps"
-
-    def forward(self, inp):
-        if inp.query.dtype == torch.bfloat16:  # the smoke preset's second case
-            time.sleep(10**6)
-        return sdpa_impls.get("naive").forward(inp)
-"""
+# `sleeps` never returns on bf16 inputs, as a deadlocked kernel or a spinning plug-in does; the child imports it by
+# name, as it does a plug-in
+SLEEPS_MODULE = bf16_fault_module("sleeps", "time", "time.sleep(10**6)")
 SLEEP_LINE = 'sleepmod.py", line 15 in forward'  # where the stuck child is, from its Python stack
 
 # argv: the folder of sleepmod, "batch" (measure_isolated itself) or "suite" (the asv suite's setup_cache), deadline

@@ -7,10 +7,13 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-# A module registering `crashes`: naive's answer, except on bf16 inputs (the smoke preset's second case), where it
-# segfaults, as a broken compiled kernel does.
-CRASHES_MODULE = """
-import ctypes
+
+def bf16_fault_module(name: str, imports: str, fault: str) -> str:
+    """A module registering `name`: naive's answer, except on bf16 inputs (the smoke preset's second case), where it
+    runs `fault` (a statement), as a broken kernel does; `imports` are the modules the fault needs. The fault is on
+    line 15 of the module, where a child's Python stack finds it."""
+    return f"""
+import {imports}
 import torch
 import sdpa_impls
 from sdpa_impls.protocol import Implementation
@@ -18,14 +21,18 @@ from sdpa_impls.registry import register
 
 
 @register
-class Crashes(Implementation):
-    name = "crashes"
+class Faulty(Implementation):
+    name = {name!r}
 
     def forward(self, inp):
         if inp.query.dtype == torch.bfloat16:  # the smoke preset's second case
-            ctypes.string_at(0)  # a segfault, as a broken compiled kernel gives
+            {fault}
         return sdpa_impls.get("naive").forward(inp)
 """
+
+
+# `crashes` segfaults on bf16 inputs, as a broken compiled kernel does
+CRASHES_MODULE = bf16_fault_module("crashes", "ctypes", "ctypes.string_at(0)")
 
 
 @contextlib.contextmanager
