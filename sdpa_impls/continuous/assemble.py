@@ -24,7 +24,7 @@ from .envcache import open_cache, prepare, size_cap
 from .envkey import pinned
 from .envs import Env, EnvSpec, declared, parse_spec, unmet
 from .project import NONE, PLUGIN, SELF, Project, declared_impls
-from .revisions import checkout, ci_base, describe, resolve, snapshot_working_tree, tree_name
+from .revisions import checkout, checkout_working_tree, ci_base, describe, resolve, tree_name
 from .sides import Side, check_import, install
 from .versions import TORCH_STACK, differences, summary, torch_differs
 
@@ -171,7 +171,7 @@ def assemble(request: Request, project: Project, work: Path, folders: tuple[str,
             checkout(root, base_commit, base.tree)
         else:  # an environment against another: the same code on both sides
             base = side("base", base_dir, tree_name(root), base_dir / "tree")
-            snapshot_working_tree(root, base.tree)
+            checkout_working_tree(root, base.tree)
         if request.head:
             head_commit = resolve(root, request.head)
             head = side("head", head_dir, _name(root, request.head, head_commit), head_dir / "tree")
@@ -182,7 +182,7 @@ def assemble(request: Request, project: Project, work: Path, folders: tuple[str,
                 progress(same)
         else:
             head = side("head", head_dir, tree_name(root), head_dir / "tree")
-            snapshot_working_tree(root, head.tree)
+            checkout_working_tree(root, head.tree)
     envs, notes = _environments(request, {"base": base, "head": head}, progress, work)
     notes += [f"{same}."] if same else []  # in the verdict too: a PASS of one commit against itself says nothing
     if request.config:  # the user's file, not the head's: its error is the input's, never a side's to skip
