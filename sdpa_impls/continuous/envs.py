@@ -91,7 +91,7 @@ def _installed(name: str) -> str | None:
 
 
 def _requirement(text: str):
-    from packaging.requirements import InvalidRequirement, Requirement  # pytest's dependency, as `continuous` is
+    from packaging.requirements import InvalidRequirement, Requirement
 
     try:
         return Requirement(text)
