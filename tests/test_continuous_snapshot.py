@@ -98,6 +98,8 @@ def test_each_side_has_the_submodule_files_its_commit_records(tmp_path: Path) ->
     lib.mkdir()
     git(lib, "init", "-q", "-b", "main")
     (lib / "lib.py").write_text("V = 1\n")
+    (lib / "impl.py").write_text("")
+    (lib / ".gitattributes").write_text("impl.py export-ignore\n")  # left out of an archive, not of a checkout
     first = commit(lib, "one")
     (lib / "lib.py").write_text("V = 2\n")
     commit(lib, "two")
@@ -124,6 +126,7 @@ def test_each_side_has_the_submodule_files_its_commit_records(tmp_path: Path) ->
         checkout(bare, new, work / "bare" / "tree")
         said = {name: (work / name / "tree" / "sub" / "lib.py").read_text() for name in ("old", "new", "now")}
         assert said == {"old": "V = 1\n", "new": "V = 2\n", "now": "V = 3\n"}
+        assert all((work / name / "tree" / "sub" / "impl.py").is_file() for name in ("old", "new", "now"))
         assert not any((work / "bare" / "tree" / "sub").iterdir())  # empty, as in that clone
         with pytest.raises(UsageError, match=rf"submodule sub at abababababab, which {lost[:7]} records, is not in "
                                              "its clone"):
@@ -132,3 +135,32 @@ def test_each_side_has_the_submodule_files_its_commit_records(tmp_path: Path) ->
         remove_workdir(root, work)
         remove_workdir(bare, work)
     assert git(root, "worktree", "list").count("\n") == 0 and not work.exists()
+
+
+def test_no_file_is_written_or_removed_through_a_folder_turned_into_a_link(tmp_path: Path) -> None:
+    """A tracked folder replaced by a link (to one's own checkout of a vendored library, say): git still lists the
+    folder's files, which now lie beyond the link; the side's tree has the link and nothing is done through it."""
+    root, mine = tmp_path / "repo", tmp_path / "my lib"
+    for folder in (root / "vendor", root / "a", root / "b", mine):
+        folder.mkdir(parents=True)
+    (root / "vendor" / "x.txt").write_text("vendored\n")
+    (root / "a" / "x.txt").write_text("a\n")
+    (root / "b" / "x.txt").write_text("b\n")
+    (mine / "x.txt").write_text("mine\n")
+    git(root, "init", "-q", "-b", "main")
+    commit(root, "three folders")
+    shutil.rmtree(root / "vendor")
+    (root / "vendor").symlink_to(mine)  # outside the repository
+    shutil.rmtree(root / "a")
+    (root / "a").symlink_to(root / "b")  # into it, by an absolute path
+    before = git(root, "status", "--short")
+    work = new_workdir()
+    try:
+        tree = work / "head" / "tree"
+        checkout_working_tree(root, tree)
+        assert os.readlink(tree / "vendor") == str(mine) and os.readlink(tree / "a") == str(root / "b")
+        assert (tree / "b" / "x.txt").read_text() == "b\n"
+    finally:
+        remove_workdir(root, work)
+    assert (mine / "x.txt").read_text() == "mine\n" and (root / "b" / "x.txt").read_text() == "b\n"
+    assert git(root, "status", "--short") == before

@@ -7,8 +7,7 @@ the working tree (uncommitted and untracked files included, ignored files left o
     first_parents(root, good, bad) -> [commit]    # the commits after GOOD up to BAD, oldest first
     parent(root, commit) -> commit  /  changed_files(root, old, new) -> [path]
     checkout(root, commit, dest)  /  remove_checkout(root, dest)
-    snapshot_working_tree(root, dest)             # a copy of the working tree
-    checkout_working_tree(root, dest)             # ... over a worktree of HEAD: what a side is built from
+    snapshot_working_tree(root, dest)  /  checkout_working_tree(root, dest)   # from trees: what a side is built from
     uncommitted(root, untracked=False) -> [path] # tracked files the working tree changes, against HEAD
     new_workdir() -> Path  /  sweep_stale(root) -> [Path]   # a run's own folder; those that killed runs left
     ci_base(root, environ) -> (revision, why)
@@ -26,7 +25,7 @@ from pathlib import Path
 
 from .. import gitio
 from ..errors import UsageError
-from . import submodules
+from .trees import checkout_working_tree, fill_submodules, snapshot_working_tree
 
 BASE_ENV = "SDPA_CONTINUOUS_BASE"
 WORKDIR_PREFIX = "sdpa-continuous-"
@@ -122,9 +121,9 @@ def changed_files(root: Path, old: str, new: str) -> list[str]:
 
 def checkout(root: Path, commit: str, dest: Path) -> None:
     """`commit` checked out (detached) into the new temporary worktree `dest`, with its submodules as `root`'s clones
-    of them hold them (`submodules.fill`)."""
+    of them hold them (`trees.fill_submodules`)."""
     _git(root, "worktree", "add", "--detach", "--force", "--quiet", str(dest), commit)
-    submodules.fill(root, commit, dest)
+    fill_submodules(root, commit, dest)
 
 
 def remove_checkout(root: Path, dest: Path) -> None:
@@ -153,44 +152,6 @@ def tree_name(root: Path) -> str:
     edits = len(uncommitted(root, untracked=True))  # untracked files too: the snapshot has them
     said = ", ".join(filter(None, (head, edits and f"with uncommitted changes to {edits} file{'s' * (edits != 1)}")))
     return f"working tree of {root}" + (f" ({said})" if said else "")
-
-
-def snapshot_working_tree(root: Path, dest: Path) -> None:
-    """Copy the working tree as it is now into `dest`: tracked files (with uncommitted edits) and untracked files
-    that git does not ignore; deleted files stay deleted, build outputs and caches stay behind. A symbolic link is
-    copied as the link it is (to a folder, or outside the repository: never what it points to)."""
-    _copy_over(root, dest, _listed(root))
-
-
-def checkout_working_tree(root: Path, dest: Path) -> None:
-    """The working tree as a side is built from it: `snapshot_working_tree`'s files (and checked-out submodules')
-    over a worktree of HEAD, so that a build that asks git (a version from setuptools-scm or hatch-vcs) finds HEAD
-    with uncommitted changes, as in `root`. Without a commit yet, that copy alone."""
-    head = _git(root, "rev-parse", "--verify", "--quiet", "HEAD^{commit}", check=False).stdout.strip()
-    if not head:
-        return snapshot_working_tree(root, dest)
-    listed = _listed(root) | submodules.working_files(root)
-    _git(root, "worktree", "add", "--detach", "--force", "--quiet", str(dest), head)
-    for rel in filter(None, _git(dest, "ls-files", "-z").stdout.split("\0")):  # HEAD's files
-        gone = rel not in listed or not (root / rel).is_symlink() and not (root / rel).is_file()
-        if gone and ((dest / rel).is_symlink() or not (dest / rel).is_dir()):  # not a submodule's folder
-            (dest / rel).unlink(missing_ok=True)  # deleted or untracked since, or now a folder
-    _copy_over(root, dest, listed)
-
-
-def _listed(root: Path) -> set[str]:
-    return set(filter(None, _git(root, "ls-files", "-z", "-c", "-o", "--exclude-standard").stdout.split("\0")))
-
-
-def _copy_over(root: Path, dest: Path, listed: set[str]) -> None:
-    for rel in sorted(listed):
-        src, target = root / rel, dest / rel
-        if not src.is_symlink() and not src.is_file():
-            continue  # deleted in the working tree, or a submodule's folder
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if target.is_symlink() or target.exists():  # HEAD's: never written through (a link) nor into (a folder)
-            target.unlink() if target.is_symlink() or not target.is_dir() else shutil.rmtree(target)
-        os.symlink(os.readlink(src), target) if src.is_symlink() else shutil.copy2(src, target)
 
 
 def _alive(pid: int) -> bool:
