@@ -3,7 +3,7 @@
 encoding, and no byte ever ends a command. A process in an ASCII or EUC-JP locale would otherwise fail to decode a
 UTF-8 branch, subject or path.
 
-    run(folder, *args, timeout)     -> CompletedProcess   # OSError where git is missing, TimeoutExpired
+    run(folder, *args, timeout, env) -> CompletedProcess  # OSError where git is missing, TimeoutExpired
     answer(folder, *args, timeout)  -> str | None         # stdout stripped; None where git fails, is missing or hangs
     utf8(text)                      -> str                # a subject from stdout, as git wrote it (U+FFFD for what
                                                           # is not UTF-8)
@@ -17,9 +17,10 @@ import subprocess
 from pathlib import Path
 
 
-def run(folder: Path, *args: str, timeout: float) -> subprocess.CompletedProcess:
-    """`git -C folder args`: stdout as the file system reads names, stderr in the locale's encoding."""
-    done = subprocess.run(["git", "-C", str(folder), *args], capture_output=True, timeout=timeout)
+def run(folder: Path, *args: str, timeout: float, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`git -C folder args` (in `env`, else this process's environment): stdout as the file system reads names,
+    stderr in the locale's encoding."""
+    done = subprocess.run(["git", "-C", str(folder), *args], capture_output=True, timeout=timeout, env=env)
     done.stdout = os.fsdecode(done.stdout)
     done.stderr = done.stderr.decode(locale.getpreferredencoding(False), "replace")
     return done

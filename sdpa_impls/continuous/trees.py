@@ -25,12 +25,9 @@ from ..errors import UsageError
 GIT_TIMEOUT_S = 300
 
 
-def _git(folder: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+def _git(folder: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     try:
-        if env is None:
-            return gitio.run(folder, *args, timeout=GIT_TIMEOUT_S)
-        return subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True, env=env,
-                              errors="replace", timeout=GIT_TIMEOUT_S)
+        return gitio.run(folder, *args, timeout=GIT_TIMEOUT_S, env=env)
     except FileNotFoundError:
         raise UsageError("git is not installed: continuous needs it to check revisions out") from None
 
