@@ -3,6 +3,7 @@ the CPUs, a roof an implementation can pass, a summary over different sets of ca
 how wrong a wrong point was."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -43,21 +44,31 @@ def _sweep(results: list, threads: int = 2, cpus: int = 2) -> Sweep:
 
 
 def test_another_process_work_is_read_and_this_process_own_is_not() -> None:
-    """A child spinning for a second reads as about one CPU of other work; this process spinning reads as none."""
-    before = contention.snapshot()
-    if before is None:
+    """A child spinning for a second reads as the CPU it took (os.wait4's count: on a 2-core machine already busy,
+    less than one CPU); this process spinning reads as none. Other work of the machine adds to both windows, and
+    may move between them: three tries."""
+    if contention.snapshot() is None:
         pytest.skip("this system keeps no /proc/stat")
-    end = time.monotonic() + 1.0
-    while time.monotonic() < end:
-        pass
-    own = contention.other_cpus(before)
-    child = subprocess.Popen([sys.executable, "-c", "import time\nend = time.monotonic() + 1.0\n"
-                              "while time.monotonic() < end: pass\n"])
-    before = contention.snapshot()
-    child.wait(30)
-    other = contention.other_cpus(before)
-    assert own is not None and other is not None
-    assert other >= own + 0.6, (own, other)
+    seen = []
+    for _ in range(3):
+        before = contention.snapshot()
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end:
+            pass
+        own = contention.other_cpus(before)
+        start = time.monotonic()
+        before = contention.snapshot()
+        child = subprocess.Popen([sys.executable, "-c", "import time\nend = time.monotonic() + 1.0\n"
+                                  "while time.monotonic() < end: pass\n"])
+        _, _, usage = os.wait4(child.pid, 0)
+        other = contention.other_cpus(before)
+        took = (usage.ru_utime + usage.ru_stime) / (time.monotonic() - start)  # CPUs the child used
+        assert own is not None and other is not None
+        seen.append((own, other, round(took, 2)))
+        if took >= 0.3 and other - own >= 0.6 * took:
+            break
+    else:
+        raise AssertionError(f"(this process's window, the child's, the child's CPUs) in three tries: {seen}")
     assert contention.contended(1.2, threads=2, cpus=2) and not contention.contended(1.2, threads=2, cpus=8)
 
 
