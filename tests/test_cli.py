@@ -660,6 +660,21 @@ def test_a_resume_with_other_options_is_refused_in_the_options_words(smoke):
         assert proc.returncode == 2 and said in proc.stderr, proc.stderr
 
 
+def test_a_resume_in_a_project_whose_table_sets_other_defaults_continues_the_sweep(smoke, tmp_path):
+    """The command an interrupted run prints (`run --out DIR --resume`), run in a plug-in's folder whose
+    [tool.sdpa_bench.run] names another preset and implementations: the sweep's own settings go on; the same values
+    typed on the command line are still refused."""
+    out, _ = smoke
+    project = tmp_path / "plugin"
+    project.mkdir()
+    (project / "pyproject.toml").write_text('[tool.sdpa_bench.run]\npreset = "quick"\nimpl = ["naive"]\nseed = 7\n'
+                                           "budget = 0.5\n")
+    proc = cli("run", "--out", str(out), "--resume", cwd=project)
+    assert proc.returncode == 0 and "nothing left to measure" in proc.stderr + proc.stdout, proc.stderr
+    proc = cli("run", "--out", str(out), "--resume", "--preset", "quick", cwd=project)
+    assert proc.returncode == 2 and "holds a sweep with --preset smoke, not --preset quick" in proc.stderr
+
+
 def test_an_older_versions_sweep_is_read_as_it_is_and_resumed_only_by_its_version(smoke, tmp_path):
     """A sweep written by an older sdpa-bench had been resumed silently (its points recording less than the new
     ones), refused as "another machine", and re-rendered with timing and ceilings its file does not state."""
