@@ -240,8 +240,8 @@ class _Searcher(Resumable):
         finally:
             self.result.seconds = time.monotonic() - start
             if self.reused:
-                self.result.notes.append(f"steps 1–{self.reused} were measured by an earlier search and taken from "
-                                         f"its answer ({self.source}); the time above is this run's.")
+                self.result.notes.append(f"step{f's 1–{self.reused} were' if self.reused > 1 else ' 1 was'} from an "
+                                         f"earlier search's answer ({self.source}); the time above is this run's.")
         return self.result
 
     def _search(self) -> None:
