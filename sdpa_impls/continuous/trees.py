@@ -40,7 +40,12 @@ def snapshot_working_tree(root: Path, dest: Path) -> None:
     """Copy the working tree as it is now into `dest`: tracked files (with uncommitted edits) and untracked files
     that git does not ignore; deleted files stay deleted, build outputs and caches stay behind. A symbolic link is
     copied as the link it is (to a folder, or outside the repository: never what it points to)."""
-    _copy_over(root, dest, _names(_git(root, "ls-files", "-z", "-c", "-o", "--exclude-standard")))
+    _copy_over(root, dest, _listed(root))
+
+
+def _listed(root: Path) -> set[str]:
+    """The working tree's files as git lists them: tracked (deleted ones too) and untracked, not ignored."""
+    return _names(_git(root, "ls-files", "-z", "-c", "-o", "--exclude-standard"))
 
 
 def checkout_working_tree(root: Path, dest: Path) -> None:
@@ -53,8 +58,8 @@ def checkout_working_tree(root: Path, dest: Path) -> None:
     if not added:
         shutil.rmtree(dest, ignore_errors=True)
         return snapshot_working_tree(root, dest)
-    listed = _names(_git(root, "ls-files", "-z", "-c", "-o", "--exclude-standard"))
-    listed |= _names(_git(root, "ls-files", "-z", "-c", "--recurse-submodules"))  # their untracked files stay out
+    submodules = _names(_git(root, "ls-files", "-z", "-c", "--recurse-submodules"))  # their untracked files stay out
+    listed = _listed(root) | submodules
     for rel in _names(_git(dest, "ls-files", "-z")):  # HEAD's files (a submodule: its empty folder)
         src, target = root / rel, dest / rel
         if (rel not in listed or _under_link(root, rel) or not src.is_symlink() and not src.is_file()) and \
