@@ -141,6 +141,22 @@ def test_sweeps_of_two_presets_compare_the_cases_they_share_and_call_none_missin
     assert code == 2 and "nothing comparable: they ran different presets (smoke and ci) and share no case" in err, err
 
 
+def test_a_whole_sweep_and_one_shard_of_it_compare_the_shard_cases_and_call_none_missing(sweep, in_tmp) -> None:
+    ids = [c.id for c in preset("smoke")]
+    mine = ids[0::2]  # run --shard 1/2: the cases whose index is 0 mod 2
+    assert len(mine) < len(ids)
+
+    def shard(doc: dict) -> None:
+        doc["meta"] |= {"shard": "1/2", "case_ids": mine}
+        doc["results"] = [r for r in doc["results"] if r["case"]["id"] in mine]
+    one = edited(sweep, in_tmp / "shard-1of2", shard)
+    code, out, _ = compare(sweep, one)
+    assert code == 0 and "would PASS (0 failed check(s)" in out and "missing from" not in out, out
+    assert (f"A and B ran different shards of a preset (A, {sweep}: smoke; B, {one}: smoke shard 1/2): only the "
+            f"{len(mine)} case(s) they share are compared; the case(s) one alone has ({len(ids) - len(mine)} of "
+            "smoke's) are left out, not missing.") in out, out
+
+
 def test_points_measured_on_busy_cpus_are_counted_per_side_as_the_report_marks_them(sweep, in_tmp) -> None:
     code, out, _ = compare(sweep, edited(sweep, in_tmp / "quiet", lambda doc: None))
     assert code == 0 and "busy CPUs" not in out, out

@@ -40,19 +40,23 @@ def measured_points(sweep: store.Sweep) -> tuple[dict, list[Point]]:
 
 
 def shared_cases(dir_a: Path, dir_b: Path, sweep_a: store.Sweep, sweep_b: store.Sweep) -> tuple[set[str] | None, str]:
-    """(the case ids both sweeps planned, a note naming both presets) where they ran different presets, whose cases
-    one alone has are no missing points; (None, "") for sweeps of one preset. UsageError where they share no case."""
+    """(the case ids both sweeps planned, a note naming what each ran) where they ran different presets or different
+    shards of one (`run --shard I/N`), whose cases one alone has are no missing points; (None, "") for sweeps of the
+    same cases. UsageError where they share no case."""
     presets = [s.meta.get("preset") for s in (sweep_a, sweep_b)]
-    if None in presets or presets[0] == presets[1]:
+    parts = [f"{s.meta.get('preset')}{' shard ' + str(s.meta['shard']) if s.meta.get('shard') else ''}"
+             for s in (sweep_a, sweep_b)]
+    if None in presets or parts[0] == parts[1]:
         return None, ""
+    what = "presets" if presets[0] != presets[1] else "shards of a preset"
     ids_a, ids_b = ({*(s.meta.get("case_ids") or ()), *(r.case.id for r in s.results)} for s in (sweep_a, sweep_b))
     shared = ids_a & ids_b
     if not shared:
-        raise UsageError(f"{dir_a} vs {dir_b}: nothing comparable: they ran different presets ({presets[0]} and "
-                         f"{presets[1]}) and share no case")
-    alone = [f"{len(ids - shared)} of {preset}'s" for ids, preset in ((ids_a, presets[0]), (ids_b, presets[1]))
+        raise UsageError(f"{dir_a} vs {dir_b}: nothing comparable: they ran different {what} ({parts[0]} and "
+                         f"{parts[1]}) and share no case")
+    alone = [f"{len(ids - shared)} of {part}'s" for ids, part in ((ids_a, parts[0]), (ids_b, parts[1]))
              if ids - shared]
-    return shared, (f"A and B ran different presets (A, {dir_a}: {presets[0]}; B, {dir_b}: {presets[1]}): only the "
+    return shared, (f"A and B ran different {what} (A, {dir_a}: {parts[0]}; B, {dir_b}: {parts[1]}): only the "
                     f"{len(shared)} case(s) they share are compared" + (
                         f"; the case(s) one alone has ({' and '.join(alone)}) are left out, not missing" if alone
                         else "") + ".")
