@@ -23,6 +23,7 @@ from sdpa_impls.errors import GateInputError
 from sdpa_impls.gate.compare import compare_points
 from sdpa_impls.gate.config import load_config
 from sdpa_impls.gate.points import Point, load_points
+from sdpa_impls.gate.render import render_verdict
 from sdpa_impls.registry import names
 from sdpa_impls.gate.rules import FAIL, NA, PASS, MemoryRule, RatioRule, TimeRule
 
@@ -727,6 +728,27 @@ def test_time_reference_divides_out_a_busier_run() -> None:
     assert relative.status == PASS and relative.message.startswith("median 2× ref <= baseline 2× ref")
     slower = Point("x", "c", 2.6 * 10e-3, tuple(2.6 * 10e-3 + k * 1e-6 for k in range(30)))
     assert rule.check(calm[0], slower, calm[1], busy[1]).failed  # 2.6× ref vs 2× ref: 30 % slower relative
+
+
+def test_a_row_judged_in_the_references_units_shows_that_ratio_beside_the_measured_one() -> None:
+    """A row whose own time did not move fails where the reference ran 1.3× faster in the candidate's run: its
+    table cell says so, not only ×1.00 as measured beside FAIL."""
+    def pt(impl: str, t: float) -> Point:
+        return Point(impl, "c", t, tuple(t + k * 1e-7 for k in range(30)))
+    config = load_config(None)
+    assert config.time_reference == "torch_sdpa"
+    same = {"allow_different_machines": True}  # points with no machine recorded
+    verdict = compare_points([pt("naive", 10e-3), pt("torch_sdpa", 5e-3)],
+                             [pt("naive", 10e-3), pt("torch_sdpa", 5e-3 / 1.3)], config, **same)
+    naive = next(r for r in verdict.rows if r.impl == "naive")
+    assert naive.verdict == FAIL and next(c for c in naive.checks if c.kind == "time").referenced[1] == "torch_sdpa"
+    text = render_verdict(verdict)
+    assert "10 ms → 10 ms ×1.00, ×1.30 in torch_sdpa's units" in text, text
+    calm = render_verdict(compare_points([pt("naive", 10e-3), pt("torch_sdpa", 5e-3)],
+                                         [pt("naive", 10e-3), pt("torch_sdpa", 5e-3)], config, **same))
+    assert "10 ms → 10 ms ×1.00, ×1.00 in torch_sdpa's units" in calm and "FAIL" not in calm, calm
+    as_measured = render_verdict(compare_points([pt("naive", 10e-3)], [pt("naive", 10e-3)], config, **same))
+    assert "10 ms → 10 ms ×1.00 " in as_measured and "units" not in as_measured, as_measured
 
 
 def test_memory_rule_and_ratio_rule_parsing() -> None:

@@ -11,15 +11,23 @@ from .points import Point
 from .rules import GEMM, IDLE, NA, PASS, REFERENCE, REFUSED, Check
 
 
+def _times(ratio: float) -> str:
+    return f"×{ratio:.2f}" if ratio >= 0.095 else f"×{ratio:.2g}"  # a 300× speed-up is ×0.0033, not ×0.00
+
+
 def _time_cell(row: Comparison) -> str:
+    """B's median against A's as measured, and where the time was judged in units of the time reference, the ratio
+    in those units too: the one the verdict stands on (a row whose own time did not move fails where the
+    reference's ran faster in B's run)."""
     b, c = row.baseline, row.candidate
     if c is None:
         return fmt_seconds(b.median_s) + " → -"
     if b is None or b.median_s is None or c.median_s is None:
         return fmt_seconds(c.median_s)
     ratio = c.median_s / b.median_s if b.median_s else float("inf")
-    shown = f"{ratio:.2f}" if ratio >= 0.095 else f"{ratio:.2g}"  # a 300× speed-up is ×0.0033, not ×0.00
-    return f"{fmt_seconds(b.median_s)} → {fmt_seconds(c.median_s)} ×{shown}"
+    cell = f"{fmt_seconds(b.median_s)} → {fmt_seconds(c.median_s)} {_times(ratio)}"
+    referenced = next((ch.referenced for ch in row.checks if ch.kind == "time" and ch.referenced), None)
+    return cell if referenced is None else f"{cell}, {_times(referenced[0])} in {referenced[1]}'s units"
 
 
 def _memory_cell(row: Comparison) -> str:

@@ -48,6 +48,8 @@ class Check:
     status: str  # pass | FAIL | n/a | refused | info
     message: str
     mark: str = ""  # "" | IDLE (a ratio rule no case ran for) | REFERENCE (the time reference's row) | FAILED_BOTH
+    # a time check judged in units of the time reference: (candidate / baseline in those units, the reference's name)
+    referenced: tuple[float, str] | None = None
 
     @property
     def failed(self) -> bool:
@@ -102,24 +104,26 @@ class TimeRule:
     def check(self, base: Point, cand: Point, base_ref: Point | None = None, cand_ref: Point | None = None) -> Check:
         if base.median_s is None or cand.median_s is None:
             return Check("time", cand.label, NA, "no median time recorded")
-        label, fmt = cand.label, fmt_seconds
+        label, fmt, unit = cand.label, fmt_seconds, ""
         if base_ref is not None and cand_ref is not None and base_ref.median_s and cand_ref.median_s:
-            base, cand = relative_to(base, base_ref.median_s), relative_to(cand, cand_ref.median_s)
+            base, cand, unit = relative_to(base, base_ref.median_s), relative_to(cand, cand_ref.median_s), cand_ref.impl
 
             def fmt(value: float | None, ref: str = cand_ref.impl) -> str:
                 return f"{value:.3g}× {ref}"
         ratio = cand.median_s / base.median_s if base.median_s > 0 else float("inf")
+        referenced = (ratio, unit) if unit else None
         head = f"median {fmt(cand.median_s)}"
         limit = f"baseline {fmt(base.median_s)} × {self.factor:.2f}"
         if ratio <= self.factor:
             return Check("time", label, PASS, f"{head} <= {limit} (×{ratio:.3f})" if ratio >= 0.0095 else
-                         f"{head} <= {limit} (×{ratio:.2g})")
+                         f"{head} <= {limit} (×{ratio:.2g})", referenced=referenced)
         p, note = slower_p(cand.samples, base.samples, self.alpha)
         if p is None:
-            return Check("time", label, FAIL, f"{head} > {limit} ({note})")
+            return Check("time", label, FAIL, f"{head} > {limit} ({note})", referenced=referenced)
         if p < self.alpha:
-            return Check("time", label, FAIL, f"{head} > {limit} (p={p:.2g})")
-        return Check("time", label, PASS, f"{head} > {limit} but not significant (p={p:.2g} >= {self.alpha:g})")
+            return Check("time", label, FAIL, f"{head} > {limit} (p={p:.2g})", referenced=referenced)
+        return Check("time", label, PASS, f"{head} > {limit} but not significant (p={p:.2g} >= {self.alpha:g})",
+                     referenced=referenced)
 
 
 def relative_to(point: Point, scale: float) -> Point:
