@@ -182,7 +182,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     from sdpa_impls.bench.machine import active_tracer
     from sdpa_impls.suite.session import check_suite
 
-    check_suite(device_of(config))  # here, not while collecting: pytest's usage error, one line, not a collection error
+    # here, not while collecting: pytest's usage error, one line, not a collection error
+    check_suite(device_of(config), config.getoption("benchmark_json", None))
     setattr(config, _SUITE_SELECTED, True)
     setattr(config, _TRACER, active_tracer(hooks=False))  # pytest-benchmark pauses sys.settrace's while it times
     given = _read(list(config.invocation_params.args), config)  # every way pytest takes options

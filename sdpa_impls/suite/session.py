@@ -3,15 +3,18 @@ collected: here, so that a pytest session that does not collect it imports neith
 from __future__ import annotations
 
 import contextlib
+import os
 
 import pytest
 
 NEEDS_BENCHMARK = "5.2"  # pytest-benchmark's pedantic(teardown=...): the suite's probe after each round
 
 
-def check_suite(device: str) -> None:
+def check_suite(device: str, benchmark_json: object = None) -> None:
     """Usage errors (exit 4) before any point, where the suite is collected: no pytest-benchmark with what it needs
-    (each point would fail, no JSON be written); CUDA named where this torch has none (not a green run of skips)."""
+    (each point would fail, no JSON be written); CUDA named where this torch has none (not a green run of skips); a
+    --benchmark-json that cannot be written (pytest-benchmark opens it after the last point, and its traceback then
+    loses every measurement)."""
     from importlib.metadata import distributions
 
     import torch
@@ -25,6 +28,14 @@ def check_suite(device: str) -> None:
     if torch.device(device).type == "cuda" and not torch.cuda.is_available():
         raise pytest.UsageError(f"--sdpa-device {device}: no CUDA device is available to this torch "
                                 f"({torch.__version__}, CUDA {torch.version.cuda or 'none'})")
+    if isinstance(benchmark_json, (str, os.PathLike)):  # a Path from pytest-benchmark 5
+        from ..cli.outputs import writable
+        from ..errors import GateInputError
+
+        try:
+            writable({"--benchmark-json": benchmark_json})
+        except GateInputError as exc:
+            raise pytest.UsageError(f"--benchmark-json {exc}") from None
 
 
 def tracer_warning(tracer: str) -> str:
