@@ -5,11 +5,14 @@ whose times are chosen so that each target's worst case is known.
 """
 from __future__ import annotations
 
+import contextlib
+import io
 from dataclasses import replace
 
 import pytest
 
-from sdpa_impls.report import targets
+from sdpa_impls.cli import main
+from sdpa_impls.report import results as store, targets
 from sdpa_impls.bench.ceilings import RunCeilings
 from sdpa_impls.bench.grid import PRESETS
 from sdpa_impls.bench.result import Result
@@ -183,6 +186,15 @@ def test_an_interrupted_run_judges_and_saves_the_cases_it_finished(tmp_path) -> 
     saved = json.loads((out / "results.json").read_text())
     assert saved["meta"]["case_ids"] == plan[:done] and "interrupted" in saved["meta"], saved["meta"]
     assert f"interrupted after {done} of" in (out / "targets.md").read_text() and (out / "report.md").exists()
+    points = {(case.id, impl) for case, impls, _ in targets.plan() for impl in impls}  # each case its own impls
+    assert saved["meta"]["planned_points"] == len(points) and saved["meta"]["made_by"] == "targets", saved["meta"]
+    assert store.load(out).planned == len(points) and not store.load(out).complete  # not cases × every impl
+    assert (f"points finished (measure the targets again with `sdpa-bench targets --out {out} --overwrite`)"
+            in (out / "report.md").read_text())
+    with contextlib.redirect_stderr(io.StringIO()) as said, contextlib.redirect_stdout(io.StringIO()):
+        assert main(["run", "--out", str(out), "--resume"]) == 2  # it timed implementations targets never planned
+    assert (f"{out} holds a `sdpa-bench targets` run, which `run --resume` does not continue: measure the targets "
+            f"again with `sdpa-bench targets --out {out} --overwrite`") in said.getvalue(), said.getvalue()
     before = (out / "results.json").read_bytes()
     code, stdout, err = _stopped_after_a_case(["--out", str(out), "--overwrite"])
     assert code == 128 + signal.SIGTERM and re.fullmatch(

@@ -96,9 +96,10 @@ def run(args: argparse.Namespace) -> int:
                   f"({len(sweep.done())} of {sweep.planned} points so far): the points it lacks are not measured yet; "
                   "compare again once it has finished", file=sys.stderr)
         else:  # its points not yet measured read as missing below, not as a change
+            how = ("measure it again (`sdpa-bench targets --out DIR --overwrite`)" if sweep.by_targets else
+                   "resume it (`sdpa-bench run --out DIR --resume`, or its shards)")
             print(f"sdpa-bench compare: note: {directory} is unfinished ({len(sweep.done())} of {sweep.planned} "
-                  "points): the points it lacks are not measured yet; resume it (`sdpa-bench run --out DIR "
-                  "--resume`, or its shards) and compare again", file=sys.stderr)
+                  f"points): the points it lacks are not measured yet; {how} and compare again", file=sys.stderr)
     for directory, points in ((args.dir_a, a), (args.dir_b, b)):
         if not points:  # either side: "nothing comparable" would blame the other sweep's cases
             raise UsageError(f"{directory} holds no measured point to compare")

@@ -43,6 +43,9 @@ def saved(out: Path, args: argparse.Namespace, impls: list[str] | None, given: d
         raise UsageError(f"{out} was merged from shards ({store.shard_dirs(meta)}): " + (
             f"resume the unfinished shards ({left}), then merge them again into a new --out" if left else
             "each was finished, so nothing is left to measure"))
+    if sweep.by_targets:  # its cases have implementations of their own: a `run` would add points it never planned
+        raise UsageError(f"{out} holds a `sdpa-bench targets` run, which `run --resume` does not continue: measure "
+                         f"the targets again with `sdpa-bench targets --out {out} --overwrite`")
     if sweep.version != store.VERSION:  # one sweep never mixes points of two versions, which record different things
         raise UsageError(f"{out} was started by an older sdpa-bench (results format {sweep.version}; this one "
                          f"resumes only format {store.VERSION}, what it writes): finish it with the version that "

@@ -169,6 +169,8 @@ def write_markdown(path: Path, sweep: Sweep, layout: SweepTable, images: list[tu
                if sweep.meta.get("merged_from") else
                f"`sdpa-bench run` ({who}) is still measuring it, and rewrites this report when it finishes"
                if who and who != f"process {os.getpid()}" else
+               f"measure the targets again with `sdpa-bench targets {option_text('--out', str(path.parent))} "
+               "--overwrite`" if sweep.by_targets else
                f"continue with `sdpa-bench run {option_text('--out', str(path.parent))} --resume`")
         parts.append(f"**Incomplete**: {len(sweep.done())} of {sweep.planned} points finished ({how}).\n")
     if layout.cases:

@@ -43,7 +43,15 @@ class Sweep:
 
     @property
     def planned(self) -> int:
+        points = self.meta.get("planned_points")  # `targets`: each case with implementations of its own
+        if isinstance(points, int) and not isinstance(points, bool):
+            return points
         return len(self.meta.get("case_ids", ())) * len(self.meta.get("impls", ()))
+
+    @property
+    def by_targets(self) -> bool:
+        """Saved by `sdpa-bench targets --out`: its own plan, measured again whole, never resumed by `run`."""
+        return self.meta.get("made_by") == "targets"
 
     @property
     def complete(self) -> bool:
