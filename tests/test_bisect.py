@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from sdpa_impls.cli import main
+from sdpa_impls.cli import bisect as bisect_cli, main
 from sdpa_impls.continuous.bisect import search
 from sdpa_impls.continuous.bisect_answer import CONFIRM, ENDPOINTS, SEARCH, UNDECIDED, Query, Search, comparison_budget
 from sdpa_impls.continuous.bisect_render import as_dict, render
@@ -516,6 +516,14 @@ def test_a_good_merged_in_from_a_side_branch_starts_the_line_at_its_merge(tmp_pa
                                     f"{good[:12]}"]
     left = dataclasses.replace(ended, culprit=None, among=[describe(repo, merge)])  # INCONCLUSIVE at it: the same
     assert line.ended_at(left) == line.ended_at(ended)
+    # with the search's options (a preset, -k, rounds): the search inside measures as this one did
+    argv = ("bisect", a, c, "--preset", "smoke", "-k", "L128 and fwd", "--rounds=2", "--separate-processes",
+            "--json", "s.json", "--markdown=s.md", "--resume", "s.json")
+    options = bisect_cli._options(argv)
+    assert options == ["--preset", "smoke", "-k", "L128 and fwd", "--rounds=2", "--separate-processes"], options
+    searched = commits(Project("plugin", repo), a, c, None, options).ended_at(ended)
+    assert searched[0].endswith(f"to search among them: sdpa-bench bisect {a[:12]} {good[:12]} --preset smoke -k "
+                                "'L128 and fwd' --rounds=2 --separate-processes"), searched
     assert line.ended_at(dataclasses.replace(ended, culprit=describe(repo, c))) == []  # one parent: nothing inside
     git(repo, "checkout", "-q", "--orphan", "other")  # a history of its own, merged in: no branch point to name
     (repo / "o").write_text("o")

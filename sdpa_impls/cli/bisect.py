@@ -19,6 +19,7 @@ an earlier search's steps from such a file instead of measuring them again. This
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shlex
@@ -123,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
                                                                   else "names no release"))
         bad = "HEAD" if args.bad is None else args.bad  # an empty BAD is refused, never read as HEAD
         query = Query(args.good, bad, impl_names(args.impl), args.select, rows, args.env_cache, args.config,
-                      args.package, versions, args.pre)
+                      args.package, versions, args.pre, tuple(_options(args.argv)))
         plan = Plan(args.preset, args.rounds, args.max_time, args.adaptive_budget, args.adaptive_rounds,
                     args.round_timeout, args.seed, paired=not args.separate_processes)
         plan.check()  # a typo named before a resumed search is read or any revision looked at
@@ -159,6 +160,36 @@ def _save(path: str, search: Search, unfinished: str | None = None) -> None:
     temporary = f"{path}.partial"
     write(temporary, json.dumps(as_dict(search, unfinished), indent=1) + "\n")
     os.replace(temporary, path)
+
+
+OUTPUTS = ("--resume", "--json", "--markdown")  # this search's own files: not those of a search it suggests
+
+
+def _options(argv: Sequence[str]) -> list[str]:
+    """The options of the command line as given, without GOOD and BAD and without OUTPUTS: what a search the answer
+    suggests (among a merge's commits) repeats, so that it measures as this one did."""
+    out, i = [], 0
+    while i < len(argv):
+        arg = argv[i]
+        name = arg.split("=", 1)[0]
+        takes = arg.startswith("-") and "=" not in arg and arg not in _flags()  # its value is the next argument
+        if name in OUTPUTS:
+            i += 2 if takes else 1
+            continue
+        if arg.startswith("-"):
+            out += argv[i:i + 2] if takes else [arg]
+            i += 2 if takes else 1
+            continue
+        i += 1  # GOOD or BAD
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _flags() -> frozenset[str]:
+    """bisect's options that take no value (--pre, --separate-processes, ...)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_arguments(parser)
+    return frozenset(o for a in parser._actions if a.nargs == 0 for o in a.option_strings)
 
 
 def _without_resume(argv: Sequence[str]) -> list[str]:

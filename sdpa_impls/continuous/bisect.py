@@ -82,7 +82,7 @@ class _Searcher(Resumable):
                 raise UsageError("bisect searches the commits of a git repository: run it in sdpa-bench's "
                                  "repository or at the root of a plug-in's (or give --package to search a package's "
                                  "releases)")
-            self.line = commits(project, query.good, query.bad, template)
+            self.line = commits(project, query.good, query.bad, template, query.options)
             warning = dirty_tree(self.line.project.root)
             if warning:
                 progress(f"warning: {warning}")

@@ -34,6 +34,7 @@ class Query:
     package: str | None = None
     versions: tuple[str, ...] | None = None
     pre: bool = False
+    options: tuple[str, ...] = ()  # the command line's other options, for a search an answer suggests (a merge's)
 
 
 @dataclasses.dataclass

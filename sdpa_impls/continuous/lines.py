@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import shlex
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -56,8 +57,9 @@ class Line:
         return [said] if said else []
 
 
-def commits(project: Project, good: str, bad: str, template: Request) -> Line:
-    """The commits of BAD's first-parent line after GOOD (revisions.first_parents), GOOD first."""
+def commits(project: Project, good: str, bad: str, template: Request, options: Sequence[str] = ()) -> Line:
+    """The commits of BAD's first-parent line after GOOD (revisions.first_parents), GOOD first; `options`, the
+    search's own, go with the command that searches inside a merge."""
     if project.root is None:
         raise UsageError("bisect searches the commits of a git repository: run it in sdpa-bench's repository or at "
                          "the root of a plug-in's (or give --package to search a package's releases)")
@@ -67,15 +69,16 @@ def commits(project: Project, good: str, bad: str, template: Request) -> Line:
     return Line(points, lambda c: describe(root, c),
                 lambda b, h: dataclasses.replace(template, base=b, head=h),
                 lambda c: parent(root, c), lambda a, b: changed_files(root, a, b), "commit", project,
-                lambda c: _inside(root, c))
+                lambda c: _inside(root, c, options))
 
 
-def _inside(root: Path, commit: str) -> str:
+def _inside(root: Path, commit: str, options: Sequence[str] = ()) -> str:
     branch = merged_branch(root, commit)
     if branch is None:
         return ""
+    again = shlex.join(["sdpa-bench", "bisect", branch[0][:12], branch[1][:12], *options])
     return (f"{describe(root, commit)} is a merge: the commits of the branch it brought in were one step of this "
-            f"search; to search among them: sdpa-bench bisect {branch[0][:12]} {branch[1][:12]}")
+            f"search; to search among them: {again}")
 
 
 def _key(version: str) -> "Version":
