@@ -171,7 +171,10 @@ def test_an_answer_that_could_not_tell_is_undecided_not_no_regression() -> None:
     search = Search("aaaaaaa good", "bbbbbbb bad", ["bbbbbbb bad"], answer=UNDECIDED, undecided=[row])
     assert search.exit_code == 4
     text = render(search)
-    assert text.startswith("sdpa-bench bisect: UNDECIDED: GOOD and BAD could not be told apart on 1 row(s)"), text
+    assert text.startswith("sdpa-bench bisect: UNDECIDED: GOOD and BAD could not be told apart on 1 row(s), which "
+                           "may be slower or not; no other row is slower"), text  # not "none is slower": unjudged
+    assert ("no benchmark was slower at BAD than at GOOD by more than the gate's floor, but the undecided ones could "
+            "not be judged; nothing was searched.") in text, text
     assert "NO REGRESSION" not in text and "4: undecided" in text
     search.steps = [Step(ENDPOINTS, "aaaaaaa good", "bbbbbbb bad", UNKNOWN, 1.1),
                     Step("skip", "", "ccccccc x", SKIPPED, 1.1, seconds=29.0)]  # measured, then answered wrong

@@ -172,7 +172,7 @@ class _Searcher(Resumable):
         self.result.undecided = undecided
         if undecided:
             self.result.notes.append(f"undecided between GOOD and BAD ({len(undecided)}): {', '.join(undecided)}; "
-                                     "not searched (neither slower nor clear of the floor"
+                                     "not searched (the comparison could not judge them, slower or not"
                                      + (" after the extra rounds" if self.plan.adaptive_budget != 0 else "") + "): "
                                      "run again with more --rounds, or fewer rows (-k, --from), before trusting "
                                      "that nothing changed there.")

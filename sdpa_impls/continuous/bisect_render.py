@@ -15,7 +15,7 @@ from .steps import Step
 
 EXIT_MEANING = ("exit 0: no regression between GOOD and BAD; 1: culprit found and confirmed against its parent; "
                 "3: GOOD and BAD differ but the culprit was not pinned down (the candidates left are named); 4: "
-                "undecided, no row slower but some the endpoints could not tell apart; 2: unusable input; 130 or 143: "
+                "undecided, no row judged slower but some the endpoints could not tell apart; 2: unusable input; 130 or 143: "
                 "stopped by Ctrl-C or SIGTERM, the finished steps kept in --json.")
 
 
@@ -30,7 +30,8 @@ def _headline(search: Search, shown, unfinished: str | None = None) -> str:
     if search.answer == INCONCLUSIVE:
         return f"INCONCLUSIVE: the first slower {search.unit} is one of {len(search.among)}"
     if search.answer == UNDECIDED:  # no row slower, but "no regression" would be a guess for these
-        return f"UNDECIDED: GOOD and BAD could not be told apart on {len(search.undecided)} row(s), none is slower"
+        return (f"UNDECIDED: GOOD and BAD could not be told apart on {len(search.undecided)} row(s), which may be "
+                "slower or not; no other row is slower")
     return "NO REGRESSION between GOOD and BAD"
 
 
@@ -91,8 +92,9 @@ def _text(search: Search, markdown: bool, unfinished: str | None, fold: bool) ->
                       for i, s in enumerate(search.steps, 1)], markdown).splitlines()
     notes = [*search.notes, EXIT_MEANING]
     if search.answer in (NO_REGRESSION, UNDECIDED) and not search.rows and not unfinished:
-        notes.insert(0, "no benchmark was slower at BAD than at GOOD by more than the gate's floor; nothing was "
-                        "searched.")
+        notes.insert(0, "no benchmark was slower at BAD than at GOOD by more than the gate's floor" + (
+            ", but the undecided ones could not be judged" if search.answer == UNDECIDED else "") + "; nothing was "
+            "searched.")
     out += ["", "Steps' rows in full: --json."] if any(len(s.rows) > 1 for s in search.steps) else []
     out += ["", "Notes:"] + [f"{bullet}{n}" for n in notes]
     return "\n".join(out) + "\n"
