@@ -159,6 +159,15 @@ def test_a_results_file_with_a_wrong_type_is_named_as_corrupt(sweep, tmp_path, m
         assert code == 2 and f"{bad / 'results.json'} has a malformed entry" in err and named in err, err
     code, err = said(["report", str(sweep / "results.json")], tmp_path, monkeypatch)
     assert code == 2 and "is a file: give the --out folder of a `run`" in err
+    benchmark = tmp_path / "pytest-benchmark"  # its --benchmark-json saved as results.json: the gate reads it
+    benchmark.mkdir()
+    (benchmark / "results.json").write_text(json.dumps({"machine_info": {}, "benchmarks": []}))
+    code, err = said(["report", str(benchmark)], tmp_path, monkeypatch)
+    assert code == 2 and "it is pytest-benchmark's JSON, which `sdpa-bench gate --baseline A --candidate B` compares" \
+        in err, err
+    code, err = said(["gate", "--candidate", str(sweep)], tmp_path, monkeypatch)  # a `run`'s folder to the gate
+    assert code == 2 and (f"{sweep}: a folder, not a pytest-benchmark JSON file; it holds a `run`'s results: compare "
+                          "two of those with `sdpa-bench compare DIR_A DIR_B`") in err, err
     for field, value, named in (("ceilings", {"gemm_flops_fp32": "x"}, "meta.ceilings['gemm_flops_fp32'] is not"),
                                 ("ceilings", 5, "meta.ceilings should be a dict, not int"),
                                 ("sessions", [1, 2], "meta.sessions[0] is not what a sweep writes there"),

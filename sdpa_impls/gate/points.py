@@ -207,6 +207,10 @@ def load_points(path: str | Path, others: list[str] | None = None, session: bool
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise GateInputError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        hint = ("; it holds a `run`'s results: compare two of those with `sdpa-bench compare DIR_A DIR_B`"
+                if (path / "results.json").is_file() else "")
+        raise GateInputError(f"{path}: a folder, not a pytest-benchmark JSON file{hint}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise GateInputError(f"{path}: cannot be read ({exc})") from None
     try:

@@ -117,7 +117,9 @@ def load(directory: Path) -> Sweep:
         raise UsageError(f"{path} is not valid JSON ({why}); it is corrupt: move it away (for `run`, or choose "
                          "another --out)") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise UsageError(f"{path} is not an sdpa-bench results file (no \"format\": \"{FORMAT}\")")
+        hint = ("; it is pytest-benchmark's JSON, which `sdpa-bench gate --baseline A --candidate B` compares"
+                if isinstance(doc, dict) and isinstance(doc.get("benchmarks"), list) else "")
+        raise UsageError(f"{path} is not an sdpa-bench results file (no \"format\": \"{FORMAT}\"){hint}")
     version = doc.get("version")
     if version not in READS or type(version) is not int:
         newer = isinstance(version, int) and not isinstance(version, bool) and version > VERSION
