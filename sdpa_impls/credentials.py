@@ -6,6 +6,9 @@ or writes, as pip masks it in its own messages.
     redact("git+https://TOKEN@host/repo")   -> "git+https://****@host/repo"   # a lone user part may be a token
     redact("https://host/p.whl?token=T&x=1#sha256=abc") -> "https://host/p.whl?token=****&x=****#sha256=abc"
     redact("https://host/simple?SECRET")          -> "https://host/simple?****"
+    redact("-ihttps://u:SECRET@host/simple")     -> "-ihttps://u:****@host/simple"   # a short option glued on
+    redact("--proxy u:SECRET@proxy:3128")        -> "--proxy u:****@proxy:3128"      # pip's proxy, no scheme
+    redact("... with url: /p.whl?token=SECRET")  -> "... with url: /p.whl?token=****"  # pip quoting a request
 
 Every value of a URL's query is masked: a signed or token URL carries its secret there, under any name.
 """
@@ -19,7 +22,9 @@ MASK = "****"
 # before the first /, a password typed with an unencoded / (no valid URL, but printed before pip refuses it) runs
 # to the first @ (user2, password2), unless the user part holds a [ or an @ (an IPv6 host, ssh's git@host) or the
 # password starts as a port does (host:8443/repo.git@v1 and host:/r.git@v1 name a revision, not a password)
-_USERINFO = re.compile(r"(?P<scheme>(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://)(?:"
+# A scheme starts a word, or follows a short option it is glued to (-ihttps://..., as pip takes it).
+_START = r"(?:(?<![A-Za-z0-9+.-])|(?<=(?<![A-Za-z0-9+.-])-[A-Za-z]))"
+_USERINFO = re.compile(rf"(?P<scheme>{_START}[A-Za-z][A-Za-z0-9+.-]*://)(?:"
                        r"(?P<user>[^\s/:]*)(?::(?P<password>(?:\\.|[^\s/\\]|[ \t](?=[^\s/]*@))*))?"
                        r"|(?P<user2>[^\s/:@\[]*):(?P<password2>(?!\d*(?:[/?#]|$))[^\s@]*/[^\s@]*))@")
 
@@ -31,7 +36,11 @@ def _mask(match: re.Match) -> str:
     return f"{match.group('scheme')}{MASK}@"
 
 
-_URL = re.compile(r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]*")
+_URL = re.compile(rf"{_START}[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]*")
+# pip's --proxy takes [user:passwd@]proxy.server:port, with no scheme
+_PROXY = re.compile(r"(?P<head>--proxy(?:=|\s+)['\"]?(?:[A-Za-z][A-Za-z0-9+.-]*://)?)(?P<user>[^\s:@/'\"]*):[^\s@]*@")
+# a URL's path and query with no scheme, as pip and urllib3 quote it in an error ("... with url: /p.whl?token=T")
+_PATH = re.compile(r"(?<=with url: )/[^\s'\"<>]*")
 
 
 def _mask_query(match: re.Match) -> str:
@@ -47,4 +56,5 @@ def _mask_query(match: re.Match) -> str:
 def redact(text: str) -> str:
     """`text` with the credentials of every URL in it masked (user:password -> user:****, a lone user -> ****, every
     query value -> ****)."""
-    return _URL.sub(_mask_query, _USERINFO.sub(_mask, text))
+    text = _PROXY.sub(lambda m: f"{m.group('head')}{m.group('user')}:{MASK}@", _USERINFO.sub(_mask, text))
+    return _PATH.sub(_mask_query, _URL.sub(_mask_query, text))

@@ -845,6 +845,14 @@ def test_what_people_wrote_is_text_in_the_comment() -> None:
                  "git+https://[::1]/r.git@v1", "file://C:/Users/me/x.whl@x"):
         assert redact(text) == text  # a port, an IPv6 host or a drive, then a revision or an address: no password
     assert redact("git+ssh://git@github.com:org/r.git@v1") == "git+ssh://****@github.com:org/r.git@v1"  # as before
+    for glued in ("-i", "'-i", "-f", " --extra-index-url="):  # a short option glued to its URL, as pip takes it
+        assert redact(f"{glued}https://u:{SECRET}@h/simple?t={SECRET}") == f"{glued}https://u:****@h/simple?t=****"
+    for proxy in (f"--proxy u:{SECRET}@proxy:3128", f"--proxy='u:{SECRET}@proxy:3128'",  # pip's form: no scheme
+                  f"--proxy http://u:{SECRET}@proxy:3128"):
+        assert SECRET not in redact(proxy) and "u:****@proxy:3128" in redact(proxy), redact(proxy)
+    assert redact("--proxy proxy:3128 git@h") == "--proxy proxy:3128 git@h"  # no user: nothing to mask
+    quoted = f"Max retries exceeded with url: /p-1.0-py3-none-any.whl?token={SECRET} (Caused by x)"  # pip, urllib3
+    assert redact(quoted) == "Max retries exceeded with url: /p-1.0-py3-none-any.whl?token=**** (Caused by x)"
 
 
 def test_a_sigterm_stops_a_run_with_one_line_and_leaves_nothing(plugin_repo: Path, tmp_path: Path) -> None:
