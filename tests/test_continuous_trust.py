@@ -311,6 +311,13 @@ def test_an_unpinned_url_or_vcs_requirement_is_built_for_the_run_only(plugin_rep
     scratch = tmp_path / "run"
     scratch.mkdir()
     assert envkey.pinned(EnvSpec("x", requirements=("--extra-index-url", "https://example.org/simple", "torch")))
+    # the same options in a -r file (the CPU index beside torch, a common requirements.txt), nested files too
+    (tmp_path / "inner.txt").write_text("-i https://example.org/simple\n--extra-index-url=https://example.org/cpu\n"
+                                        "-f https://example.org/wheels\ntorch==2.13.0 --hash=sha256:" + "c" * 64 + "\n")
+    (tmp_path / "outer.txt").write_text("--extra-index-url https://u:p@example.org/simple\n-r inner.txt\n")
+    assert envkey.pinned(EnvSpec("x", requirements=("-r", str(tmp_path / "outer.txt"))))
+    (tmp_path / "inner.txt").write_text("pkg @ https://example.org/p-1.0-py3-none-any.whl\n")  # a requirement: not
+    assert not envkey.pinned(EnvSpec("x", requirements=(f"-r{tmp_path / 'outer.txt'}",)))
     # file://localhost/PATH, not file:///PATH: pip 23's requirement parser takes a VCS URL with a host only
     unpinned = EnvSpec("b", requirements=("--no-deps", f"toy-trust @ git+file://localhost{plugin_repo}@main"))
     env = envcache.prepare(unpinned, None, None, scratch)  # pip clones the branch as it is now, each time

@@ -116,17 +116,30 @@ def _parsed(words: Sequence[str]) -> list[tuple[str, str]]:
 
 def pinned(spec: EnvSpec) -> bool:
     """Whether pip would build the same environment again from `spec`: no requirement (on the command line, as
-    -e, or in a -r file) is a URL or VCS reference without a full commit or a hash (module docstring)."""
-    requirements = []
-    for option, value in _parsed(spec.requirements):
+    -e, or in a -r file, nested ones too) is a URL or VCS reference without a full commit or a hash (module
+    docstring). A -r file's option lines (--index-url URL, -f DIR) are options, not requirements."""
+    return all(_pinned_url(url) for url in map(_url, _requirements(spec.requirements, None, set()))
+               if url is not None)
+
+
+def _requirements(words: Sequence[str], base: Path | None, seen: set[Path]) -> list[str]:
+    """The requirements among pip's arguments `words`, and those of each -r file they name (read as pip reads it,
+    a relative path against the folder of the file that names it)."""
+    out = []
+    for option, value in _parsed(words):
         if option in ("", "-e", "--editable"):
-            requirements.append(value)
-        elif option in ("-r", "--requirement") and user_path(value).is_file():
+            out.append(value)
+        elif option in ("-r", "--requirement") and (path := _local(value, base)) is not None and path.is_file():
+            if path.resolve() in seen:
+                continue
+            seen.add(path.resolve())
             try:
-                requirements += requirement_lines(user_path(value).read_text(encoding="utf-8"))
+                lines = requirement_lines(path.read_text(encoding="utf-8"))
             except (OSError, UnicodeDecodeError):
-                pass  # pip will say what is wrong with it
-    return all(_pinned_url(url) for url in map(_url, requirements) if url is not None)
+                continue  # pip will say what is wrong with it
+            for line in lines:
+                out += _requirements(line.split(), path.parent, seen)
+    return out
 
 
 def _local(word: str, base: Path | None = None) -> Path | None:
