@@ -519,6 +519,26 @@ def test_a_run_waiting_on_a_lock_file_that_a_prune_removes_locks_the_new_one(tmp
             os.close(fd)
 
 
+def test_a_build_under_the_size_cap_spares_the_other_side_of_its_comparison(offline: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """BASE's new environment built, then the cache trimmed to its cap: HEAD's cached one, not yet held by this
+    run, was the least recently used and went, to be built again a minute later (5 GB with torch)."""
+    offline.mkdir()
+    head, other = EnvSpec("numpy", requirements=("numpy",)), EnvSpec("packaging", requirements=("packaging",))
+    old = time.time() - 86400
+    for spec in (head, other):
+        folder = offline / envkey.cache_key(spec)
+        folder.mkdir()
+        (folder / envcache.READY).write_text(json.dumps({"spec": spec.text}))
+        (folder / "blob").write_bytes(b"\0" * (2 << 20))
+        (folder / envcache.LAST_USE).touch()
+        os.utime(folder / envcache.LAST_USE, (old, old))
+    monkeypatch.setenv(envcache.MAX_SIZE_ENV, "0.000001")
+    env = envcache.prepare(EnvSpec("torch", requirements=("torch",)), None, spare=[head])  # nothing to install
+    assert Path(env.python).exists() and (offline / envkey.cache_key(head)).is_dir()
+    assert not (offline / envkey.cache_key(other)).exists()  # the cap still holds for the rest
+
+
 def test_a_size_cap_removes_the_least_recently_used_and_never_one_in_use(offline: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     offline.mkdir()

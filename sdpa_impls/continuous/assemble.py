@@ -106,7 +106,8 @@ def _environments(request: Request, sides: dict[str, Side], progress, scratch: P
     chosen = {}
     for role in ("base", "head"):
         with _as_side(sides[role]):  # an environment pip cannot build is that side's: a search skips it
-            chosen[role] = prepare(specs[role], cache, progress, scratch) if role in specs else here
+            other = [spec for r, spec in specs.items() if r != role]  # not evicted by this side's build
+            chosen[role] = prepare(specs[role], cache, progress, scratch, other) if role in specs else here
     for role, env in chosen.items():
         progress(f"{role}: environment {env.spec or 'of this interpreter'}: {env.how}")
     return chosen, notes

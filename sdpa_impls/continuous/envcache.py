@@ -32,7 +32,7 @@ import stat
 import subprocess
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -128,10 +128,11 @@ def _cached(folder: Path, fd: int, shown: str) -> Env:
 
 
 def prepare(spec: EnvSpec, cache: Path | None = None, progress: Callable[[str], None] | None = None,
-            scratch: Path | None = None) -> Env:
+            scratch: Path | None = None, spare: Sequence[EnvSpec] = ()) -> Env:
     """The interpreter of `spec`'s environment: a given one as it is (checked to run), else the cached build for
     its key, built now when there is none (under the key's lock); an unpinned SPEC is built into `scratch` (the
-    run's own folder) every time. GateInputError with pip's own lines when the build fails."""
+    run's own folder) every time. GateInputError with pip's own lines when the build fails. The prune after a build
+    spares the entries of `spare` (the run's other side, not yet held: evicting it meant building it again next)."""
     shown = redact(spec.text)
     if spec.python:
         try:
@@ -186,7 +187,8 @@ def prepare(spec: EnvSpec, cache: Path | None = None, progress: Callable[[str], 
         os.close(fd)
         raise
     keep(fd)
-    gone = prune(cache, MAX_AGE_DAYS * 86400.0, keep=folder, max_bytes=cap)
+    kept = {folder, *(cache / cache_key(other) for other in spare if not other.python and pinned(other))}
+    gone = prune(cache, MAX_AGE_DAYS * 86400.0, keep=kept, max_bytes=cap)
     if progress and gone and cap is not None:
         progress(f"environment cache: removed {len(gone)} environment(s) unused the longest, to hold it within "
                  f"${MAX_SIZE_ENV} = {cap / 1e9:g} GB: " + ", ".join(e.spec or e.folder.name for e in gone))
@@ -235,7 +237,7 @@ def entries(cache: Path) -> list[Entry]:
     return sorted(out, key=lambda e: e.last_use)
 
 
-def prune(cache: Path, older_than_s: float, keep: Path | None = None, now: float | None = None,
+def prune(cache: Path, older_than_s: float, keep: Path | Collection[Path] | None = None, now: float | None = None,
           max_bytes: int | None = None, busy: list[Entry] | None = None) -> list[Entry]:
     """Remove the entries last used more than `older_than_s` ago and the remains of dead builds older than an hour
     (or any age, with `older_than_s` 0); then, while the cache holds more than `max_bytes`, the least recently used
@@ -243,12 +245,13 @@ def prune(cache: Path, older_than_s: float, keep: Path | None = None, now: float
     run holds it (added to `busy`, where given; one with a file this user may not remove stays as a dead build's
     remains); the removed, least recently used first."""
     now = time.time() if now is None else now
+    kept = {keep} if isinstance(keep, Path) else set(keep or ())
     removed = []
     remaining = []
     for entry in entries(cache):
         dead_build = entry.folder.name.startswith(BUILDING)
         limit = min(older_than_s, 3600.0) if dead_build else older_than_s
-        if entry.folder == keep or now - entry.last_use < limit:
+        if entry.folder in kept or now - entry.last_use < limit:
             remaining.append(entry)
         elif (done := _remove(cache, entry)):
             removed.append(entry)
@@ -265,7 +268,7 @@ def prune(cache: Path, older_than_s: float, keep: Path | None = None, now: float
         for entry in remaining:  # least recently used first
             if held <= max_bytes:
                 break
-            if entry.folder == keep or now - entry.last_use < RECENT_S:
+            if entry.folder in kept or now - entry.last_use < RECENT_S:
                 continue
             done = _remove(cache, entry)
             if done:
