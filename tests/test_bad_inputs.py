@@ -608,3 +608,24 @@ def test_a_keep_runs_folder_another_comparison_uses_is_refused_before_any_work(t
     assert code == 2 and f"{runs} is being written by another `sdpa-bench continuous` (process " \
         f"{holder}): wait for it to finish, or choose another --keep-runs" in err, err
     assert not (tmp_path / "cache").exists()  # no environment was built
+
+
+def test_a_line_argparse_refuses_removes_an_earlier_answer_it_names_but_never_a_resume_or_a_users_file(
+        tmp_path, monkeypatch) -> None:
+    """An empty SPEC or an unknown preset is refused before the command runs: an earlier --json / --markdown answer
+    stayed, which a CI step (`test -f continuous.md`) then posted as this run's. The command itself removes it first."""
+    verdict, comment = tmp_path / "v.json", tmp_path / "v.md"
+    for line in (["continuous", "--base-env=", "--json", str(verdict), f"--markdown={comment}"],
+                 ["continuous", "--preset", "nosuch", "--json", str(verdict), "--markdown", str(comment)],
+                 ["gate", "--candidate", "c.json", "--json", str(verdict), "--nosuch"]):
+        verdict.write_text('{"verdict": "PASS", "exit_code": 0}\n')
+        comment.write_text("## sdpa-bench continuous: PASS\n")
+        code, _ = said(line, tmp_path, monkeypatch)
+        assert code == 2 and not verdict.exists(), line
+        assert comment.exists() == (line[0] == "gate"), line  # the gate's line names no --markdown
+    search, mine = tmp_path / "search.json", tmp_path / "mine.md"
+    search.write_text('{"answer": "interrupted"}\n')  # the steps a --resume goes on from
+    mine.write_text("my notes\n")  # not an answer: a file named by mistake
+    code, _ = said(["bisect", "HEAD~1", "--preset", "nosuch", "--json", str(search), "--resume", str(search),
+                    "--markdown", str(mine)], tmp_path, monkeypatch)
+    assert code == 2 and search.read_text() == '{"answer": "interrupted"}\n' and mine.read_text() == "my notes\n"

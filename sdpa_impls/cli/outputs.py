@@ -24,7 +24,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .. import settings
@@ -192,6 +192,27 @@ def _an_answer(path: Path) -> bool:
     except OSError:
         return False
     return not head or ANSWER_HEAD.match(head) is not None
+
+
+def drop_earlier_answers(argv: Sequence[str], parser: argparse.ArgumentParser | None) -> None:
+    """A command line refused before its command runs (argparse's error: an empty SPEC, an unknown preset): the
+    earlier answer in a --json or --markdown file it names is removed, as the command itself removes it before its
+    work (`writable`), so that a CI step that reads the file does not post it as this run's. Only a file that holds
+    an answer (`_an_answer`), and never one the line also names to --resume from."""
+    if parser is None:
+        return
+    named: dict[str, list[str]] = {}
+    options = {o for a in parser._actions for o in a.option_strings}
+    for i, arg in enumerate(argv):
+        name, eq, value = arg.partition("=")
+        if name in ("--json", "--markdown", "--resume") and name in options:
+            named.setdefault(name, []).append(value if eq else argv[i + 1] if i + 1 < len(argv) else "")
+    kept = {os.path.realpath(v) for v in named.get("--resume", ()) if v}
+    for value in (v for flag in ("--json", "--markdown") for v in named.get(flag, ()) if v):
+        path = Path(value)
+        if path.is_file() and os.path.realpath(path) not in kept and _an_answer(path):
+            with contextlib.suppress(OSError):
+                path.unlink()
 
 
 def config_file(path: str | None) -> None:
