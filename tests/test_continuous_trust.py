@@ -519,6 +519,19 @@ def test_a_run_waiting_on_a_lock_file_that_a_prune_removes_locks_the_new_one(tmp
             os.close(fd)
 
 
+def test_an_entry_whose_interpreter_is_gone_is_built_again_not_failed_on_every_run(offline: Path) -> None:
+    """A cached environment whose bin/python went (removed by hand, or a link to a Python since uninstalled) made
+    every later run exit 2 ("its install step could not start .../bin/python") until the cache was pruned."""
+    spec = EnvSpec("torch", requirements=("torch",))  # satisfied by this environment: nothing is installed
+    python = Path(envcache.prepare(spec, None).python)
+    python.unlink()
+    said: list[str] = []
+    again = envcache.prepare(spec, None, said.append)
+    assert again.how.startswith("built in ") and Path(again.python).exists() and again.python == str(python)
+    assert any("has no interpreter any more" in line for line in said), said
+    assert envcache.prepare(spec, None).how.startswith("cached in ")
+
+
 def test_a_build_under_the_size_cap_spares_the_other_side_of_its_comparison(offline: Path,
                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """BASE's new environment built, then the cache trimmed to its cap: HEAD's cached one, not yet held by this

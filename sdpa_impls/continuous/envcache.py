@@ -157,7 +157,7 @@ def prepare(spec: EnvSpec, cache: Path | None = None, progress: Callable[[str], 
     deadline = time.monotonic() + LOCK_WAIT_S
     while True:  # shared beside the runs using it; exclusive, to build it, once none holds it
         fd = hold(cache / f"{key}.lock", progress, max(deadline - time.monotonic(), 0.0), shared=True)
-        if (folder / READY).is_file():
+        if _usable(folder):
             return _cached(folder, fd, shown)
         os.close(fd)
         fd = try_hold(cache / f"{key}.lock")  # not a blocking wait: a run that built it meanwhile now uses it, shared
@@ -168,9 +168,12 @@ def prepare(spec: EnvSpec, cache: Path | None = None, progress: Callable[[str], 
                                  f"than {LOCK_WAIT_S:.0f} s")
         time.sleep(0.2)
     try:
-        if (folder / READY).is_file():  # another run built it meanwhile
+        if _usable(folder):  # another run built it meanwhile
             return _cached(folder, fd, shown)
-        shutil.rmtree(folder, ignore_errors=True)  # an entry without its marker (made before builds were renamed)
+        if folder.exists() and progress:
+            progress(f"environment {shown!r}: {folder} has no interpreter any more (removed, or the Python it was "
+                     "made from is gone): built again")
+        shutil.rmtree(folder, ignore_errors=True)  # one without its marker (made before builds were renamed) too
         staging = cache / f"{BUILDING}{key}-{uuid.uuid4().hex[:8]}"
         if progress:
             progress(f"environment {shown!r}: building {folder} (pip install on top of this environment)")
@@ -235,6 +238,12 @@ def entries(cache: Path) -> list[Entry]:
             continue
         out.append(Entry(folder, redact(str(spec)), _size(folder), last))
     return sorted(out, key=lambda e: e.last_use)
+
+
+def _usable(folder: Path) -> bool:
+    """A finished entry whose interpreter still runs from where it was made (a link to a Python since removed is
+    not: every comparison in it would fail to start)."""
+    return (folder / READY).is_file() and python_of(folder).exists()
 
 
 def prune(cache: Path, older_than_s: float, keep: Path | Collection[Path] | None = None, now: float | None = None,
