@@ -102,6 +102,7 @@ def test_inputs_that_cannot_be_used_are_exit_2_with_one_line(plugin_repo: Path, 
     cases = [
         (["--head-env", "torch 'x"], "cannot be read as a shell line"),
         (["--head-env", "  "], "--head-env: an empty value; give one, or leave --head-env out"),
+        (["--head-env", os.fsdecode(b"torch ./wh\xffeels")], "holds a byte that is not UTF-8 (at character 11)"),
         (["--head-env", str(no_shebang)], "cannot be run as a Python interpreter"),
         (["--head-env", "python9.99"], "python9.99: no such interpreter on PATH"),
         (["--head-env", "torch", "--env-cache", "/etc/hostname/cache"], "cannot be used as the environment cache"),

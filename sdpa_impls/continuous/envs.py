@@ -188,6 +188,12 @@ def parse_spec(text: str) -> EnvSpec:
     given to pip as they are (`torch==2.14.1 xformers==0.0.35`, `./my-plugin`, `-r FILE`). UsageError for an empty
     or unreadable SPEC, and for an interpreter or path that does not exist."""
     try:
+        text.encode("utf-8")  # a byte the file system's encoding could not read: the verdict could not be written
+    except UnicodeEncodeError as exc:
+        where = text[:exc.start].encode("utf-8", "replace").decode()
+        raise UsageError(f"environment SPEC {where!r}...: holds a byte that is not UTF-8 (at character "
+                         f"{exc.start + 1}); name that path another way (a link of an ASCII name)") from None
+    try:
         words = shlex.split(text)
     except ValueError as exc:
         raise UsageError(f"environment SPEC {text!r}: cannot be read as a shell line ({exc})") from None
