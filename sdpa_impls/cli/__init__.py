@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
                 (command or parser).error(empty)
         except SystemExit as exc:  # argparse printed usage and its error (or --help): its status, returned
             if exc.code == USAGE_EXIT:  # as the command would have done before its work
-                from .outputs import drop_earlier_answers
+                from .answers import drop_earlier_answers
                 drop_earlier_answers(argv, command)
             return exc.code if isinstance(exc.code, int) else USAGE_EXIT
         # defaults of the project's [tool.sdpa_bench.<command>] for what the command line leaves unset

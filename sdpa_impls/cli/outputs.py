@@ -19,12 +19,11 @@ import contextlib
 import functools
 import math
 import os
-import re
 import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 from .. import settings
@@ -34,6 +33,7 @@ from ..errors import USAGE_EXIT, GateInputError, UsageError, unforeseen
 from ..fmt import fmt_duration
 from ..gate.config import GateConfig, load_config
 from ..registry import names as registered
+from .answers import an_answer
 
 
 def impl_names(values: list[str] | None) -> tuple[str, ...]:
@@ -159,7 +159,7 @@ def writable(outputs: dict[str, str | Path | None], inputs: dict[str, str | Path
             if not os.access(target, os.W_OK):
                 raise GateInputError(f"{path}: cannot write (permission denied)")
             # a link is removed, not the file it names; a file of the user's, named by mistake, is not removed
-            if stale and target.is_file() and not target.is_symlink() and not _an_answer(target):
+            if stale and target.is_file() and not target.is_symlink() and not an_answer(target):
                 raise GateInputError(f"{flag} {path}: a file that holds no earlier answer of sdpa-bench, which this "
                                      "run would replace: name another file, or remove it first")
             continue
@@ -176,42 +176,6 @@ def writable(outputs: dict[str, str | Path | None], inputs: dict[str, str | Path
     for path in (Path(p) for p in outputs.values() if p and stale):
         if path.is_file():  # a link itself, not the file it names; never /dev/stdout, a link to a descriptor
             with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-
-
-# how the answers of these commands start: as text (a verdict, a comparison, a search), and as JSON
-ANSWER_HEAD = re.compile(r'(## )?sdpa-bench (gate|continuous|compare|bisect): |\{\s*"(verdict|answer)": ')
-
-
-def _an_answer(path: Path) -> bool:
-    """Whether an existing --json / --markdown file may be replaced: empty, or an answer sdpa-bench wrote, by how it
-    starts (one cut short by a killed run too); never a file the user named by mistake."""
-    try:
-        with path.open("rb") as fh:
-            head = fh.read(256).decode("utf-8", "replace").lstrip("\ufeff \t\r\n")
-    except OSError:
-        return False
-    return not head or ANSWER_HEAD.match(head) is not None
-
-
-def drop_earlier_answers(argv: Sequence[str], parser: argparse.ArgumentParser | None) -> None:
-    """A command line refused before its command runs (argparse's error: an empty SPEC, an unknown preset): the
-    earlier answer in a --json or --markdown file it names is removed, as the command itself removes it before its
-    work (`writable`), so that a CI step that reads the file does not post it as this run's. Only a file that holds
-    an answer (`_an_answer`), and never one the line also names to --resume from."""
-    if parser is None:
-        return
-    named: dict[str, list[str]] = {}
-    options = {o for a in parser._actions for o in a.option_strings}
-    for i, arg in enumerate(argv):
-        name, eq, value = arg.partition("=")
-        if name in ("--json", "--markdown", "--resume") and name in options:
-            named.setdefault(name, []).append(value if eq else argv[i + 1] if i + 1 < len(argv) else "")
-    kept = {os.path.realpath(v) for v in named.get("--resume", ()) if v}
-    for value in (v for flag in ("--json", "--markdown") for v in named.get(flag, ()) if v):
-        path = Path(value)
-        if path.is_file() and os.path.realpath(path) not in kept and _an_answer(path):
-            with contextlib.suppress(OSError):
                 path.unlink()
 
 

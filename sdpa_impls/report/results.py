@@ -44,9 +44,7 @@ class Sweep:
     @property
     def planned(self) -> int:
         points = self.meta.get("planned_points")  # `targets`: each case with implementations of its own
-        if isinstance(points, int) and not isinstance(points, bool):
-            return points
-        return len(self.meta.get("case_ids", ())) * len(self.meta.get("impls", ()))
+        return points if type(points) is int else len(self.meta.get("case_ids", ())) * len(self.meta.get("impls", ()))
 
     @property
     def by_targets(self) -> bool:
@@ -63,8 +61,6 @@ def shard_dirs(meta: dict, unfinished: bool = False) -> str:
     `unfinished`: those whose shard was not finished when merged (all, for a merge that did not record it)."""
     return ", ".join(str(s.get("dir")) for s in meta.get("merged_from") or ()
                      if isinstance(s, dict) and not (unfinished and s.get("complete")))
-
-
 
 
 def to_text(sweep: Sweep) -> str:
@@ -146,8 +142,6 @@ def load(directory: Path) -> Sweep:
     except (KeyError, TypeError, ValueError) as exc:
         raise UsageError(f"{path} has a malformed entry ({type(exc).__name__}: {exc}); it is corrupt") from None
     return Sweep(meta, results, version)
-
-
 
 
 def set_aside(directory: Path) -> Path:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from pathlib import Path
 
 import pytest
 
@@ -29,13 +30,20 @@ def check_suite(device: str, benchmark_json: object = None) -> None:
         raise pytest.UsageError(f"--sdpa-device {device}: no CUDA device is available to this torch "
                                 f"({torch.__version__}, CUDA {torch.version.cuda or 'none'})")
     if isinstance(benchmark_json, (str, os.PathLike)):  # a Path from pytest-benchmark 5
-        from ..cli.outputs import writable
-        from ..errors import GateInputError
+        path = Path(benchmark_json)
+        in_the_way = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+        why = (f"{in_the_way} is a file, not a folder" if in_the_way else "it is a folder" if path.is_dir() else
+               "permission denied" if not os.access(path if path.exists() else _made(path.parent), os.W_OK) else "")
+        if why:
+            raise pytest.UsageError(f"--benchmark-json {path}: cannot write ({why})")
 
-        try:
-            writable({"--benchmark-json": benchmark_json})
-        except GateInputError as exc:
-            raise pytest.UsageError(f"--benchmark-json {exc}") from None
+
+def _made(folder: Path) -> Path:
+    """`folder`, made where it is not there yet (pytest-benchmark would not make it), or its nearest existing
+    parent where it cannot be made."""
+    with contextlib.suppress(OSError):
+        folder.mkdir(parents=True, exist_ok=True)
+    return next((p for p in (folder, *folder.parents) if p.exists()), folder)
 
 
 def tracer_warning(tracer: str) -> str:
