@@ -629,3 +629,7 @@ def test_a_line_argparse_refuses_removes_an_earlier_answer_it_names_but_never_a_
     code, _ = said(["bisect", "HEAD~1", "--preset", "nosuch", "--json", str(search), "--resume", str(search),
                     "--markdown", str(mine)], tmp_path, monkeypatch)
     assert code == 2 and search.read_text() == '{"answer": "interrupted"}\n' and mine.read_text() == "my notes\n"
+    verdict.write_text('{"verdict": "FAIL", "exit_code": 1}\n')  # the rows a search is --from: an input
+    code, _ = said(["bisect", "HEAD~1", "--preset", "nosuch", f"--from={verdict}", "--json", str(verdict)], tmp_path,
+                   monkeypatch)
+    assert code == 2 and verdict.exists()

@@ -28,18 +28,24 @@ def drop_earlier_answers(argv: Sequence[str], parser: argparse.ArgumentParser | 
     """A command line refused before its command runs (argparse's error: an empty SPEC, an unknown preset): the
     earlier answer in a --json or --markdown file it names is removed, as the command itself removes it before its
     work (`writable`), so that a CI step that reads the file does not post it as this run's. Only a file that holds
-    an answer (`an_answer`), and never one the line also names to --resume from."""
+    an answer (`an_answer`), and never one the line also names otherwise (--resume's steps, --from's verdict)."""
     if parser is None:
         return
-    named: dict[str, list[str]] = {}
     options = {o for a in parser._actions for o in a.option_strings}
+    outputs, others = [], []
+    skip = False
     for i, arg in enumerate(argv):
+        if skip:
+            skip = False
+            continue
         name, eq, value = arg.partition("=")
-        if name in ("--json", "--markdown", "--resume") and name in options:
-            named.setdefault(name, []).append(value if eq else argv[i + 1] if i + 1 < len(argv) else "")
-    kept = {os.path.realpath(v) for v in named.get("--resume", ()) if v}
-    for value in (v for flag in ("--json", "--markdown") for v in named.get(flag, ()) if v):
-        path = Path(value)
+        if name in ("--json", "--markdown") and name in options:
+            skip = not eq
+            outputs.append(value if eq else argv[i + 1] if i + 1 < len(argv) else "")
+        else:
+            others.append(value if eq else arg)
+    kept = {os.path.realpath(v) for v in others if v}
+    for path in (Path(v) for v in outputs if v):
         if path.is_file() and os.path.realpath(path) not in kept and an_answer(path):
             with contextlib.suppress(OSError):
                 path.unlink()
