@@ -147,7 +147,7 @@ def _verdict(args: argparse.Namespace, start: float, info: dict, machine: str, c
                 "case_ids": list(dict.fromkeys(r.case.id for r in timed)), "options": dataclasses.asdict(TIMING),
                 "seed": 0, "machine": info, **ceilings.meta(), "wall_s": time.perf_counter() - start,
                 "case_ceilings": {case.id: c for case, c in own.items()}, "made_by": "targets",
-                "planned_points": len({(case.id, impl) for case, impls, _ in plan() for impl in impls}),
+                "planned_points": len({(case.id, impl) for case, impls, timed in plan() if timed for impl in impls}),
                 **({"interrupted": now_stamp()} if part else {"finished": now_stamp()})}
         sweep = store.Sweep(meta, timed)
         store.save(args.out, sweep)
