@@ -32,6 +32,7 @@ from ..credentials import redact
 from ..errors import USAGE_EXIT, GateInputError, UsageError, unforeseen
 from ..fmt import fmt_duration
 from ..gate.config import GateConfig, load_config
+from ..paths import cannot_write
 from ..registry import names as registered
 from .answers import an_answer
 
@@ -146,33 +147,13 @@ def writable(outputs: dict[str, str | Path | None], inputs: dict[str, str | Path
         if _same(target) in seen:
             raise GateInputError(f"{flag} {path}: is {seen[_same(target)]}'s file too: give each its own")
         seen[_same(target)] = flag
-        in_the_way = next((p for p in target.parents if p.exists() and not p.is_dir()), None)
-        if in_the_way is not None:
-            raise GateInputError(f"{path}: cannot write ({in_the_way} is a file, not a folder)")
-        try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise GateInputError(f"{path}: cannot write ({exc.strerror or exc})") from None
-        if target.is_dir():
-            raise GateInputError(f"{path}: cannot write (it is a folder)")
-        if target.exists():
-            if not os.access(target, os.W_OK):
-                raise GateInputError(f"{path}: cannot write (permission denied)")
-            # a link is removed, not the file it names; a file of the user's, named by mistake, is not removed
-            if stale and target.is_file() and not target.is_symlink() and not an_answer(target):
-                raise GateInputError(f"{flag} {path}: a file that holds no earlier answer of sdpa-bench, which this "
-                                     "run would replace: name another file, or remove it first")
-            continue
-        made = Path(os.path.realpath(target))  # a link to no file yet: the answer's write makes the file it names
-        link = f", a link to {made}" if target.is_symlink() else ""
-        if link and (made.is_symlink() or os.readlink(target).endswith("/")):  # resolved to a link: a loop
-            why = "a loop of links" if made.is_symlink() else "a folder"
-            raise GateInputError(f"{path}: cannot write{link} ({why})")
-        try:  # a new file, made and removed: what the answer's write will do (os.access says yes to /proc)
-            os.close(os.open(made, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
-            made.unlink()
-        except OSError as exc:
-            raise GateInputError(f"{path}: cannot write{link} ({exc.strerror or exc})") from None
+        why = cannot_write(target)
+        if why:
+            raise GateInputError(f"{path}: {why}")
+        # a link is removed, not the file it names; a file of the user's, named by mistake, is not removed
+        if stale and target.is_file() and not target.is_symlink() and not an_answer(target):
+            raise GateInputError(f"{flag} {path}: a file that holds no earlier answer of sdpa-bench, which this "
+                                 "run would replace: name another file, or remove it first")
     for path in (Path(p) for p in outputs.values() if p and stale):
         if path.is_file():  # a link itself, not the file it names; never /dev/stdout, a link to a descriptor
             with contextlib.suppress(FileNotFoundError):

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-from pathlib import Path
 
 import pytest
+
+from ..paths import cannot_write
 
 NEEDS_BENCHMARK = "5.2"  # pytest-benchmark's pedantic(teardown=...): the suite's probe after each round
 
@@ -30,20 +31,9 @@ def check_suite(device: str, benchmark_json: object = None) -> None:
         raise pytest.UsageError(f"--sdpa-device {device}: no CUDA device is available to this torch "
                                 f"({torch.__version__}, CUDA {torch.version.cuda or 'none'})")
     if isinstance(benchmark_json, (str, os.PathLike)):  # a Path from pytest-benchmark 5
-        path = Path(benchmark_json)
-        in_the_way = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
-        why = (f"{in_the_way} is a file, not a folder" if in_the_way else "it is a folder" if path.is_dir() else
-               "permission denied" if not os.access(path if path.exists() else _made(path.parent), os.W_OK) else "")
+        why = cannot_write(benchmark_json)
         if why:
-            raise pytest.UsageError(f"--benchmark-json {path}: cannot write ({why})")
-
-
-def _made(folder: Path) -> Path:
-    """`folder`, made where it is not there yet (pytest-benchmark would not make it), or its nearest existing
-    parent where it cannot be made."""
-    with contextlib.suppress(OSError):
-        folder.mkdir(parents=True, exist_ok=True)
-    return next((p for p in (folder, *folder.parents) if p.exists()), folder)
+            raise pytest.UsageError(f"--benchmark-json {benchmark_json}: {why}")
 
 
 def tracer_warning(tracer: str) -> str:
