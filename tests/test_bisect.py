@@ -524,6 +524,8 @@ def test_a_good_merged_in_from_a_side_branch_starts_the_line_at_its_merge(tmp_pa
             "--json", "s.json", "--markdown=s.md", "--resume", "s.json")
     options = bisect_cli._options(argv)
     assert options == ["--preset", "smoke", "-k", "L128 and fwd", "--rounds=2", "--separate-processes"], options
+    assert bisect_cli._options(("bisect", "-kfwd", a, c, "--resume=s.json")) == ["-kfwd"]  # -k's value glued to it
+    assert bisect_cli._without_resume(("bisect", "-kfwd", a, "--resume", "s.json", c)) == ["bisect", "-kfwd", a, c]
     searched = commits(Project("plugin", repo), a, c, None, options).ended_at(ended)
     assert searched[0].endswith(f"to search among them: sdpa-bench bisect {a[:12]} {good[:12]} --preset smoke -k "
                                 "'L128 and fwd' --rounds=2 --separate-processes"), searched

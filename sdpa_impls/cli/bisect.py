@@ -168,19 +168,27 @@ OUTPUTS = ("--resume", "--json", "--markdown")  # this search's own files: not t
 def _options(argv: Sequence[str]) -> list[str]:
     """The options of the command line as given, without GOOD and BAD and without OUTPUTS: what a search the answer
     suggests (among a merge's commits) repeats, so that it measures as this one did."""
+    return _less(argv, OUTPUTS, positionals=False)
+
+
+def _without_resume(argv: Sequence[str]) -> list[str]:
+    """The command line as given, less a --resume of its own (`--resume FILE` or `--resume=FILE`)."""
+    return _less(argv, ("--resume",), positionals=True)
+
+
+def _less(argv: Sequence[str], dropped: Sequence[str], positionals: bool) -> list[str]:
+    """`argv` without the options named in `dropped` (each with its value: `--opt VALUE`, `--opt=VALUE`, `-kVALUE`),
+    and without GOOD and BAD unless `positionals`."""
     out, i = [], 0
     while i < len(argv):
         arg = argv[i]
         name = arg.split("=", 1)[0]
-        takes = arg.startswith("-") and "=" not in arg and arg not in _flags()  # its value is the next argument
-        if name in OUTPUTS:
-            i += 2 if takes else 1
-            continue
-        if arg.startswith("-"):
-            out += argv[i:i + 2] if takes else [arg]
-            i += 2 if takes else 1
-            continue
-        i += 1  # GOOD or BAD
+        glued = arg.startswith("-") and not arg.startswith("--") and len(arg) > 2  # -kVALUE
+        takes = arg.startswith("-") and "=" not in arg and not glued and arg not in _flags()  # its value is next
+        step = 2 if takes else 1
+        if name not in dropped and (positionals or arg.startswith("-")):
+            out += argv[i:i + step]
+        i += step
     return out
 
 
@@ -190,19 +198,6 @@ def _flags() -> frozenset[str]:
     parser = argparse.ArgumentParser(add_help=False)
     add_arguments(parser)
     return frozenset(o for a in parser._actions if a.nargs == 0 for o in a.option_strings)
-
-
-def _without_resume(argv: Sequence[str]) -> list[str]:
-    """The command line as given, less a --resume of its own (`--resume FILE` or `--resume=FILE`)."""
-    out, drop = [], False
-    for arg in argv:
-        if drop or arg.startswith("--resume="):
-            drop = False
-        elif arg == "--resume":
-            drop = True  # and its value, next
-        else:
-            out.append(arg)
-    return out
 
 
 def _pinned(argv: list[str], args: argparse.Namespace, partial: Search) -> list[str]:
