@@ -84,8 +84,31 @@ def section(doc: dict, *keys: str, path: str | Path = "pyproject.toml") -> objec
     return doc
 
 
-# options no table may set: each says what this one run does to the results already in its folder
-ONE_RUN_ONLY = frozenset({"overwrite", "resume"})
+# options no table may set: each says what this one run does to what is already there (the results in its folder,
+# the cached environments), never a default: `prune = true` made every listing of `envs` remove environments
+ONE_RUN_ONLY = frozenset({"overwrite", "resume", "prune"})
+OPPOSITE_ATTR = "sdpa_bench_opposite_of"  # on an option add_opposites made: the flag it undoes
+
+
+def add_opposites(parser: argparse.ArgumentParser) -> None:
+    """Beside each flag a table may set (--no-memory, --separate-processes), its opposite (--memory,
+    --no-separate-processes), in the same group of the help: the command line wins over the table for a flag's "off"
+    too, not only for options with a value. Only on the command line: a table sets the flag itself, true or false."""
+    for group in parser._action_groups:
+        for action in list(group._group_actions):
+            flag = next((f for f in action.option_strings if f.startswith("--")), None)
+            if (flag is None or not isinstance(action, argparse._StoreConstAction)
+                    or getattr(action, OPPOSITE_ATTR, None) or flag[2:].replace("-", "_") in ONE_RUN_ONLY):
+                continue
+            opposite = f"--{flag.removeprefix('--no-')}" if flag.startswith("--no-") else f"--no-{flag[2:]}"
+            off = action.default if action.default is not None else not action.const  # None: not given (see --resume)
+            added = group.add_argument(opposite, dest=action.dest, action="store_const", const=off,
+                                       default=action.default, help=f"not {flag}, where a [tool.sdpa_bench] table "
+                                                                    "sets it")
+            setattr(added, OPPOSITE_ATTR, flag)
+            for listed in (group._group_actions, parser._actions):  # beside its flag, in the help and the usage
+                listed.remove(added)
+                listed.insert(listed.index(action) + 1, added)
 
 
 # long options whose value is a file or folder (FILE or DIR in the help): a relative one in a table is from the
@@ -181,7 +204,8 @@ def apply(top: argparse.ArgumentParser, parser: argparse.ArgumentParser, argv: l
     where = f"{path} [tool.sdpa_bench.{command}]"
     # a key is a long option's name (--budget: budget), never argparse's name for where it is kept (budget_s):
     # --no-memory keeps False in `memory`, so `memory = true` would switch memory off
-    options = {flag[2:].replace("-", "_"): a for a in parser._actions if a.dest != "help"
+    options = {flag[2:].replace("-", "_"): a for a in parser._actions
+               if a.dest != "help" and not getattr(a, OPPOSITE_ATTR, None)  # a table sets the flag itself, or not
                for flag in a.option_strings if flag.startswith("--")}
     on_command_line = given(top, parser, argv)
     used = []

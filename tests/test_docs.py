@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from sdpa_impls.bench.result import Result
+from sdpa_impls import settings
 from sdpa_impls.cli import COMMANDS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "docs" / "_ext"))
@@ -135,6 +136,7 @@ def command_parser(name: str) -> argparse.ArgumentParser:
 
     parser = Strict(prog=f"sdpa-bench {name}")
     importlib.import_module(COMMANDS[name][0]).add_arguments(parser)
+    settings.add_opposites(parser)
     return parser
 
 

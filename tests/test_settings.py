@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import io
 import os
 import shutil
@@ -126,6 +127,39 @@ def test_a_key_is_the_long_options_name_even_where_argparse_keeps_it_under_anoth
                                                       "may set: .*budget") as refused:
             run_args(f"[tool.sdpa_bench.run]\n{inner}\n")
         assert "resume" not in str(refused.value) and "overwrite" not in str(refused.value)  # refused in a table
+
+
+def test_a_flag_a_table_sets_is_undone_on_the_command_line(tmp_path: Path, monkeypatch, capsys) -> None:
+    """An option on the command line wins over the table, a flag's "off" too: `no-memory = true` is undone by
+    --memory, `separate-processes = true` by --no-separate-processes (there was no way but editing the file). The
+    opposites are the command line's only, and `prune = true`, which made every listing of `envs` remove
+    environments, is refused as --resume and --overwrite are."""
+    def parsed_with(command: str, toml: str, argv: list[str]) -> argparse.Namespace:
+        (tmp_path / "pyproject.toml").write_text(toml)
+        top = argparse.ArgumentParser(prog="sdpa-bench")
+        parser = top.add_subparsers(dest="command").add_parser(command)
+        importlib.import_module(COMMANDS[command][0]).add_arguments(parser)
+        settings.add_opposites(parser)
+        args = top.parse_args([command, *argv])
+        settings.apply(top, parser, [command, *argv], args, command, COMMANDS, start=tmp_path)
+        return args
+
+    table = "[tool.sdpa_bench.run]\nno-memory = true\nno-plots = true\n"
+    assert (parsed_with("run", table, []).memory, parsed_with("run", table, []).no_plots) == (False, True)
+    undone = parsed_with("run", table, ["--memory", "--plots"])
+    assert (undone.memory, undone.no_plots) == (True, False)
+    assert parsed_with("run", "", ["--no-flush-l2"]).flush_l2 is False  # the default's value, as typed
+    table = "[tool.sdpa_bench.continuous]\nseparate-processes = true\n"
+    assert parsed_with("continuous", table, ["--no-separate-processes"]).separate_processes is False
+    assert parsed_with("continuous", table, []).separate_processes is True
+    with pytest.raises(settings.UsageError, match="'memory' is not an option"):  # the table sets the flag itself
+        parsed_with("run", "[tool.sdpa_bench.run]\nmemory = false\n", [])
+    (tmp_path / "pyproject.toml").write_text("[tool.sdpa_bench.envs]\nprune = true\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SDPA_BENCH_ENV_CACHE", str(tmp_path / "cache"))
+    assert main(["envs"]) == 2
+    assert "'prune' decides what one run does" in capsys.readouterr().err
+    assert main(["envs", "--prune"]) == 2  # the table is refused whatever the command line says
 
 
 def test_a_toml_file_that_is_not_utf8_is_one_line_naming_it(tmp_path: Path, monkeypatch, capsys) -> None:

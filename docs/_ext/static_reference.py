@@ -39,6 +39,7 @@ def _lead(module: object) -> str:
 def parsers() -> dict[str, tuple[argparse.ArgumentParser, str]]:
     """The program's parser and every command's, as `sdpa_impls.cli.main` builds them, each with its lead."""
     from sdpa_impls.cli import COMMANDS
+    from sdpa_impls.settings import add_opposites
 
     top = _parser("sdpa-bench", "Benchmark scaled dot-product attention.")
     top.add_argument("--version", action="version", version="sdpa-bench VERSION")  # as main() adds it
@@ -49,6 +50,7 @@ def parsers() -> dict[str, tuple[argparse.ArgumentParser, str]]:
         module = importlib.import_module(module_name)
         parser = _parser(f"sdpa-bench {name}", help_text)
         module.add_arguments(parser)
+        add_opposites(parser)
         out[name] = (parser, _lead(module))
     return out
 

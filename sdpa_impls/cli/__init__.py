@@ -170,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             if name == chosen:
                 module, command = _load(name), p
                 module.add_arguments(p)
+                settings.add_opposites(p)
         try:
             args, extra = parser.parse_known_args(argv)
             if extra:  # after the command word: the command's own error, its prefix and its --help

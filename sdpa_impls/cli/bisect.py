@@ -197,6 +197,7 @@ def _flags() -> frozenset[str]:
     """bisect's options that take no value (--pre, --separate-processes, ...)."""
     parser = argparse.ArgumentParser(add_help=False)
     add_arguments(parser)
+    settings.add_opposites(parser)
     return frozenset(o for a in parser._actions if a.nargs == 0 for o in a.option_strings)
 
 
