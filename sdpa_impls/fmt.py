@@ -29,13 +29,18 @@ def fmt_duration(seconds: float) -> str:
 
 
 def fmt_bytes(n: float | None) -> str:
-    """Bytes with a binary unit and three significant digits: 512 B, 3.5 KiB, 1.2 GiB."""
+    """Bytes with a binary unit and three significant digits: 512 B, 3.5 KiB, 1.2 GiB, 1005 MiB (not 1e+03)."""
     if n is None:
         return "-"
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if abs(n) >= scale:
-            return f"{n / scale:.3g} {unit}"
+            return f"{n / scale:.3g} {unit}" if abs(n / scale) < 1000 else f"{n / scale:.0f} {unit}"
     return f"{int(n)} B"
+
+
+def fmt_factor(factor: float) -> str:
+    """A threshold's factor as configured: 1.15 for 15 %, 1.004 for 0.4 % (not 1.00, which reads as "any growth")."""
+    return f"{factor:.2f}" if abs(factor * 100 - round(factor * 100)) < 1e-9 else f"{factor:.6g}"
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]], markdown: bool = False,

@@ -663,12 +663,16 @@ def test_config_errors(runs: dict[str, Path], tmp_path: Path) -> None:
                         # 'off' is the gate's time rule alone: continuous judges every row's time
                         ('continuous_time = "off"', "continuous_time: 'off' is not taken here (time = \"off\" "
                          "switches time off in `continuous` too); give a size such as 'median:3%'"),
-                        (f'time = "median:{"9" * 400}%"', "% is too large a number")]:
+                        (f'time = "median:{"9" * 400}%"', "% is too large a number"),
+                        ('ratios = ["time: a / b <= 1e400"]', "its limit is too large a number")]:  # never fails
         code, _, err = gate(tmp_path, "--candidate", runs["base"], config=text)
         assert code == 2 and "gate.toml" in err and words in err, (text, err)
     (tmp_path / "pyproject.toml").write_text('[tool.other]\nx = 1\n')
     code, _, err = gate(tmp_path, "--candidate", runs["base"], "--config", tmp_path / "pyproject.toml")
     assert code == 2 and "no [tool.sdpa_bench.gate] section" in err
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n')  # a project's file without [tool] at all
+    code, _, err = gate(tmp_path, "--candidate", runs["base"], "--config", tmp_path / "pyproject.toml")
+    assert code == 2 and "no [tool.sdpa_bench.gate] section" in err, err  # not "unknown gate config key 'project'"
     # a file with [tool] is read from its gate table: keys beside it at the top level were dropped without a word
     (tmp_path / "both.toml").write_text('time = "median:20%"\n[tool.sdpa_bench.gate]\nalpha = 0.05\n')
     code, _, err = gate(tmp_path, "--candidate", runs["base"], "--config", tmp_path / "both.toml")
@@ -709,6 +713,12 @@ def test_time_rule_messages_carry_their_numbers() -> None:
     assert no_samples.status == FAIL and "no raw samples" in no_samples.message
     overlapping = Point("naive", "c", 11.5e-3, (8e-3, 11.5e-3, 15e-3))
     assert "samples cannot reach" in rule.check(Point("naive", "c", 10e-3, (9e-3, 10e-3, 11e-3)), overlapping).message
+    # a threshold under 1 % reads as configured, not as × 1.00 ("any growth fails")
+    fine = TimeRule.parse("median:0.4%", alpha=0.01).check(base, slow)
+    assert fine.failed and "baseline 10.1 ms × 1.004 (p=" in fine.message, fine.message
+    bigger = MemoryRule.parse("peak:0.1%").check(Point("naive", "c", 1.0, peak_memory_bytes=1000 * 2**20),
+                                                 Point("naive", "c", 1.0, peak_memory_bytes=1005 * 2**20))
+    assert bigger.failed and bigger.message.startswith("peak 1005 MiB > baseline 1000 MiB × 1.001 (+"), bigger.message
 
 
 def test_significance_guards_a_noisy_median() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from statistics import median
 
+from ..fmt import fmt_factor
 from ..gate.points import Point
 from ..gate.ranktest import mann_whitney_u
 from ..gate.rules import FAIL, INFO, PASS, Check
@@ -62,8 +63,8 @@ def host_check(base: Sequence[Point], head: Sequence[Point], factor: float, fdr:
     if min(h) - max(b) > HOST_FLOOR_S and min(h) > max(b) * factor:
         if q < fdr:
             return Check("host", label, FAIL, f"more host time: {numbers}; every head run above every base run by "
-                                              f"more than ×{factor:.2f} and {HOST_FLOOR_S * 1e6:g} µs, significant at "
-                                              f"FDR {fdr:g}"), False
+                                              f"more than ×{fmt_factor(factor)} and {HOST_FLOOR_S * 1e6:g} µs, "
+                                              f"significant at FDR {fdr:g}"), False
         return Check("host", label, PASS, f"not shown: {numbers}; every head run above every base run, but not "
                                           f"significant at FDR {fdr:g}: undecided (more runs can show it)"), True
     return Check("host", label, PASS, numbers), False

@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict
 
-from ..fmt import cell, code, fit_comment, fmt_bytes, table
+from ..fmt import cell, code, fit_comment, fmt_bytes, fmt_factor, table
 from ..gate.render import folded, rules_and_failures
 from ..gate.rules import NA
 from .verdict import Row, SideBySide
@@ -62,7 +62,7 @@ def _text(report: SideBySide, base: str, head: str, markdown: bool, run_notes: S
         out += ["Environments:"] + [f"{bullet}{shown(line)}" for line in header] + [""]
     # in the CI log too: which thresholds judged (a --config, or a pull request that changed them)
     out += [f"Config: {shown(report.config_source or 'built-in defaults')}. Time: head/base ratio of medians, "
-            f"a regression above ×{report.factor:.2f} at false discovery rate {report.fdr:g} "
+            f"a regression above ×{fmt_factor(report.factor)} at false discovery rate {report.fdr:g} "
             "(Benjamini–Hochberg over the preset).", ""]
     rows, under = folded(report.rows, fold)
     out += table(["benchmark", "head/base", "95% CI", "q (BH)", "runs", "peak memory", "verdict"],
@@ -77,14 +77,14 @@ def _text(report: SideBySide, base: str, head: str, markdown: bool, run_notes: S
                                             + (" (its test failed in head, above)" if r.head_failed else "")
                                             for r in one_side]
     if undecided:
-        out += ["", f"Undecided ({len(undecided)}: neither slower nor clear of ×{report.factor:.2f} when the rounds "
-                    "ended" + (", or more host time in every run but not significantly"
+        out += ["", f"Undecided ({len(undecided)}: neither slower nor clear of ×{fmt_factor(report.factor)} when the "
+                    "rounds ended" + (", or more host time in every run but not significantly"
                                if any(r.host_undecided for r in undecided) else "")
                 + "; counted as a pass, not a failure):"]
         out += [f"{bullet}{shown(r.label)}: "
                 + (f"×{r.ratio:.3f}, 95% CI {r.interval[0]:.3f}–{r.interval[1]:.3f}" if r.interval else "")
                 + (f" (low end {r.without_one:.3f} with one run left out)" if r.without_one is not None else "")
-                + (f": above ×{report.factor:.2f}, not yet significant or not with any one run left out"
+                + (f": above ×{fmt_factor(report.factor)}, not yet significant or not with any one run left out"
                    if r.interval and r.interval[0] > report.factor else "")
                 + ("; " if r.interval and r.host_undecided else "")
                 + ("host overhead higher in every run, not yet significant" if r.host_undecided else "")

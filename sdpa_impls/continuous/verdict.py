@@ -50,6 +50,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from ..fmt import fmt_factor
 from ..gate.compare import compare_points
 from ..gate.config import GateConfig
 from ..gate.fdr import bh_adjusted
@@ -189,12 +190,12 @@ def _time_check(row: Row, factor: float, fdr: float, family: int) -> Check:
     if row.without_one is not None:
         numbers += f"; lowest with one {'round' if row.paired else 'run'} left out {row.without_one:.3f}"
     if row.decision == SLOWER:
-        return Check("time", row.label, FAIL, f"slower: {numbers}; interval above {factor:.2f}, significant at "
-                                              f"FDR {fdr:g}")
+        return Check("time", row.label, FAIL, f"slower: {numbers}; interval above {fmt_factor(factor)}, "
+                                              f"significant at FDR {fdr:g}")
     if row.decision == UNDECIDED:
         why = ("interval not clear of it" if decide(row.interval, row.q, factor, fdr) != SLOWER else
                "not clear of it with one run left out" if row.without_one is not None else ONE_ROUND)
-        return Check("time", row.label, PASS, f"undecided: {numbers}; {why} ({factor:.2f})")
+        return Check("time", row.label, PASS, f"undecided: {numbers}; {why} ({fmt_factor(factor)})")
     return Check("time", row.label, PASS, numbers)
 
 
@@ -281,13 +282,12 @@ def judge(base_runs: Sequence[Sequence[Point]], head_runs: Sequence[Sequence[Poi
                      f"later rounds' as measured, samples pooled per side, the interval resampling rounds with both "
                      f"their sides (what a process's own speed adds cancels).")
     else:
-        notes.append(f"{len(base_runs)} base and {len(head_runs)} head runs, interleaved in separate processes; "
-                     f"samples pooled per side.")
-    notes.append(f"time: slower when the 95% interval of head/base lies above {factor:.2f}, also with any one run "
-                 f"left out, and the one-sided Mann–Whitney p, adjusted over the {len(judged)} timed benchmarks by "
-                 f"Benjamini–Hochberg, is < {fdr:g} (a false discovery rate of {fdr:g} over the preset, not a "
+        notes.append(f"{len(base_runs)} base and {len(head_runs)} head runs in interleaved processes; samples pooled.")
+    notes.append(f"time: slower when the 95% interval of head/base lies above {fmt_factor(factor)}, also with any "
+                 f"one run left out, and the one-sided Mann–Whitney p, adjusted over the {len(judged)} timed "
+                 f"benchmarks by Benjamini–Hochberg, is < {fdr:g} (a false discovery rate of {fdr:g} over the preset, not a "
                  f"per-benchmark alpha); "
-                 f"not slower when the interval lies at or below {factor:.2f}; undecided otherwise, which is "
+                 f"not slower when the interval lies at or below {fmt_factor(factor)}; undecided otherwise, which is "
                  "reported and counted as a pass, not a failure.")
     faster = [r.label for r in rows if r.decision == NOT_SLOWER and r.impl != reference and len(r.base) > 1
               and len(r.head) > 1 and r.interval and r.interval[1] < 1 / factor]

@@ -218,7 +218,7 @@ def load_config(path: str | Path | None = None, start: str | Path | None = None)
         if "tool" in doc and top:  # a file with [tool] is read from its gate table alone
             raise GateInputError(f"{path}: {', '.join(top)} at the top level would not be read: a file with a [tool] "
                                  "table is read from [tool.sdpa_bench.gate]; move them there, or leave [tool] out")
-        if "tool" in doc:
+        if "tool" in doc or {"project", "build-system"} & set(doc):  # a pyproject.toml: its gate table, or none
             table = section(doc, "gate", path=path)
             if table is None:
                 raise GateInputError(f"{path}: has no [tool.sdpa_bench.gate] section")

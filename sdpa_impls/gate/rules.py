@@ -20,7 +20,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from ..fmt import fmt_bytes, fmt_seconds
+from ..fmt import fmt_bytes, fmt_factor, fmt_seconds
 from .points import CASE_FIELDS, Point
 from .ranktest import mann_whitney_u
 
@@ -113,7 +113,7 @@ class TimeRule:
         ratio = cand.median_s / base.median_s if base.median_s > 0 else float("inf")
         referenced = (ratio, unit) if unit else None
         head = f"median {fmt(cand.median_s)}"
-        limit = f"baseline {fmt(base.median_s)} × {self.factor:.2f}"
+        limit = f"baseline {fmt(base.median_s)} × {fmt_factor(self.factor)}"
         if ratio <= self.factor:
             return Check("time", label, PASS, f"{head} <= {limit} (×{ratio:.3f})" if ratio >= 0.0095 else
                          f"{head} <= {limit} (×{ratio:.2g})", referenced=referenced)
@@ -145,7 +145,8 @@ class MemoryRule:
         if base.peak_memory_bytes is None or cand.peak_memory_bytes is None:
             return Check("memory", cand.label, NA, "no peak memory recorded")
         factor = 1.0 + self.percent / 100.0
-        text = f"peak {fmt_bytes(cand.peak_memory_bytes)} %s baseline {fmt_bytes(base.peak_memory_bytes)} × {factor:.2f}"
+        text = (f"peak {fmt_bytes(cand.peak_memory_bytes)} %s baseline {fmt_bytes(base.peak_memory_bytes)} "
+                f"× {fmt_factor(factor)}")
         if cand.peak_memory_bytes > base.peak_memory_bytes * factor:
             return Check("memory", cand.label, FAIL, text % ">" + f" (+{cand.peak_memory_bytes - base.peak_memory_bytes} B)")
         return Check("memory", cand.label, PASS, text % "<=")
@@ -233,6 +234,8 @@ class RatioRule:
             raise ValueError(f"ratio rule {text!r}: a ceiling rule reads 'ceiling: IMPL / gemm >= FRACTION', and "
                              "only a ceiling rule divides by gemm")
         conds = tuple(Condition.parse(c) for c in re.split(r"\s+and\s+", m.group("cond"))) if m.group("cond") else ()
+        if float(m.group("limit")) == float("inf"):  # 400 digits: a limit no ratio reaches, a rule that never fails
+            raise ValueError(f"ratio rule {text!r}: its limit is too large a number (infinite)")
         return cls(" ".join(text.split()), m.group("metric"), m.group("num"), m.group("den"), m.group("op"),
                    float(m.group("limit")), conds)
 
