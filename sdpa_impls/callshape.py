@@ -140,6 +140,25 @@ def _repeated(t: torch.Tensor, lead: tuple[int, ...], heads: int) -> torch.Tenso
     return t.unsqueeze(-3).expand(*lead, h, times, *t.shape[-2:]).reshape(math.prod(lead), h * times, *t.shape[-2:])
 
 
+def _qk_scores(q: torch.Tensor, k: torch.Tensor, gqa: bool) -> tuple[int, ...] | None:
+    """The shape of q·kᵀ as torch's call makes it, a mask then added into it in place: q's and k's leading dims
+    broadcast (with enable_gqa, k's heads repeated to q's), not value's; None where they do not broadcast."""
+    k_lead = (*k.shape[:-3], q.shape[-3]) if gqa else tuple(k.shape[:-2])
+    try:
+        return (*torch.broadcast_shapes(q.shape[:-2], k_lead), q.shape[-2], k.shape[-2])
+    except RuntimeError:
+        return None  # validate names the sizes
+
+
+def _grows(mask: tuple[int, ...], scores: tuple[int, ...]) -> bool:
+    """Whether a mask of this shape broadcasts to more than `scores` (more dims, or a size where scores have 1);
+    False where it does not broadcast at all, which validate names."""
+    try:
+        return tuple(torch.broadcast_shapes(mask, scores)) != tuple(scores)
+    except RuntimeError:
+        return False
+
+
 def to_bhle(query: object, key: object, value: object, attn_mask: object, enable_gqa: object,
             cast: bool = False) -> Call:
     """q, k, v (and the mask) as (B, H, L, E), with `restore` for the answer; inputs that are already so, with one
@@ -166,6 +185,14 @@ def to_bhle(query: object, key: object, value: object, attn_mask: object, enable
         raise ValueError(f"sdpa: attn_mask {shape_text(attn_mask)} has {attn_mask.dim()} dims, more than the {top} "
                          f"of the attention's scores (the rank of query, key and value); {qkv_text(q, k, v)}")
     gqa = enable_gqa is True
+    if gqa and min(q.dim(), k.dim(), v.dim()) < 3:  # torch's own call fails with an IndexError at dim -3
+        raise ValueError(f"sdpa: enable_gqa=True needs a heads dim (..., H, L, E) on query, key and value; "
+                         f"{qkv_text(q, k, v)}")
+    scores = _qk_scores(q, k, gqa)
+    if isinstance(attn_mask, torch.Tensor) and scores is not None and _grows(attn_mask.shape, scores):
+        raise ValueError(f"sdpa: attn_mask {shape_text(attn_mask)} would enlarge the scores of query and key "
+                         f"({', '.join(map(str, scores))}), which it is added into in place (value's batch dims do "
+                         f"not count); {qkv_text(q, k, v)}")
     heads = _heads(q.shape[-3] if q.dim() > 2 else 1, k.shape[-3] if k.dim() > 2 else 1,
                    v.shape[-3] if v.dim() > 2 else 1, gqa)
     if q.dim() == k.dim() == v.dim() == 4 and q.shape[0] == k.shape[0] == v.shape[0] and \

@@ -166,12 +166,28 @@ def test_shapes_torch_refuses_are_one_error_for_every_implementation() -> None:
             ((q3, k3, k3), torch.zeros(1, 2, 8, 9), "attn_mask (1, 2, 8, 9) has 4 dims, more than the 3 of the "
                                                     "attention's scores (the rank of query, key and value); query "
                                                     "(2, 8, 16), key (2, 9, 16), value (2, 9, 16)"),
-            ((q3[0], k3[0], k3[0]), torch.zeros(1, 8, 9), "attn_mask (1, 8, 9) has 3 dims, more than the 2")):
+            ((q3[0], k3[0], k3[0]), torch.zeros(1, 8, 9), "attn_mask (1, 8, 9) has 3 dims, more than the 2"),
+            # the scores are q·kᵀ's: value's batch dims do not widen them (where the output's shape has them)
+            ((q3[0, :1], k3[0], torch.randn(1, 2, 9, 16)), torch.zeros(1, 2, 1, 9) > 0,
+             "attn_mask (1, 2, 1, 9) would enlarge the scores of query and key (1, 9)"),
+            ((torch.randn(1, 1, 8, 16), torch.randn(1, 1, 9, 16), torch.randn(1, 2, 9, 16)), torch.zeros(1, 2, 8, 9),
+             "attn_mask (1, 2, 8, 9) would enlarge the scores of query and key (1, 1, 8, 9)")):
         with pytest.raises(RuntimeError):
             F.scaled_dot_product_attention(*args, attn_mask=mask)
         for name in EAGER_CPU:
             with pytest.raises(ValueError, match=re.escape(fragment)):
                 sdpa_impls.get(name)(*args, attn_mask=mask)
+    args = (q3[0, :1], k3[0], torch.randn(1, 2, 9, 16))  # a mask within the scores: the output takes value's dims
+    assert F.scaled_dot_product_attention(*args, attn_mask=torch.zeros(1, 9)).shape == (1, 2, 1, 16)
+    for name in EAGER_CPU:
+        torch.testing.assert_close(sdpa_impls.get(name)(*args, attn_mask=torch.zeros(1, 9)),
+                                   F.scaled_dot_product_attention(*args, attn_mask=torch.zeros(1, 9)))
+    with pytest.raises(IndexError):  # torch's call reads dim -3, which a rank-2 tensor lacks
+        F.scaled_dot_product_attention(q3, k3[0], k3[0], enable_gqa=True)
+    for name in EAGER_CPU:
+        with pytest.raises(ValueError, match=re.escape("enable_gqa=True needs a heads dim (..., H, L, E) on query, "
+                                                       "key and value; query (2, 8, 16), key (9, 16)")):
+            sdpa_impls.get(name)(q3, k3[0], k3[0], enable_gqa=True)
 
 
 @pytest.mark.parametrize("shapes, fragment", [
