@@ -17,7 +17,7 @@ from pathlib import Path
 from sdpa_impls import registry
 from sdpa_impls.bench.grid import preset
 from sdpa_impls.cli import main, watch
-from sdpa_impls.report import results as store
+from sdpa_impls.report import aside
 from sdpa_impls.report.writer_lock import only_writer
 from sdpa_impls.impls.naive import Naive
 from test_cli import HANGS, slow_run
@@ -297,14 +297,22 @@ def test_overwrite_keeps_the_sweep_it_replaces_until_the_new_one_measures(tmp_pa
     assert (out / "replaced-sweep" / "results.json").read_bytes() == before
     assert (out / "replaced-sweep" / "time-fwd.png").is_dir()
     assert {r["status"] for r in load(out)["results"]} == {"skipped"}
-    store.set_aside(out)  # as a second --overwrite does
+    aside.set_aside(out)  # as a second --overwrite does, here stopped before its first save
     assert (out / "replaced-sweep" / "results.json").read_bytes() == before and not (out / "results.json").exists()
-    assert main([*SMOKE, "--impl", "naive", "--out", str(out), *FAST]) == 0
+    capsys.readouterr()  # the next run puts it back, and refuses it as any sweep held: a new one deleted it at its end
+    assert main([*SMOKE, "--impl", "naive", "--out", str(out), *FAST]) == 2
+    err = capsys.readouterr().err
+    assert "put back the sweep that an --overwrite stopped before its first save set aside" in err and \
+        "already holds a sweep" in err, err
+    assert (out / "results.json").read_bytes() == before and not (out / "replaced-sweep").exists()
+    assert (out / "time-fwd.png").is_dir()  # all of it
+    (out / "time-fwd.png").rmdir()
+    assert main([*SMOKE, "--impl", "naive", "--out", str(out), "--overwrite", *FAST]) == 0
     assert not (out / "replaced-sweep").exists() and len(load(out)["results"]) == len(preset("smoke"))
     newer = (out / "results.json").read_bytes()
     (out / "replaced-sweep").mkdir()  # left by a finished sweep whose report was cut short: the newer one is kept
     (out / "replaced-sweep" / "results.json").write_bytes(before)
-    store.set_aside(out)
+    aside.set_aside(out)
     assert (out / "replaced-sweep" / "results.json").read_bytes() == newer
 
 

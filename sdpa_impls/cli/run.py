@@ -21,7 +21,7 @@ from ..errors import USAGE_EXIT, UsageError
 from ..fmt import fmt_duration, now_stamp, option_text
 from ..impls._tiled.compute import check_settings, settings
 from ..registry import PluginLoadError, loaded, names
-from ..report import results as store, running
+from ..report import aside as replaced, results as store, running
 from ..report.contents import option_problem, options as saved_options
 from ..report.write import write_report
 from ..report.writer_lock import only_writer
@@ -209,11 +209,13 @@ def run(args: argparse.Namespace) -> int:
 def _sweep(args: argparse.Namespace, device: str, preset: str, impls: list[str] | None, given: dict, opts: Options,
            out: Path) -> int:
     """The sweep into `out`, which no other `run` writes meanwhile: new, resumed or overwritten; its exit code."""
+    if replaced.put_back(out):  # never read as an empty folder, nor deleted when a new sweep there finishes
+        print(f"{out}: put back the sweep that an --overwrite stopped before its first save set aside", file=sys.stderr)
     existing = (out / store.RESULTS_FILE).exists()
     foreign = store.not_a_sweep(out) if existing and not args.resume else None
     if foreign:  # another tool's file: --overwrite deletes only what a run wrote (--resume refuses it when loading)
         raise UsageError(f"{foreign}: move it away, or choose another --out")
-    aside = store.set_aside(out) if existing and args.overwrite else None  # kept until this sweep measures
+    aside = replaced.set_aside(out) if existing and args.overwrite else None  # kept until this sweep measures
     if existing and not args.resume and not aside:
         raise UsageError(f"{out} already holds a sweep ({out / store.RESULTS_FILE}): continue it with --resume, "
                          "start it again with --overwrite, or choose another --out")
@@ -232,7 +234,7 @@ def _sweep(args: argparse.Namespace, device: str, preset: str, impls: list[str] 
                       f"nothing to resume in {out}: starting a new sweep")
     if existing and done == total and "finished" in meta:  # the sweep stays as measured (ceilings, sessions)
         running.mark(out, None)
-        store.drop_aside(out, sweep)  # an ending cut short after it finished left the sweep it replaced
+        replaced.drop_aside(out, sweep)  # an ending cut short after it finished left the sweep it replaced
         files = write_report(out, sweep, plots=plots)
         return _outcome(out, sweep, files, f"nothing left to measure: {total} points, measured in "
                                            f"{fmt_duration(meta.get('wall_s', 0.0))}; {store.RESULTS_FILE} unchanged")
@@ -279,7 +281,7 @@ def _sweep(args: argparse.Namespace, device: str, preset: str, impls: list[str] 
             meta["finished"] = now_stamp()
             store.save(out, sweep)
             files = write_report(out, sweep, plots=plots)  # interrupted in the plots: the report still
-            store.drop_aside(out, sweep)
+            replaced.drop_aside(out, sweep)
         except KeyboardInterrupt as exc:
             watched.point(None)  # an interrupt is no crash: --resume measures that point again
             close()

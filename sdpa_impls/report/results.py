@@ -5,7 +5,6 @@ import errno
 import json
 import os
 import re
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,7 +21,6 @@ VERSION = 2
 READS = (1, 2)
 OUTPUTS = (RESULTS_FILE, "results.csv", "report.md", "time-*.png", "memory-*.png", "roofline.png",
            "structures-*.png")
-ASIDE = "replaced-sweep"  # run --overwrite keeps the sweep it replaces there until the new one finishes
 
 
 @dataclass
@@ -142,46 +140,6 @@ def load(directory: Path) -> Sweep:
     except (KeyError, TypeError, ValueError) as exc:
         raise UsageError(f"{path} has a malformed entry ({type(exc).__name__}: {exc}); it is corrupt") from None
     return Sweep(meta, results, version)
-
-
-def set_aside(directory: Path) -> Path:
-    """For `run --overwrite`: move what a run wrote in DIR (results, CSV, report, plots) into DIR/replaced-sweep,
-    where it stays until the new sweep finishes with a point measured ok (`drop_aside`): one stopped early, or whose
-    points all skip or fail here, costs no finished sweep. Where a sweep set aside before is still there, DIR's
-    sweep takes its place if it finished with a point measured ok; else DIR's outputs (an unfinished replacement's)
-    go, and the one set aside stays."""
-    directory = Path(directory)
-    aside = directory / ASIDE
-    if aside.exists() and not aside.is_dir() or aside.is_symlink():
-        raise UsageError(f"{aside} is where --overwrite keeps the sweep it replaces: move that file away")
-    if aside.is_dir() and measured(directory):
-        shutil.rmtree(aside)
-    kept = aside.is_dir()
-    aside.mkdir(exist_ok=True)
-    for pattern in OUTPUTS:
-        for path in directory.glob(pattern):
-            if not kept:
-                os.replace(path, aside / path.name)
-            elif path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path)
-            else:
-                path.unlink()
-    return aside
-
-
-def measured(directory: Path, sweep: Sweep | None = None) -> bool:
-    """Whether DIR's sweep (`sweep`, else read from DIR) finished with a point measured ok."""
-    try:
-        sweep = sweep or load(directory)
-    except UsageError:  # none, or corrupt
-        return False
-    return "finished" in sweep.meta and any(r.status == "ok" for r in sweep.results)
-
-
-def drop_aside(directory: Path, sweep: Sweep) -> None:
-    """Once DIR's sweep has finished with a point measured ok, the sweep it replaced (`set_aside`) goes."""
-    if measured(directory, sweep):
-        shutil.rmtree(Path(directory) / ASIDE, ignore_errors=True)
 
 
 def not_a_sweep(directory: Path) -> str | None:
