@@ -371,9 +371,9 @@ def test_after_a_stop_both_signals_stay_ignored_also_past_an_enclosing_handler()
     """Every command runs inside main's terminate_as_interrupt, `run` and the others inside their own too: the first
     signal's ending must not be cut short by a second one once the command's returns (main's put Python's default
     handlers back, and a second SIGTERM ended a saving run with 143 unsaid)."""
-    from sdpa_impls.cli.outputs import Terminated, terminate_as_interrupt
+    from sdpa_impls.cli.outputs import STOPS, Terminated, terminate_as_interrupt
 
-    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    before = {s: signal.getsignal(s) for s in STOPS}  # SIGHUP too: a process started here would inherit it ignored
     try:
         with terminate_as_interrupt():  # main's
             with pytest.raises(Terminated), terminate_as_interrupt():  # the command's
@@ -384,19 +384,22 @@ def test_after_a_stop_both_signals_stay_ignored_also_past_an_enclosing_handler()
             signal.signal(s, handler)
 
 
-def test_sigterm_ends_any_command_with_one_line_and_143() -> None:
+@pytest.mark.parametrize("sig, said", [("SIGTERM", "terminated (SIGTERM)"), ("SIGHUP", "hung up (SIGHUP)")])
+def test_sigterm_ends_any_command_with_one_line_and_143(sig: str, said: str) -> None:
     """A command with no ending of its own (`list`, `report`, `merge`) ended by SIGTERM (a CI's cancel) exited 143
-    saying nothing, where Ctrl-C says "interrupted": it says "terminated (SIGTERM)"."""
+    saying nothing, where Ctrl-C says "interrupted": it says "terminated (SIGTERM)". SIGHUP (a closed terminal, a
+    dropped ssh session) ends a command as SIGTERM does, a `run` saving its points and saying how to resume (it
+    read as a crash inside the point, which a second hang-up there recorded as failed), with 129."""
     script = ("import os, signal, sys, threading, time\n"
               "from sdpa_impls.cli import main\n"
               "def once_running():  # the command's handler is in place: it runs\n"
-              "    while signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:\n"
+              f"    while signal.getsignal(signal.{sig}) is signal.SIG_DFL:\n"
               "        time.sleep(0.001)\n"
-              "    os.kill(os.getpid(), signal.SIGTERM)\n"
+              f"    os.kill(os.getpid(), signal.{sig})\n"
               "threading.Thread(target=once_running, daemon=True).start()\n"
               "sys.exit(main(['list', '--device', 'cpu']))\n")
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 128 + signal.SIGTERM and proc.stderr == "sdpa-bench: terminated (SIGTERM)\n", proc
+    assert proc.returncode == 128 + getattr(signal, sig) and proc.stderr == f"sdpa-bench: {said}\n", proc
 
 
 def test_sigterm_stops_a_run_the_way_ctrl_c_does(tmp_path):

@@ -203,9 +203,10 @@ def main(argv: list[str] | None = None) -> int:
         print(redact(f"{prefix}: error: {exc}{settings.note(source)}"), file=sys.stderr)
         return USAGE_EXIT
     except KeyboardInterrupt as exc:
-        terminated = type(exc).__name__ == "Terminated"  # outputs.Terminated, raised by SIGTERM
-        print("sdpa-bench: " + ("terminated (SIGTERM)" if terminated else "interrupted"), file=sys.stderr)
-        return 128 + signal.SIGTERM if terminated else 130
+        from .outputs import stopped_how
+        how, code = stopped_how(exc)
+        print(f"sdpa-bench: {how}", file=sys.stderr)
+        return code
     except BrokenPipeError:  # the reader of stdout went away (`sdpa-bench list | head -1`): no error of ours
         with contextlib.suppress(OSError):  # nothing more reaches the closed pipe, not even at exit
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

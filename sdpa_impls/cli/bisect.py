@@ -23,7 +23,6 @@ import functools
 import json
 import os
 import shlex
-import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -41,7 +40,7 @@ from ..continuous.steps import rows_from_verdict, rows_outside
 from ..credentials import redact
 from ..errors import UsageError
 from ..fmt import option_text
-from .outputs import (Terminated, add_measuring, config_file, folders, guarded, impl_names, seed,
+from .outputs import (add_measuring, config_file, folders, guarded, impl_names, seed, stopped_how,
                       terminate_as_interrupt, timed_progress, writable, write)
 
 
@@ -143,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
             with terminate_as_interrupt():
                 result = search(query, plan, find(Path.cwd(), not args.package, "bisect"), progress, replay, saved)
         except KeyboardInterrupt as exc:
-            return _interrupted(args, so_far[0] if so_far else None, isinstance(exc, Terminated))
+            return _interrupted(args, so_far[0] if so_far else None, exc)
         sys.stdout.write(redact(render(result)))
         if args.markdown:
             write(args.markdown, render(result, markdown=True))
@@ -218,9 +217,9 @@ def _pinned(argv: list[str], args: argparse.Namespace, partial: Search) -> list[
     return out
 
 
-def _interrupted(args: argparse.Namespace, partial: Search | None, terminated: bool) -> int:
-    """Ctrl-C or SIGTERM: the finished steps saved (--json) or printed, and how to go on as the last line."""
-    how = "terminated (SIGTERM)" if terminated else "interrupted"
+def _interrupted(args: argparse.Namespace, partial: Search | None, stop: BaseException) -> int:
+    """Ctrl-C, SIGTERM or SIGHUP: the finished steps saved (--json) or printed, and how to go on as the last line."""
+    how, code = stopped_how(stop)
     steps = len(partial.steps) if partial else 0
     if partial is not None and args.json:
         _save(args.json, partial, INTERRUPTED)
@@ -233,4 +232,4 @@ def _interrupted(args: argparse.Namespace, partial: Search | None, terminated: b
     else:
         said = "no step had finished"
     print(redact(f"sdpa-bench bisect: {how}; {said}"), file=sys.stderr)
-    return 128 + signal.SIGTERM if terminated else 130
+    return code

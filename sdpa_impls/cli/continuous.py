@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
 from pathlib import Path
 
@@ -44,7 +43,7 @@ from ..continuous.envlock import in_use
 from ..continuous.project import find
 from ..credentials import redact
 from ..errors import UsageError
-from .outputs import (Terminated, add_measuring, config_file, folders, guarded, impl_names, seed,
+from .outputs import (add_measuring, config_file, folders, guarded, impl_names, seed, stopped_how,
                       terminate_as_interrupt, timed_progress, writable, write)
 
 
@@ -116,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
         with terminate_as_interrupt():
             return guarded("continuous", body, settings.source_of(args))
     except KeyboardInterrupt as exc:
-        how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+        how, code = stopped_how(exc)
         judged = getattr(exc, "comparison", None)  # the signal came as its checkouts were removed
         try:
             if judged is not None:
@@ -127,4 +126,4 @@ def run(args: argparse.Namespace) -> int:
                                                     "gone): the verdict above stands" if judged else
                                                     "nothing was judged; its temporary checkouts are removed"),
               file=sys.stderr)
-        return 128 + signal.SIGTERM if isinstance(exc, Terminated) else 130
+        return code

@@ -207,6 +207,23 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM during a sweep or a search (a batch scheduler's time limit, `kill`): stopped as Ctrl-C stops it."""
 
 
+class HungUp(Terminated):
+    """SIGHUP (the terminal closed, an ssh session dropped): stopped as SIGTERM stops it (under nohup: ignored)."""
+
+
+STOPS = (signal.SIGINT, signal.SIGTERM, *((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ()))
+
+
+def stopped_how(exc: BaseException) -> tuple[str, int]:
+    """What an ending says of the signal that stopped the command, and its exit status (128 + the signal's number,
+    what a shell reports)."""
+    if isinstance(exc, HungUp):
+        return "hung up (SIGHUP)", 128 + signal.SIGHUP
+    if isinstance(exc, Terminated):
+        return "terminated (SIGTERM)", 128 + signal.SIGTERM
+    return "interrupted", 130
+
+
 def _race_unsaid(unraisable, before) -> None:
     """sys.unraisablehook once Ctrl-C and SIGTERM are ignored: a signal already on its way then (a CI's SIGTERM
     arriving with its SIGINT, both caught at the end of one torch call) is ignored as meant, and Python's warning of
@@ -215,7 +232,7 @@ def _race_unsaid(unraisable, before) -> None:
         before(unraisable)
 
 
-def ignore_stops(signals=(signal.SIGINT, signal.SIGTERM)) -> None:
+def ignore_stops(signals=STOPS) -> None:
     """Ignore these signals from here on, without a word for one already on its way (main thread only)."""
     if not isinstance(sys.unraisablehook, functools.partial) or sys.unraisablehook.func is not _race_unsaid:
         sys.unraisablehook = functools.partial(_race_unsaid, before=sys.unraisablehook)
@@ -235,13 +252,14 @@ def terminate_as_interrupt():
         ignore_stops(previous)
         for held in _ACTIVE:  # the command is ending: nothing to give back, here nor in an enclosing one (main's)
             held.clear()
-        STOPPED.append(Terminated if signum == signal.SIGTERM else KeyboardInterrupt)
+        STOPPED.append(HungUp if signum == getattr(signal, "SIGHUP", None) else
+                       Terminated if signum == signal.SIGTERM else KeyboardInterrupt)
         raise STOPPED[-1]()
     previous: dict[int, object] = {}
     if not _ACTIVE:  # a command of its own (tests run several in one process): an earlier one's stop is not its
         STOPPED.clear()
     try:
-        for s in (signal.SIGTERM, signal.SIGINT):
+        for s in STOPS:
             if signal.getsignal(s) is not signal.SIG_IGN:
                 previous[s] = signal.signal(s, stop)
     except ValueError:  # signal handlers belong to the main thread

@@ -6,7 +6,6 @@ import contextlib
 import dataclasses
 import faulthandler
 import os
-import signal
 import sys
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from ..report.contents import option_problem, options as saved_options
 from ..report.write import write_report
 from ..report.writer_lock import only_writer
 from . import watch
-from .outputs import Terminated, impl_names, seed, terminate_as_interrupt
+from .outputs import impl_names, seed, stopped_how, terminate_as_interrupt
 from .progress import Progress
 from .resume import OPTION_FLAGS, saved
 from .shards import auto_shard, parse_shard
@@ -287,11 +286,11 @@ def _sweep(args: argparse.Namespace, device: str, preset: str, impls: list[str] 
             close()
             store.save(out, sweep)
             write_report(out, sweep, plots=False)
-            how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+            how, code = stopped_how(exc)
             print(f"sdpa-bench: {how}; {len(sweep.done())} of {total} points are saved in "  # last: what to do next
                   f"{out / store.RESULTS_FILE}; continue with: sdpa-bench run {option_text('--out', str(out))} --resume",
                   file=sys.stderr)
-            return 128 + signal.SIGTERM if isinstance(exc, Terminated) else 130
+            return code
         except BaseException:  # our error or the machine's (a full disk, a closed pipe), not a crash in the point:
             with contextlib.suppress(OSError):  # --resume measures it again, and never counts it as one
                 watched.point(None)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import signal
 import sys
 import time
 from pathlib import Path
@@ -28,7 +27,7 @@ from ..report import results as store
 from ..report.targets import DEVICE, MEMORY, TIMING, Table, ceiling_table, evaluate, markdown, plan
 from ..report.write import write_report
 from ..report.writer_lock import only_writer
-from .outputs import Terminated, raise_if_stopped, terminate_as_interrupt
+from .outputs import raise_if_stopped, stopped_how, terminate_as_interrupt
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -91,10 +90,10 @@ def run(args: argparse.Namespace) -> int:
             with terminate_as_interrupt():
                 return _targets(args)
         except KeyboardInterrupt as exc:
-            how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+            how, code = stopped_how(exc)
             ending = getattr(exc, "ending", f"{args.out} is as it was: no case had finished")
             print(f"sdpa-bench targets: {how}; {ending}", file=sys.stderr)
-            return 128 + signal.SIGTERM if isinstance(exc, Terminated) else 130
+            return code
 
 
 def _targets(args: argparse.Namespace) -> int:

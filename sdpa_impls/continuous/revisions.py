@@ -172,13 +172,13 @@ def new_workdir() -> Path:
 
 
 def remove_workdir(root: Path | None, work: Path) -> int | None:
-    """Remove a run's folder from `new_workdir` and its git worktrees, whole: a SIGINT or SIGTERM meanwhile is held
+    """Remove a run's folder from `new_workdir` and its git worktrees, whole: a SIGINT, SIGTERM or SIGHUP is held
     until it is done, and returned (else None) for the caller to act on. Its owner.pid goes last, so that a kill
     part way leaves a folder the next run sees is stale, not one naming no process (kept a day)."""
     held: list[int] = []
     previous = {}
     try:
-        for s in (signal.SIGINT, signal.SIGTERM):
+        for s in (signal.SIGINT, signal.SIGTERM, *((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ())):
             if signal.getsignal(s) is not signal.SIG_IGN:
                 previous[s] = signal.signal(s, lambda signum, frame: held.append(signum))
     except ValueError:  # not the main thread: its signals are not this thread's to hold
