@@ -400,6 +400,12 @@ def test_sigterm_ends_any_command_with_one_line_and_143(sig: str, said: str) -> 
               "sys.exit(main(['list', '--device', 'cpu']))\n")
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 128 + getattr(signal, sig) and proc.stderr == f"sdpa-bench: {said}\n", proc
+    # the process a `run` past --point-timeout starts in its place, stopped before it took the sweep over (as torch
+    # imports): the resume line that process's sweep would have said, not "interrupted" alone
+    env = {**os.environ, "SDPA_BENCH_CONTINUE": "/tmp/a sweep"}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.stderr == f"sdpa-bench: {said}; the finished points are saved in /tmp/a sweep; continue with: " \
+                          "sdpa-bench run --out '/tmp/a sweep' --resume\n", proc
 
 
 def test_sigterm_stops_a_run_the_way_ctrl_c_does(tmp_path):

@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import importlib
 import os
+import shlex
 import signal
 import sys
 from typing import NoReturn
@@ -151,6 +152,16 @@ def _posix() -> bool:
     return True
 
 
+def _taken_over() -> str:
+    """What a stop says in the process that replaced a timed-out `run` (watch), before that sweep's own ending could
+    (as torch imports): where the finished points are and how to go on; "" in any other process. Read without
+    importing watch, which a stop during torch's import may have left half made."""
+    watch = sys.modules.get(f"{__name__}.watch")
+    out = os.environ.get("SDPA_BENCH_CONTINUE") or next(iter(getattr(watch, "CONTINUED", ())), "")
+    return (f"; the finished points are saved in {out}; continue with: sdpa-bench run --out {shlex.quote(out)} "
+            "--resume") if out else ""
+
+
 def main(argv: list[str] | None = None) -> int:
     # not list(argv): once the `list` command's module is imported, `list` in this package's namespace is that module
     argv = sys.argv[1:] if argv is None else [*argv]
@@ -205,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as exc:
         from .outputs import stopped_how
         how, code = stopped_how(exc)
-        print(f"sdpa-bench: {how}", file=sys.stderr)
+        print(f"sdpa-bench: {how}{_taken_over()}", file=sys.stderr)
         return code
     except BrokenPipeError:  # the reader of stdout went away (`sdpa-bench list | head -1`): no error of ours
         with contextlib.suppress(OSError):  # nothing more reaches the closed pipe, not even at exit

@@ -78,9 +78,13 @@ def kept(given: float | None, meta: dict, budget_s: float) -> float | None:
         raise UsageError(str(exc)) from None
 
 
+CONTINUED: list[str] = []  # the sweep this process took over from a timed-out one (its CONTINUE_ENV, once read)
+
+
 def continuing(out: Path) -> bool:
     """True in the process that replaced a timed-out one writing `out`: it resumes that sweep."""
     said = os.environ.pop(CONTINUE_ENV, None)
+    CONTINUED.extend([said] if said is not None else [])
     return said is not None and said == str(Path(out).resolve())
 
 
