@@ -332,6 +332,17 @@ def test_a_report_that_cannot_be_written_leaves_the_earlier_files_whole(tmp_path
                           text=True, timeout=150, preexec_fn=limit)
     assert proc.returncode == 2 and f"{out / 'results.csv'}: cannot write" in proc.stderr, proc.stderr[-2000:]
     assert (out / "results.csv").read_bytes() == csv_before and (out / "report.md").read_bytes() == md_before
+    assert main(["report", str(out)]) == 0  # the plots too: each image larger than the limit below
+    pngs = {p.name: p.read_bytes() for p in out.glob("*.png")}
+    assert len(pngs) >= 3 and min(map(len, pngs.values())) > 30_000
+
+    def png_limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (30_000, 30_000))
+    proc = subprocess.run([sys.executable, "-m", "sdpa_impls", "report", str(out)], capture_output=True, text=True,
+                          timeout=150, preexec_fn=png_limit)
+    assert "plots skipped" in proc.stderr, proc.stderr[-2000:]
+    assert {p.name: p.read_bytes() for p in out.glob("*.png")} == pngs  # as they were, none cut short
     child = subprocess.Popen(["true"])
     child.wait()  # its pid is no process's now
     leftover = out / f".results.json.{child.pid}.tmp"

@@ -13,14 +13,14 @@ import stat
 from pathlib import Path
 
 
-def write_whole(path: Path, text: str) -> Path:
+def write_whole(path: Path, text: str | bytes) -> Path:
     """Write `path` atomically (a temp file beside it, then os.replace): a killed process or a full disk leaves the
-    file as it was, never cut short (a results.csv of fewer rows reads as a whole one), and no temp file behind to
-    keep the disk full. OSError as writing raised it."""
+    file as it was, never cut short (a results.csv of fewer rows reads as a whole one, a PNG cut short as an image),
+    and no temp file behind to keep the disk full. OSError as writing raised it."""
     target = Path(os.path.realpath(path)) if os.path.islink(path) else path  # a link is written through
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "w", encoding="utf-8", newline="") as f:
+        with (open(tmp, "wb") if isinstance(text, bytes) else open(tmp, "w", encoding="utf-8", newline="")) as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())

@@ -1,6 +1,7 @@
 """PNG plots of a sweep (matplotlib, Agg): time and peak memory against sequence length, throughput on the roofline."""
 from __future__ import annotations
 
+import io
 import math
 import textwrap
 from collections import defaultdict
@@ -19,6 +20,7 @@ from ..bench.grid import Case  # noqa: E402
 from ..bench.result import Result  # noqa: E402
 from ..fmt import fmt_bytes, fmt_seconds  # noqa: E402
 from ..registry import names  # noqa: E402
+from .files import write_whole  # noqa: E402
 from .results import Sweep  # noqa: E402
 
 MODE_MARKERS = {"fwd": "o", "fwd+bwd": "^", "bwd": "s"}
@@ -194,8 +196,7 @@ def _vs_length(sweep: Sweep, ok: list[Result], mode: str, colors: dict[str, tupl
     what = "Peak memory vs sequence length (log-log)" if memory else "Median time vs sequence length (log-log)"
     fig.suptitle(_title(sweep, f"{what}, mode {mode}", not_run), fontsize=11)
     _legend(fig, colors, guides)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
     return True
 
 
@@ -241,9 +242,18 @@ def _roofline(sweep: Sweep, ok: list[Result], colors: dict[str, tuple], not_run:
     extra.append(Line2D([], [], color="black", label="roofline (measured)"))
     fig.suptitle(_title(sweep, "Achieved throughput vs the measured roofline", not_run), fontsize=11)
     _legend(fig, colors, extra, by_marker=False)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
     return True
+
+
+def save_figure(fig: object, path: Path) -> None:
+    """The figure as a PNG written whole (files.write_whole: a full disk leaves no image cut short), then closed."""
+    image = io.BytesIO()
+    try:
+        fig.savefig(image, dpi=110, format="png")
+    finally:
+        plt.close(fig)
+    write_whole(path, image.getvalue())
 
 
 def write_plots(directory: Path, sweep: Sweep) -> list[tuple[str, str]]:

@@ -14,7 +14,7 @@ from ..bench.grid import Case  # noqa: E402
 from ..bench.result import Result  # noqa: E402
 from ..fmt import fmt_seconds  # noqa: E402
 from ..registry import names  # noqa: E402
-from .plots import MODE_FILE, MODE_MARKERS, _grid, _log_axis, _title, _x_axis  # noqa: E402
+from .plots import MODE_FILE, MODE_MARKERS, _grid, _log_axis, _title, _x_axis, save_figure  # noqa: E402
 from .results import Sweep  # noqa: E402
 
 
@@ -73,8 +73,7 @@ def _one_mode(sweep: Sweep, ok: list[Result], mode: str, not_run: list[str], pat
     fig.supylabel("median time per call")
     fig.suptitle(_title(sweep, f"Median time vs sequence length per mask structure (log-log), mode {mode}",
                         not_run), fontsize=11)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
     return True
 
 
