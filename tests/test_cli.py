@@ -479,7 +479,7 @@ def test_shards_are_disjoint_and_merge_into_the_whole_preset(tmp_path):
     (cut / "results.json").write_text(json.dumps(doc))
     partial = tmp_path / "partial"
     proc = cli("merge", str(partial), str(dirs[0]), str(cut), "--no-plots")
-    assert proc.returncode == 0 and "resume the unfinished shards" in proc.stderr, proc.stderr
+    assert proc.returncode == 0 and f"resume the unfinished shards ({cut}); then merge" in proc.stderr, proc.stderr
     said = (partial / "report.md").read_text()
     assert f"resume the unfinished shards, {cut}, then merge them again" in said and "--resume`" \
         not in said, said[:2000]  # the finished shard is not named as one to resume
@@ -487,6 +487,8 @@ def test_shards_are_disjoint_and_merge_into_the_whole_preset(tmp_path):
     assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1].endswith(
         f"{partial} was merged from shards ({dirs[0]}, {cut}): resume the unfinished shards ({cut}), then merge them "
         "again into a new --out"), proc.stderr
+    proc = cli("run", "--out", str(merged), "--resume")  # a whole merge: nothing to measure, its report again, 0
+    assert proc.returncode == 0 and "nothing left to measure" in proc.stderr, proc.stderr[-2000:]
     other = tmp_path / "other-seed"  # shard 2 again, measured otherwise: not a part of the same sweep
     proc = cli("run", "--preset", "smoke", "--impl", "naive", "--shard", "2/2", "--out", str(other), *FAST,
                "--no-memory", "--no-plots", "--seed", "7")

@@ -61,7 +61,8 @@ def run(args: argparse.Namespace) -> int:
         how = [", ".join(f"{d} ({who})" for d, who in writing.items()) + ": still being written by `run`"] if writing \
             else []
         if stopped or not writing:
-            how.append("resume " + (", ".join(stopped) if writing else "the unfinished shards"))
+            how.append("resume " + (", ".join(stopped) if writing else "the unfinished shards"
+                                    + (f" ({', '.join(stopped)})" if stopped else "")))
         print(f"sdpa-bench merge: note: {len(merged.done())} of {merged.planned} planned points are finished "
               f"({'; '.join(how)}; then merge them again into a new OUT)", file=sys.stderr)
     print(f"wrote {', '.join(map(str, [args.out / store.RESULTS_FILE, *files]))}", file=sys.stderr)

@@ -40,9 +40,11 @@ def saved(out: Path, args: argparse.Namespace, impls: list[str] | None, given: d
     meta = sweep.meta
     if meta.get("merged_from"):  # its missing points are its shards', each measured on its own machine
         left = store.shard_dirs(meta, unfinished=True)
-        raise UsageError(f"{out} was merged from shards ({store.shard_dirs(meta)}): " + (
-            f"resume the unfinished shards ({left}), then merge them again into a new --out" if left else
-            "each was finished, so nothing is left to measure"))
+        if left or not sweep.complete:
+            raise UsageError(f"{out} was merged from shards ({store.shard_dirs(meta)}): " + (
+                f"resume the unfinished shards ({left}), then merge them again into a new --out" if left else
+                "each was finished, but a case is in none of them: merge them with the missing shard into a new --out"))
+        return sweep  # whole: nothing to measure, its report written again, as a finished sweep's is
     if sweep.by_targets:  # its cases have implementations of their own: a `run` would add points it never planned
         raise UsageError(f"{out} holds a `sdpa-bench targets` run, which `run --resume` does not continue: measure "
                          f"the targets again with `sdpa-bench targets --out {out} --overwrite`")
