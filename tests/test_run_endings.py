@@ -115,7 +115,8 @@ def test_a_save_that_fails_keeps_the_saved_points_and_blames_no_point(tmp_path):
     last = proc.stderr.strip().splitlines()[-1]
     assert proc.returncode == 2 and last.startswith(f"sdpa-bench run: error: cannot save {out / 'results.json'}: "), \
         proc.stderr[-2000:]
-    assert "it holds what was saved before" in last and "Traceback" not in proc.stderr
+    assert last.endswith(f"it holds what was saved before (make room, then continue with: sdpa-bench run --out {out} "
+                         "--resume)") and "Traceback" not in proc.stderr, last
     assert sorted(p.name for p in out.iterdir()) == ["results.json"]
     kept = len(load(out)["results"])
     assert kept < len(preset("smoke"))

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..bench.result import Result, with_speedups
 from ..errors import UsageError
+from ..fmt import option_text
 from .contents import check_meta, result_from
 from .files import write_whole
 
@@ -77,6 +78,8 @@ def save(directory: Path, sweep: Sweep) -> Path:
         return write_whole(path, to_text(sweep))
     except OSError as exc:
         kept = "; it holds what was saved before" if path.is_file() else ""
+        if kept and not sweep.by_targets and not sweep.meta.get("merged_from"):  # a run's: it goes on from there
+            kept += f" (make room, then continue with: sdpa-bench run {option_text('--out', str(directory))} --resume)"
         raise UsageError(f"cannot save {path}: {exc.strerror or exc}{kept}") from None
 
 
