@@ -43,6 +43,7 @@ def test_unknown_preset_and_bad_case_are_clear_errors(monkeypatch: pytest.Monkey
         default_preset_name("cpu")
     monkeypatch.delenv("SDPA_BENCH_PRESET")
     assert default_preset_name("cpu") == "cpu" and default_preset_name("cuda") == "gpu"
+    assert default_preset_name("cuda:1") == "gpu" and default_preset_name("cpu:0") == "cpu"  # the suite's cuda:N
 
 
 @pytest.mark.parametrize("field,value,said", [

@@ -80,12 +80,13 @@ def test_a_pinned_backend_whose_profile_shows_another_backend_is_a_failed_point(
 def test_results_json_csv_and_pytest_benchmark_extra_info_carry_the_record(tmp_path) -> None:
     out = tmp_path / "bench.json"
     proc = subprocess.run([sys.executable, "-m", "pytest", "tests/test_benchmarks.py", "-q", "-p", "no:cacheprovider",
-                           "--benchmark-only", "--sdpa-preset", "smoke", "--sdpa-device", "cpu",
+                           "--benchmark-only", "--sdpa-preset", "smoke", "--sdpa-device", "cpu:0",
                            "--sdpa-impl", "torch_sdpa_flash", "--benchmark-max-time=0.01",
                            f"--benchmark-json={out}"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     benches = json.loads(out.read_text())["benchmarks"]
     assert benches and all(FLASH_CPU in b["extra_info"]["kernels"] for b in benches)
+    assert {b["extra_info"]["device"] for b in benches} == {"cpu"}  # the kind (cpu:0, cuda:1), which the gate reads
     # other processes' work beside the samples, as `sdpa-bench run` records it (Linux: /proc/stat)
     assert all(isinstance(b["extra_info"]["other_cpus"], float) for b in benches) or not Path("/proc/stat").exists()
     # the point's parameter is JSON itself (implementation, case id), so --benchmark-group-by=param reads it

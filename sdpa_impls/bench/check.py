@@ -140,7 +140,7 @@ class CaseContext:
                                                rounding=naive_rounding(case.torch_dtype)), ref)
         vetted = vetted_baseline(baseline, refs, case.torch_dtype, rounded)
         self.cut = {name: baseline[name] for name in baseline if vetted[name] != baseline[name]}
-        if self.device == "cuda":
+        if str(self.device).startswith("cuda"):
             torch.cuda.empty_cache()
         return ref, grads, vetted
 

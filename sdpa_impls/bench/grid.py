@@ -294,7 +294,7 @@ def default_preset_name(device: str | None = None) -> str:
         except ValueError as exc:
             raise ValueError(f"{PRESET_ENV}={env!r}: {exc}") from None
         return env
-    return "gpu" if (device or default_device()) == "cuda" else "cpu"
+    return "gpu" if (device or default_device()).split(":")[0] == "cuda" else "cpu"  # cuda:1 too
 
 
 def shard_of(cases: tuple[Case, ...], index: int, count: int) -> list[Case]:
