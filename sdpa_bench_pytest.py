@@ -183,6 +183,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     from sdpa_impls.suite.session import check_suite
 
     # here, not while collecting: pytest's usage error, one line, not a collection error
+    if not config.pluginmanager.hasplugin("benchmark"):  # installed, but not loaded (-p no:benchmark in addopts)
+        raise pytest.UsageError("sdpa-bench's suite needs pytest-benchmark's plug-in, which this session does not "
+                                "load (-p no:benchmark): drop that option to run it")
     check_suite(device_of(config), config.getoption("benchmark_json", None))
     setattr(config, _SUITE_SELECTED, True)
     setattr(config, _TRACER, active_tracer(hooks=False))  # pytest-benchmark pauses sys.settrace's while it times

@@ -168,6 +168,8 @@ SUITE = ("python", "-m", "pytest", "--pyargs", "sdpa_impls.suite.test_sdpa", "-q
     (("--sdpa-impl", "naive"), {"SDPA_BENCH_CPU_BF16": "bf61"}, "SDPA_BENCH_CPU_BF16 should be bf16 or fp32"),
     (("--sdpa-impl", "naive", "--benchmark-json", "/dev/null/x.json"), {},  # not after the last point, a traceback
      "--benchmark-json /dev/null/x.json: cannot write (/dev/null is a file, not a folder)"),
+    (("--sdpa-impl", "naive", "-p", "no:benchmark"), {},  # one fixture error per point
+     "sdpa-bench's suite needs pytest-benchmark's plug-in, which this session does not load (-p no:benchmark)"),
 ])
 def test_the_packaged_suite_refuses_a_typo_in_one_line(tool: dict, args: tuple[str, ...], env: dict[str, str],
                                                        said: str) -> None:
