@@ -430,6 +430,8 @@ def test_a_pytest_benchmark_option_the_suite_replaces_is_told_wherever_it_is_giv
     assert "do not change its benchmarks" not in warned()
     assert "--benchmark-min-time do not change its benchmarks" in warned(addopts="--benchmark-min-time=0.1")
     assert "--benchmark-warmup do not change its benchmarks" in warned("@args.txt")
+    assert "times at most 10,000 rounds a point: --benchmark-min-rounds 12000 gets 10,000" in warned(
+        "--benchmark-min-rounds=12000")  # capped quietly, where measurement.md says "at least"
 
 
 def test_the_pytest_suite_fails_the_point_that_writes_its_inputs_not_the_next(tmp_path) -> None:
