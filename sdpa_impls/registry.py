@@ -45,7 +45,9 @@ class BrokenPlugin(Implementation):
         self.error = error
 
     def not_supported_reasons(self, inp: SDPAInputs) -> list[str]:
-        super().not_supported_reasons(inp)  # bad input still gets the one ValueError every implementation gives
+        """Never empty: the load failure, as the one reason; bad input still gets the one ValueError every
+        implementation gives."""
+        super().not_supported_reasons(inp)
         return [f"{LOAD_FAILED}: {self.error}"]
 
 
