@@ -175,6 +175,16 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 REPLACED_OPTIONS = ("--benchmark-min-time", "--benchmark-warmup", "--benchmark-calibration-precision")
 
 
+def _benchmark_loaded(config: pytest.Config) -> bool:
+    """Whether pytest-benchmark's plug-in is loaded, by entry point (`benchmark`) or by name (`-p
+    pytest_benchmark.plugin`, as `continuous` runs the suite); True where it is not installed (check_suite says so)."""
+    try:
+        import pytest_benchmark.plugin as plugin
+    except ImportError:
+        return True
+    return config.pluginmanager.is_registered(plugin)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     suite = [item for item in items if SUITE_FIXTURE in getattr(item, "fixturenames", ())]
     if not suite:
@@ -183,7 +193,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     from sdpa_impls.suite.session import check_suite
 
     # here, not while collecting: pytest's usage error, one line, not a collection error
-    if not config.pluginmanager.hasplugin("benchmark"):  # installed, but not loaded (-p no:benchmark in addopts)
+    if not _benchmark_loaded(config):  # installed, but not loaded (-p no:benchmark in addopts)
         raise pytest.UsageError("sdpa-bench's suite needs pytest-benchmark's plug-in, which this session does not "
                                 "load (-p no:benchmark): drop that option to run it")
     check_suite(device_of(config), config.getoption("benchmark_json", None))

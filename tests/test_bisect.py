@@ -27,6 +27,7 @@ from sdpa_impls.continuous.comparison import Plan
 from sdpa_impls.continuous.project import NONE, Project
 from sdpa_impls.continuous.lines import between, commits
 from sdpa_impls.continuous.revisions import describe, first_parents
+from sdpa_impls.fmt import fmt_duration
 from sdpa_impls.continuous.steps import (DIFFERENT, SAME, SKIPPED, UNKNOWN, RowStep, Step, rows_from_verdict, rows_outside,
                                          selection_of, unexplained)
 from sdpa_impls.bench.grid import PRESETS
@@ -131,6 +132,8 @@ def test_an_interrupted_search_keeps_its_steps_and_resumes_from_them(history: di
     assert len(measured) == len(found["steps"]) - len(done) > 0, err  # only what the interrupted search had not
     code, out, err = bisect(history["repo"], history["good"], "HEAD", *FAST, "--resume", str(resumed))
     assert code == 1 and "CULPRIT" in out and ": measuring" not in err, out + err  # a finished answer, replayed
+    took = sum(step["seconds"] for step in found["steps"])  # the steps' own time, reused: not this run's 0 s
+    assert took > 1 and out.splitlines()[0].endswith((f", {fmt_duration(took)}", f", {fmt_duration(took + 1)}")), out
     code, _, err = bisect(history["repo"], history["good"], "HEAD", *FAST, "--rounds", "3", "--resume", str(resumed))
     assert code == 2 and "that search was measured otherwise (--rounds 2 there, --rounds 3 here)" in err, err
     code, _, err = bisect(history["repo"], history["good"], "HEAD", *FAST, "--separate-processes", "--resume",

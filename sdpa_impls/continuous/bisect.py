@@ -22,9 +22,8 @@ adaptive rounds), read as a three-way verdict. No statistics of its own: a step'
    names the commits the culprit is among: an UNKNOWN is never read as SAME. A commit that does not install, import
    or run is skipped with its reason (as `git bisect skip`) and never blamed; the nearest untested commit is tried.
 4. Confirmation: the culprit is compared with its parent once more, and must be DIFFERENT (a parent that does not
-   install, import or run, off the line as a merge's can be, leaves it unconfirmed). Rows under test it does not make
-   slower, or makes slower by clearly less than GOOD → BAD did (its interval below the endpoints'), are
-   reported as changed elsewhere in the range.
+   install, import or run, off the line as a merge's can be, leaves it unconfirmed). A row under test it does not
+   make slower, or clearly less than GOOD → BAD did (interval below the endpoints'), is reported changed elsewhere.
 
 At most `comparison_budget(N)` = 2·⌈log₂ N⌉ + 3 comparisons for N commits, besides skipped commits' (they decide
 nothing); a search that would need more stops UNKNOWN. It is a function of its steps' verdicts: given the steps of
@@ -238,10 +237,11 @@ class _Searcher(Resumable):
             self._search()
             self.result.notes += self.line.ended_at(self.result)  # at a merge: how to search inside it
         finally:
-            self.result.seconds = time.monotonic() - start
+            then = sum(s.seconds for s in self.result.steps[:self.reused])  # counted: a resumed answer read 0 s
+            self.result.seconds = time.monotonic() - start + then
             if self.reused:
-                self.result.notes.append(f"step{f's 1–{self.reused} were' if self.reused > 1 else ' 1 was'} from an "
-                                         f"earlier search's answer ({self.source}); the time above is this run's.")
+                self.result.notes.append(f"step{f's 1–{self.reused} were' if self.reused > 1 else ' 1 was'} from "
+                                         f"{self.source}: {fmt_duration(then)} of the time above.")
         return self.result
 
     def _search(self) -> None:
