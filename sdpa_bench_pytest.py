@@ -205,7 +205,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         warnings.warn(pytest.PytestConfigWarning(
             f"sdpa-bench's suite samples as `sdpa-bench run` and asv do (the fewest calls lasting 1 ms, one warm-up "
             f"round): {', '.join(replaced)} do not change its benchmarks"))
-    from sdpa_impls.suite.test_sdpa import MAX_ROUNDS
+    from sdpa_impls.suite.session import MAX_ROUNDS
     if (config.getoption("benchmark_min_rounds", None) or 0) > MAX_ROUNDS:  # a point's rounds are capped at it
         warnings.warn(pytest.PytestConfigWarning(
             f"sdpa-bench's suite times at most {MAX_ROUNDS:,} rounds a point: --benchmark-min-rounds "

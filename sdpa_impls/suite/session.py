@@ -10,6 +10,7 @@ import pytest
 from ..paths import cannot_write
 
 NEEDS_BENCHMARK = "5.2"  # pytest-benchmark's pedantic(teardown=...): the suite's probe after each round
+MAX_ROUNDS = 10_000  # a point's rounds at most, --benchmark-min-rounds included (the plug-in warns of a larger one)
 
 
 def check_suite(device: str, benchmark_json: object = None) -> None:

@@ -33,9 +33,9 @@ from sdpa_impls.bench.result import SPEED_BASELINE, Result
 from sdpa_impls.bench.devicetime import EAGER, GRAPH, HOST, HOST_REASON, DeviceTiming, graph_sampler
 from sdpa_impls.bench.timing import MIN_SAMPLE_S, call_context, round_sample, summarize, time_closure
 from sdpa_impls.continuous.schedule import NO_CEILINGS_ENV, REPEAT_ENV
+from sdpa_impls.suite.session import MAX_ROUNDS
 from sdpa_bench_pytest import suite_timer
 
-MAX_ROUNDS = 10_000
 _context: dict[tuple[Case, str], CaseContext] = {}
 _baseline_median: dict[tuple[Case, str], float] = {}
 
