@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from sdpa_impls.bench.grid import preset
-from sdpa_impls.cli.shards import auto_shard
+from sdpa_impls.cli.shards import auto_shard, parse_shard
 from sdpa_impls.errors import UsageError
 
 FAST = ["--device", "cpu", "--impl", "naive,fused", "--budget", "0.005", "--min-reps", "2", "--warmup", "1",
@@ -57,3 +57,11 @@ def test_torchrun_with_two_processes_then_merge_gives_the_unsharded_points(tmp_p
     assert whole.returncode == 0, whole.stderr[-3000:]
     got, want = points(tmp_path / "merged"), points(tmp_path / "whole")
     assert got == want and len(got) == 2 * len(preset("smoke"))
+
+
+@pytest.mark.parametrize("text", [" 1/2", "1/2 ", "1_0/2_0", "\uff11/2", "1/\u0662", "+1/2", "1 / 2", ""])
+def test_a_shard_is_ascii_digits_alone(text):
+    """int() takes spaces, underscores, signs and other scripts' digits; a shard taking them named its folder so."""
+    with pytest.raises(UsageError, match="must look like I/N"):
+        parse_shard(text)
+    assert parse_shard("2/12") == (2, 12)

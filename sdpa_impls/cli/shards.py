@@ -1,6 +1,8 @@
 """Which shard of a sweep this `run` measures: `--shard I/N`, or `--shard auto` from the launcher's environment."""
 from __future__ import annotations
 
+import re
+
 from ..errors import UsageError
 
 
@@ -9,11 +11,12 @@ SHARD_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_ARRAY_TASK_ID", "S
 
 
 def parse_shard(text: str) -> tuple[int, int]:
-    """'I/N' with 1 <= I <= N -> (I, N); UsageError otherwise."""
-    try:
-        i, n = (int(part) for part in text.split("/"))
-    except ValueError:
-        raise UsageError(f"--shard {text!r} must look like I/N, e.g. 1/4 (shard 1 of 4)") from None
+    """'I/N' with 1 <= I <= N -> (I, N); UsageError otherwise. ASCII digits alone: int() would also take spaces,
+    underscores and other scripts' digits, which then name the sweep's folder."""
+    found = re.fullmatch(r"([0-9]+)/([0-9]+)", text)
+    if found is None:
+        raise UsageError(f"--shard {text!r} must look like I/N, e.g. 1/4 (shard 1 of 4)")
+    i, n = int(found[1]), int(found[2])
     if n < 1 or not 1 <= i <= n:
         raise UsageError(f"--shard {text!r}: need 1 <= I <= N (shards are numbered 1 to N)")
     return i, n
