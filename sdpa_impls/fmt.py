@@ -13,8 +13,8 @@ def fmt_seconds(s: float | None) -> str:
         return "-"
     for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9)):
         if abs(s) >= scale or unit == "ns":
-            v = s / scale
-            return f"{v:.3g} {unit}" if abs(v) < 1000 else f"{v:.0f} {unit}"
+            v = s / scale  # rounded first: .3g writes 999.6 as 1e+03
+            return f"{v:.3g} {unit}" if abs(float(f"{v:.3g}")) < 1000 else f"{v:.0f} {unit}"
     raise AssertionError("unreachable")
 
 
@@ -34,7 +34,8 @@ def fmt_bytes(n: float | None) -> str:
         return "-"
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if abs(n) >= scale:
-            return f"{n / scale:.3g} {unit}" if abs(n / scale) < 1000 else f"{n / scale:.0f} {unit}"
+            v = n / scale  # rounded first: .3g writes 999.6 as 1e+03
+            return f"{v:.3g} {unit}" if abs(float(f"{v:.3g}")) < 1000 else f"{v:.0f} {unit}"
     return f"{int(n)} B"
 
 

@@ -719,6 +719,11 @@ def test_time_rule_messages_carry_their_numbers() -> None:
     bigger = MemoryRule.parse("peak:0.1%").check(Point("naive", "c", 1.0, peak_memory_bytes=1000 * 2**20),
                                                  Point("naive", "c", 1.0, peak_memory_bytes=1005 * 2**20))
     assert bigger.failed and bigger.message.startswith("peak 1005 MiB > baseline 1000 MiB × 1.001 (+"), bigger.message
+    from sdpa_impls.fmt import fmt_bytes, fmt_seconds
+    # a value that .3g rounds up to 1000 is written whole, never as 1e+03
+    assert (fmt_bytes(999.6 * 2**20), fmt_bytes(999.7 * 2**10), fmt_seconds(0.9996)) == \
+        ("1000 MiB", "1000 KiB", "1000 ms")
+    assert (fmt_bytes(999.4 * 2**20), fmt_seconds(0.9994)) == ("999 MiB", "999 ms")
 
 
 def test_significance_guards_a_noisy_median() -> None:
