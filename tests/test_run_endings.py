@@ -432,3 +432,16 @@ def test_a_lock_on_a_relative_folder_ends_cleanly_where_the_working_folder_was_d
         for path in (here / "rel" / ".sdpa-bench-run.lock", here / "rel", here):
             path.unlink() if path.is_file() else path.rmdir()
     monkeypatch.chdir(tmp_path)
+
+
+def test_the_temp_files_of_a_dead_writer_are_removed_plots_too(tmp_path):
+    """A process killed while writing a plot leaves `.NAME.png.PID.tmp`, as it does for results.json: both go."""
+    from sdpa_impls.report.files import remove_leftovers
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    names = [f".{n}.{dead.pid}.tmp" for n in ("results.json", "report.md", "roofline.png", "time-fwd_bwd.png")]
+    mine, other = f".roofline.png.{os.getpid()}.tmp", ".notes.txt.1.tmp"  # this process's; not a write_whole name
+    for name in [*names, mine, other]:
+        (tmp_path / name).write_text("x")
+    remove_leftovers(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([mine, other])

@@ -37,9 +37,10 @@ def write_whole(path: Path, text: str | bytes) -> Path:
 
 
 def remove_leftovers(directory: Path) -> None:
-    """Remove the temp files of `write_whole` that a killed process left in DIR (its pid no longer runs)."""
+    """Remove the temp files of `write_whole` that a killed process left in DIR (its pid no longer runs): the results,
+    the report and the plots."""
     for path in Path(directory).glob(".*.tmp"):
-        found = re.fullmatch(r"\.(?:results\.json|results\.csv|report\.md)\.(\d+)\.tmp", path.name)
+        found = re.fullmatch(r"\.(?:results\.json|results\.csv|report\.md|[\w-]+\.png)\.(\d+)\.tmp", path.name)
         if found and int(found[1]) != os.getpid():
             try:
                 os.kill(int(found[1]), 0)
