@@ -13,8 +13,9 @@ step is one `continuous` comparison of two commits, restricted to the rows under
 steps are judged and searched). Exit 0 no regression between GOOD and BAD, 1 culprit found and confirmed, 3 GOOD and
 BAD differ but the culprit was not pinned down (the commits it is among are named), 4 undecided (no row slower, some
 the endpoints could not tell apart), 2 unusable input. With --json, the file holds every finished step as soon as it
-is measured (answer "in progress", then "interrupted" after Ctrl-C or SIGTERM, exit 130 or 143), and --resume takes
-an earlier search's steps from such a file instead of measuring them again. This module only parses and prints.
+is measured (answer "in progress", then "interrupted" after Ctrl-C, SIGTERM or SIGHUP, exit 130, 143 or 129), and
+--resume takes an earlier search's steps from such a file instead of measuring them again. This module only parses
+and prints.
 """
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from .steps import Step
 EXIT_MEANING = ("exit 0: no regression between GOOD and BAD; 1: culprit found and confirmed against its parent; "
                 "3: GOOD and BAD differ but the culprit was not pinned down (the candidates left are named); 4: "
                 "undecided, no row judged slower but some the endpoints could not tell apart; 2: unusable input; "
-                "130 or 143: stopped by Ctrl-C or SIGTERM, the finished steps kept in --json.")
+                "130, 143 or 129: stopped by Ctrl-C, SIGTERM or SIGHUP, the finished steps kept in --json.")
 
 
 def _headline(search: Search, shown, unfinished: str | None = None) -> str:
