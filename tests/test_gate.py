@@ -673,6 +673,9 @@ def test_config_errors(runs: dict[str, Path], tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n')  # a project's file without [tool] at all
     code, _, err = gate(tmp_path, "--candidate", runs["base"], "--config", tmp_path / "pyproject.toml")
     assert code == 2 and "no [tool.sdpa_bench.gate] section" in err, err  # not "unknown gate config key 'project'"
+    (tmp_path / "keys.toml").write_text('time = "median:5%"\n[project]\nname = "x"\n')  # says why its keys go unread
+    code, _, err = gate(tmp_path, "--candidate", runs["base"], "--config", tmp_path / "keys.toml")
+    assert code == 2 and "[project] or [build-system] is read as a pyproject.toml" in err, err
     # a file with [tool] is read from its gate table: keys beside it at the top level were dropped without a word
     (tmp_path / "both.toml").write_text('time = "median:20%"\n[tool.sdpa_bench.gate]\nalpha = 0.05\n')
     code, _, err = gate(tmp_path, "--candidate", runs["base"], "--config", tmp_path / "both.toml")

@@ -208,7 +208,8 @@ def _layered(table: object, source: str) -> GateConfig:
 
 
 def load_config(path: str | Path | None = None, start: str | Path | None = None) -> GateConfig:
-    """The gate config: `path` (its [tool.sdpa_bench.gate] section, or its top level when it has no [tool]),
+    """The gate config: `path` (its [tool.sdpa_bench.gate] section, or its top level when it has no [tool],
+    [project] or [build-system]: such a file is a pyproject.toml),
     else the [tool.sdpa_bench.gate] of the first pyproject.toml from `start` (default: the working directory)
     upwards; either over the package's defaults (defaults.toml), key by key; the defaults alone without either."""
     if path is not None:
@@ -221,7 +222,8 @@ def load_config(path: str | Path | None = None, start: str | Path | None = None)
         if "tool" in doc or {"project", "build-system"} & set(doc):  # a pyproject.toml: its gate table, or none
             table = section(doc, "gate", path=path)
             if table is None:
-                raise GateInputError(f"{path}: has no [tool.sdpa_bench.gate] section")
+                raise GateInputError(f"{path}: has no [tool.sdpa_bench.gate] section (a file with [project] or "
+                                     "[build-system] is read as a pyproject.toml; top-level keys, from a file without)")
             return _layered(table, f"{path} [tool.sdpa_bench.gate]")
         return _layered(doc, str(path))
     candidate = find_pyproject(start)
