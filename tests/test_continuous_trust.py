@@ -1016,3 +1016,14 @@ def test_a_side_whose_run_crashed_says_so_and_where(tmp_path: Path) -> None:
     assert str(said.value) == ("head working tree: its benchmark run crashed before it wrote its results, ended by "
                                "SIGABRT; Fatal Python error: Aborted; innermost frame: File \"<string>\", line 3 in "
                                "forward"), str(said.value)
+
+
+def test_a_marker_of_json_that_is_not_an_object_lists_as_a_dead_build(tmp_path: Path) -> None:
+    """A marker holding `null` or a list (a hand edit, another tool) had ended `envs`, `envs --prune` and the prune
+    after every build with an AttributeError; it lists without a spec, as an unreadable marker does."""
+    for name, text in (("0123456789abcdef", "null"), ("fedcba9876543210", '["x"]'),
+                       ("00112233aabbccdd", json.dumps({"spec": "torch==2.13.0"}))):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / envcache.READY).write_text(text)
+    specs = {e.folder.name: e.spec for e in envcache.entries(tmp_path)}
+    assert specs == {"0123456789abcdef": "", "fedcba9876543210": "", "00112233aabbccdd": "torch==2.13.0"}, specs

@@ -229,9 +229,10 @@ def entries(cache: Path) -> list[Entry]:
     for folder in (p for p in cache.iterdir() if _built_here(p)) if cache.is_dir() else ():
         marker, used = folder / READY, folder / LAST_USE
         try:
-            spec = json.loads(marker.read_text(encoding="utf-8")).get("spec", "?") if marker.is_file() else ""
+            doc = json.loads(marker.read_text(encoding="utf-8")) if marker.is_file() else {"spec": ""}
         except (OSError, ValueError):
-            spec = ""
+            doc = {"spec": ""}
+        spec = doc.get("spec", "?") if isinstance(doc, dict) else ""  # `null`: as unreadable, a dead build's remains
         try:
             last = (used if used.exists() else folder).stat().st_mtime
         except OSError:  # removed by another run since the folder was listed
