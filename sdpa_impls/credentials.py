@@ -36,21 +36,27 @@ def _mask(match: re.Match) -> str:
     return f"{match.group('scheme')}{MASK}@"
 
 
-_URL = re.compile(rf"{_START}[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]*")
+# a URL ends at a quote, a backslash (a quote escaped in JSON text) or a backtick (a Markdown code span)
+_URL = re.compile(rf"{_START}[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>\\`]*")
 # pip's --proxy takes [user:passwd@]proxy.server:port, with no scheme
 _PROXY = re.compile(r"(?P<head>--proxy(?:=|\s+)['\"]?(?:[A-Za-z][A-Za-z0-9+.-]*://)?)(?P<user>[^\s:@/'\"]*):[^\s@]*@")
 # a URL's path and query with no scheme, as pip and urllib3 quote it in an error ("... with url: /p.whl?token=T")
-_PATH = re.compile(r"(?<=with url: )/[^\s'\"<>]*")
+_PATH = re.compile(r"(?<=with url: )/[^\s'\"<>\\`]*")
+# punctuation that closes the prose around a URL: kept after the masked query, not masked with its last value
+_CLOSING = re.compile(r"[)\]}.,:;!]+$")
 
 
 def _mask_query(match: re.Match) -> str:
     url, mark, rest = match.group(0).partition("?")
     if not mark:
         return url
+    closing = _CLOSING.search(rest)
+    tail = closing.group(0) if closing else ""
+    rest = rest[:len(rest) - len(tail)]
     query, hash_mark, fragment = rest.partition("#")  # the fragment (#sha256=...) is a pin, not a secret
     parts = re.split(r"([&;])", query)  # each value masked whole (a key alone, `?SECRET`, may be the secret)
     masked = [p if p in "&;" else (p.split("=", 1)[0] + "=" + MASK if "=" in p else MASK) for p in parts if p]
-    return f"{url}?{''.join(masked)}{hash_mark}{fragment}"
+    return f"{url}?{''.join(masked)}{hash_mark}{fragment}{tail}"
 
 
 def redact(text: str) -> str:

@@ -894,6 +894,10 @@ def test_what_people_wrote_is_text_in_the_comment() -> None:
     assert redact("--proxy proxy:3128 git@h") == "--proxy proxy:3128 git@h"  # no user: nothing to mask
     quoted = f"Max retries exceeded with url: /p-1.0-py3-none-any.whl?token={SECRET} (Caused by x)"  # pip, urllib3
     assert redact(quoted) == "Max retries exceeded with url: /p-1.0-py3-none-any.whl?token=**** (Caused by x)"
+    # what closes the text around a URL stays: a JSON string's escaped quote, a code span, a parenthesis
+    doc = json.dumps({"spec": f'--extra-index-url "https://u:{SECRET}@h/simple?tok={SECRET}": Python'})
+    assert json.loads(redact(doc)) == {"spec": '--extra-index-url "https://u:****@h/simple?tok=****": Python'}
+    assert redact(f"(see `p @ https://h/p.whl?sig={SECRET}`)") == "(see `p @ https://h/p.whl?sig=****`)"
 
 
 def test_a_sigterm_stops_a_run_with_one_line_and_leaves_nothing(plugin_repo: Path, tmp_path: Path) -> None:
