@@ -35,6 +35,8 @@ def test_a_name_the_template_writes_at_the_plugins_top_is_refused(name: str, tmp
 @pytest.mark.parametrize("name, said", [
     ("class", "'class' is a Python keyword"), ("import", "'import' is a Python keyword"),
     ("Class", "'Class' (as 'class') is a Python keyword"),
+    ("none", "'none' would name the plug-in's class None, a Python keyword"),  # wrote `class None(...)`: no import
+    ("TRUE", "'TRUE' would name the plug-in's class True, a Python keyword"),
 ])
 def test_a_python_keyword_is_refused_as_one(name: str, said: str, tmp_path: Path, capsys) -> None:
     """A keyword was refused as if it were not letters ("give --name a name of letters, digits and _")."""

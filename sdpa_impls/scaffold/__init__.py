@@ -63,6 +63,9 @@ def names_for(text: str) -> Names:
     if keyword.iskeyword(ident):  # `import class` is a syntax error
         raise UsageError(f"{text!r}{'' if text == ident else f' (as {ident!r})'} is a Python keyword, which no "
                          "package can be named: give --name another")
+    cls = "".join(part.capitalize() for part in ident.split("_"))
+    if keyword.iskeyword(cls):  # none, true, false: `class None(Implementation)` is a syntax error
+        raise UsageError(f"{text!r} would name the plug-in's class {cls}, a Python keyword: give --name another")
     if len(ident) > MAX_NAME:  # a file name of the package's folder and module: refused before any is written
         raise UsageError(f"--name {text[:20]!r}... is {len(ident)} characters long: give a name of at most {MAX_NAME}")
     written = top_level().get(ident)
@@ -88,7 +91,7 @@ def names_for(text: str) -> Names:
         where = "built in" if spec is None else spec.origin or "a namespace package"
         raise UsageError(f"{ident!r} is a module Python imports already ({where}): a plug-in package of that name "
                          "would shadow it or be shadowed; give --name another")
-    return Names(dist, ident, "".join(part.capitalize() for part in ident.split("_")))
+    return Names(dist, ident, cls)
 
 
 def renaming(text: str, names: Names) -> str:
