@@ -61,3 +61,15 @@ def test_a_changed_name_says_how_it_changed(name: str, package: str, note: str, 
     err = capsys.readouterr().err
     assert f"note: {note}" in err and "is not a Python name" not in err, err
     assert (tmp_path / "plugin" / "src" / package / "__init__.py").is_file()
+
+
+@pytest.mark.parametrize("blocking", ["tests", "src", ".github"])
+def test_a_file_where_quickstart_writes_a_folder_is_refused_before_any_file(blocking: str, tmp_path: Path,
+                                                                           capsys) -> None:
+    """A file named like one of its folders was found only when the write reached it: files written before it, and
+    a second quickstart then refused them as taken."""
+    (tmp_path / blocking).write_text("notes\n")
+    assert main(["quickstart", "--name", "flatq", "--dest", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{blocking} (a file, where quickstart writes a folder)" in err and len(err.strip().splitlines()) == 1, err
+    assert [p.name for p in tmp_path.iterdir()] == [blocking]

@@ -231,7 +231,9 @@ def write(dest: Path, plan: dict[str, str]) -> list[Path]:
     in_the_way = next((p for p in (dest, *dest.parents) if p.exists() and not p.is_dir()), None)
     if in_the_way is not None:
         raise UsageError(f"--dest {dest}: {in_the_way} is a file, not a folder")
-    taken = [rel for rel in plan if (dest / rel).exists()]
+    folders = sorted({str(parent) for rel in plan for parent in Path(rel).parents if str(parent) != "."})
+    taken = [f"{rel} (a file, where quickstart writes a folder)" for rel in folders if (dest / rel).is_file()]
+    taken += [rel for rel in plan if (dest / rel).exists()]
     if taken:
         raise UsageError(f"{dest} already has {', '.join(taken[:5])}{' ...' if len(taken) > 5 else ''}: quickstart "
                          "writes a new plug-in and overwrites nothing; run it in an empty folder or give --dest")
