@@ -489,6 +489,8 @@ def test_shards_are_disjoint_and_merge_into_the_whole_preset(tmp_path):
         "again into a new --out"), proc.stderr
     proc = cli("run", "--out", str(merged), "--resume")  # a whole merge: nothing to measure, its report again, 0
     assert proc.returncode == 0 and "nothing left to measure" in proc.stderr, proc.stderr[-2000:]
+    proc = cli("run", "--out", str(merged), "--resume", "--preset", "cpu")  # was taken: exit 0, nothing checked
+    assert proc.returncode == 2 and "not --preset cpu" in proc.stderr, proc.stderr[-2000:]
     other = tmp_path / "other-seed"  # shard 2 again, measured otherwise: not a part of the same sweep
     proc = cli("run", "--preset", "smoke", "--impl", "naive", "--shard", "2/2", "--out", str(other), *FAST,
                "--no-memory", "--no-plots", "--seed", "7")

@@ -38,6 +38,19 @@ def saved(out: Path, args: argparse.Namespace, impls: list[str] | None, given: d
     """The saved sweep, after checking that this command line, machine and installation can continue it."""
     sweep = store.load(out)
     meta = sweep.meta
+
+    def typed(dest: str, value: object) -> object:  # a default of the project's table gives way to the sweep's own
+        return None if settings.from_table(args, dest) else value
+
+    _conflict("--preset", typed("preset", args.preset), meta.get("preset"), out)  # a merged sweep's too
+    if typed("impl", impls) is not None and set(impls or ()) != set(meta.get("impls", ())):
+        _conflict("--impl", ",".join(impls or ()), ",".join(meta.get("impls", ())), out)
+    _conflict("--shard", typed("shard", args.shard and "/".join(map(str, parse_shard(args.shard)))),
+              meta.get("shard"), out)
+    _conflict("--device", args.device, meta.get("device"), out)  # the table's too: this process measures on it
+    _conflict("--seed", typed("seed", args.seed), meta.get("seed"), out)
+    for k, v in given.items():
+        _conflict(OPTION_FLAGS[k], typed(k, v), (meta.get("options") or {}).get(k), out)
     if meta.get("merged_from"):  # its missing points are its shards', each measured on its own machine
         left = store.shard_dirs(meta, unfinished=True)
         if left or not sweep.complete:
@@ -52,18 +65,6 @@ def saved(out: Path, args: argparse.Namespace, impls: list[str] | None, given: d
         raise UsageError(f"{out} was started by an older sdpa-bench (results format {sweep.version}; this one "
                          f"resumes only format {store.VERSION}, what it writes): finish it with the version that "
                          "started it, or start again here with --overwrite (report and compare read it as it is)")
-    def typed(dest: str, value: object) -> object:  # a default of the project's table gives way to the sweep's own
-        return None if settings.from_table(args, dest) else value
-
-    _conflict("--preset", typed("preset", args.preset), meta.get("preset"), out)
-    if typed("impl", impls) is not None and set(impls or ()) != set(meta.get("impls", ())):
-        _conflict("--impl", ",".join(impls or ()), ",".join(meta.get("impls", ())), out)
-    _conflict("--shard", typed("shard", args.shard and "/".join(map(str, parse_shard(args.shard)))),
-              meta.get("shard"), out)
-    _conflict("--device", args.device, meta.get("device"), out)  # the table's too: this process measures on it
-    _conflict("--seed", typed("seed", args.seed), meta.get("seed"), out)
-    for k, v in given.items():
-        _conflict(OPTION_FLAGS[k], typed(k, v), (meta.get("options") or {}).get(k), out)
     diffs = machine_differences(meta.get("machine") or {}, machine_info(meta.get("device")))
     if diffs:
         raise UsageError(f"{out} was measured on another machine ({'; '.join(diffs)}, saved vs here). Resume it "
