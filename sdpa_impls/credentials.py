@@ -36,12 +36,13 @@ def _mask(match: re.Match) -> str:
     return f"{match.group('scheme')}{MASK}@"
 
 
-# a URL ends at a quote, a backslash (a quote escaped in JSON text) or a backtick (a Markdown code span)
-_URL = re.compile(rf"{_START}[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>\\`]*")
+# a URL ends at a quote, also one escaped in JSON text (a backslash before anything else stays in it, masked with
+# its value), or at a backtick (a Markdown code span)
+_URL = re.compile(rf"{_START}[A-Za-z][A-Za-z0-9+.-]*://(?:[^\s'\"<>\\`]|\\(?!\"))*")
 # pip's --proxy takes [user:passwd@]proxy.server:port, with no scheme
 _PROXY = re.compile(r"(?P<head>--proxy(?:=|\s+)['\"]?(?:[A-Za-z][A-Za-z0-9+.-]*://)?)(?P<user>[^\s:@/'\"]*):[^\s@]*@")
 # a URL's path and query with no scheme, as pip and urllib3 quote it in an error ("... with url: /p.whl?token=T")
-_PATH = re.compile(r"(?<=with url: )/[^\s'\"<>\\`]*")
+_PATH = re.compile(r"(?<=with url: )/(?:[^\s'\"<>\\`]|\\(?!\"))*")
 # punctuation that closes the prose around a URL: kept after the masked query, not masked with its last value
 _CLOSING = re.compile(r"[)\]}.,:;!]+$")
 

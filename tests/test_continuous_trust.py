@@ -898,6 +898,7 @@ def test_what_people_wrote_is_text_in_the_comment() -> None:
     doc = json.dumps({"spec": f'--extra-index-url "https://u:{SECRET}@h/simple?tok={SECRET}": Python'})
     assert json.loads(redact(doc)) == {"spec": '--extra-index-url "https://u:****@h/simple?tok=****": Python'}
     assert redact(f"(see `p @ https://h/p.whl?sig={SECRET}`)") == "(see `p @ https://h/p.whl?sig=****`)"
+    assert redact(f"https://h/s?tok=ab\\{SECRET} x") == "https://h/s?tok=**** x"  # a backslash in a value: masked
 
 
 def test_a_sigterm_stops_a_run_with_one_line_and_leaves_nothing(plugin_repo: Path, tmp_path: Path) -> None:
