@@ -273,6 +273,53 @@ def test_an_answer_that_could_not_be_written_is_refused_before_measuring(repo: d
     assert code == 2 and out == "" and err.count("\n") == 1 and "cannot write (it is a folder)" in err, err
 
 
+class _Judged:
+    """A comparison as `continuous` prints and writes it, judged: pass."""
+    exit_code = 0
+
+    def text(self, markdown: bool = False) -> str:
+        return ("## " if markdown else "") + "sdpa-bench continuous: pass\n"
+
+    def as_json(self) -> dict:
+        return {"verdict": "pass"}
+
+
+def test_a_verdict_that_ends_in_exit_2_leaves_no_answer_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--markdown F --json J` with a stdout that takes nothing (`> /dev/full`), or a second file that cannot be
+    written: exit 2, and neither file holds the verdict, as gate-your-ci.md says (exit 2 posts nothing)."""
+    from sdpa_impls.cli import continuous as command
+    from sdpa_impls.errors import GateInputError
+    monkeypatch.setattr(command, "compare", lambda *args, **kwargs: _Judged())
+    monkeypatch.setattr(command, "find", lambda *args, **kwargs: None)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SDPA_BENCH_ENV_CACHE", str(tmp_path / "cache"))
+    md, js = tmp_path / "v.md", tmp_path / "v.json"
+    argv = ["continuous", "--markdown", str(md), "--json", str(js)]
+    full, err = open("/dev/full", "w"), io.StringIO()  # noqa: SIM115 (closed below, its unwritten verdict dropped)
+    try:
+        with monkeypatch.context() as m, contextlib.redirect_stderr(err):
+            m.setattr("sys.stdout", full)
+            code = main(argv)
+    finally:
+        with contextlib.suppress(OSError):
+            full.close()
+    assert code == 2 and "cannot write to standard output" in err.getvalue(), err.getvalue()
+    assert not md.exists() and not js.exists()
+    real = command.write
+
+    def refused(path: str, text: str) -> None:
+        if path == str(js):
+            raise GateInputError(f"{path}: cannot write (No space left on device)")
+        real(path, text)
+
+    monkeypatch.setattr(command, "write", refused)
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.redirect_stderr(err):
+        code = main(argv)
+    assert code == 2 and "cannot write (No space left" in err.getvalue() and "pass" in out.getvalue()
+    assert not md.exists() and not js.exists()
+
+
 def test_ci_base_names_main_before_the_change(repo: dict) -> None:
     path = repo["path"]
     assert ci_base(path, {"SDPA_CONTINUOUS_BASE": "main"}) == ("main", "$SDPA_CONTINUOUS_BASE")

@@ -7,6 +7,7 @@ any error (exit 2 for anything that is not an answer).
     impl_names(values) -> (name, ...)    # --impl's values, repeated or comma-separated (run takes them so too)
     progress = timed_progress()          # progress(text) prints "[  12s] text" to stderr
     writable(outputs, inputs, stale)     # GateInputError up front where an answer's file could not be written
+    drop_answers(paths)                  # the answer files written, removed: a run that ends in exit 2 keeps none
     config_file(path)                    # GateInputError up front, naming --config, for a gate config that is unusable
     write(path, text)                    # the file, credentials masked; GateInputError when it cannot be written
     guarded(command, body, source) -> int  # body()'s exit code, or 2 with one line for any error, never a traceback
@@ -23,7 +24,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from .. import settings
@@ -154,8 +155,16 @@ def writable(outputs: dict[str, str | Path | None], inputs: dict[str, str | Path
         if stale and target.is_file() and not target.is_symlink() and not an_answer(target):
             raise GateInputError(f"{flag} {path}: a file that holds no earlier answer of sdpa-bench, which this "
                                  "run would replace: name another file, or remove it first")
-    for path in (Path(p) for p in outputs.values() if p and stale):
-        if path.is_file():  # a link itself, not the file it names; never /dev/stdout, a link to a descriptor
+    if stale:
+        drop_answers(outputs.values())
+
+
+def drop_answers(paths: Iterable[str | Path | None]) -> None:
+    """Remove the answer files at `paths` (None: not asked for): a run that ends with no answer (exit 2) leaves
+    none for a CI step to read as this run's. Only a file: a link itself, not the file it names; never /dev/stdout,
+    a link to a descriptor, or a pipe."""
+    for path in (Path(p) for p in paths if p):
+        if path.is_file():
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
 
