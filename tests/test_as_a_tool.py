@@ -322,16 +322,18 @@ def test_a_plugin_that_requires_another_sdpa_bench_is_refused_not_installed_from
 def test_a_side_without_the_entry_point_measures_the_reference_alone(tool: dict) -> None:
     """A head whose package no longer declares the plug-in's implementation fails with its benchmarks missing, and
     measures the time reference alone: not every implementation installed beside it (another's plug-in included,
-    whose errors were then blamed on this change). A base from before the entry point does the same, and passes."""
+    whose errors were then blamed on this change). A base from before the entry point does the same, and passes.
+    The head is the working tree checked out at the change, as CI has it: a plug-in's change still, since BASE
+    declares the implementation (the working tree's pyproject.toml alone had made it exit 2, "no implementations")."""
     meta = tool["plugin"] / "pyproject.toml"
     text = meta.read_text()
     assert text.count("[project.entry-points.sdpa_impls]") == 1
     meta.write_text(text.replace("[project.entry-points.sdpa_impls]", "[project.entry-points.not_sdpa_impls]"))
     try:
         gone_commit = commit(tool["plugin"], "entry point dropped")
+        code, gone, said = verdict(tool, tool["docs"], cwd=tool["plugin"], rounds=1)
     finally:
         git(tool["plugin"], "checkout", "-q", tool["docs"])  # the working tree as the other tests have it
-    code, gone, said = verdict(tool, tool["docs"], gone_commit, cwd=tool["plugin"], rounds=1)
     assert code == 1 and {f["kind"] for f in gone["failures"]} == {"missing"}, said
     assert gone["run"]["project"]["impls"]["head"] == ["torch_sdpa"]
     assert {r["impl"] for r in gone["rows"]} == {PLUGIN, "torch_sdpa"}, said

@@ -357,6 +357,32 @@ def test_main_in_a_repository_on_master_names_its_branch(tmp_path: Path) -> None
         resolve(clone, "master")
 
 
+def test_a_head_that_drops_the_entry_points_is_still_the_plugins_change(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The working tree (or the commit CI checked out) no longer declares the plug-in's implementations: a plug-in's
+    change still where a compared revision, CI's base included, declares them; a repository whose compared revisions
+    declare none is refused as before."""
+    from sdpa_impls.continuous.project import PLUGIN, find
+
+    meta = tmp_path / "pyproject.toml"
+    declared = '[project]\nname = "toy"\nversion = "1"\n[project.entry-points.sdpa_impls]\ntoy = "toy:Toy"\n'
+    meta.write_text(declared)
+    git(tmp_path, "init", "-q", "-b", "main")
+    first = commit(tmp_path, "the plug-in")
+    meta.write_text(declared.replace("sdpa_impls]", "other]"))
+    with pytest.raises(UsageError, match="declares no implementations"):
+        find(tmp_path, True)  # nothing compared to look at: the working tree alone
+    project = find(tmp_path, True, "continuous", (first, "HEAD"))
+    assert project.kind == PLUGIN and project.package == "toy" and project.impls == (), project
+    dropped = commit(tmp_path, "drop the entry point")
+    monkeypatch.setenv("SDPA_CONTINUOUS_BASE", first)
+    assert find(tmp_path, True, "continuous", (None, "HEAD")).kind == PLUGIN  # no BASE: CI's
+    monkeypatch.delenv("SDPA_CONTINUOUS_BASE")
+    assert find(tmp_path, True, "bisect", (first, dropped)).kind == PLUGIN
+    with pytest.raises(UsageError, match="declares no implementations"):
+        find(tmp_path, True, "continuous", (dropped, "HEAD"))
+
+
 def test_ci_base_says_when_there_is_nothing_before_head(tmp_path: Path) -> None:
     """No BASE given in a repository with no commit, or only one: said so, not "'HEAD~1' is not a revision"."""
     git(tmp_path, "init", "-q", "-b", "main")

@@ -141,7 +141,8 @@ def run(args: argparse.Namespace) -> int:
                 _save(args.json, partial, IN_PROGRESS)
         try:
             with terminate_as_interrupt():
-                result = search(query, plan, find(Path.cwd(), not args.package, "bisect"), progress, replay, saved)
+                project = find(Path.cwd(), not args.package, "bisect", (args.good, bad))
+                result = search(query, plan, project, progress, replay, saved)
         except KeyboardInterrupt as exc:
             return _interrupted(args, so_far[0] if so_far else None, exc)
         sys.stdout.write(redact(render(result)))

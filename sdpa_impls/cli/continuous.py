@@ -96,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
                     paired=not args.separate_processes)
         plan.check()  # before the folder is looked at: a typo is named wherever the command runs
         with in_use():  # each cached environment it runs in stays locked, shared: no prune removes it meanwhile
-            comparison = compare(request, plan, find(Path.cwd(), compares_revisions(request)), progress)
+            comparison = compare(request, plan, find(Path.cwd(), compares_revisions(request), "continuous",
+                                                     (request.base, request.head or "HEAD")), progress)
         return said(comparison)
 
     def said(comparison, done: bool = True) -> int:  # noqa: ANN001 (a Comparison)
