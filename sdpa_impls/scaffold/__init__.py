@@ -8,7 +8,7 @@ template file ends in `.tmpl`, so no tool takes the template for a part of sdpa-
     origin()               -> (url, vcs_info) | None   # where this sdpa-bench was installed from (PEP 610)
     requirement()          -> (requirement, note)   # how the plug-in's CI installs this sdpa-bench
     files(names, requirement, asv) -> {relative path: text}   # asv: asv.conf.json's replacements (scaffold.asv)
-    write(dest, files)     -> [Path]                # UsageError when any of them exists already
+    write(dest, files)     -> [Path]                # UsageError when any is in the way (exists, a link)
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import UsageError
+from .dest import kind
 
 TEMPLATE = Path(__file__).parent / "template"
 HIDDEN = {"github": ".github", "gitignore": ".gitignore"}  # stored without the dot: package data globs skip dot-files
@@ -226,14 +227,17 @@ def _readme_base(text: str, branch: str) -> str:
 
 
 def write(dest: Path, plan: dict[str, str]) -> list[Path]:
-    """Write `plan` into `dest` (made if missing); UsageError naming the files that exist already, before any is
-    written."""
-    in_the_way = next((p for p in (dest, *dest.parents) if p.exists() and not p.is_dir()), None)
+    """Write `plan` into `dest` (made if missing); before any is written, UsageError naming what is in the way: the
+    files that exist already, a broken link or fifo at a path it writes (scaffold.dest.kind)."""
+    in_the_way = next((p for p in (dest, *dest.parents) if kind(p) or p.exists() and not p.is_dir()), None)
     if in_the_way is not None:
-        raise UsageError(f"--dest {dest}: {in_the_way} is a file, not a folder")
+        raise UsageError(f"--dest {dest}: {in_the_way} is {kind(in_the_way) or 'a file'}, not a folder")
     folders = sorted({str(parent) for rel in plan for parent in Path(rel).parents if str(parent) != "."})
-    taken = [f"{rel} (a file, where quickstart writes a folder)" for rel in folders if (dest / rel).is_file()]
-    taken += [rel for rel in plan if (dest / rel).exists()]
+    taken = [f"{rel} ({kind(dest / rel) or 'a file'}, where quickstart writes a folder)" for rel in folders
+             if (dest / rel).is_file() or kind(dest / rel)]
+    # a broken link is no file to os.path.exists, but a write follows it; a fifo blocks the write
+    taken += [f"{rel} ({kind(dest / rel)})" if kind(dest / rel) else rel for rel in plan
+              if (dest / rel).exists() or kind(dest / rel)]
     if taken:
         raise UsageError(f"{dest} already has {', '.join(taken[:5])}{' ...' if len(taken) > 5 else ''}: quickstart "
                          "writes a new plug-in and overwrites nothing; run it in an empty folder or give --dest")

@@ -1,0 +1,50 @@
+"""What in `sdpa-bench quickstart --dest DIR` stops it before it writes anything: a broken link or a fifo where it
+writes a file or a folder (a file where it writes a folder: tests/test_quickstart_names.py). The real command, in
+process, writing the real template."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from sdpa_impls import scaffold
+from sdpa_impls.cli import main
+
+
+def refused(dest: Path, capsys) -> str:
+    """quickstart's one line of refusal into `dest`; asserts the exit code and that nothing was written."""
+    before = sorted(p.name for p in dest.iterdir())
+    assert main(["quickstart", "--name", "flatq", "--dest", str(dest)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert sorted(p.name for p in dest.iterdir()) == before, err
+    return err
+
+
+@pytest.mark.parametrize("at", ["README.md", "tests/test_flatq.py", "src/flatq/__init__.py"])
+def test_a_broken_link_where_quickstart_writes_a_file_is_refused(at: str, tmp_path: Path, capsys) -> None:
+    """A broken symbolic link is no file to os.path.exists, and the write followed it: the plug-in's file was
+    written wherever the link pointed, outside the folder, and quickstart said it wrote it there."""
+    dest, outside = tmp_path / "plugin", tmp_path / "outside"
+    (dest / at).parent.mkdir(parents=True, exist_ok=True)
+    outside.mkdir()
+    (dest / at).symlink_to(outside / "target")
+    err = refused(dest, capsys)
+    assert f"{at} (a broken symbolic link)" in err and "overwrites nothing" in err, err
+    assert list(outside.iterdir()) == []
+
+
+@pytest.mark.parametrize("at, said", [
+    ("README.md", "README.md (a fifo)"), ("tests", "tests (a fifo, where quickstart writes a folder)"),
+    (".github", ".github (a broken symbolic link, where quickstart writes a folder)")])
+def test_a_fifo_or_broken_link_in_the_way_is_refused_before_any_file(at: str, said: str, tmp_path: Path,
+                                                                   capsys) -> None:
+    """A fifo where a folder goes failed only when the write reached it (mkdir: File exists), after other files;
+    one where a file goes was refused as if it were a file."""
+    if "link" in said:
+        (tmp_path / at).symlink_to(tmp_path / "nowhere")
+    else:
+        os.mkfifo(tmp_path / at)
+    err = refused(tmp_path, capsys)
+    assert said in err, err
