@@ -1,6 +1,7 @@
 """What in `sdpa-bench quickstart --dest DIR` stops it before it writes anything: a broken link or a fifo where it
-writes a file or a folder (a file where it writes a folder: tests/test_quickstart_names.py). The real command, in
-process, writing the real template."""
+writes a file or a folder, and a module there that the plug-in's own test would import instead of the plug-in or of
+what it imports (a file where it writes a folder: tests/test_quickstart_names.py). The real command, in process,
+writing the real template."""
 from __future__ import annotations
 
 import os
@@ -48,3 +49,27 @@ def test_a_fifo_or_broken_link_in_the_way_is_refused_before_any_file(at: str, sa
         os.mkfifo(tmp_path / at)
     err = refused(tmp_path, capsys)
     assert said in err, err
+
+
+def test_the_modules_the_plugin_imports_are_its_package_and_what_its_files_import() -> None:
+    from sdpa_impls.scaffold.dest import imported
+
+    plan = scaffold.files(scaffold.names_for("flatq"), "sdpa-bench")
+    assert imported(plan)[0] == "flatq" and sorted(imported(plan)[1:]) == ["pytest", "sdpa_impls", "torch"]
+
+
+@pytest.mark.parametrize("at", ["flatq.py", "flatq/__init__.py", "flatq/", "tests/flatq.py", "tests/flatq/",
+                                "torch.py", "sdpa_impls/__init__.py", "tests/pytest.py"])
+def test_a_module_that_would_shadow_one_the_plugin_imports_is_refused(at: str, tmp_path: Path, capsys) -> None:
+    """`flatq.py` in the folder was imported by the plug-in's own test (`python -m pytest` puts the folder first on
+    the path; pytest, tests/): a PluginLoadError in a plug-in just written."""
+    if at.endswith("/"):
+        (tmp_path / at).mkdir(parents=True)
+    else:
+        (tmp_path / at).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / at).write_text("x = 1\n")
+    err = refused(tmp_path, capsys)
+    name = Path(at.rstrip("/")).name.removesuffix(".py")
+    shown = at if not at.endswith("__init__.py") else at.removesuffix("__init__.py")
+    assert f"{shown} is there, a module named {name if name != '__init__' else at.split('/')[0]}" in err, err
+    assert "would import it instead" in err and "give --dest another folder" in err, err

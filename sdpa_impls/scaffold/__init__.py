@@ -8,7 +8,7 @@ template file ends in `.tmpl`, so no tool takes the template for a part of sdpa-
     origin()               -> (url, vcs_info) | None   # where this sdpa-bench was installed from (PEP 610)
     requirement()          -> (requirement, note)   # how the plug-in's CI installs this sdpa-bench
     files(names, requirement, asv) -> {relative path: text}   # asv: asv.conf.json's replacements (scaffold.asv)
-    write(dest, files)     -> [Path]                # UsageError when any is in the way (exists, a link)
+    write(dest, files)     -> [Path]                # UsageError when any is in the way, or a module shadows one
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import UsageError
-from .dest import kind
+from .dest import kind, shadowing
 
 TEMPLATE = Path(__file__).parent / "template"
 HIDDEN = {"github": ".github", "gitignore": ".gitignore"}  # stored without the dot: package data globs skip dot-files
@@ -228,7 +228,8 @@ def _readme_base(text: str, branch: str) -> str:
 
 def write(dest: Path, plan: dict[str, str]) -> list[Path]:
     """Write `plan` into `dest` (made if missing); before any is written, UsageError naming what is in the way: the
-    files that exist already, a broken link or fifo at a path it writes (scaffold.dest.kind)."""
+    files that exist already, a broken link or fifo at a path it writes (scaffold.dest.kind), a module there that
+    the plug-in's test would import instead of one it needs (scaffold.dest.shadowing)."""
     in_the_way = next((p for p in (dest, *dest.parents) if kind(p) or p.exists() and not p.is_dir()), None)
     if in_the_way is not None:
         raise UsageError(f"--dest {dest}: {in_the_way} is {kind(in_the_way) or 'a file'}, not a folder")
@@ -241,6 +242,9 @@ def write(dest: Path, plan: dict[str, str]) -> list[Path]:
     if taken:
         raise UsageError(f"{dest} already has {', '.join(taken[:5])}{' ...' if len(taken) > 5 else ''}: quickstart "
                          "writes a new plug-in and overwrites nothing; run it in an empty folder or give --dest")
+    shadowed = shadowing(dest, plan)
+    if shadowed:
+        raise UsageError(shadowed)
     written = []
     try:
         for rel, text in plan.items():
