@@ -12,6 +12,7 @@ import torch
 from .callshape import QKVText, plain_number, shape_text, to_bhle
 from .masks import Structure
 from .support import ALL_HALF_AND_FLOAT, WITH_FP64, Support  # noqa: F401  (the contract's names, in one place)
+from .support import as_reasons
 
 # what the measuring code reads from a prepared call besides `op` (compilation, call_context, device time, graphs)
 MARKERS = ("compiles", "compile_s_before", "context", "not_capturable", "rebuild")
@@ -238,7 +239,8 @@ class Implementation:
         raise NotImplementedError
 
     def library_reasons(self, inp: SDPAInputs) -> list[str]:
-        """Reasons from the library's own support checks; called only when the data checks pass."""
+        """Reasons from the library's own support checks; called only when the data checks pass. A list of strings
+        (empty or None: none); any other answer is a TypeError naming the implementation."""
         return []
 
     def prepare_inputs(self, inp: SDPAInputs) -> Callable[[], torch.Tensor]:
@@ -248,7 +250,7 @@ class Implementation:
         """Validate (one ValueError for bad input), then the data checks of `support`, then the library's own
         checks when those pass. Empty when this implementation can run `inp` here."""
         validate(inp)
-        return self.support.reasons(inp) or self.library_reasons(inp)
+        return self.support.reasons(inp) or as_reasons(self.name, "library_reasons", self.library_reasons(inp))
 
     def unsupported_reasons(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                             attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0,
@@ -256,8 +258,8 @@ class Implementation:
                             enable_gqa: bool = False) -> list[str]:
         """Empty when this implementation can run the call here; else one sentence per obstacle."""
         call = to_bhle(query, key, value, attn_mask, enable_gqa, cast=True)
-        return call.checked(lambda: self.not_supported_reasons(SDPAInputs(
-            call.query, call.key, call.value, call.attn_mask, dropout_p, is_causal, scale, enable_gqa)))
+        return as_reasons(self.name, "not_supported_reasons", call.checked(lambda: self.not_supported_reasons(
+            SDPAInputs(call.query, call.key, call.value, call.attn_mask, dropout_p, is_causal, scale, enable_gqa))))
 
     def prepare(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0, is_causal: bool = False,
@@ -272,7 +274,7 @@ class Implementation:
         call = to_bhle(query, key, value, attn_mask, enable_gqa, cast=True)  # under torch.autocast: torch's dtype
         inp = SDPAInputs(call.query, call.key, call.value, call.attn_mask, dropout_p, is_causal, scale, enable_gqa,
                          structure)
-        reasons = call.checked(lambda: self.not_supported_reasons(inp))
+        reasons = as_reasons(self.name, "not_supported_reasons", call.checked(lambda: self.not_supported_reasons(inp)))
         if reasons:
             raise Unsupported(self.name, reasons)
         with call.autocast_off():

@@ -99,3 +99,20 @@ def _items(given: object, name: str) -> list:
         return list(given)  # type: ignore[call-overload]
     except TypeError:
         raise TypeError(f"Support({name}=...) takes a set; got {given!r}") from None
+
+
+def as_reasons(impl_name: str, method: str, got: object) -> list[str]:
+    """An implementation's answer from `method` (library_reasons, not_supported_reasons, unsupported_reasons) as the
+    list of reasons it is: None and an empty list or tuple mean it runs the call; anything else that is not a list or
+    tuple of str is a TypeError naming the implementation (a bare str was taken one character a reason)."""
+    if got is None:
+        return []
+    if isinstance(got, (list, tuple)):
+        wrong = next((r for r in got if not isinstance(r, str)), None)
+        if wrong is None:
+            return list(got)
+        what = f"a {type(got).__name__} holding a {type(wrong).__name__} ({wrong!r:.60})"
+    else:
+        what = f"a {type(got).__name__} ({got!r:.60})"
+    raise TypeError(f"{impl_name}: {method} returned {what}: it should return a list of strings, one sentence a "
+                    "reason (empty, or None, when it runs the call)")

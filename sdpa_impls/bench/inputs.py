@@ -9,6 +9,7 @@ import torch
 
 from ..masks import Structure
 from ..protocol import Implementation, SDPAInputs
+from ..support import as_reasons
 from .grid import Case
 
 
@@ -35,9 +36,11 @@ class Inputs:
     def reasons(self, impl: object) -> list[str]:
         """Why `impl` cannot run these inputs here (empty when it can), asked as `prepare` will call it: with the
         mask's structure for an `Implementation`, whose answer may depend on it (a native form, or none)."""
+        name = getattr(impl, "name", repr(impl))  # a plug-in's answer that is no list of str: one TypeError, as ours
         if self.structure is not None and isinstance(impl, Implementation):
-            return impl.not_supported_reasons(SDPAInputs(**self.args(), structure=self.structure))
-        return impl.unsupported_reasons(**self.args())  # type: ignore[attr-defined]
+            got = impl.not_supported_reasons(SDPAInputs(**self.args(), structure=self.structure))
+            return as_reasons(name, "not_supported_reasons", got)
+        return as_reasons(name, "unsupported_reasons", impl.unsupported_reasons(**self.args()))  # type: ignore
 
     def prepare(self, impl: object) -> Callable[[], torch.Tensor]:
         """`impl`'s prepared closure for these inputs. The drop-in arguments, plus the mask's structure for an

@@ -14,6 +14,7 @@ from ..errors import UsageError
 from ..impls._tiled.budget import bf16_compute
 from ..impls._tiled.compute import check_settings, unshifted_base
 from ..registry import get, names, shadowed
+from ..support import as_reasons
 from ..report.markdown import machine_lines
 
 PROBE_L, PROBE_E = 128, 64
@@ -29,7 +30,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _reasons(impl_name: str, case: Case, device: str) -> list[str]:
     """The implementation's own answer on small seeded inputs of `case` (an error in asking is a reason too)."""
     try:
-        return list(get(impl_name).unsupported_reasons(**make_inputs(case, device).args()))
+        got = get(impl_name).unsupported_reasons(**make_inputs(case, device).args())
+        return as_reasons(impl_name, "unsupported_reasons", got)  # a str was listed one character a line
     except Exception as exc:
         return [f"{type(exc).__name__} while asking: {exc}"]
 
