@@ -370,6 +370,33 @@ def test_a_merge_names_the_shard_a_run_is_still_writing(tmp_path, capsys) -> Non
     assert "resume" not in err
 
 
+def test_a_merged_sweep_is_never_measured_again_and_a_missing_shard_is_named(tmp_path, capsys) -> None:
+    """A merged sweep whose first shard was saved whole but never marked finished (stopped in its last ceilings) is
+    whole: its resume measures nothing and keeps its ceilings. A merge that lacks a shard (its cases in none of the
+    merged ones) is refused by the resume, which names the missing shard, rather than read as whole."""
+    shards = [tmp_path / f"s{i}" for i in (1, 2)]
+    for i, shard in enumerate(shards, 1):
+        assert main([*SMOKE, "--shard", f"{i}/2", "--impl", "naive", "--out", str(shard), *FAST]) == 0
+    doc = load(shards[0])
+    doc["meta"] = {k: v for k, v in doc["meta"].items() if k != "finished"}
+    (shards[0] / "results.json").write_text(json.dumps(doc))
+    merged, part = tmp_path / "m", tmp_path / "part"
+    assert main(["merge", str(merged), *map(str, shards), "--no-plots"]) == 0
+    before = (merged / "results.json").read_bytes()
+    capsys.readouterr()
+    assert main([*SMOKE, "--impl", "naive", "--out", str(merged), "--resume"]) == 0
+    err = capsys.readouterr().err
+    assert "nothing left to measure" in err and "measuring" not in err, err
+    assert (merged / "results.json").read_bytes() == before
+    assert main(["merge", str(part), str(shards[1]), "--no-plots"]) == 0
+    before = (part / "results.json").read_bytes()
+    capsys.readouterr()
+    assert main([*SMOKE, "--impl", "naive", "--out", str(part), "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "each was finished, but a case is in none of them: merge them with the missing shard" in err, err
+    assert (part / "results.json").read_bytes() == before
+
+
 def test_a_refused_command_leaves_the_folder_as_it_was_and_a_run_no_lock_file(tmp_path, capsys) -> None:
     """The lock file goes when its holder ends: a `run` or `targets` refused (another tool's results.json, which
     `targets` named as a sweep to --overwrite) leaves the user's folder as it was, a finished run leaves its outputs

@@ -53,7 +53,7 @@ def saved(out: Path, args: argparse.Namespace, impls: list[str] | None, given: d
         _conflict(OPTION_FLAGS[k], typed(k, v), (meta.get("options") or {}).get(k), out)
     if meta.get("merged_from"):  # its missing points are its shards', each measured on its own machine
         left = store.shard_dirs(meta, unfinished=True)
-        if left or not sweep.complete:
+        if left or not sweep.complete or _missing_cases(meta):
             raise UsageError(f"{out} was merged from shards ({store.shard_dirs(meta)}): " + (
                 f"resume the unfinished shards ({left}), then merge them again into a new --out" if left else
                 "each was finished, but a case is in none of them: merge them with the missing shard into a new --out"))
@@ -81,6 +81,15 @@ def saved(out: Path, args: argparse.Namespace, impls: list[str] | None, given: d
         raise UsageError(f"{out}: cannot resume: implementation(s) {', '.join(unknown)} are not installed here")
     _loads(out, sweep)
     return sweep
+
+
+def _missing_cases(meta: dict) -> bool:
+    """Whether the preset of a merged sweep has a case in none of its shards (the merge left a shard out): its own
+    case ids are the shards' only, so counting its points against them never shows it."""
+    try:
+        return bool({c.id for c in grid.preset(meta.get("preset"))} - set(meta.get("case_ids") or ()))
+    except (ValueError, TypeError):  # a preset this version does not know: its shards' cases are all it can tell
+        return False
 
 
 def _loads(out: Path, sweep: store.Sweep) -> None:

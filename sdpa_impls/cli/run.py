@@ -231,7 +231,8 @@ def _sweep(args: argparse.Namespace, device: str, preset: str, impls: list[str] 
     if args.resume:
         progress.note(f"resuming {out}: {done} of {total} points already finished" if existing else
                       f"nothing to resume in {out}: starting a new sweep")
-    if existing and done == total and "finished" in meta:  # the sweep stays as measured (ceilings, sessions)
+    if existing and (done == total and "finished" in meta or meta.get("merged_from")):  # kept as measured; a merge
+        # `saved` took is whole, "finished" or not (its first shard's): nothing of it is measured again, ceilings too
         running.mark(out, None)
         replaced.drop_aside(out, sweep)  # an ending cut short after it finished left the sweep it replaced
         files = write_report(out, sweep, plots=plots)
