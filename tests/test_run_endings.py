@@ -45,6 +45,19 @@ def test_a_finished_sweep_resumed_measures_nothing_and_keeps_its_results(tmp_pat
     assert (out / "results.json").read_bytes() == before
 
 
+def test_plots_given_to_the_resume_of_a_sweep_started_without_them_draw_them(tmp_path, capsys) -> None:
+    """--plots on the resume of a sweep run with --no-plots is honoured, as --no-plots on a resume is: the resume
+    draws them and its later resumes do too (it was taken for "not given" and ignored, no PNG and no word)."""
+    out = tmp_path / "plain"
+    assert main([*SMOKE, "--impl", "naive", "--out", str(out), *FAST]) == 0
+    doc = load(out)
+    doc["results"], doc["meta"] = doc["results"][:-1], {k: v for k, v in doc["meta"].items() if k != "finished"}
+    (out / "results.json").write_text(json.dumps(doc))
+    assert main([*SMOKE, "--impl", "naive", "--out", str(out), "--resume", "--plots"]) == 0
+    assert list(out.glob("*.png")), "--plots on the resume drew no plots"
+    assert load(out)["meta"]["no_plots"] is False and "finished" in load(out)["meta"]
+
+
 def test_a_resume_keeps_the_point_timeout_and_counts_its_own_points(tmp_path, capsys) -> None:
     """--point-timeout is kept with the sweep: a resume without it goes on with the sweep's (its `continue with:`
     line names no option, and the default 1800 s came back), and one that gives it changes it. The closing line

@@ -68,8 +68,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--cuda-graph", action="store_const", const=True, help="time CUDA-graph replays")
     t.add_argument("--no-memory", dest="memory", action="store_const", const=False,
                    help="skip the peak-memory measurement")
-    p.add_argument("--no-plots", action="store_true",
-                   help="write tables, CSV and report without PNGs (kept for --resume)")
+    p.add_argument("--no-plots", action="store_const", const=True,  # None: not given, the sweep's own on a resume
+                   help="write tables, CSV and report without PNGs (kept for --resume; --plots on one draws them)")
     watch.add_argument(p)
 
 
@@ -223,8 +223,8 @@ def _sweep(args: argparse.Namespace, device: str, preset: str, impls: list[str] 
     if not existing:  # an earlier sweep's point noted here is not this sweep's: a resume would count it as a crash
         running.mark(out, None)
     meta = sweep.meta
-    if args.no_plots:  # kept with the sweep: its resumes write no PNGs either (`report` draws them)
-        meta["no_plots"] = True
+    if args.no_plots is not None:  # kept with the sweep for its resumes, as given last (--plots: False)
+        meta["no_plots"] = args.no_plots
     plots = not meta.get("no_plots")
     total, done = sweep.planned, len(sweep.done())
     progress = Progress(total, saved_options(meta), sweep.results)
