@@ -40,8 +40,13 @@ def fmt_bytes(n: float | None) -> str:
 
 
 def fmt_factor(factor: float) -> str:
-    """A threshold's factor as configured: 1.15 for 15 %, 1.004 for 0.4 % (not 1.00, which reads as "any growth")."""
-    return f"{factor:.2f}" if abs(factor * 100 - round(factor * 100)) < 1e-9 else f"{factor:.6g}"
+    """A threshold's factor as configured: 1.15 for 15 %, 1.004 for 0.4 % (not 1.00, which reads as "any growth"),
+    with the digits it takes to never read as 1 where it is not: 1.000004 for 0.0004 %."""
+    text, digits = (f"{factor:.2f}" if abs(factor * 100 - round(factor * 100)) < 1e-9 else f"{factor:.6g}"), 6
+    while factor != 1 and float(text) == 1 and digits < 17:  # 17 significant digits tell any float from 1
+        digits += 1
+        text = f"{factor:.{digits}g}"
+    return text
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]], markdown: bool = False,

@@ -719,6 +719,11 @@ def test_time_rule_messages_carry_their_numbers() -> None:
     # a threshold under 1 % reads as configured, not as × 1.00 ("any growth fails")
     fine = TimeRule.parse("median:0.4%", alpha=0.01).check(base, slow)
     assert fine.failed and "baseline 10.1 ms × 1.004 (p=" in fine.message, fine.message
+    tiny = TimeRule.parse("median:0.0004%", alpha=0.01).check(base, slow)  # a change, however small, is no × 1
+    assert "baseline 10.1 ms × 1.000004 (p=" in tiny.message, tiny.message
+    from sdpa_impls.fmt import fmt_factor
+    assert [fmt_factor(f) for f in (1.0, 1.1, 1 + 1e-12, 1 - 1e-7, 1 + 2**-52)] == [
+        "1.00", "1.10", "1.000000000001", "0.9999999", "1.0000000000000002"]
     bigger = MemoryRule.parse("peak:0.1%").check(Point("naive", "c", 1.0, peak_memory_bytes=1000 * 2**20),
                                                  Point("naive", "c", 1.0, peak_memory_bytes=1005 * 2**20))
     assert bigger.failed and bigger.message.startswith("peak 1005 MiB > baseline 1000 MiB × 1.001 (+"), bigger.message
