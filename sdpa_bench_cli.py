@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import shlex
 import signal
 import sys
 import traceback
@@ -19,6 +20,7 @@ from pathlib import Path
 
 USAGE_EXIT = 2  # sdpa_impls.errors.USAGE_EXIT, which this module cannot import before the package does
 TRACEBACK_ENV = "SDPA_BENCH_TRACEBACK"
+CONTINUE_ENV = "SDPA_BENCH_CONTINUE"  # sdpa_impls.cli.watch.CONTINUE_ENV: set in a timed-out `run`'s replacement
 
 
 def _first_line(exc: BaseException) -> str:
@@ -50,6 +52,15 @@ def import_failure(exc: Exception) -> str:
     where = "its traceback is above" if traceback_wanted() else f"{TRACEBACK_ENV}=1 shows where"
     return _masked(f"sdpa-bench cannot start in {sys.executable}: {type(exc).__name__}: {_first_line(exc)} "
                    f"(is torch installed and working there? {where})")
+
+
+def taken_over() -> str:
+    """What a stop while sdpa_impls imports says after "interrupted" in the process that replaced a timed-out `run`
+    (CONTINUE_ENV), as sdpa_impls.cli's own ending there does once imported: where its sweep's finished points are
+    and how to go on; "" in any other process."""
+    out = os.environ.get(CONTINUE_ENV)
+    return (f"; the finished points are saved in {out}; continue with: sdpa-bench run --out {shlex.quote(out)} "
+            "--resume") if out else ""
 
 
 def traceback_wanted() -> bool:
@@ -105,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         if ours:
             signal.signal(signal.SIGINT, before)
     if said:  # a Ctrl-C while sdpa_impls imported, even one the import swallowed, stops the command before it starts
-        print("sdpa-bench: interrupted", file=sys.stderr)
+        print(f"sdpa-bench: interrupted{taken_over()}", file=sys.stderr)
         return 130
     code = command_line(argv)
     if argv is None:  # this process's command: the answer is decided, the interpreter's teardown may not change it

@@ -85,6 +85,21 @@ def test_ctrl_c_while_torch_imports_is_interrupted_and_130(tmp_path):
     assert err.strip() == "sdpa-bench: interrupted" and out == ""
 
 
+def test_ctrl_c_while_torch_imports_in_a_timed_out_runs_replacement_says_how_to_resume(tmp_path, monkeypatch):
+    """The process that replaced a timed-out `run` (SDPA_BENCH_CONTINUE) stopped while torch imports says where the
+    sweep's finished points are and the resume, as a stop anywhere later in it does (it said "interrupted" only)."""
+    out = str(tmp_path / "my sweep")
+    env = _with_torch(tmp_path, "import sys, time\nprint('importing torch', file=sys.stderr, flush=True)\n"
+                                "time.sleep(60)\n")
+    code, _, err = ctrl_c_while_importing({**env, "SDPA_BENCH_CONTINUE": out})
+    said = (f"sdpa-bench: interrupted; the finished points are saved in {out}; continue with: sdpa-bench run --out "
+            f"{shlex.quote(out)} --resume")
+    assert code == 130 and err.strip() == said, (code, err)
+    from sdpa_impls.cli import _taken_over, watch
+    monkeypatch.setenv(watch.CONTINUE_ENV, out)
+    assert said == f"sdpa-bench: interrupted{_taken_over()}"  # the launcher's words are the command line's
+
+
 SWALLOWS = f"""import sys, time
 print("importing torch", file=sys.stderr, flush=True)
 try:
