@@ -406,7 +406,7 @@ def test_a_merged_sweep_is_never_measured_again_and_a_missing_shard_is_named(tmp
     capsys.readouterr()
     assert main([*SMOKE, "--impl", "naive", "--out", str(part), "--resume"]) == 2
     err = capsys.readouterr().err
-    assert "each was finished, but a case is in none of them: merge them with the missing shard" in err, err
+    assert "each was finished, but a case is in none of them (shard 1/2): merge them with the missing shard" in err, err
     assert (part / "results.json").read_bytes() == before
 
 

@@ -53,10 +53,12 @@ def saved(out: Path, args: argparse.Namespace, impls: list[str] | None, given: d
         _conflict(OPTION_FLAGS[k], typed(k, v), (meta.get("options") or {}).get(k), out)
     if meta.get("merged_from"):  # its missing points are its shards', each measured on its own machine
         left = store.shard_dirs(meta, unfinished=True)
-        if left or not sweep.complete or _missing_cases(meta):
+        missing = _missing_shards(meta)
+        if left or not sweep.complete or missing:
             raise UsageError(f"{out} was merged from shards ({store.shard_dirs(meta)}): " + (
                 f"resume the unfinished shards ({left}), then merge them again into a new --out" if left else
-                "each was finished, but a case is in none of them: merge them with the missing shard into a new --out"))
+                f"each was finished, but a case is in none of them{f' (shard {missing})' if missing else ''}: merge "
+                "them with the missing shard into a new --out"))
         return sweep  # whole: nothing to measure, its report written again, as a finished sweep's is
     if sweep.by_targets:  # its cases have implementations of their own: a `run` would add points it never planned
         raise UsageError(f"{out} holds a `sdpa-bench targets` run, which `run --resume` does not continue: measure "
@@ -83,13 +85,21 @@ def saved(out: Path, args: argparse.Namespace, impls: list[str] | None, given: d
     return sweep
 
 
-def _missing_cases(meta: dict) -> bool:
-    """Whether the preset of a merged sweep has a case in none of its shards (the merge left a shard out): its own
-    case ids are the shards' only, so counting its points against them never shows it."""
+def _missing_shards(meta: dict) -> str:
+    """The shards ("I/N", comma-separated) of a merged sweep's preset that hold a case none of its shards has: a
+    merge that left a shard out, which its points never show (its case ids are the merged shards' only). Shards
+    of one count only; a shard past the preset's cases (a launcher's spare rank) is none of them."""
     try:
-        return bool({c.id for c in grid.preset(meta.get("preset"))} - set(meta.get("case_ids") or ()))
-    except (ValueError, TypeError):  # a preset this version does not know: its shards' cases are all it can tell
-        return False
+        shards = {parse_shard(s["shard"]) for s in meta["merged_from"]}
+        counts = {n for _, n in shards}
+        cases = grid.preset(meta["preset"])
+    except (UsageError, ValueError, TypeError, KeyError):  # a shard not given as I/N, a preset this version lacks
+        return ""
+    if len(counts) != 1:
+        return ""
+    count, have, ids = counts.pop(), {i for i, _ in shards}, set(meta.get("case_ids") or ())
+    return ", ".join(f"{i}/{count}" for i in range(1, count + 1)
+                     if i not in have and any(c.id not in ids for c in grid.shard_of(cases, i, count)))
 
 
 def _loads(out: Path, sweep: store.Sweep) -> None:
