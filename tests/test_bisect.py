@@ -9,6 +9,7 @@ import dataclasses
 import io
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -206,6 +207,22 @@ def test_a_markdown_answer_over_many_rows_fits_in_one_comment() -> None:
     cut = fit_comment(lambda fold: "## title\n" + "| row \u2028 |\n" * (20000 if fold else 30000))
     assert len(cut.encode()) <= 65536 and cut.startswith("## title\n| row \u2028 |\n")  # one line, as counted
     assert "more line(s) left out to fit one PR comment (65,536 bytes): the whole verdict is in --json" in cut
+
+
+def test_commit_subjects_in_the_markdown_notes_are_code_spans() -> None:
+    """A note names commits as the search does (`abc1234 subject`); a subject is anyone's text, so in Markdown it is
+    a code span there too, as in the headline: never a mention, emphasis, link or HTML. The plain text is as said."""
+    good, merge = "aaaaaaa good", "bbbbbbb Merge @octocat **bold** <img src=x> [l](https://x.example)"
+    notes = [f"{merge} is a merge: the commits of the branch it brought in were one step of this search",
+             f"the search ended at {merge}, but its parent {good} was not measured"]
+    found = Search(good, merge, [merge], answer="culprit", culprit=merge, ids={good: "a" * 40, merge: "b" * 40},
+                   notes=notes, steps=[Step(CONFIRM, good, merge, DIFFERENT, 1.03)])
+    md = render(found, markdown=True)
+    said = md.split("Notes:")[1]
+    assert f"- `{merge}` is a merge" in said and f"its parent `{good}` was not" in said, said
+    bare = re.sub(r"(`+).*?\1", "", said)  # what is left outside the code spans
+    assert not any(t in bare for t in ("@octocat", "**", "<img", "](")), bare
+    assert all(n in render(found) for n in notes)  # the plain text names them as written
 
 
 def test_a_single_candidate_left_unconfirmed_is_named_plainly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch

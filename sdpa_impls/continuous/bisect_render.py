@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections import Counter
 
 from ..fmt import cell, code, fit_comment, fmt_duration, table
@@ -96,8 +97,17 @@ def _text(search: Search, markdown: bool, unfinished: str | None, fold: bool) ->
             ", but the undecided ones could not be judged" if search.answer == UNDECIDED else "") + "; nothing was "
             "searched.")
     out += ["", "Steps' rows in full: --json."] if any(len(s.rows) > 1 for s in search.steps) else []
-    out += ["", "Notes:"] + [f"{bullet}{n}" for n in notes]
+    out += ["", "Notes:"] + [f"{bullet}{_spans(n, search) if markdown else n}" for n in notes]
     return "\n".join(out) + "\n"
+
+
+def _spans(note: str, search: Search) -> str:
+    """A note with each commit it names (`abc1234 subject`, as the search names them) made a code span: a subject
+    is anyone's text, and a Markdown note would ping, link or render it. Longest names first, each once."""
+    names = sorted((n for n in search.ids if n), key=len, reverse=True) if search.unit == "commit" else []
+    if not names:
+        return note
+    return re.sub("|".join(map(re.escape, names)), lambda m: code(m.group(0)), note)
 
 
 def as_dict(search: Search, unfinished: str | None = None) -> dict:
