@@ -225,6 +225,28 @@ def test_commit_subjects_in_the_markdown_notes_are_code_spans() -> None:
     assert all(n in render(found) for n in notes)  # the plain text names them as written
 
 
+def test_an_answer_that_cannot_be_printed_leaves_no_markdown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`bisect --markdown F --json J > /dev/full`: exit 2, and no F for a CI step to post; J, the search's record that
+    --resume reads, is kept (a search's finished steps are never lost)."""
+    found = Search("aaaaaaa good", "bbbbbbb bad", ["bbbbbbb bad"],
+                   ids={"aaaaaaa good": "a" * 40, "bbbbbbb bad": "b" * 40})
+    monkeypatch.setattr(bisect_cli, "search", lambda *args, **kwargs: found)
+    monkeypatch.setattr(bisect_cli, "find", lambda *args, **kwargs: None)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SDPA_BENCH_ENV_CACHE", str(tmp_path / "cache"))
+    md, js = tmp_path / "b.md", tmp_path / "b.json"
+    full, err = open("/dev/full", "w"), io.StringIO()  # noqa: SIM115 (closed below, its unwritten answer dropped)
+    try:
+        with monkeypatch.context() as m, contextlib.redirect_stderr(err):
+            m.setattr("sys.stdout", full)
+            code = main(["bisect", "v1", "v2", "--markdown", str(md), "--json", str(js)])
+    finally:
+        with contextlib.suppress(OSError):
+            full.close()
+    assert code == 2 and "cannot write to standard output" in err.getvalue(), err.getvalue()
+    assert not md.exists() and json.loads(js.read_text())["answer"] == found.answer
+
+
 def test_a_single_candidate_left_unconfirmed_is_named_plainly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                                                  ) -> None:
     """The search ends at 1.1, whose parent is GOOD: its search step read DIFFERENT, the re-test of the same pair

@@ -126,6 +126,38 @@ def test_a_session_with_other_benchmarks_is_gated_on_the_suites_alone(session: d
     assert code == 0 and "impl.json: left out 1 benchmark not from sdpa-bench's suite" in err, out + err
 
 
+def test_a_verdict_that_cannot_be_delivered_leaves_no_answer_file(session: dict[str, Path], tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """`gate --markdown F --json J > /dev/full`, or a J that cannot be written after F was: exit 2 and one line, and
+    neither file is left for a CI step to post as this run's verdict (the files are written first: a reader that goes
+    away, `| head`, keeps them)."""
+    (tmp_path / "both.json").write_text(session["both"].read_text())
+    with open("/dev/full", "w") as full:  # noqa: PTH123 (a stdout that takes nothing)
+        done = subprocess.run([sys.executable, "-m", "sdpa_impls", "gate", "--candidate", "both.json", "--markdown",
+                               "v.md", "--json", "v.json"], cwd=tmp_path, stdout=full, stderr=subprocess.PIPE,
+                              text=True, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == ("sdpa-bench gate: error: cannot write to standard output (No "
+                                                    "space left on device)"), done.stderr
+    assert not (tmp_path / "v.md").exists() and not (tmp_path / "v.json").exists()
+    code, out, _ = gate(tmp_path, "--candidate", "both.json", "--markdown", "v.md", "--json", "v.json")
+    assert code == 0 and (tmp_path / "v.md").is_file() and json.loads((tmp_path / "v.json").read_text()), out
+    (tmp_path / "v.md").unlink()
+    (tmp_path / "v.json").unlink()
+    from sdpa_impls.cli import outputs
+    real = outputs.write
+
+    def refused(path: str, text: str) -> None:
+        if path.endswith("v.json"):
+            raise GateInputError(f"{path}: cannot write (No space left on device)")
+        real(path, text)
+
+    monkeypatch.setattr(outputs, "write", refused)
+    code, out, err = gate(tmp_path, "--candidate", "both.json", "--markdown", "v.md", "--json", "v.json")
+    assert code == 2 and "v.json: cannot write (No space left" in err and "PASS" in out.upper(), out + err
+    assert not (tmp_path / "v.md").exists() and not (tmp_path / "v.json").exists()
+
+
 def test_a_markdown_verdict_of_many_benchmarks_fits_in_one_pr_comment(session: dict[str, Path],
                                                                      tmp_path: Path) -> None:
     """A verdict of 800 benchmarks (the suite's five cases copied) with one wrong answer: the Markdown lists that

@@ -41,7 +41,7 @@ from ..continuous.steps import rows_from_verdict, rows_outside
 from ..credentials import redact
 from ..errors import UsageError
 from ..fmt import option_text
-from .outputs import (add_measuring, config_file, folders, guarded, impl_names, seed, stopped_how,
+from .outputs import (add_measuring, answer, config_file, folders, guarded, impl_names, seed, stopped_how,
                       terminate_as_interrupt, timed_progress, writable, write)
 
 
@@ -145,11 +145,9 @@ def run(args: argparse.Namespace) -> int:
                 result = search(query, plan, project, progress, replay, saved)
         except KeyboardInterrupt as exc:
             return _interrupted(args, so_far[0] if so_far else None, exc)
-        sys.stdout.write(redact(render(result)))
-        if args.markdown:
-            write(args.markdown, render(result, markdown=True))
-        if args.json:
+        if args.json:  # the search's record (--resume reads it), kept whatever happens after
             _save(args.json, result)
+        answer(redact(render(result)), [(args.markdown, lambda: render(result, markdown=True))])
         progress(f"done: {result.answer}, exit {result.exit_code}")
         return result.exit_code
 

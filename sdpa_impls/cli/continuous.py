@@ -43,8 +43,8 @@ from ..continuous.envlock import in_use
 from ..continuous.project import find
 from ..credentials import redact
 from ..errors import UsageError
-from .outputs import (add_measuring, config_file, drop_answers, folders, guarded, impl_names, seed, stopped_how,
-                      terminate_as_interrupt, timed_progress, writable, write)
+from .outputs import (add_measuring, answer, config_file, folders, guarded, impl_names, seed, stopped_how,
+                      terminate_as_interrupt, timed_progress, writable)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -101,20 +101,8 @@ def run(args: argparse.Namespace) -> int:
         return said(comparison)
 
     def said(comparison, done: bool = True) -> int:  # noqa: ANN001 (a Comparison)
-        try:
-            try:  # the files first: a stdout whose reader went away (`| head`) must not lose them
-                if args.markdown:
-                    write(args.markdown, comparison.text(markdown=True))
-                if args.json:
-                    write(args.json, json.dumps(comparison.as_json(), indent=1) + "\n")
-            finally:  # and the verdict printed even where a file could not be written (its error follows)
-                sys.stdout.write(redact(comparison.text()))
-                sys.stdout.flush()  # a stdout that takes nothing (/dev/full) fails here, not as the process ends
-        except BrokenPipeError:  # the reader went away: not exit 2, the files stand
-            raise
-        except Exception:  # exit 2 (a file, or stdout, refused the verdict): no answer file is left to be posted
-            drop_answers((args.markdown, args.json))
-            raise
+        answer(redact(comparison.text()), [(args.markdown, lambda: comparison.text(markdown=True)),
+                                           (args.json, lambda: json.dumps(comparison.as_json(), indent=1) + "\n")])
         if done:
             progress(f"done: exit {comparison.exit_code}")
         return comparison.exit_code

@@ -27,7 +27,7 @@ from ..gate.compare import compare_points
 from ..gate.config import load_config
 from ..gate.points import load_points
 from ..gate.render import render_verdict, verdict_dict
-from .outputs import check_time_reference, writable, write
+from .outputs import answer, check_time_reference, writable
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_UNUSABLE = 0, 1, 2
 
@@ -142,11 +142,8 @@ def run(args: argparse.Namespace) -> int:
                   for side, group in (("baseline", bases), ("candidate", runs)) if group]
         busy = contention.busy_note(counts, "the JSON's extra_info.other_cpus")
         report = dataclasses.replace(report, notes=(*report.notes, *filter(None, [busy])))
-        sys.stdout.write(render_verdict(report))
-        if args.markdown:
-            write(args.markdown, render_verdict(report, markdown=True))
-        if args.json:
-            write(args.json, json.dumps(verdict_dict(report), indent=1) + "\n")
+        answer(render_verdict(report), [(args.markdown, lambda: render_verdict(report, markdown=True)),
+                                        (args.json, lambda: json.dumps(verdict_dict(report), indent=1) + "\n")])
     except GateInputError as exc:
         print(f"sdpa-bench gate: error: {exc}", file=sys.stderr)
         return EXIT_UNUSABLE

@@ -8,6 +8,7 @@ any error (exit 2 for anything that is not an answer).
     progress = timed_progress()          # progress(text) prints "[  12s] text" to stderr
     writable(outputs, inputs, stale)     # GateInputError up front where an answer's file could not be written
     drop_answers(paths)                  # the answer files written, removed: a run that ends in exit 2 keeps none
+    answer(printed, files)               # the answer files, then the printed verdict; an error there keeps neither
     config_file(path)                    # GateInputError up front, naming --config, for a gate config that is unusable
     write(path, text)                    # the file, credentials masked; GateInputError when it cannot be written
     guarded(command, body, source) -> int  # body()'s exit code, or 2 with one line for any error, never a traceback
@@ -167,6 +168,26 @@ def drop_answers(paths: Iterable[str | Path | None]) -> None:
         if path.is_file():
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
+
+
+def answer(printed: str, files: Iterable[tuple[str | None, Callable[[], str]]]) -> None:
+    """Write each answer file (path, text) that was asked for (path None: not), then print `printed` and flush it. The
+    files first: a reader that went away (`| head`, BrokenPipeError, exit 141) must not lose them. Any other error on
+    the way (a file, or a stdout that takes nothing, /dev/full) is an exit 2, which leaves no answer file behind."""
+    files = list(files)
+    try:
+        try:
+            for path, text in files:
+                if path:
+                    write(path, text())
+        finally:  # the verdict printed even where a file could not be written (its error follows)
+            sys.stdout.write(printed)
+            sys.stdout.flush()  # a stdout that takes nothing fails here, not as the process ends
+    except BrokenPipeError:
+        raise
+    except Exception:
+        drop_answers(path for path, _ in files)
+        raise
 
 
 def config_file(path: str | None) -> None:
