@@ -305,15 +305,15 @@ def test_a_verdict_that_ends_in_exit_2_leaves_no_answer_file(tmp_path: Path, mon
             full.close()
     assert code == 2 and "cannot write to standard output" in err.getvalue(), err.getvalue()
     assert not md.exists() and not js.exists()
-    from sdpa_impls.cli import outputs
-    real = outputs.write
+    from sdpa_impls.cli import answers
+    real = answers.write
 
     def refused(path: str, text: str) -> None:
         if path == str(js):
             raise GateInputError(f"{path}: cannot write (No space left on device)")
         real(path, text)
 
-    monkeypatch.setattr(outputs, "write", refused)
+    monkeypatch.setattr(answers, "write", refused)
     err = io.StringIO()
     with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.redirect_stderr(err):
         code = main(argv)

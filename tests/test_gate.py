@@ -144,15 +144,15 @@ def test_a_verdict_that_cannot_be_delivered_leaves_no_answer_file(session: dict[
     assert code == 0 and (tmp_path / "v.md").is_file() and json.loads((tmp_path / "v.json").read_text()), out
     (tmp_path / "v.md").unlink()
     (tmp_path / "v.json").unlink()
-    from sdpa_impls.cli import outputs
-    real = outputs.write
+    from sdpa_impls.cli import answers
+    real = answers.write
 
     def refused(path: str, text: str) -> None:
         if path.endswith("v.json"):
             raise GateInputError(f"{path}: cannot write (No space left on device)")
         real(path, text)
 
-    monkeypatch.setattr(outputs, "write", refused)
+    monkeypatch.setattr(answers, "write", refused)
     code, out, err = gate(tmp_path, "--candidate", "both.json", "--markdown", "v.md", "--json", "v.json")
     assert code == 2 and "v.json: cannot write (No space left" in err and "PASS" in out.upper(), out + err
     assert not (tmp_path / "v.md").exists() and not (tmp_path / "v.json").exists()

@@ -41,8 +41,9 @@ from ..continuous.steps import rows_from_verdict, rows_outside
 from ..credentials import redact
 from ..errors import UsageError
 from ..fmt import option_text
-from .outputs import (add_measuring, answer, config_file, folders, guarded, impl_names, seed, stopped_how,
-                      terminate_as_interrupt, timed_progress, writable, write)
+from .answers import answer, write
+from .outputs import (add_measuring, config_file, folders, guarded, impl_names, seed, stopped_how,
+                      terminate_as_interrupt, timed_progress, writable)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -43,7 +43,8 @@ from ..continuous.envlock import in_use
 from ..continuous.project import find
 from ..credentials import redact
 from ..errors import UsageError
-from .outputs import (add_measuring, answer, config_file, folders, guarded, impl_names, seed, stopped_how,
+from .answers import answer
+from .outputs import (add_measuring, config_file, folders, guarded, impl_names, seed, stopped_how,
                       terminate_as_interrupt, timed_progress, writable)
 
 

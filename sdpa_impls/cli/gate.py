@@ -27,7 +27,8 @@ from ..gate.compare import compare_points
 from ..gate.config import load_config
 from ..gate.points import load_points
 from ..gate.render import render_verdict, verdict_dict
-from .outputs import answer, check_time_reference, writable
+from .answers import answer
+from .outputs import check_time_reference, writable
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_UNUSABLE = 0, 1, 2
 

@@ -7,12 +7,11 @@ any error (exit 2 for anything that is not an answer).
     impl_names(values) -> (name, ...)    # --impl's values, repeated or comma-separated (run takes them so too)
     progress = timed_progress()          # progress(text) prints "[  12s] text" to stderr
     writable(outputs, inputs, stale)     # GateInputError up front where an answer's file could not be written
-    drop_answers(paths)                  # the answer files written, removed: a run that ends in exit 2 keeps none
-    answer(printed, files)               # the answer files, then the printed verdict; an error there keeps neither
     config_file(path)                    # GateInputError up front, naming --config, for a gate config that is unusable
-    write(path, text)                    # the file, credentials masked; GateInputError when it cannot be written
     guarded(command, body, source) -> int  # body()'s exit code, or 2 with one line for any error, never a traceback
     check_time_reference(config, impls)  # GateInputError for a time_reference no implementation has (gate, compare)
+
+The answer files themselves (write, answer, drop_answers) are cli.answers'.
 """
 from __future__ import annotations
 
@@ -25,7 +24,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 
 from .. import settings
@@ -36,7 +35,7 @@ from ..fmt import fmt_duration
 from ..gate.config import GateConfig, load_config
 from ..paths import cannot_write
 from ..registry import names as registered
-from .answers import an_answer
+from .answers import an_answer, drop_answers
 
 
 def impl_names(values: list[str] | None) -> tuple[str, ...]:
@@ -160,36 +159,6 @@ def writable(outputs: dict[str, str | Path | None], inputs: dict[str, str | Path
         drop_answers(outputs.values())
 
 
-def drop_answers(paths: Iterable[str | Path | None]) -> None:
-    """Remove the answer files at `paths` (None: not asked for): a run that ends with no answer (exit 2) leaves
-    none for a CI step to read as this run's. Only a file: a link itself, not the file it names; never /dev/stdout,
-    a link to a descriptor, or a pipe."""
-    for path in (Path(p) for p in paths if p):
-        if path.is_file():
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-
-
-def answer(printed: str, files: Iterable[tuple[str | None, Callable[[], str]]]) -> None:
-    """Write each answer file (path, text) that was asked for (path None: not), then print `printed` and flush it. The
-    files first: a reader that went away (`| head`, BrokenPipeError, exit 141) must not lose them. Any other error on
-    the way (a file, or a stdout that takes nothing, /dev/full) is an exit 2, which leaves no answer file behind."""
-    files = list(files)
-    try:
-        try:
-            for path, text in files:
-                if path:
-                    write(path, text())
-        finally:  # the verdict printed even where a file could not be written (its error follows)
-            sys.stdout.write(printed)
-            sys.stdout.flush()  # a stdout that takes nothing fails here, not as the process ends
-    except BrokenPipeError:
-        raise
-    except Exception:
-        drop_answers(path for path, _ in files)
-        raise
-
-
 def config_file(path: str | None) -> None:
     """GateInputError now, before any side is checked out, where the --config file is missing or not a gate config
     sdpa-bench can read, labelled as the user's file: a side's error would call it the head's, and a search would skip
@@ -208,14 +177,6 @@ def _same(path: str | Path) -> Path:
     """One spelling of a path, links resolved: the file a write through it would replace (realpath: a loop of links
     raises nothing, it stays a path that names no file)."""
     return Path(os.path.realpath(Path(path).expanduser()))
-
-
-def write(path: str, text: str) -> None:
-    try:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(redact(text), encoding="utf-8")
-    except OSError as exc:
-        raise GateInputError(f"{path}: cannot write ({exc.strerror or exc})") from None
 
 
 def guarded(command: str, body: Callable[[], int], source: str = "") -> int:
