@@ -147,7 +147,11 @@ def test_an_interrupted_search_keeps_its_steps_and_resumes_from_them(history: di
     assert code == 2 and "(no --config there, a --config holding sha256:" in err, err
     edits = {"config": lambda d: d["resume"]["settings"].update(config="sha256:0000000000000000"),
              "verdict": lambda d: d["steps"][-1].update(verdict="BANANA"),  # hand-edited: never steers a search
-             "rows": lambda d: d["steps"][0]["rows"][0].update(verdict="SAME")}  # the step's DIFFERENT, contradicted
+             "rows": lambda d: d["steps"][0]["rows"][0].update(verdict="SAME"),  # the step's DIFFERENT, contradicted
+             # SAME throughout, with the row's interval wholly above the floor: a verdict its numbers do not give
+             "interval": lambda d: (d["steps"][0]["rows"][0].update(verdict="SAME"),
+                                    d["steps"][0].update(verdict="SAME")),
+             "floor": lambda d: d["resume"]["state"].update(floor=d["resume"]["state"]["floor"] * 1.5)}
     for name, edit in edits.items():
         doc = json.loads(resumed.read_text())
         edit(doc)
@@ -156,7 +160,7 @@ def test_an_interrupted_search_keeps_its_steps_and_resumes_from_them(history: di
         code, _, err = bisect(history["repo"], history["good"], "HEAD", *FAST, *config, "--resume",
                               str(tmp_path / f"{name}.json"))
         said = ("a --config holding sha256:0000000000000000 there, a --config holding sha256:" if name == "config"
-                else "a step cannot be read (ValueError: step ")
+                else "but the search's floor is ×" if name == "floor" else "a step cannot be read (ValueError: step ")
         assert code == 2 and said in err and err.count("\n") == 1, (name, err)
     code, _, err = bisect(history["repo"], history["good"], "HEAD", *FAST, "--resume", str(resumed), "--markdown",
                           str(resumed))

@@ -83,7 +83,21 @@ def step_of(d: dict) -> Step:
             r.verdict not in (DIFFERENT, SAME, UNKNOWN) for r in rows):
         raise ValueError(f"step {step.kind!r} of {str(step.head)[:12]}: its verdict {step.verdict!r} is not what its "
                          "rows say")
+    wrong = next((r for r in rows if not _fits(r, step.floor)), None)
+    if wrong is not None:
+        raise ValueError(f"step {step.kind!r} of {str(step.head)[:12]}: row {wrong.label} is {wrong.verdict}, which "
+                         f"its interval {list(wrong.interval or ())} does not give at its floor ×{step.floor}")
     return step
+
+
+def _fits(row: RowStep, floor: float) -> bool:
+    """Whether a time row's verdict is one its interval gives at the step's floor (verdict.decide): DIFFERENT only
+    wholly above it, SAME only at or below it (UNKNOWN may be either: a row not judged). A memory row, or one without
+    an interval, has nothing to check."""
+    if row.memory or not row.interval or not floor:
+        return True
+    low, high = row.interval
+    return {DIFFERENT: low > floor, SAME: high <= floor}.get(row.verdict, True)
 
 
 def load_replay(path: str | Path, query: Query, plan: Plan) -> Replay:
@@ -108,6 +122,12 @@ def load_replay(path: str | Path, query: Query, plan: Plan) -> Replay:
         steps = [step_of(d) for d in doc.get("steps") or ()]
     except (KeyError, TypeError, ValueError) as exc:
         raise UsageError(f"--resume {path}: a step cannot be read ({type(exc).__name__}: {exc})") from None
+    floor = (saved.get("state") or {}).get("floor") if isinstance(saved.get("state"), dict) else None
+    other = next((s for s in steps if floor and s.kind != ENDPOINTS and s.floor != floor), None)
+    if other is not None:  # the endpoints decide the floor every later step is judged at
+        raise UsageError(f"--resume {path}: step {other.kind!r} of {str(other.head)[:12]} was judged at "
+                         f"×{other.floor}, but the search's floor is ×{floor}: not one search's steps (a file edited "
+                         "by hand?)")
     return Replay(str(path), steps, saved.get("state") or {}, doc.get("good_id") or "", doc.get("bad_id") or "",
                   list(doc.get("commit_ids") or ()))
 
