@@ -229,6 +229,21 @@ def test_commit_subjects_in_the_markdown_notes_are_code_spans() -> None:
     assert all(n in render(found) for n in notes)  # the plain text names them as written
 
 
+def test_a_saved_step_is_checked_at_the_factor_it_was_judged_at() -> None:
+    """A step's floor is judged through its rule's text (six digits of the percent): a row SAME at that factor, just
+    above the exact floor, is the search's own step, not a file edited by hand; one above the factor is refused."""
+    from sdpa_impls.continuous.bisect_replay import step_of
+
+    floor = (1.2345) ** 0.5  # 1.11108055..., judged as median:11.1081%
+    def saved(high: float) -> dict:
+        row = {"label": "naive[L128-E64-fp32-fwd]", "ratio": 1.05, "interval": [1.0, high], "verdict": "SAME"}
+        return {"kind": SEARCH, "base": "aaaaaaa a", "head": "bbbbbbb b", "verdict": "SAME", "floor": floor,
+                "rows": [row]}
+    assert step_of(saved(1.1110808)).verdict == "SAME"  # above the exact floor, at or below the factor used
+    with pytest.raises(ValueError, match="which its interval .* does not give at its floor"):
+        step_of(saved(1.1111))
+
+
 def test_an_answer_that_cannot_be_printed_leaves_no_markdown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`bisect --markdown F --json J > /dev/full`: exit 2, and no F for a CI step to post; J, the search's record that
     --resume reads, is kept (a search's finished steps are never lost)."""

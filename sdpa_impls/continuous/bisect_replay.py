@@ -14,8 +14,9 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..fmt import fmt_duration
+from ..gate.rules import TimeRule
 from .bisect_answer import AGAINST_BAD, CONFIRM, ENDPOINTS, SEARCH, Query, Search
-from .comparison import Plan
+from .comparison import Plan, floor_rule
 from .revisions import uncommitted
 from .steps import DIFFERENT, SAME, SKIPPED, UNKNOWN, RowStep, Step, verdict_of
 
@@ -97,7 +98,8 @@ def _fits(row: RowStep, floor: float) -> bool:
     if row.memory or not row.interval or not floor:
         return True
     low, high = row.interval
-    return {DIFFERENT: low > floor, SAME: high <= floor}.get(row.verdict, True)
+    factor = TimeRule.parse(floor_rule(floor), 0.5).factor  # the factor its step was judged at, from the rule's text
+    return {DIFFERENT: low > factor, SAME: high <= factor}.get(row.verdict, True)
 
 
 def load_replay(path: str | Path, query: Query, plan: Plan) -> Replay:

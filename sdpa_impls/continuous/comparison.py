@@ -178,7 +178,7 @@ def _measure(plan: Plan, sides: Prepared, schedule: Schedule, work: Path, progre
     if not any(rule.metric == "ceiling" for rule in config.ratios):  # nothing reads them: 2 s a process saved
         base, head = (dataclasses.replace(side, ceilings=False) for side in (base, head))
     if plan.time_floor is not None:
-        rule = f"median:{(plan.time_floor - 1) * 100:.6g}%"
+        rule = floor_rule(plan.time_floor)
         config = dataclasses.replace(config, continuous_time=rule, continuous_time_cuda=rule)
     runs = Path(plan.keep_runs).resolve() if plan.keep_runs else work / "runs"  # the sides run in other folders
     runs.mkdir(parents=True, exist_ok=True)
@@ -311,3 +311,8 @@ def _compare_in_workdir(request: Request, plan: Plan, project: Project, progress
                 exc.comparison = comparison  # type: ignore[attr-defined]  # judged (or None): the caller may keep it
                 raise
     return comparison
+
+
+def floor_rule(floor: float) -> str:
+    """The time rule a bisect step's floor (×1.0541) is judged by: `median:5.41%`, six digits of its percent."""
+    return f"median:{(floor - 1) * 100:.6g}%"
