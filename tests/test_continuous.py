@@ -382,6 +382,9 @@ def test_a_head_that_drops_the_entry_points_is_still_the_plugins_change(tmp_path
     assert find(tmp_path, True, "bisect", (first, dropped)).kind == PLUGIN
     with pytest.raises(UsageError, match="declares no implementations"):
         find(tmp_path, True, "continuous", (dropped, "HEAD"))
+    with pytest.raises(UsageError, match="declares no implementations"):  # a revision is never an option to git
+        find(tmp_path, True, "continuous", (f"--output={tmp_path / 'written'}", "HEAD"))
+    assert not list(tmp_path.glob("written*"))  # `git show --output=FILE` writes FILE
 
 
 def test_ci_base_says_when_there_is_nothing_before_head(tmp_path: Path) -> None:

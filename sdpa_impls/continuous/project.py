@@ -64,6 +64,8 @@ def declared_impls(tree: Path) -> tuple[str, ...]:
 def _declared_at(root: Path, rev: str) -> bool:
     """Whether the committed pyproject.toml of revision `rev` declares implementations (False where git cannot show
     it or it does not parse: that side's own error comes when it is checked out)."""
+    if rev.startswith("-"):  # never an option to git (`--output=FILE` writes one); resolving it says what is wrong
+        return False
     text = gitio.answer(root, "show", f"{rev}:pyproject.toml")
     try:
         return bool(text) and bool(_entry_points(tomllib.loads(text)))
