@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numbers
+from collections.abc import Iterable
 from dataclasses import dataclass, fields
 import torch
 
@@ -103,15 +104,16 @@ def _items(given: object, name: str) -> list:
 
 def as_reasons(impl_name: str, method: str, got: object) -> list[str]:
     """An implementation's answer from `method` (library_reasons, not_supported_reasons, unsupported_reasons) as the
-    list of reasons it is: None and an empty list or tuple mean it runs the call; anything else that is not a list or
-    tuple of str is a TypeError naming the implementation (a bare str was taken one character a reason)."""
+    list of reasons it is: None and an empty list, tuple or generator mean it runs the call; anything else that is not
+    an iterable of str (a bare str is one: taken one character a reason) is a TypeError naming the implementation."""
     if got is None:
         return []
-    if isinstance(got, (list, tuple)):
+    if isinstance(got, Iterable) and not isinstance(got, (str, bytes)):
+        kind, got = type(got).__name__, list(got)  # a generator's reasons too, read once
         wrong = next((r for r in got if not isinstance(r, str)), None)
         if wrong is None:
-            return list(got)
-        what = f"a {type(got).__name__} holding a {type(wrong).__name__} ({wrong!r:.60})"
+            return got
+        what = f"a {kind} holding a {type(wrong).__name__} ({wrong!r:.60})"
     else:
         what = f"a {type(got).__name__} ({got!r:.60})"
     raise TypeError(f"{impl_name}: {method} returned {what}: it should return a list of strings, one sentence a "

@@ -27,11 +27,12 @@ class Answers(Implementation):
                                               is_causal=inp.is_causal, scale=inp.scale, enable_gqa=inp.enable_gqa)
 
     def library_reasons(self, inp: SDPAInputs) -> list[str]:
-        return self.answer  # type: ignore[return-value]
+        return self.answer() if callable(self.answer) else self.answer  # type: ignore[return-value]
 
 
 def registered(monkeypatch: pytest.MonkeyPatch, answer: object) -> str:
-    impl = type("AnswersImpl", (Answers,), {"name": "answers_reasons", "answer": answer})()
+    impl = type("AnswersImpl", (Answers,), {"name": "answers_reasons", "answer": staticmethod(answer) if callable(
+        answer) else answer})()
     monkeypatch.setitem(registry._REGISTRY, impl.name, impl)
     return impl.name
 
@@ -59,7 +60,7 @@ def test_reasons_that_are_no_list_of_strings_are_one_error_naming_the_implementa
         make_inputs(Case(lq=32, lk=32, e=16), "cpu").reasons(registry.get(name))
 
 
-@pytest.mark.parametrize("answer", [None, [], ()])
+@pytest.mark.parametrize("answer", [None, [], (), lambda: (r for r in ())])
 def test_none_or_an_empty_list_means_it_runs_the_call_in_list_and_in_a_sweep(
         answer: object, monkeypatch: pytest.MonkeyPatch) -> None:
     """None ran in a sweep but was `no` in `sdpa-bench list` ("'NoneType' object is not iterable")."""
@@ -67,6 +68,16 @@ def test_none_or_an_empty_list_means_it_runs_the_call_in_list_and_in_a_sweep(
     verdict, reasons = probe(name, "cpu")
     assert all(verdict[dtype] for dtype in ("fp32", "bf16", "fp16")) and "TypeError" not in " ".join(reasons), reasons
     assert [row.status for row in sweep(name)] == ["ok", "ok"]
+
+
+def test_reasons_a_generator_yields_are_its_reasons(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A library_reasons written with `yield`: its reasons, listed and skipped as a list's (an iterable of str)."""
+    name = registered(monkeypatch, lambda: (r for r in ["flashlib is not installed"]))
+    verdict, reasons = probe(name, "cpu")
+    assert not any(verdict.values()) and reasons == ["flashlib is not installed"], reasons
+    skipped, naive = sweep(name)
+    assert skipped.status == "skipped" and "flashlib is not installed" in skipped.reason, skipped.reason
+    assert naive.status == "ok", naive.reason
 
 
 class ProtocolOnly:
