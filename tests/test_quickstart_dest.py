@@ -58,7 +58,7 @@ def test_the_modules_the_plugin_imports_are_its_package_and_what_its_files_impor
     assert imported(plan)[0] == "flatq" and sorted(imported(plan)[1:]) == ["pytest", "sdpa_impls", "torch"]
 
 
-@pytest.mark.parametrize("at", ["flatq.py", "flatq/__init__.py", "flatq/", "tests/flatq.py", "tests/flatq/",
+@pytest.mark.parametrize("at", ["flatq.py", "flatq/__init__.py", "tests/flatq.py", "tests/flatq/__init__.py",
                                 "torch.py", "sdpa_impls/__init__.py", "tests/pytest.py"])
 def test_a_module_that_would_shadow_one_the_plugin_imports_is_refused(at: str, tmp_path: Path, capsys) -> None:
     """`flatq.py` in the folder was imported by the plug-in's own test (`python -m pytest` puts the folder first on
@@ -69,7 +69,18 @@ def test_a_module_that_would_shadow_one_the_plugin_imports_is_refused(at: str, t
         (tmp_path / at).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / at).write_text("x = 1\n")
     err = refused(tmp_path, capsys)
-    name = Path(at.rstrip("/")).name.removesuffix(".py")
-    shown = at if not at.endswith("__init__.py") else at.removesuffix("__init__.py")
-    assert f"{shown} is there, a module named {name if name != '__init__' else at.split('/')[0]}" in err, err
+    package = at.endswith("__init__.py")
+    name = Path(at).parent.name if package else Path(at).name.removesuffix(".py")
+    shown = at.removesuffix("__init__.py") if package else at
+    assert f"{shown} is there, a module named {name}" in err, err
     assert "would import it instead" in err and "give --dest another folder" in err, err
+
+
+@pytest.mark.parametrize("at", ["flatq", "tests/flatq", "torch"])
+def test_a_folder_without_init_of_such_a_name_is_no_reason(at: str, tmp_path: Path) -> None:
+    """A folder without __init__.py (data, notes) is a namespace portion: the installed package, a regular one later
+    on the path, is imported over it, so quickstart writes beside it."""
+    (tmp_path / at).mkdir(parents=True)
+    (tmp_path / at / "notes.txt").write_text("data\n")
+    assert main(["quickstart", "--name", "flatq", "--dest", str(tmp_path)]) == 0
+    assert (tmp_path / "src" / "flatq" / "__init__.py").is_file()

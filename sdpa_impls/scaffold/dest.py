@@ -61,7 +61,9 @@ def shadowing(dest: Path, plan: dict[str, str]) -> str:
         for folder in SEARCHED:
             where = dest / folder if folder else dest
             package = where / name
-            found = [package] if package.is_dir() else []
+            # a folder is a package only with an __init__: one without is a namespace portion, which a regular
+            # package later on the path (the installed plug-in, torch) wins over
+            found = [package] if any((package / f"__init__{suffix}").is_file() for suffix in all_suffixes()) else []
             found += [p for p in (where / f"{name}{suffix}" for suffix in all_suffixes()) if os.path.lexists(p)]
             if found:
                 rel = found[0].relative_to(dest).as_posix() + ("/" if found[0] == package else "")
