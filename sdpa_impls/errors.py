@@ -57,6 +57,10 @@ def unforeseen(prefix: str, exc: Exception) -> int:
     above it where SDPA_BENCH_TRACEBACK is set (and the line says so); exit 2, never the 1 a CI reads as the answer."""
     if isinstance(exc, OSError) and exc.filename is None and _stdout_refuses():  # /dev/full, a terminal gone
         print(f"{prefix}: error: cannot write to standard output ({exc.strerror or exc})", file=sys.stderr)
+        try:  # what stdout still holds goes nowhere: flushed at the interpreter's exit, it would fail again (exit 120)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
         return USAGE_EXIT
     shown = os.environ.get(TRACEBACK_ENV, "").strip().lower() not in ("", "0", "false", "no", "off")
     if shown:

@@ -132,10 +132,12 @@ def test_a_verdict_that_cannot_be_delivered_leaves_no_answer_file(session: dict[
     neither file is left for a CI step to post as this run's verdict (the files are written first: a reader that goes
     away, `| head`, keeps them)."""
     (tmp_path / "both.json").write_text(session["both"].read_text())
+    # stdout buffered, as under tox or a CI: what it still holds when the command ends is flushed at exit (exit 120)
+    buffered = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
     with open("/dev/full", "w") as full:  # noqa: PTH123 (a stdout that takes nothing)
         done = subprocess.run([sys.executable, "-m", "sdpa_impls", "gate", "--candidate", "both.json", "--markdown",
                                "v.md", "--json", "v.json"], cwd=tmp_path, stdout=full, stderr=subprocess.PIPE,
-                              text=True, timeout=120)
+                              text=True, timeout=120, env=buffered)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert done.stderr.strip().splitlines()[-1] == ("sdpa-bench gate: error: cannot write to standard output (No "
                                                     "space left on device)"), done.stderr
