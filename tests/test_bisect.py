@@ -244,6 +244,33 @@ def test_a_saved_step_is_checked_at_the_factor_it_was_judged_at() -> None:
         step_of(saved(1.1111))
 
 
+def test_a_saved_floor_its_endpoints_do_not_give_is_refused(tmp_path: Path) -> None:
+    """The search's floor is what its endpoints' rows give (√ of their smallest low end): a saved state whose floor
+    was edited, with its later steps' floors to match (or none yet), is refused, by one line naming the step; the
+    file as the search wrote it resumes."""
+    from sdpa_impls.continuous.bisect_replay import load_replay, settings_of
+
+    query, plan, label = Query("a" * 40, "b" * 40), Plan(preset="smoke"), "naive[L128-E64-fp32-fwd]"
+    def saved(floor: float, searched: bool) -> Path:
+        row = {"label": label, "ratio": 1.5, "interval": [1.44, 1.6], "verdict": "DIFFERENT"}
+        ends = {"kind": ENDPOINTS, "base": "aaaaaaa good", "head": "bbbbbbb bad", "verdict": "DIFFERENT",
+                "floor": 1.03, "rows": [row]}
+        step = {"kind": SEARCH, "base": "aaaaaaa good", "head": "ccccccc mid", "verdict": "DIFFERENT", "floor": floor,
+                "rows": [row]}
+        doc = {"answer": "interrupted", "steps": [ends, step] if searched else [ends],
+               "resume": {"format": 1, "settings": settings_of(query, plan),
+                          "state": {"labels": [label], "memory": [], "floor": floor, "select": None}}}
+        path = tmp_path / f"{floor}-{searched}.json"
+        path.write_text(json.dumps(doc))
+        return path
+    for searched in (False, True):
+        assert load_replay(saved(1.2, searched), query, plan).state["floor"] == 1.2  # √1.44, as the search wrote it
+        with pytest.raises(UsageError, match=r"step 'endpoints' of bbbbbbb bad: its rows give the search's floor "
+                                             r"×1\.200000 .*, but the search's floor is ×1\.3 ") as raised:
+            load_replay(saved(1.3, searched), query, plan)
+        assert "\n" not in str(raised.value)
+
+
 def test_an_answer_that_cannot_be_printed_leaves_no_markdown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`bisect --markdown F --json J > /dev/full`: exit 2, and no F for a CI step to post; J, the search's record that
     --resume reads, is kept (a search's finished steps are never lost)."""

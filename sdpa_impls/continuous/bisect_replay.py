@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from pathlib import Path
 
 from ..errors import UsageError
@@ -102,6 +103,15 @@ def _fits(row: RowStep, floor: float) -> bool:
     return {DIFFERENT: low > factor, SAME: high <= factor}.get(row.verdict, True)
 
 
+def _floor_given(steps: list[Step]) -> float | None:
+    """The floor the endpoints' time rows give (continuous.bisect._endpoints): √ of the smallest low end of their
+    intervals, 0.0 where none has one (memory rows only); None without an endpoints step to read it from."""
+    if not steps or steps[0].kind != ENDPOINTS:
+        return None
+    lows = [r.interval[0] for r in steps[0].rows if not r.memory and r.interval]
+    return math.sqrt(min(lows)) if lows else 0.0
+
+
 def load_replay(path: str | Path, query: Query, plan: Plan) -> Replay:
     """The steps of the search whose `--json` is `path`; UsageError where it is not one, or was made with other
     settings (`settings_of`), so that none of its verdicts would be this search's."""
@@ -124,12 +134,18 @@ def load_replay(path: str | Path, query: Query, plan: Plan) -> Replay:
         steps = [step_of(d) for d in doc.get("steps") or ()]
     except (KeyError, TypeError, ValueError) as exc:
         raise UsageError(f"--resume {path}: a step cannot be read ({type(exc).__name__}: {exc})") from None
-    floor = (saved.get("state") or {}).get("floor") if isinstance(saved.get("state"), dict) else None
+    state = saved.get("state") if isinstance(saved.get("state"), dict) else {}
+    floor = state.get("floor")
     other = next((s for s in steps if floor and s.kind != ENDPOINTS and s.floor != floor), None)
     if other is not None:  # the endpoints decide the floor every later step is judged at
         raise UsageError(f"--resume {path}: step {other.kind!r} of {str(other.head)[:12]} was judged at "
                          f"×{other.floor}, but the search's floor is ×{floor}: not one search's steps (a file edited "
                          "by hand?)")
+    given = _floor_given(steps) if "labels" in state else None  # the endpoints decided it: their rows say what
+    if given is not None and not (isinstance(floor, (int, float, type(None))) and math.isclose(floor or 0.0, given)):
+        raise UsageError(f"--resume {path}: step {ENDPOINTS!r} of {str(steps[0].head)[:12]}: its rows give the "
+                         f"search's floor ×{given:.6f} (√ of their smallest low end), but the search's floor is "
+                         f"×{floor} (a file edited by hand?)")
     return Replay(str(path), steps, saved.get("state") or {}, doc.get("good_id") or "", doc.get("bad_id") or "",
                   list(doc.get("commit_ids") or ()))
 
