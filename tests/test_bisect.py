@@ -229,6 +229,32 @@ def test_commit_subjects_in_the_markdown_notes_are_code_spans() -> None:
     assert all(n in render(found) for n in notes)  # the plain text names them as written
 
 
+def test_a_real_merge_subject_in_the_markdown_is_only_ever_code(tmp_path: Path) -> None:
+    """A repository's own subjects (a mention, emphasis, HTML, a link, backticks) as the search names them, in the
+    headline, the culprit's lines and the note on searching inside its merge: in Markdown, only inside code spans."""
+    repo = tmp_path / "r"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "a").write_text("a")
+    good = commit(repo, "good `tick` @octocat")
+    git(repo, "checkout", "-q", "-b", "side")
+    (repo / "s").write_text("s")
+    commit(repo, "side **bold**")
+    git(repo, "checkout", "-q", "main")
+    git(repo, "merge", "-q", "--no-ff", "-m", "Merge @octocat **bold** <img src=x> [l](https://x.example)", "side")
+    merge = git(repo, "rev-parse", "HEAD")
+    line = commits(Project("plugin", repo), good, merge, None)
+    ids = {line.name(p): p for p in line.points}
+    named = line.name(merge)
+    found = Search(line.name(good), named, [named], answer="culprit", culprit=named, ids=ids,
+                   steps=[Step(CONFIRM, line.name(good), named, DIFFERENT, 1.03)])
+    found.notes += line.ended_at(found)
+    assert found.notes and named in found.notes[0], found.notes
+    md = render(found, markdown=True)
+    bare = re.sub(r"(`+).*?\1", "", md)  # what is left outside the code spans
+    assert not any(t in bare for t in ("@octocat", "**", "<img", "](", "tick")), bare
+
+
 def test_a_saved_step_is_checked_at_the_factor_it_was_judged_at() -> None:
     """A step's floor is judged through its rule's text (six digits of the percent): a row SAME at that factor, just
     above the exact floor, is the search's own step, not a file edited by hand; one above the factor is refused."""
