@@ -104,11 +104,12 @@ def _fits(row: RowStep, floor: float) -> bool:
 
 
 def _floor_given(steps: list[Step]) -> float | None:
-    """The floor the endpoints' time rows give (continuous.bisect._endpoints): √ of the smallest low end of their
-    intervals, 0.0 where none has one (memory rows only); None without an endpoints step to read it from."""
+    """The floor the endpoints' slower time rows give (continuous.bisect._endpoints): √ of the smallest low end of
+    their intervals, 0.0 where none is slower (memory rows only, or nothing to search: the rows it read are SAME or
+    UNKNOWN); None without an endpoints step to read it from."""
     if not steps or steps[0].kind != ENDPOINTS:
         return None
-    lows = [r.interval[0] for r in steps[0].rows if not r.memory and r.interval]
+    lows = [r.interval[0] for r in steps[0].rows if r.verdict == DIFFERENT and not r.memory and r.interval]
     return math.sqrt(min(lows)) if lows else 0.0
 
 
